@@ -1,0 +1,107 @@
+"""Stage 5: keep the dataset card (README.md) and .gitattributes true to what was packed.
+
+The card's YAML front matter is what makes ``load_dataset(OUT_DIR)`` work without a script:
+``configs`` points the builtin loader at ``data/*.zip`` (and away from ``metadata/`` and the
+manifest), and ``dataset_info.features`` declares every column's type as inferred from all
+rows. An existing card keeps its text and every other key; only those two keys are set.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+
+from .manifest import write_atomic
+
+AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif", ".wma"})
+DATA_FILES_PATTERN = "data/*.zip"
+
+GITATTRIBUTES_LINES = [
+    "*.zip filter=lfs diff=lfs merge=lfs -text",
+    "*.tar filter=lfs diff=lfs merge=lfs -text",
+    "*.parquet filter=lfs diff=lfs merge=lfs -text",
+    "*.jsonl filter=lfs diff=lfs merge=lfs -text",
+    "*.jsonl.gz filter=lfs diff=lfs merge=lfs -text",
+    "*.jpg filter=lfs diff=lfs merge=lfs -text",
+    "*.jpeg filter=lfs diff=lfs merge=lfs -text",
+    "*.png filter=lfs diff=lfs merge=lfs -text",
+    "*.webp filter=lfs diff=lfs merge=lfs -text",
+    "*.flac filter=lfs diff=lfs merge=lfs -text",
+    "*.wav filter=lfs diff=lfs merge=lfs -text",
+    "*.mp3 filter=lfs diff=lfs merge=lfs -text",
+]
+
+
+def modality_for(extensions: set[str]) -> str:
+    """'audio' if every file is audio, else 'image'. Mixed sets are refused by the caller."""
+    lowered = {e.lower() for e in extensions}
+    if lowered and lowered <= AUDIO_EXTENSIONS:
+        return "audio"
+    return "image"
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """Split a card into its YAML mapping and the text after it."""
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        if end == -1 and text.rstrip().endswith("\n---"):
+            end = text.rstrip().rfind("\n---")
+        if end != -1:
+            data = yaml.safe_load(text[4:end]) or {}
+            if not isinstance(data, dict):
+                raise ValueError("README.md front matter is not a YAML mapping")
+            return data, text[end + 5 :]
+    return {}, text
+
+
+def join_front_matter(data: dict[str, Any], body: str) -> str:
+    dumped = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
+    return f"---\n{dumped}---\n{body}"
+
+
+def default_configs() -> list[dict[str, Any]]:
+    return [{"config_name": "default", "data_files": [{"split": "train", "path": DATA_FILES_PATTERN}]}]
+
+
+def minimal_body(title: str, rows: int, shards: int) -> str:
+    return (
+        f"\n# {title}\n\n"
+        f"{rows} rows in {shards} ZIP shards, packed with [shardkit](https://pypi.org/project/shardkit/).\n\n"
+        "```python\nfrom datasets import load_dataset\n\n"
+        f'ds = load_dataset("<namespace>/{title}", streaming=True)\n'
+        "```\n"
+    )
+
+
+def update_card(out_dir: str, *, features: list[dict[str, Any]], rows: int, shards: int) -> str:
+    """Create README.md, or set ``configs`` (if absent) and ``dataset_info.features`` in it."""
+    path = os.path.join(out_dir, "README.md")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data, body = split_front_matter(f.read())
+    except FileNotFoundError:
+        data, body = {}, minimal_body(os.path.basename(os.path.abspath(out_dir)), rows, shards)
+    data.setdefault("configs", default_configs())
+    info = data.get("dataset_info")
+    if not isinstance(info, dict):
+        info = {}
+    info["features"] = features
+    data["dataset_info"] = info
+    write_atomic(path, join_front_matter(data, body).encode("utf-8"))
+    return path
+
+
+def ensure_gitattributes(out_dir: str) -> str:
+    """Add the LFS rules shardkit's files need to .gitattributes, keeping any lines already there."""
+    path = os.path.join(out_dir, ".gitattributes")
+    try:
+        with open(path, encoding="utf-8") as f:
+            existing = f.read().splitlines()
+    except FileNotFoundError:
+        existing = []
+    missing = [line for line in GITATTRIBUTES_LINES if line not in existing]
+    if missing:
+        write_atomic(path, ("\n".join([*existing, *missing]) + "\n").encode("utf-8"))
+    return path

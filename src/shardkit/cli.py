@@ -1,0 +1,174 @@
+"""The command line: a thin layer over the library. ``pack-shards`` is ``shardkit pack``.
+
+Exit codes: 0 ok, 1 failure (with a message), 2 usage error, 130 interrupted (Ctrl-C).
+Progress goes to stderr; ``--json`` prints one summary object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import ShardkitError, UsageError
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+class ByteSize(click.ParamType):
+    """A size such as 1GB, 500MB, 256MiB or 1000000 (decimal units: 1 GB = 10**9 bytes)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+        if not match or match.group(2).lower() not in _UNITS:
+            self.fail(f"{value!r} is not a size (examples: 1GB, 500MB, 256MiB, 1000000)", param, ctx)
+        return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def _run(action: Callable[[], Any]) -> Any:
+    """Run a library call, turning its errors into messages and exit codes."""
+    try:
+        return action()
+    except KeyboardInterrupt:
+        click.echo("interrupted; re-run the same command to resume", err=True)
+        sys.exit(130)
+    except UsageError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except ShardkitError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+def _setup_logging(quiet: bool) -> None:
+    logging.basicConfig(level=logging.ERROR if quiet else logging.WARNING, format="%(levelname)s: %(message)s")
+
+
+def _human_size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n} B"
+
+
+pack_options = [
+    click.argument("images_dir", type=click.Path(exists=True, file_okay=False)),
+    click.argument("meta_jsonl", type=click.Path(exists=True, dir_okay=False)),
+    click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
+                 help="Dataset repo root to write data/, metadata/, shards.json and README.md into."),
+    click.option("--max-shard-size", type=ByteSize(), default="1GB", show_default=True,
+                 help="Hard cap: no shard file is larger (headers, central directory and metadata.jsonl included)."),
+    click.option("--target-shard-size", type=ByteSize(), default="500MB", show_default=True,
+                 help="Shards land near this size: the key prefix length is chosen from the total size."),
+    click.option("--prefix-length", type=click.IntRange(1, 6), default=None,
+                 help="Hex digits of the key that name a shard (default: chosen from the total size)."),
+    click.option("-j", "--jobs", type=click.IntRange(1), default=os.cpu_count() or 1, show_default="all cores",
+                 help="Shards written at once, each in its own process."),
+    click.option("--read-threads", type=click.IntRange(1), default=8, show_default=True,
+                 help="Threads per job reading input files ahead of the writer."),
+    click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
+                 help="stop: any bad row stops the run before a shard is written. "
+                      "skip: bad rows go to a rejects file and the rest is packed."),
+    click.option("--rejects", type=click.Path(dir_okay=False), default=None,
+                 help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl]."),
+    click.option("--force", is_flag=True, help="Replace output in OUT_DIR that came from other input or options."),
+    click.option("--dry-run", is_flag=True, help="Check the input and print the shard plan; write nothing."),
+    click.option("--no-fsync", is_flag=True, help="Skip fsync before each shard's rename (faster, not power-loss safe)."),
+    click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr)."),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout."),
+]
+
+
+def _with_pack_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(pack_options):
+        f = option(f)
+    return f
+
+
+def _pack_command(**kw: Any) -> None:
+    """Pack IMAGES_DIR (files) and META_JSONL (one JSON object per line) into ZIP shards.
+
+    Each row needs "file_name", the file's path relative to IMAGES_DIR. An optional "key"
+    (8-128 lowercase hex digits) names the row; without it the key is sha256(file)[:32].
+    Every other field is published as is. Rows go to data/<key prefix>.zip, at
+    images/<key[:3]>/<key[3:6]>/<key><ext>, with metadata.jsonl as each ZIP's first member.
+    """
+    from .pack import PackConfig, pack
+    from .progress import TqdmProgress
+
+    _setup_logging(kw["quiet"])
+    config = PackConfig(
+        images_dir=kw["images_dir"],
+        metadata_path=kw["meta_jsonl"],
+        out_dir=kw["out_dir"],
+        max_shard_bytes=kw["max_shard_size"],
+        target_shard_bytes=kw["target_shard_size"],
+        prefix_length=kw["prefix_length"],
+        jobs=kw["jobs"],
+        read_threads=kw["read_threads"],
+        on_error=kw["on_error"],
+        rejects_path=kw["rejects"],
+        force=kw["force"],
+        dry_run=kw["dry_run"],
+        fsync=not kw["no_fsync"],
+    )
+    progress = TqdmProgress(disable=kw["quiet"] or not sys.stderr.isatty() and kw["as_json"])
+    summary = _run(lambda: pack(config, progress))
+    if kw["as_json"]:
+        click.echo(json.dumps(summary.to_json()))
+        return
+    if kw["quiet"]:
+        return
+    if summary.dry_run:
+        click.echo(f"plan: {summary.rows} rows -> {summary.shards} shards, prefix length {summary.prefix_length}")
+        for p in summary.plan:
+            click.echo(f"  {p.name:<24} {p.rows:>8} rows  {_human_size(p.bytes):>10}  {p.first_key}..{p.last_key}")
+        click.echo("dry run: nothing written")
+    else:
+        click.echo(
+            f"packed {summary.rows} rows into {summary.shards} shards ({_human_size(summary.bytes)}) in "
+            f"{summary.seconds:.1f} s, {summary.mb_per_s:.0f} MB/s"
+            + (f"; {summary.resumed_shards} shards kept from an earlier run" if summary.resumed_shards else "")
+        )
+        click.echo(f"manifest: {summary.manifest}")
+    if summary.rejected_rows:
+        click.echo(f"skipped {summary.rejected_rows} bad rows; see {summary.rejects_file}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="shardkit")
+def main() -> None:
+    """shardkit: author large image and audio datasets for the Hugging Face Hub."""
+
+
+@main.command("pack")
+@_with_pack_options
+def pack_cmd(**kw: Any) -> None:
+    _pack_command(**kw)
+
+
+pack_cmd.help = _pack_command.__doc__
+
+
+@click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]}, help=_pack_command.__doc__)
+@click.version_option(__version__, prog_name="pack-shards")
+@_with_pack_options
+def pack_shards(**kw: Any) -> None:
+    _pack_command(**kw)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

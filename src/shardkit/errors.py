@@ -1,0 +1,41 @@
+"""shardkit's error types. Messages name the file and line, and say how to fix the problem."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ShardkitError(Exception):
+    """Base class: a failure with a message meant for the user (exit code 1 in the CLI)."""
+
+
+class UsageError(ShardkitError):
+    """The command was asked for something that cannot work (exit code 2 in the CLI)."""
+
+
+@dataclass(frozen=True, order=True)
+class InputProblem:
+    """One bad row of the metadata file (or one bad file it names)."""
+
+    line: int
+    message: str
+    raw: str = ""  # the offending line as read, for the rejects file
+
+    def format(self, source: str) -> str:
+        return f"{source}:{self.line}: {self.message}"
+
+
+class InputErrors(ShardkitError):
+    """The input has problems; nothing was written. Carries the first problems found."""
+
+    def __init__(self, source: str, problems: list[InputProblem], total: int, hint: str = "") -> None:
+        self.source = source
+        self.problems = problems
+        self.total = total
+        lines = [p.format(source) for p in problems]
+        more = total - len(problems)
+        if more > 0:
+            lines.append(f"... and {more} more problem(s)")
+        head = f"{total} problem(s) in the input; no shard was written:"
+        tail = hint or "Fix the rows above, or pass --on-error skip to pack the rest and list them in a rejects file."
+        super().__init__("\n".join([head, *lines, tail]))

@@ -1,0 +1,115 @@
+"""The manifest, ``shards.json``: what a packed dataset holds, shard by shard.
+
+Readers (the loading script, ``shardkit verify``, ``shardkit push``) trust nothing else. It has
+no timestamps, so the same input gives the same manifest, byte for byte. It is written
+atomically and only after every shard it names exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .metadata import KEY_SCHEME
+
+MANIFEST_NAME = "shards.json"
+FORMAT = "shardkit.zip/1"
+MEMBER_TEMPLATE = "images/{key[0:3]}/{key[3:6]}/{key}{ext}"
+
+
+@dataclass(frozen=True)
+class ManifestShard:
+    file: str
+    metadata: str
+    rows: int
+    bytes: int
+    sha256: str
+    metadata_sha256: str
+    first_key: str
+    last_key: str
+
+
+@dataclass(frozen=True)
+class Options:
+    """The packing options that shape the output: a resume must use the same ones."""
+
+    prefix_length: int
+    max_shard_bytes: int
+    target_shard_bytes: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    options: Options
+    input_fingerprint: str
+    modality: str
+    features: list[dict[str, Any]]
+    shards: list[ManifestShard]
+    format: str = FORMAT
+    key_scheme: str = KEY_SCHEME
+    member_template: str = MEMBER_TEMPLATE
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "key_scheme": self.key_scheme,
+            "member_template": self.member_template,
+            "metadata_member": "metadata.jsonl",
+            "prefix_length": self.options.prefix_length,
+            "max_shard_bytes": self.options.max_shard_bytes,
+            "target_shard_bytes": self.options.target_shard_bytes,
+            "input_fingerprint": self.input_fingerprint,
+            "modality": self.modality,
+            "totals": {
+                "rows": sum(s.rows for s in self.shards),
+                "shards": len(self.shards),
+                "bytes": sum(s.bytes for s in self.shards),
+            },
+            "features": self.features,
+            "shards": [asdict(s) for s in self.shards],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Manifest:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} manifest (format={data.get('format')!r})")
+        return cls(
+            options=Options(data["prefix_length"], data["max_shard_bytes"], data["target_shard_bytes"]),
+            input_fingerprint=data["input_fingerprint"],
+            modality=data["modality"],
+            features=data["features"],
+            shards=[ManifestShard(**s) for s in data["shards"]],
+            totals=data.get("totals", {}),
+        )
+
+
+def dump_json(data: Any) -> bytes:
+    return (json.dumps(data, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def write_atomic(path: str, content: bytes) -> None:
+    """Write a small file so that readers see the old or the new content, never a mix."""
+    tmp = f"{path}.partial"
+    with open(tmp, "wb") as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_manifest(out_dir: str, manifest: Manifest) -> str:
+    path = os.path.join(out_dir, MANIFEST_NAME)
+    write_atomic(path, dump_json(manifest.to_json()))
+    return path
+
+
+def read_manifest(out_dir: str) -> Manifest | None:
+    path = os.path.join(out_dir, MANIFEST_NAME)
+    try:
+        with open(path, "rb") as f:
+            return Manifest.from_json(json.load(f))
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,429 @@
+"""``pack``: raw files + metadata JSONL -> hash-prefixed ZIP shards, manifest, card.
+
+The stages, each in its own module:
+
+1. :mod:`.metadata` reads and checks every row and the file it names (streaming);
+2. :mod:`.staging` sorts the rows by key on disk and finds duplicate keys;
+3. :mod:`.plan` decides every shard's rows and exact size (pure);
+4. :mod:`.writer` writes shards in parallel, each atomically;
+5. :mod:`.manifest` and :mod:`.card` record the result.
+
+Input problems stop the run before any shard is written (or, with ``on_error="skip"``, go to a
+rejects file). Working files live in ``OUT_DIR/.shardkit/``; a lock there keeps two packers
+apart. A run that stops part-way resumes: shards already written for the same input and
+options are checked against their recorded sha256 and kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, Literal
+
+from .card import AUDIO_EXTENSIONS, ensure_gitattributes, modality_for, update_card
+from .errors import InputErrors, InputProblem, ShardkitError, UsageError
+from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
+from .metadata import member_name, metadata_line, read_metadata
+from .plan import (
+    DEFAULT_MAX_SHARD_BYTES,
+    DEFAULT_TARGET_SHARD_BYTES,
+    PlanEntry,
+    ShardPlan,
+    check_limits,
+    choose_prefix_length,
+    max_file_bytes,
+    plan_shards,
+    row_cost,
+)
+from .progress import NullProgress, Progress
+from .schema import SchemaTracker
+from .staging import RunWriter, format_staged, iter_staged, merge_runs
+from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, ShardResult, write_shard
+
+log = logging.getLogger(__name__)
+
+WORK_DIR = ".shardkit"
+SHOWN_PROBLEMS = 20
+
+
+@dataclass(frozen=True)
+class PackConfig:
+    images_dir: str
+    metadata_path: str
+    out_dir: str
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
+    prefix_length: int | None = None  # None: chosen from the total size
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    read_threads: int = DEFAULT_READ_THREADS
+    prefetch_bytes: int = DEFAULT_PREFETCH_BYTES
+    on_error: Literal["stop", "skip"] = "stop"
+    rejects_path: str | None = None  # default: OUT_DIR/.shardkit/rejects.jsonl
+    force: bool = False
+    dry_run: bool = False
+    fsync: bool = True
+
+
+@dataclass(frozen=True)
+class PackSummary:
+    out_dir: str
+    manifest: str | None
+    rows: int
+    shards: int
+    bytes: int
+    prefix_length: int
+    written_shards: int
+    resumed_shards: int
+    rejected_rows: int
+    rejects_file: str | None
+    seconds: float
+    dry_run: bool
+    plan: list[ShardPlan]
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["plan"] = [{"file": p.name, "rows": p.rows, "bytes": p.bytes} for p in self.plan] if self.dry_run else None
+        if not self.dry_run:
+            del data["plan"]
+        data["mb_per_s"] = round(self.mb_per_s, 1)
+        data["seconds"] = round(self.seconds, 3)
+        return data
+
+
+class ProblemLog:
+    """Counts input problems, keeps the first few for the message, and writes rejects if asked."""
+
+    def __init__(self, rejects_path: str | None) -> None:
+        self.shown: list[InputProblem] = []
+        self.count = 0
+        self.rejects_path = rejects_path
+        self._rejects: IO[str] | None = None
+
+    def add(self, problem: InputProblem) -> None:
+        self.count += 1
+        if len(self.shown) < SHOWN_PROBLEMS:
+            self.shown.append(problem)
+        if self.rejects_path is not None:
+            if self._rejects is None:
+                self._rejects = open(self.rejects_path, "w", encoding="utf-8")
+            row = {"line": problem.line, "reason": problem.message, "row": problem.raw}
+            self._rejects.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        if self._rejects is not None:
+            self._rejects.close()
+
+
+@contextlib.contextmanager
+def _locked(work_dir: str) -> Iterator[None]:
+    os.makedirs(work_dir, exist_ok=True)
+    with open(os.path.join(work_dir, "lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"another shardkit run is working on {os.path.dirname(work_dir)} (lock: {lock.name});"
+                " wait for it to finish"
+            ) from None
+        yield
+
+
+def pack(config: PackConfig, progress: Progress | None = None) -> PackSummary:
+    """Pack ``config.images_dir`` + ``config.metadata_path`` into shards under ``config.out_dir``."""
+    progress = progress or NullProgress()
+    started = time.perf_counter()
+    try:
+        check_limits(config.max_shard_bytes, config.target_shard_bytes)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for path, what in ((config.images_dir, "IMAGES_DIR"), (config.metadata_path, "META_JSONL")):
+        if not os.path.exists(path):
+            raise UsageError(f"{what} {path!r} does not exist")
+    if not os.path.isdir(config.images_dir):
+        raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
+    out_dir = os.path.abspath(config.out_dir)
+    work_dir = os.path.join(out_dir, WORK_DIR)
+    with _locked(work_dir):
+        return _pack_locked(config, out_dir, work_dir, progress, started)
+
+
+def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Progress, started: float) -> PackSummary:
+    tmp_dir = os.path.join(work_dir, "tmp")
+    staging_dir = os.path.join(work_dir, "staging")
+    shutil.rmtree(tmp_dir, ignore_errors=True)  # leftovers of a run that died
+    shutil.rmtree(staging_dir, ignore_errors=True)
+    os.makedirs(staging_dir)
+    skip = config.on_error == "skip"
+    rejects_path = (config.rejects_path or os.path.join(work_dir, "rejects.jsonl")) if skip else None
+    problems = ProblemLog(rejects_path)
+    try:
+        staged = _check_and_stage(config, staging_dir, problems, progress)
+    finally:
+        problems.close()
+    if problems.count and not skip:
+        raise InputErrors(config.metadata_path, problems.shown, problems.count)
+    if staged.rows == 0:
+        raise ShardkitError(f"{config.metadata_path}: no rows to pack")
+
+    total = sum(e.cost for e in _plan_entries(staged.path))
+    prefix_length = config.prefix_length or choose_prefix_length(total, config.target_shard_bytes)
+    try:
+        plan = plan_shards(
+            _plan_entries(staged.path),
+            prefix_length=prefix_length,
+            max_shard_bytes=config.max_shard_bytes,
+            target_shard_bytes=config.target_shard_bytes,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    options = Options(prefix_length, config.max_shard_bytes, config.target_shard_bytes)
+    summary_base = dict(
+        out_dir=out_dir,
+        rows=staged.rows,
+        shards=len(plan),
+        bytes=sum(p.bytes for p in plan),
+        prefix_length=prefix_length,
+        rejected_rows=problems.count,
+        rejects_file=rejects_path if problems.count else None,
+    )
+    if config.dry_run:
+        return PackSummary(
+            **summary_base,  # type: ignore[arg-type]
+            manifest=None,
+            written_shards=0,
+            resumed_shards=0,
+            seconds=time.perf_counter() - started,
+            dry_run=True,
+            plan=plan,
+        )
+
+    done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force)
+    todo = [p for p in plan if p.name not in done]
+    jobs = [
+        ShardJob(
+            plan=p,
+            staging_path=staged.path,
+            images_dir=os.path.abspath(config.images_dir),
+            out_dir=out_dir,
+            tmp_dir=tmp_dir,
+            read_threads=config.read_threads,
+            prefetch_bytes=config.prefetch_bytes,
+            fsync=config.fsync,
+        )
+        for p in todo
+    ]
+    progress.start("writing shards", total=sum(p.bytes for p in todo), unit="B")
+    for result in _run_jobs(jobs, config.jobs):
+        done[result.file] = result
+        write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
+        progress.advance(result.bytes, shards=len(done), rows=result.rows)
+    progress.finish()
+
+    manifest = Manifest(
+        options=options,
+        input_fingerprint=staged.fingerprint,
+        modality=staged.modality,
+        features=staged.features,
+        shards=[ManifestShard(**done[p.name].to_json()) for p in plan],  # type: ignore[arg-type]
+    )
+    manifest_path = write_manifest(out_dir, manifest)
+    update_card(out_dir, features=staged.features, rows=staged.rows, shards=len(plan))
+    ensure_gitattributes(out_dir)
+    shutil.rmtree(staging_dir, ignore_errors=True)
+    return PackSummary(
+        **summary_base,  # type: ignore[arg-type]
+        manifest=manifest_path,
+        written_shards=len(todo),
+        resumed_shards=len(plan) - len(todo),
+        seconds=time.perf_counter() - started,
+        dry_run=False,
+        plan=plan,
+    )
+
+
+@dataclass(frozen=True)
+class _Staged:
+    path: str
+    rows: int
+    fingerprint: str
+    modality: str
+    features: list[dict[str, Any]]
+
+
+def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog, progress: Progress) -> _Staged:
+    schema = SchemaTracker()
+    extensions: Counter[str] = Counter()
+    audio_line = image_line = 0
+    runs = RunWriter(staging_dir)
+    progress.start("checking rows", total=None, unit="rows")
+    records = read_metadata(
+        config.metadata_path,
+        config.images_dir,
+        max_file_bytes=max_file_bytes(config.max_shard_bytes),
+        threads=max(config.read_threads, 1),
+    )
+    for n, item in enumerate(records, 1):
+        if n % 1000 == 0:
+            progress.advance(1000)
+        if isinstance(item, InputProblem):
+            problems.add(item)
+            continue
+        try:
+            line = metadata_line(item)
+        except ValueError as exc:  # NaN or Infinity: not valid JSON out
+            problems.add(InputProblem(item.line, f"value not allowed in JSON: {exc}", json.dumps(item.fields)))
+            continue
+        conflict = schema.check(item.fields, item.line)
+        if conflict:
+            problems.add(InputProblem(item.line, conflict, line))
+            continue
+        is_audio = item.ext.lower() in AUDIO_EXTENSIONS
+        if is_audio and image_line or not is_audio and audio_line:
+            other = image_line or audio_line
+            problems.add(
+                InputProblem(item.line, f"{item.source!r} mixes audio and image files in one dataset (see line {other})", line)
+            )
+            continue
+        if is_audio:
+            audio_line = audio_line or item.line
+        else:
+            image_line = image_line or item.line
+        extensions[item.ext] += 1
+        runs.add(format_staged(item, line))
+    progress.finish()
+    merged = merge_runs(runs.finish(), os.path.join(staging_dir, "sorted.tsv"))
+    for problem in merged.duplicates:
+        problems.add(problem)
+    problems.count += merged.duplicate_count - len(merged.duplicates)
+    for run in runs.runs:
+        os.unlink(run)
+    modality = modality_for(set(extensions))
+    features = schema.features_yaml(modality, modality)
+    fingerprint = hashlib.sha256(
+        (merged.fingerprint + json.dumps(features, sort_keys=True)).encode("utf-8")
+    ).hexdigest()
+    return _Staged(merged.path, merged.rows, fingerprint, modality, features)
+
+
+def _plan_entries(staged_path: str) -> Iterator[PlanEntry]:
+    for row in iter_staged(staged_path):
+        cost = row_cost(member_name(row.key, row.ext), row.size, len(row.metadata_line.encode("utf-8")))
+        yield PlanEntry(row.key, cost, row.offset)
+
+
+def _done_record(work_dir: str, shard_file: str) -> str:
+    return os.path.join(work_dir, "done", shard_file.replace("/", "__") + ".json")
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _reconcile(
+    out_dir: str, work_dir: str, plan: list[ShardPlan], fingerprint: str, options: Options, force: bool
+) -> dict[str, ShardResult]:
+    """Compare OUT_DIR with the plan: return the shards already done; refuse foreign output."""
+    state_path = os.path.join(work_dir, "state.json")
+    state = {"input_fingerprint": fingerprint, "options": asdict(options)}
+    previous: dict[str, Any] | None = None
+    with contextlib.suppress(FileNotFoundError):
+        with open(state_path, encoding="utf-8") as f:
+            previous = json.load(f)
+    if previous is None:
+        manifest = read_manifest(out_dir)
+        if manifest is not None:
+            previous = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
+    planned = {p.name for p in plan} | {f"metadata/{p.stem}.jsonl" for p in plan}
+    foreign = sorted(
+        f"{sub}/{name}"
+        for sub, suffix in (("data", ".zip"), ("metadata", ".jsonl"))
+        if os.path.isdir(os.path.join(out_dir, sub))
+        for name in os.listdir(os.path.join(out_dir, sub))
+        if name.endswith(suffix)
+    )
+    same_run = previous == state
+    if not same_run and (previous is not None or foreign) and not force:
+        why = "different input or options" if previous is not None else "shards that no shardkit manifest describes"
+        raise UsageError(
+            f"{out_dir} already holds output from {why}. Re-run with --force to replace it,"
+            " or choose another OUT_DIR."
+        )
+    done_dir = os.path.join(work_dir, "done")
+    if not same_run:
+        shutil.rmtree(done_dir, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out_dir, MANIFEST_NAME))
+    for rel in foreign:
+        if rel not in planned or not same_run:
+            os.unlink(os.path.join(out_dir, rel))
+    os.makedirs(done_dir, exist_ok=True)
+    write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
+
+    done: dict[str, ShardResult] = {}
+    for p in plan:
+        record_path = _done_record(work_dir, p.name)
+        shard_path = os.path.join(out_dir, p.name)
+        try:
+            with open(record_path, encoding="utf-8") as f:
+                result = ShardResult(**json.load(f))
+        except (FileNotFoundError, ValueError, TypeError):
+            continue
+        meta_path = os.path.join(out_dir, result.metadata)
+        if (
+            os.path.isfile(shard_path)
+            and os.path.getsize(shard_path) == p.bytes == result.bytes
+            and os.path.isfile(meta_path)
+            and _sha256_file(shard_path) == result.sha256
+            and _sha256_file(meta_path) == result.metadata_sha256
+        ):
+            done[p.name] = result
+        else:
+            log.warning("%s: recorded as written but missing or changed; writing it again", p.name)
+    return done
+
+
+def _run_jobs(jobs: list[ShardJob], workers: int) -> Iterator[ShardResult]:
+    """Write shards, ``workers`` at a time in separate processes (in-process when 1)."""
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield write_shard(job)
+        return
+    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        pending: set[Future[ShardResult]] = set()
+        queue = iter(jobs)
+        try:
+            for job in queue:
+                pending.add(pool.submit(write_shard, job))
+                if len(pending) >= workers * 2:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        yield future.result()
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    yield future.result()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise

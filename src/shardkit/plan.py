@@ -1,0 +1,173 @@
+"""Stage 3: decide which rows go into which shard. Pure functions, no I/O.
+
+Rows arrive sorted by key. A shard holds the rows whose keys share their first
+``prefix_length`` hex digits (``data/3f.zip``); the prefix length follows from the total size
+so that shards land near ``target_shard_bytes``. A prefix group that would pass the hard cap
+(``max_shard_bytes``) or the ZIP member limit is split into numbered parts
+(``data/3f-00.zip``, ``data/3f-01.zip``...) of about equal size, cut between keys.
+
+Sizes are exact: a row costs its file, its ZIP headers and its metadata line, and a shard adds
+the metadata.jsonl member headers and the end record. So "under the cap" is a fact the
+planner knows before any byte is written, not a hope checked afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from .zipformat import END_RECORD_SIZE, MAX_ZIP_BYTES, MAX_ZIP_MEMBERS, stored_member_overhead
+
+METADATA_MEMBER = "metadata.jsonl"
+#: Bytes every shard has whatever its rows: the metadata.jsonl headers and the end record.
+SHARD_FIXED_BYTES = stored_member_overhead(METADATA_MEMBER) + END_RECORD_SIZE
+#: Rows a shard can hold: the ZIP member limit, less one for metadata.jsonl.
+MAX_ROWS_PER_SHARD = MAX_ZIP_MEMBERS - 1
+MAX_PREFIX_LENGTH = 6
+
+DEFAULT_MAX_SHARD_BYTES = 1_000_000_000
+DEFAULT_TARGET_SHARD_BYTES = 500_000_000
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """What the planner needs of a row: its key, the bytes it adds to a shard, where it is staged."""
+
+    key: str
+    cost: int
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    name: str  # e.g. "data/3f.zip" or "data/3f-01.zip"
+    prefix: str
+    part: int | None
+    offset: int  # where the shard's first row is staged
+    rows: int
+    bytes: int  # exact size of the finished shard file
+    first_key: str
+    last_key: str
+
+    @property
+    def stem(self) -> str:
+        return self.name.rsplit("/", 1)[-1].removesuffix(".zip")
+
+
+def row_cost(member: str, file_bytes: int, metadata_line_bytes: int) -> int:
+    """Bytes a row adds to a shard: its member headers, its data, its metadata line and newline."""
+    return stored_member_overhead(member) + file_bytes + metadata_line_bytes + 1
+
+
+def max_file_bytes(max_shard_bytes: int) -> int:
+    """An upper bound for one file: anything bigger cannot fit in a shard even alone."""
+    return max_shard_bytes - SHARD_FIXED_BYTES
+
+
+def choose_prefix_length(total_bytes: int, target_shard_bytes: int) -> int:
+    """The prefix length whose 16**L groups are nearest (in ratio) to the target size.
+
+    At least 1 (so even a small dataset has up to 16 shards to parallelise over).
+    """
+    if total_bytes <= 0:
+        return 1
+    ideal = math.log(max(total_bytes / target_shard_bytes, 1.0), 16)
+    return max(1, min(MAX_PREFIX_LENGTH, round(ideal)))
+
+
+def check_limits(max_shard_bytes: int, target_shard_bytes: int) -> None:
+    if not SHARD_FIXED_BYTES < max_shard_bytes <= MAX_ZIP_BYTES:
+        raise ValueError(f"max shard size must be between {SHARD_FIXED_BYTES + 1} and {MAX_ZIP_BYTES} bytes, got {max_shard_bytes}")
+    if not 0 < target_shard_bytes <= max_shard_bytes:
+        raise ValueError(f"target shard size must be between 1 and the max shard size ({max_shard_bytes}), got {target_shard_bytes}")
+
+
+def plan_shards(
+    entries: Iterable[PlanEntry],
+    *,
+    prefix_length: int,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+    max_rows: int = MAX_ROWS_PER_SHARD,
+) -> list[ShardPlan]:
+    """Group key-sorted entries into shards; every entry lands in exactly one shard.
+
+    Raises ValueError if entries are not sorted by key, or one entry cannot fit in a shard.
+    """
+    check_limits(max_shard_bytes, target_shard_bytes)
+    if not 1 <= prefix_length <= MAX_PREFIX_LENGTH:
+        raise ValueError(f"prefix length must be 1 to {MAX_PREFIX_LENGTH}, got {prefix_length}")
+    if max_rows < 1:
+        raise ValueError(f"max rows per shard must be at least 1, got {max_rows}")
+    shards: list[ShardPlan] = []
+    for prefix, group in _groups(entries, prefix_length):
+        shards.extend(_split_group(prefix, group, max_shard_bytes, target_shard_bytes, max_rows))
+    return shards
+
+
+def _groups(entries: Iterable[PlanEntry], prefix_length: int) -> Iterator[tuple[str, list[PlanEntry]]]:
+    group: list[PlanEntry] = []
+    prefix = ""
+    last_key: str | None = None
+    for entry in entries:
+        if last_key is not None and entry.key <= last_key:
+            raise ValueError(f"entries must be sorted by unique key: {entry.key!r} came after {last_key!r}")
+        last_key = entry.key
+        entry_prefix = entry.key[:prefix_length]
+        if len(entry_prefix) < prefix_length:
+            raise ValueError(f"key {entry.key!r} is shorter than the prefix length {prefix_length}")
+        if group and entry_prefix != prefix:
+            yield prefix, group
+            group = []
+        prefix = entry_prefix
+        group.append(entry)
+    if group:
+        yield prefix, group
+
+
+def _split_group(
+    prefix: str, group: list[PlanEntry], max_shard_bytes: int, target_shard_bytes: int, max_rows: int
+) -> list[ShardPlan]:
+    content = sum(e.cost for e in group)
+    for entry in group:
+        if SHARD_FIXED_BYTES + entry.cost > max_shard_bytes:
+            raise ValueError(
+                f"row with key {entry.key} needs {SHARD_FIXED_BYTES + entry.cost} bytes in a shard,"
+                f" more than the max shard size {max_shard_bytes}"
+            )
+    if SHARD_FIXED_BYTES + content <= max_shard_bytes and len(group) <= max_rows:
+        return [_shard(f"data/{prefix}.zip", prefix, None, group)]
+    # Parts of about equal size: cut where the running total passes each k-th of the content,
+    # and earlier whenever the next row would pass the cap or the member limit.
+    per_part_content = max(target_shard_bytes - SHARD_FIXED_BYTES, 1)
+    parts_wanted = max(math.ceil(content / per_part_content), math.ceil(len(group) / max_rows), 2)
+    parts: list[list[PlanEntry]] = []
+    current: list[PlanEntry] = []
+    current_bytes = SHARD_FIXED_BYTES
+    running = 0
+    for entry in group:
+        boundary = content * (len(parts) + 1) / parts_wanted
+        full = current_bytes + entry.cost > max_shard_bytes or len(current) >= max_rows
+        if current and (full or running >= boundary):
+            parts.append(current)
+            current, current_bytes = [], SHARD_FIXED_BYTES
+        current.append(entry)
+        current_bytes += entry.cost
+        running += entry.cost
+    parts.append(current)
+    width = max(2, len(str(len(parts) - 1)))
+    return [_shard(f"data/{prefix}-{i:0{width}d}.zip", prefix, i, part) for i, part in enumerate(parts)]
+
+
+def _shard(name: str, prefix: str, part: int | None, entries: list[PlanEntry]) -> ShardPlan:
+    return ShardPlan(
+        name=name,
+        prefix=prefix,
+        part=part,
+        offset=entries[0].offset,
+        rows=len(entries),
+        bytes=SHARD_FIXED_BYTES + sum(e.cost for e in entries),
+        first_key=entries[0].key,
+        last_key=entries[-1].key,
+    )

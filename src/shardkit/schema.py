@@ -1,0 +1,141 @@
+"""Infer one type per metadata column across ALL rows, as datasets features.
+
+datasets' imagefolder infers features from the first rows of the first shard only, so a column
+that is null there and a number elsewhere fails later with a cast error. shardkit instead sees
+every row while streaming, merges their JSON types, and declares the result in the dataset
+card (``dataset_info.features``). A row whose value cannot share a type with earlier rows (a
+string where numbers were seen, say) is an input problem naming both lines.
+
+Type lattice: null < bool; null < int < float; null < string; lists and objects merge
+element-wise. Columns that are only ever null are declared as strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+_SCALARS = {bool: "bool", int: "int64", float: "float64", str: "string"}
+
+
+@dataclass
+class Kind:
+    """The merged type of the values seen so far at one place in the rows."""
+
+    name: str = "null"  # null | bool | int64 | float64 | string | list | struct
+    first_line: int = 0  # the line that fixed the kind (for messages)
+    item: Kind | None = None  # for list
+    fields: dict[str, Kind] = field(default_factory=dict)  # for struct, in first-seen order
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "struct"
+    return _SCALARS.get(type(value), "unknown")
+
+
+def find_conflict(kind: Kind, value: Any, line: int, where: str) -> str | None:
+    """Why ``value`` cannot merge into ``kind`` (None if it can). Never changes ``kind``."""
+    new = _kind_of(value)
+    if new == "unknown":
+        return f"column {where!r} holds an unsupported value {value!r}"
+    if new == "null":
+        return None
+    if kind.name not in ("null", new) and {kind.name, new} != {"int64", "float64"}:
+        return (
+            f"column {where!r} is {_article(new)} here but {_article(kind.name)} on line {kind.first_line};"
+            " datasets needs one type per column"
+        )
+    if new == "list":
+        # The items must agree with what was seen before AND with each other: merge into a copy.
+        scratch = _copy(kind.item) if kind.item is not None else Kind()
+        for item in value:
+            if problem := find_conflict(scratch, item, line, where + "[]"):
+                return problem
+            merge_value(scratch, item, line)
+    elif new == "struct":
+        for name, item in value.items():
+            if problem := find_conflict(kind.fields.get(name, Kind()), item, line, f"{where}.{name}"):
+                return problem
+    return None
+
+
+def _copy(kind: Kind) -> Kind:
+    return Kind(
+        name=kind.name,
+        first_line=kind.first_line,
+        item=_copy(kind.item) if kind.item is not None else None,
+        fields={k: _copy(v) for k, v in kind.fields.items()},
+    )
+
+
+def merge_value(kind: Kind, value: Any, line: int) -> None:
+    """Merge one JSON value into ``kind``; call :func:`find_conflict` first."""
+    new = _kind_of(value)
+    if new == "null":
+        return
+    if kind.name == "null":
+        kind.name = new
+        kind.first_line = line
+    elif kind.name != new:
+        kind.name = "float64"  # int and float meet (find_conflict allowed nothing else)
+    if new == "list":
+        if kind.item is None:
+            kind.item = Kind()
+        for item in value:
+            merge_value(kind.item, item, line)
+    elif new == "struct":
+        for name, item in value.items():
+            merge_value(kind.fields.setdefault(name, Kind()), item, line)
+
+
+def _article(name: str) -> str:
+    words = {"string": "a string", "int64": "an integer", "float64": "a number", "bool": "a boolean",
+             "list": "a list", "struct": "an object"}
+    return words.get(name, name)
+
+
+_NULL = Kind()
+
+
+class SchemaTracker:
+    """Merges the fields of every row into one Kind per column."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, Kind] = {}
+
+    def check(self, fields: dict[str, Any], line: int) -> str | None:
+        """Merge a row; return a problem message instead if a value conflicts (row not merged)."""
+        columns = self.columns
+        for name, value in fields.items():
+            if problem := find_conflict(columns.get(name, _NULL), value, line, name):
+                return problem
+        for name, value in fields.items():
+            merge_value(columns.setdefault(name, Kind()), value, line)
+        return None
+
+    def features_yaml(self, base_column: str, base_dtype: str) -> list[dict[str, Any]]:
+        """The card's ``dataset_info.features`` list: the file column, ``key``, then every column."""
+        out: list[dict[str, Any]] = [{"name": base_column, "dtype": base_dtype}, {"name": "key", "dtype": "string"}]
+        for name, kind in self.columns.items():
+            out.append({"name": name, **_yaml_type(kind)})
+        return out
+
+
+def _yaml_type(kind: Kind) -> dict[str, Any]:
+    """One feature in the YAML form datasets reads from a card (dtype / list / struct)."""
+    if kind.name == "list":
+        inner = _yaml_type(kind.item or Kind())
+        # A list of scalars is "list: string"; of objects "list: [fields]"; of lists "list: {list: ...}".
+        if "dtype" in inner:
+            return {"list": inner["dtype"]}
+        if "struct" in inner:
+            return {"list": inner["struct"]}
+        return {"list": inner}
+    if kind.name == "struct":
+        return {"struct": [{"name": k, **_yaml_type(v)} for k, v in kind.fields.items()]}
+    return {"dtype": "string" if kind.name == "null" else kind.name}
