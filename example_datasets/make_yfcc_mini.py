@@ -25,10 +25,42 @@ import urllib.parse
 
 from PIL import Image, ImageDraw
 
-WORDS = ["cat", "stairs", "beach", "sunset", "hills", "house", "garden", "bridge", "river", "snow",
-         "city", "night", "dog", "bike", "market", "café", "tram", "harbour", "forest", "rain"]
-TITLES = ["Lana", "Weekend walk", "Café au lait", "Old bridge", "Morning light", "Rooftops",
-          "Harbour at dusk", "Der Bahnhof", "Snow day", "Market stall", "Tram 28", "Garden party"]
+WORDS = [
+    "cat",
+    "stairs",
+    "beach",
+    "sunset",
+    "hills",
+    "house",
+    "garden",
+    "bridge",
+    "river",
+    "snow",
+    "city",
+    "night",
+    "dog",
+    "bike",
+    "market",
+    "café",
+    "tram",
+    "harbour",
+    "forest",
+    "rain",
+]
+TITLES = [
+    "Lana",
+    "Weekend walk",
+    "Café au lait",
+    "Old bridge",
+    "Morning light",
+    "Rooftops",
+    "Harbour at dusk",
+    "Der Bahnhof",
+    "Snow day",
+    "Market stall",
+    "Tram 28",
+    "Garden party",
+]
 LICENSES = [
     ("Attribution-NonCommercial-ShareAlike License", "http://creativecommons.org/licenses/by-nc-sa/2.0/"),
     ("Attribution License", "http://creativecommons.org/licenses/by/2.0/"),

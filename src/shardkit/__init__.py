@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "pack", "PackConfig", "PackSummary"]
+__all__ = ["PackConfig", "PackSummary", "__version__", "pack"]
 
 
 def __getattr__(name: str) -> object:

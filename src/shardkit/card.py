@@ -65,24 +65,46 @@ def default_configs() -> list[dict[str, Any]]:
     return [{"config_name": "default", "data_files": [{"split": "train", "path": DATA_FILES_PATTERN}]}]
 
 
-def minimal_body(title: str, rows: int, shards: int) -> str:
+STATS_BEGIN = "<!-- shardkit:stats -->"
+STATS_END = "<!-- /shardkit:stats -->"
+
+
+def stats_section(rows: int, shards: int, total_bytes: int) -> str:
+    """The card text shardkit owns: rewritten on every pack, between two HTML comments."""
     return (
-        f"\n# {title}\n\n"
-        f"{rows} rows in {shards} ZIP shards, packed with [shardkit](https://pypi.org/project/shardkit/).\n\n"
+        f"{STATS_BEGIN}\n{rows:,} rows in {shards} ZIP shards ({total_bytes / 1e6:,.1f} MB),"
+        " packed with shardkit.\n"
+        f"{STATS_END}"
+    )
+
+
+def replace_stats(body: str, section: str) -> str:
+    """Swap the shardkit-owned section in a card body; leave a body without markers alone."""
+    start, end = body.find(STATS_BEGIN), body.find(STATS_END)
+    if start == -1 or end < start:
+        return body
+    return body[:start] + section + body[end + len(STATS_END) :]
+
+
+def minimal_body(title: str, section: str) -> str:
+    return (
+        f"\n# {title}\n\n{section}\n\n"
         "```python\nfrom datasets import load_dataset\n\n"
-        f'ds = load_dataset("<namespace>/{title}", streaming=True)\n'
+        f'ds = load_dataset("<namespace>/{title}", split="train", streaming=True)\n'
         "```\n"
     )
 
 
-def update_card(out_dir: str, *, features: list[dict[str, Any]], rows: int, shards: int) -> str:
-    """Create README.md, or set ``configs`` (if absent) and ``dataset_info.features`` in it."""
+def update_card(out_dir: str, *, features: list[dict[str, Any]], rows: int, shards: int, total_bytes: int) -> str:
+    """Create README.md, or set ``configs`` (if absent), ``dataset_info.features`` and the stats section."""
     path = os.path.join(out_dir, "README.md")
+    section = stats_section(rows, shards, total_bytes)
     try:
         with open(path, encoding="utf-8") as f:
             data, body = split_front_matter(f.read())
+        body = replace_stats(body, section)
     except FileNotFoundError:
-        data, body = {}, minimal_body(os.path.basename(os.path.abspath(out_dir)), rows, shards)
+        data, body = {}, minimal_body(os.path.basename(os.path.abspath(out_dir)), section)
     data.setdefault("configs", default_configs())
     info = data.get("dataset_info")
     if not isinstance(info, dict):

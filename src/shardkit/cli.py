@@ -19,11 +19,25 @@ import click
 from . import __version__
 from .errors import ShardkitError, UsageError
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
-class ByteSize(click.ParamType):
+class ByteSize(click.ParamType):  # type: ignore[type-arg]
     """A size such as 1GB, 500MB, 256MiB or 1000000 (decimal units: 1 GB = 10**9 bytes)."""
 
     name = "size"
@@ -67,26 +81,67 @@ def _human_size(n: float) -> str:
 pack_options = [
     click.argument("images_dir", type=click.Path(exists=True, file_okay=False)),
     click.argument("meta_jsonl", type=click.Path(exists=True, dir_okay=False)),
-    click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
-                 help="Dataset repo root to write data/, metadata/, shards.json and README.md into."),
-    click.option("--max-shard-size", type=ByteSize(), default="1GB", show_default=True,
-                 help="Hard cap: no shard file is larger (headers, central directory and metadata.jsonl included)."),
-    click.option("--target-shard-size", type=ByteSize(), default="500MB", show_default=True,
-                 help="Shards land near this size: the key prefix length is chosen from the total size."),
-    click.option("--prefix-length", type=click.IntRange(1, 6), default=None,
-                 help="Hex digits of the key that name a shard (default: chosen from the total size)."),
-    click.option("-j", "--jobs", type=click.IntRange(1), default=os.cpu_count() or 1, show_default="all cores",
-                 help="Shards written at once, each in its own process."),
-    click.option("--read-threads", type=click.IntRange(1), default=8, show_default=True,
-                 help="Threads per job reading input files ahead of the writer."),
-    click.option("--on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
-                 help="stop: any bad row stops the run before a shard is written. "
-                      "skip: bad rows go to a rejects file and the rest is packed."),
-    click.option("--rejects", type=click.Path(dir_okay=False), default=None,
-                 help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl]."),
+    click.option(
+        "-o",
+        "--out-dir",
+        required=True,
+        type=click.Path(file_okay=False),
+        help="Dataset repo root to write data/, metadata/, shards.json and README.md into.",
+    ),
+    click.option(
+        "--max-shard-size",
+        type=ByteSize(),
+        default="1GB",
+        show_default=True,
+        help="Hard cap: no shard file is larger (headers, central directory and metadata.jsonl included).",
+    ),
+    click.option(
+        "--target-shard-size",
+        type=ByteSize(),
+        default="500MB",
+        show_default=True,
+        help="Shards land near this size: the key prefix length is chosen from the total size.",
+    ),
+    click.option(
+        "--prefix-length",
+        type=click.IntRange(1, 6),
+        default=None,
+        help="Hex digits of the key that name a shard (default: chosen from the total size).",
+    ),
+    click.option(
+        "-j",
+        "--jobs",
+        type=click.IntRange(1),
+        default=os.cpu_count() or 1,
+        show_default="all cores",
+        help="Shards written at once, each in its own process.",
+    ),
+    click.option(
+        "--read-threads",
+        type=click.IntRange(1),
+        default=8,
+        show_default=True,
+        help="Threads per job reading input files ahead of the writer.",
+    ),
+    click.option(
+        "--on-error",
+        type=click.Choice(["stop", "skip"]),
+        default="stop",
+        show_default=True,
+        help="stop: any bad row stops the run before a shard is written. "
+        "skip: bad rows go to a rejects file and the rest is packed.",
+    ),
+    click.option(
+        "--rejects",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl].",
+    ),
     click.option("--force", is_flag=True, help="Replace output in OUT_DIR that came from other input or options."),
     click.option("--dry-run", is_flag=True, help="Check the input and print the shard plan; write nothing."),
-    click.option("--no-fsync", is_flag=True, help="Skip fsync before each shard's rename (faster, not power-loss safe)."),
+    click.option(
+        "--no-fsync", is_flag=True, help="Skip fsync before each shard's rename (faster, not power-loss safe)."
+    ),
     click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr)."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout."),
 ]
@@ -125,8 +180,10 @@ def _pack_command(**kw: Any) -> None:
         dry_run=kw["dry_run"],
         fsync=not kw["no_fsync"],
     )
-    progress = TqdmProgress(disable=kw["quiet"] or not sys.stderr.isatty() and kw["as_json"])
+    progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
     summary = _run(lambda: pack(config, progress))
+    if summary.rejected_rows:  # on stderr whatever the format, so it is never missed
+        click.echo(f"skipped {summary.rejected_rows} bad rows; see {summary.rejects_file}", err=True)
     if kw["as_json"]:
         click.echo(json.dumps(summary.to_json()))
         return
@@ -144,8 +201,6 @@ def _pack_command(**kw: Any) -> None:
             + (f"; {summary.resumed_shards} shards kept from an earlier run" if summary.resumed_shards else "")
         )
         click.echo(f"manifest: {summary.manifest}")
-    if summary.rejected_rows:
-        click.echo(f"skipped {summary.rejected_rows} bad rows; see {summary.rejects_file}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -69,7 +69,7 @@ def content_key(path: str) -> str:
 def open_metadata(path: str) -> IO[bytes]:
     """Open a .jsonl (or .jsonl.gz) file for binary reading."""
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")
 
 
@@ -118,10 +118,7 @@ def _check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | 
         return "missing or empty 'file_name' (the file's path relative to IMAGES_DIR)"
     for column in obj:
         if column != "file_name" and (column.endswith("file_name") or column.endswith("file_names")):
-            return (
-                f"column {column!r} ends in 'file_name': datasets would take it as a second file column;"
-                " rename it"
-            )
+            return f"column {column!r} ends in 'file_name': datasets would take it as a second file column; rename it"
     key = obj.get("key")
     if key is not None and (not isinstance(key, str) or not KEY_RE.match(key)):
         return (
@@ -149,7 +146,9 @@ def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
     return os.path.join(images_root, file_name), ext
 
 
-def _stat_file(images_real: str, path: str, file_name: str, max_file_bytes: int, want_key: bool) -> tuple[int, str | None] | str:
+def _stat_file(
+    images_real: str, path: str, file_name: str, max_file_bytes: int, want_key: bool
+) -> tuple[int, str | None] | str:
     real = os.path.realpath(path)
     if real != images_real and not real.startswith(images_real + os.sep):
         return f"file_name {file_name!r} resolves outside IMAGES_DIR (a symlink to {real!r}?)"

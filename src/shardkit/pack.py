@@ -114,6 +114,9 @@ class ProblemLog:
         self.count = 0
         self.rejects_path = rejects_path
         self._rejects: IO[str] | None = None
+        if rejects_path is not None:  # a rejects file from an earlier run would mislead
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(rejects_path)
 
     def add(self, problem: InputProblem) -> None:
         self.count += 1
@@ -121,7 +124,8 @@ class ProblemLog:
             self.shown.append(problem)
         if self.rejects_path is not None:
             if self._rejects is None:
-                self._rejects = open(self.rejects_path, "w", encoding="utf-8")
+                # Opened on the first problem and kept open across calls; close() ends it.
+                self._rejects = open(self.rejects_path, "w", encoding="utf-8")  # noqa: SIM115
             row = {"line": problem.line, "reason": problem.message, "row": problem.raw}
             self._rejects.write(json.dumps(row, ensure_ascii=False) + "\n")
 
@@ -243,7 +247,9 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
         shards=[ManifestShard(**done[p.name].to_json()) for p in plan],  # type: ignore[arg-type]
     )
     manifest_path = write_manifest(out_dir, manifest)
-    update_card(out_dir, features=staged.features, rows=staged.rows, shards=len(plan))
+    update_card(
+        out_dir, features=staged.features, rows=staged.rows, shards=len(plan), total_bytes=sum(p.bytes for p in plan)
+    )
     ensure_gitattributes(out_dir)
     shutil.rmtree(staging_dir, ignore_errors=True)
     return PackSummary(
@@ -278,6 +284,7 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
         max_file_bytes=max_file_bytes(config.max_shard_bytes),
         threads=max(config.read_threads, 1),
     )
+    n = 0
     for n, item in enumerate(records, 1):
         if n % 1000 == 0:
             progress.advance(1000)
@@ -294,10 +301,12 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
             problems.add(InputProblem(item.line, conflict, line))
             continue
         is_audio = item.ext.lower() in AUDIO_EXTENSIONS
-        if is_audio and image_line or not is_audio and audio_line:
+        if (is_audio and image_line) or (not is_audio and audio_line):
             other = image_line or audio_line
             problems.add(
-                InputProblem(item.line, f"{item.source!r} mixes audio and image files in one dataset (see line {other})", line)
+                InputProblem(
+                    item.line, f"{item.source!r} mixes audio and image files in one dataset (see line {other})", line
+                )
             )
             continue
         if is_audio:
@@ -306,6 +315,7 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
             image_line = image_line or item.line
         extensions[item.ext] += 1
         runs.add(format_staged(item, line))
+    progress.advance(n % 1000)
     progress.finish()
     merged = merge_runs(runs.finish(), os.path.join(staging_dir, "sorted.tsv"))
     for problem in merged.duplicates:
@@ -346,9 +356,8 @@ def _reconcile(
     state_path = os.path.join(work_dir, "state.json")
     state = {"input_fingerprint": fingerprint, "options": asdict(options)}
     previous: dict[str, Any] | None = None
-    with contextlib.suppress(FileNotFoundError):
-        with open(state_path, encoding="utf-8") as f:
-            previous = json.load(f)
+    with contextlib.suppress(FileNotFoundError), open(state_path, encoding="utf-8") as f:
+        previous = json.load(f)
     if previous is None:
         manifest = read_manifest(out_dir)
         if manifest is not None:
@@ -365,8 +374,7 @@ def _reconcile(
     if not same_run and (previous is not None or foreign) and not force:
         why = "different input or options" if previous is not None else "shards that no shardkit manifest describes"
         raise UsageError(
-            f"{out_dir} already holds output from {why}. Re-run with --force to replace it,"
-            " or choose another OUT_DIR."
+            f"{out_dir} already holds output from {why}. Re-run with --force to replace it, or choose another OUT_DIR."
         )
     done_dir = os.path.join(work_dir, "done")
     if not same_run:

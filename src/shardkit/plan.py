@@ -78,9 +78,13 @@ def choose_prefix_length(total_bytes: int, target_shard_bytes: int) -> int:
 
 def check_limits(max_shard_bytes: int, target_shard_bytes: int) -> None:
     if not SHARD_FIXED_BYTES < max_shard_bytes <= MAX_ZIP_BYTES:
-        raise ValueError(f"max shard size must be between {SHARD_FIXED_BYTES + 1} and {MAX_ZIP_BYTES} bytes, got {max_shard_bytes}")
+        raise ValueError(
+            f"max shard size must be between {SHARD_FIXED_BYTES + 1} and {MAX_ZIP_BYTES} bytes, got {max_shard_bytes}"
+        )
     if not 0 < target_shard_bytes <= max_shard_bytes:
-        raise ValueError(f"target shard size must be between 1 and the max shard size ({max_shard_bytes}), got {target_shard_bytes}")
+        raise ValueError(
+            f"target shard size must be between 1 and the max shard size ({max_shard_bytes}), got {target_shard_bytes}"
+        )
 
 
 def plan_shards(

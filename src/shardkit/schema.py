@@ -94,8 +94,14 @@ def merge_value(kind: Kind, value: Any, line: int) -> None:
 
 
 def _article(name: str) -> str:
-    words = {"string": "a string", "int64": "an integer", "float64": "a number", "bool": "a boolean",
-             "list": "a list", "struct": "an object"}
+    words = {
+        "string": "a string",
+        "int64": "an integer",
+        "float64": "a number",
+        "bool": "a boolean",
+        "list": "a list",
+        "struct": "an object",
+    }
     return words.get(name, name)
 
 

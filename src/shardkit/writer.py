@@ -198,4 +198,3 @@ def write_shard(job: ShardJob) -> ShardResult:
         first_key=plan.first_key,
         last_key=plan.last_key,
     )
-

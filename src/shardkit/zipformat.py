@@ -66,31 +66,37 @@ def stored_member_overhead(name: str) -> int:
 
 
 def local_header(name: bytes, size: int, crc: int) -> bytes:
-    return _LOCAL_HEADER.pack(
-        LOCAL_HEADER_SIG, _VERSION, _FLAG_UTF8, 0, _DOS_TIME, _DOS_DATE, crc, size, size, len(name), 0
-    ) + name
+    return (
+        _LOCAL_HEADER.pack(
+            LOCAL_HEADER_SIG, _VERSION, _FLAG_UTF8, 0, _DOS_TIME, _DOS_DATE, crc, size, size, len(name), 0
+        )
+        + name
+    )
 
 
 def central_header(name: bytes, size: int, crc: int, offset: int) -> bytes:
-    return _CENTRAL_HEADER.pack(
-        CENTRAL_HEADER_SIG,
-        _MADE_BY,
-        _VERSION,
-        _FLAG_UTF8,
-        0,
-        _DOS_TIME,
-        _DOS_DATE,
-        crc,
-        size,
-        size,
-        len(name),
-        0,
-        0,
-        0,
-        0,
-        _UNIX_MODE << 16,
-        offset,
-    ) + name
+    return (
+        _CENTRAL_HEADER.pack(
+            CENTRAL_HEADER_SIG,
+            _MADE_BY,
+            _VERSION,
+            _FLAG_UTF8,
+            0,
+            _DOS_TIME,
+            _DOS_DATE,
+            crc,
+            size,
+            size,
+            len(name),
+            0,
+            0,
+            0,
+            0,
+            _UNIX_MODE << 16,
+            offset,
+        )
+        + name
+    )
 
 
 def end_record(count: int, cd_size: int, cd_offset: int) -> bytes:

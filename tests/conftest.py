@@ -1,0 +1,105 @@
+"""Shared fixtures: tiny real image files and metadata written the way users write them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_DIR = REPO_ROOT / "example_datasets" / "yfcc-mini"
+
+
+def tiny_image(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (24, 16)) -> bytes:
+    """A small real image whose bytes differ per seed."""
+    rng = random.Random(seed)
+    img = Image.new("RGB", size, tuple(rng.randrange(256) for _ in range(3)))
+    for _ in range(12):
+        img.putpixel((rng.randrange(size[0]), rng.randrange(size[1])), tuple(rng.randrange(256) for _ in range(3)))
+    buf = io.BytesIO()
+    img.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def write_jsonl(path: Path, rows: Iterable[Any]) -> Path:
+    """Write rows (dicts, or raw strings taken as a whole line) as JSON Lines."""
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
+    return path
+
+
+class Corpus:
+    """An IMAGES_DIR with N small images and a matching metadata file."""
+
+    def __init__(self, root: Path, n: int, *, with_keys: bool = False, fmt: str = "JPEG") -> None:
+        self.root = root
+        self.images = root / "images"
+        self.images.mkdir(parents=True)
+        self.rows: list[dict[str, Any]] = []
+        ext = {"JPEG": ".jpg", "PNG": ".png"}[fmt]
+        for i in range(n):
+            rel = f"sub{i % 3}/img_{i:04d}{ext}"
+            path = self.images / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(tiny_image(i, fmt))
+            row: dict[str, Any] = {
+                "file_name": rel,
+                "caption": f"picture number {i}",
+                "label": i % 5,
+                "score": None if i % 4 == 0 else i / 10,
+            }
+            if with_keys:
+                row["key"] = f"{(i * 2654435761) % 16**12:012x}"
+            self.rows.append(row)
+        self.meta = write_jsonl(root / "meta.jsonl", self.rows)
+
+    def write_meta(self, rows: Iterable[Any], name: str = "meta.jsonl") -> Path:
+        return write_jsonl(self.root / name, rows)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Corpus:
+    return Corpus(tmp_path / "in", 40)
+
+
+@pytest.fixture
+def make_corpus(tmp_path: Path) -> Callable[..., Corpus]:
+    counter = iter(range(1000))
+
+    def make(n: int, **kw: Any) -> Corpus:
+        return Corpus(tmp_path / f"in{next(counter)}", n, **kw)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def example_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of the shipped example dataset."""
+    dst = tmp_path_factory.mktemp("example") / "yfcc-mini"
+    shutil.copytree(EXAMPLE_DIR, dst)
+    return dst
+
+
+def shard_files(out_dir: Path) -> list[Path]:
+    data = out_dir / "data"
+    return sorted(data.glob("*.zip")) if data.is_dir() else []
+
+
+def tree_bytes(out_dir: Path) -> dict[str, bytes]:
+    """Every published file under OUT_DIR (not the .shardkit work dir), by relative path."""
+    out: dict[str, bytes] = {}
+    for dirpath, dirnames, filenames in os.walk(out_dir):
+        dirnames[:] = [d for d in dirnames if d != ".shardkit"]
+        for name in filenames:
+            path = Path(dirpath) / name
+            out[str(path.relative_to(out_dir))] = path.read_bytes()
+    return out

@@ -1,0 +1,180 @@
+"""Every input error: a message naming file and line, exit code 1, and no shard written."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from shardkit.cli import main, pack_shards
+from tests.conftest import Corpus, shard_files
+
+
+def run(*args: str | Path) -> tuple[int, str, str]:
+    result = CliRunner().invoke(pack_shards, [str(a) for a in args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def pack_rows(corpus: Corpus, rows: list[object], tmp_path: Path, *extra: str) -> tuple[int, str, str, Path]:
+    meta = corpus.write_meta(rows, "bad.jsonl")
+    out = tmp_path / "out"
+    code, stdout, stderr = run(corpus.images, meta, "-o", out, "-j", "1", *extra)
+    return code, stdout, stderr, out
+
+
+def good(corpus: Corpus, i: int) -> dict[str, object]:
+    return dict(corpus.rows[i])
+
+
+CASES = {
+    "invalid JSON": ('{"file_name": "sub0/img_0000.jpg",', "bad.jsonl:2: line contains invalid json"),
+    "not an object": ('["sub0/img_0000.jpg"]', "bad.jsonl:2: line is not a JSON object"),
+    "missing file_name": ({"caption": "no file"}, "bad.jsonl:2: missing or empty 'file_name'"),
+    "empty file_name": ({"file_name": ""}, "bad.jsonl:2: missing or empty 'file_name'"),
+    "file not found": ({"file_name": "sub0/nope.jpg"}, "bad.jsonl:2: file not found: "),
+    "dot-dot": ({"file_name": "../meta.jsonl.jpg"}, "bad.jsonl:2: file_name '../meta.jsonl.jpg' contains '..'"),
+    "absolute": ({"file_name": "/etc/hosts.jpg"}, "bad.jsonl:2: file_name '/etc/hosts.jpg' is absolute"),
+    "bad key": ({"file_name": "sub1/img_0001.jpg", "key": "Not-Hex!"}, "bad.jsonl:2: key 'Not-Hex!' does not fit"),
+    "column ending in file_name": (
+        {"file_name": "sub1/img_0001.jpg", "orig_file_name": "x"},
+        "bad.jsonl:2: column 'orig_file_name' ends in 'file_name'",
+    ),
+    "no extension": ({"file_name": "noext"}, "bad.jsonl:2: file_name 'noext' has no usable extension"),
+    "type conflict": (
+        {"file_name": "sub1/img_0001.jpg", "label": "five"},
+        "bad.jsonl:2: column 'label' is a string here but an integer on line 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_input_error_names_file_and_line_and_writes_nothing(corpus: Corpus, tmp_path: Path, case: str) -> None:
+    bad, expected = CASES[case]
+    (corpus.images / "noext").write_bytes(b"data")
+    code, _, stderr, out = pack_rows(corpus, [good(corpus, 0), bad, good(corpus, 2)], tmp_path)
+    assert code == 1, stderr
+    assert expected in stderr
+    assert "no shard was written" in stderr
+    assert "--on-error skip" in stderr
+    assert shard_files(out) == []
+    assert not (out / "shards.json").exists()
+
+
+def test_empty_file(corpus: Corpus, tmp_path: Path) -> None:
+    (corpus.images / "empty.jpg").write_bytes(b"")
+    code, _, stderr, out = pack_rows(corpus, [good(corpus, 0), {"file_name": "empty.jpg"}], tmp_path)
+    assert code == 1
+    assert "bad.jsonl:2: empty file: " in stderr and "empty.jpg" in stderr
+    assert shard_files(out) == []
+
+
+def test_symlink_escaping_images_dir(corpus: Corpus, tmp_path: Path) -> None:
+    outside = tmp_path / "secret.jpg"
+    outside.write_bytes(b"secret")
+    os.symlink(outside, corpus.images / "link.jpg")
+    code, _, stderr, out = pack_rows(corpus, [{"file_name": "link.jpg"}], tmp_path)
+    assert code == 1
+    assert "bad.jsonl:1: file_name 'link.jpg' resolves outside IMAGES_DIR" in stderr
+    assert shard_files(out) == []
+
+
+def test_symlink_inside_images_dir_is_fine(corpus: Corpus, tmp_path: Path) -> None:
+    os.symlink(corpus.images / "sub0" / "img_0000.jpg", corpus.images / "alias.jpg")
+    code, _, stderr, out = pack_rows(corpus, [{"file_name": "alias.jpg"}], tmp_path)
+    assert code == 0, stderr
+    assert len(shard_files(out)) == 1
+
+
+def test_duplicate_key_names_both_lines(corpus: Corpus, tmp_path: Path) -> None:
+    rows = [dict(good(corpus, i), key="ab" * 8) for i in (0, 1)]
+    rows.insert(1, good(corpus, 5))
+    code, _, stderr, out = pack_rows(corpus, rows, tmp_path)
+    assert code == 1
+    assert f"bad.jsonl:3: duplicate key {'ab' * 8} (first used on line 1)" in stderr
+    assert shard_files(out) == []
+
+
+def test_same_file_twice_without_keys_is_a_duplicate_content_key(corpus: Corpus, tmp_path: Path) -> None:
+    code, _, stderr, _ = pack_rows(corpus, [good(corpus, 3), good(corpus, 3)], tmp_path)
+    assert code == 1
+    assert "bad.jsonl:2: duplicate key " in stderr and "(first used on line 1)" in stderr
+
+
+def test_file_bigger_than_the_cap(corpus: Corpus, tmp_path: Path) -> None:
+    (corpus.images / "big.jpg").write_bytes(b"x" * 5000)
+    code, _, stderr, out = pack_rows(
+        corpus,
+        [good(corpus, 0), {"file_name": "big.jpg"}],
+        tmp_path,
+        "--max-shard-size",
+        "4000",
+        "--target-shard-size",
+        "2000",
+    )
+    assert code == 1
+    assert "bad.jsonl:2: file is 5000 bytes, more than fits in one shard" in stderr
+    assert shard_files(out) == []
+
+
+def test_first_problems_listed_then_a_count(corpus: Corpus, tmp_path: Path) -> None:
+    rows = [{"file_name": f"missing_{i}.jpg"} for i in range(30)]
+    code, _, stderr, _ = pack_rows(corpus, rows, tmp_path)
+    assert code == 1
+    assert stderr.count("file not found") == 20
+    assert "bad.jsonl:20: file not found" in stderr and "bad.jsonl:21:" not in stderr
+    assert "... and 10 more problem(s)" in stderr
+    assert "30 problem(s) in the input" in stderr
+
+
+def test_on_error_skip_packs_the_rest_and_writes_rejects(corpus: Corpus, tmp_path: Path) -> None:
+    rows = [good(corpus, 0), "{broken", {"file_name": "sub0/nope.jpg"}, good(corpus, 1), dict(good(corpus, 1))]
+    code, stdout, stderr, _ = pack_rows(corpus, rows, tmp_path, "--on-error", "skip", "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["rows"] == 2 and summary["rejected_rows"] == 3
+    rejects = [json.loads(line) for line in Path(summary["rejects_file"]).read_text().splitlines()]
+    assert [(r["line"], r["reason"].split(":")[0]) for r in sorted(rejects, key=lambda r: r["line"])] == [
+        (2, "line contains invalid json"),
+        (3, "file not found"),
+        (5, "duplicate key " + rejects[-1]["reason"].split()[2] + " (first used on line 4)"),
+    ]
+    assert rejects[0]["row"] == "{broken"
+    assert "skipped 3 bad rows" in stderr
+
+
+def test_missing_inputs_are_usage_errors(tmp_path: Path) -> None:
+    code, _, stderr = run(tmp_path / "nope", tmp_path / "nope.jsonl", "-o", tmp_path / "out")
+    assert code == 2
+    assert "does not exist" in stderr
+
+
+def test_bad_size_option_is_a_usage_error(corpus: Corpus, tmp_path: Path) -> None:
+    code, _, stderr = run(corpus.images, corpus.meta, "-o", tmp_path / "o", "--max-shard-size", "lots")
+    assert code == 2
+    assert "'lots' is not a size" in stderr
+
+
+def test_target_above_cap_is_a_usage_error(corpus: Corpus, tmp_path: Path) -> None:
+    code, _, stderr = run(
+        corpus.images, corpus.meta, "-o", tmp_path / "o", "--max-shard-size", "1MB", "--target-shard-size", "2MB"
+    )
+    assert code == 2
+    assert "target shard size must be between 1 and the max shard size (1000000)" in stderr
+
+
+def test_empty_metadata_is_an_error(corpus: Corpus, tmp_path: Path) -> None:
+    code, _, stderr, _ = pack_rows(corpus, [], tmp_path)
+    assert code == 1
+    assert "bad.jsonl: no rows to pack" in stderr
+
+
+def test_shardkit_pack_is_the_same_command(corpus: Corpus, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["pack", str(corpus.images), str(corpus.meta), "-o", str(tmp_path / "o"), "--dry-run"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "plan: 40 rows -> " in result.stdout and "dry run: nothing written" in result.stdout
+    assert not (tmp_path / "o" / "data").exists()

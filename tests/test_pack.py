@@ -1,0 +1,193 @@
+"""The packer's output: layout, exact sizes, determinism, atomicity, resume."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from shardkit.errors import UsageError
+from shardkit.metadata import member_name
+from shardkit.pack import PackConfig, pack
+from shardkit.plan import ShardPlan
+from shardkit.writer import ShardJob, SourceChanged, write_shard
+from shardkit.zipformat import iter_members
+from tests.conftest import Corpus, shard_files, tree_bytes
+
+
+def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:
+    return PackConfig(images_dir=str(corpus.images), metadata_path=str(corpus.meta), out_dir=str(out), **kw)  # type: ignore[arg-type]
+
+
+def test_layout_zip_members_metadata_and_manifest(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = pack(config_for(corpus, out, jobs=1))
+    manifest = json.loads((out / "shards.json").read_text())
+    assert summary.rows == 40 and manifest["totals"]["rows"] == 40
+    assert manifest["prefix_length"] == 1
+    by_key: dict[str, dict[str, object]] = {}
+    inputs = {hashlib.sha256((corpus.images / r["file_name"]).read_bytes()).hexdigest()[:32]: r for r in corpus.rows}
+    for shard in manifest["shards"]:
+        path = out / shard["file"]
+        blob = path.read_bytes()
+        assert len(blob) == shard["bytes"] and hashlib.sha256(blob).hexdigest() == shard["sha256"]
+        with zipfile.ZipFile(path) as zf:
+            assert zf.testzip() is None
+            names = zf.namelist()
+        members = list(iter_members(io.BytesIO(blob)))
+        assert [m.name for m in members] == names
+        assert names[0] == "metadata.jsonl"
+        meta_bytes = members[0].data
+        assert (out / shard["metadata"]).read_bytes() == meta_bytes  # metadata/ holds the same rows
+        rows = [json.loads(line) for line in meta_bytes.decode().splitlines()]
+        assert [r["file_name"] for r in rows] == names[1:]  # same order as the members
+        keys = [r["key"] for r in rows]
+        assert keys == sorted(keys) and (keys[0], keys[-1]) == (shard["first_key"], shard["last_key"])
+        prefix = Path(shard["file"]).stem
+        for row, member in zip(rows, members[1:], strict=True):
+            assert row["key"].startswith(prefix)
+            assert row["file_name"] == member_name(row["key"], ".jpg")
+            source = inputs[row["key"]]
+            assert member.data == (corpus.images / source["file_name"]).read_bytes()
+            assert {k: v for k, v in row.items() if k not in ("file_name", "key")} == {
+                k: v for k, v in source.items() if k != "file_name"
+            }
+            by_key[row["key"]] = row
+    assert set(by_key) == set(inputs)  # every row exactly once
+    card = (out / "README.md").read_text()
+    assert "path: data/*.zip" in card and "dtype: image" in card
+    assert "*.zip filter=lfs" in (out / ".gitattributes").read_text()
+
+
+def test_byte_identical_whatever_the_jobs_and_buffers(make_corpus, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    corpus = make_corpus(120)
+    outputs = []
+    for i, kw in enumerate(
+        [
+            {"jobs": 1},
+            {"jobs": 2, "read_threads": 3},
+            {"jobs": 2, "read_threads": 1, "prefetch_bytes": 600},  # every file past half the budget: streamed copy
+        ]
+    ):
+        out = tmp_path / f"run{i}" / "out"  # same name: the card's title comes from it
+        pack(config_for(corpus, out, target_shard_bytes=20_000, max_shard_bytes=40_000, **kw))
+        outputs.append(tree_bytes(out))
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert len([k for k in outputs[0] if k.startswith("data/")]) >= 16
+
+
+def test_small_cap_splits_groups_and_no_shard_passes_it(make_corpus, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    corpus = make_corpus(200)
+    out = tmp_path / "out"
+    summary = pack(config_for(corpus, out, max_shard_bytes=12_000, target_shard_bytes=8_000, jobs=2))
+    files = shard_files(out)
+    assert any("-" in f.stem for f in files)  # numbered parts
+    assert all(f.stat().st_size <= 12_000 for f in files)
+    assert sum(len(zipfile.ZipFile(f).namelist()) - 1 for f in files) == 200 == summary.rows
+
+
+def test_content_keys_and_given_keys(make_corpus, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    keyed = make_corpus(10, with_keys=True)
+    out = tmp_path / "out"
+    pack(config_for(keyed, out, jobs=1))
+    manifest = json.loads((out / "shards.json").read_text())
+    published = {json.loads(line)["key"] for s in manifest["shards"] for line in (out / s["metadata"]).open()}
+    assert published == {r["key"] for r in keyed.rows}
+
+
+def test_gzipped_metadata(corpus: Corpus, tmp_path: Path) -> None:
+    gz = corpus.root / "meta.jsonl.gz"
+    gz.write_bytes(gzip.compress(corpus.meta.read_bytes()))
+    plain, zipped = tmp_path / "a" / "out", tmp_path / "b" / "out"
+    pack(config_for(corpus, plain, jobs=1))
+    pack(replace(config_for(corpus, zipped, jobs=1), metadata_path=str(gz)))
+    assert tree_bytes(plain) == tree_bytes(zipped)
+
+
+def test_rerun_resumes_and_keeps_bytes(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = pack(config_for(corpus, out, jobs=2))
+    before = tree_bytes(out)
+    # A shard lost and a temporary leftover from a run that died: the rerun mends both.
+    shard_files(out)[0].unlink()
+    (out / ".shardkit" / "tmp").mkdir(parents=True, exist_ok=True)
+    (out / ".shardkit" / "tmp" / "3.zip.partial").write_bytes(b"half")
+    second = pack(config_for(corpus, out, jobs=2))
+    assert second.written_shards == 1 and second.resumed_shards == first.shards - 1
+    assert tree_bytes(out) == before
+    assert not (out / ".shardkit" / "tmp" / "3.zip.partial").exists()
+
+
+def test_changed_shard_on_disk_is_rewritten(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    pack(config_for(corpus, out, jobs=1))
+    before = tree_bytes(out)
+    victim = shard_files(out)[2]
+    damaged = bytearray(victim.read_bytes())
+    damaged[-40] ^= 1
+    victim.write_bytes(bytes(damaged))
+    again = pack(config_for(corpus, out, jobs=1))
+    assert again.written_shards == 1
+    assert tree_bytes(out) == before
+
+
+def test_other_input_is_refused_without_force(make_corpus, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a, b = make_corpus(30), make_corpus(12, fmt="PNG")
+    out = tmp_path / "out"
+    pack(config_for(a, out, jobs=1))
+    with pytest.raises(UsageError, match=r"different input or options\. Re-run with --force"):
+        pack(config_for(b, out, jobs=1))
+    with pytest.raises(UsageError, match="different input or options"):
+        pack(config_for(a, out, jobs=1, target_shard_bytes=1000))
+    pack(config_for(b, out, jobs=1, force=True))
+    fresh = tmp_path / "fresh" / "out"
+    pack(config_for(b, fresh, jobs=1))
+    assert tree_bytes(out) == tree_bytes(fresh)  # stale shards of the first input are gone
+
+
+def test_unknown_shards_in_out_dir_are_refused(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "old.zip").write_bytes(b"PK")
+    with pytest.raises(UsageError, match="shards that no shardkit manifest describes"):
+        pack(config_for(corpus, out, jobs=1))
+
+
+def test_file_changed_after_checking_leaves_no_shard(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    staging = tmp_path / "sorted.tsv"
+    source = "sub0/img_0000.jpg"
+    size = (corpus.images / source).stat().st_size
+    key = "abcdef0123456789"
+    line = json.dumps({"file_name": member_name(key, ".jpg"), "key": key})
+    staging.write_text(f"{key}\t{1:012d}\t{size + 5}\t.jpg\t{json.dumps(source)}\t{line}\n")
+    plan = ShardPlan("data/a.zip", "a", None, 0, 1, 0, key, key)
+    job = ShardJob(plan, str(staging), str(corpus.images), str(out), str(out / ".shardkit" / "tmp"))
+    with pytest.raises(SourceChanged, match=r"img_0000.jpg \(metadata line 1\): file changed while packing"):
+        write_shard(job)
+    assert not (out / "data").exists() or shard_files(out) == []
+    assert list((out / ".shardkit" / "tmp").iterdir()) == []
+
+
+def test_dry_run_writes_nothing(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = pack(config_for(corpus, out, dry_run=True))
+    assert summary.dry_run and summary.shards == len(summary.plan) and summary.rows == 40
+    assert not (out / "data").exists() and not (out / "shards.json").exists()
+
+
+def test_second_packer_on_the_same_out_dir_is_refused(corpus: Corpus, tmp_path: Path) -> None:
+    import fcntl
+
+    out = tmp_path / "out"
+    (out / ".shardkit").mkdir(parents=True)
+    with open(out / ".shardkit" / "lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(UsageError, match="another shardkit run is working on"):
+            pack(config_for(corpus, out, jobs=1))
