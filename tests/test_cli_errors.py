@@ -30,8 +30,11 @@ def good(corpus: Corpus, i: int) -> dict[str, object]:
 
 
 CASES = {
-    "invalid JSON": ('{"file_name": "sub0/img_0000.jpg",', "bad.jsonl:2: line contains invalid json"),
-    "not an object": ('["sub0/img_0000.jpg"]', "bad.jsonl:2: line is not a JSON object"),
+    "invalid JSON": (
+        '{"file_name": "sub0/img_0000.jpg",',
+        "bad.jsonl:2: invalid JSON: Expecting property name enclosed in double quotes (column 35)",
+    ),
+    "not an object": ('["sub0/img_0000.jpg"]', "bad.jsonl:2: line is not a JSON object (found list)"),
     "missing file_name": ({"caption": "no file"}, "bad.jsonl:2: missing or empty 'file_name'"),
     "empty file_name": ({"file_name": ""}, "bad.jsonl:2: missing or empty 'file_name'"),
     "file not found": ({"file_name": "sub0/nope.jpg"}, "bad.jsonl:2: file not found: "),
@@ -137,7 +140,7 @@ def test_on_error_skip_packs_the_rest_and_writes_rejects(corpus: Corpus, tmp_pat
     assert summary["rows"] == 2 and summary["rejected_rows"] == 3
     rejects = [json.loads(line) for line in Path(summary["rejects_file"]).read_text().splitlines()]
     assert [(r["line"], r["reason"].split(":")[0]) for r in sorted(rejects, key=lambda r: r["line"])] == [
-        (2, "line contains invalid json"),
+        (2, "invalid JSON"),
         (3, "file not found"),
         (5, "duplicate key " + rejects[-1]["reason"].split()[2] + " (first used on line 4)"),
     ]

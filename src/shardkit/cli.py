@@ -124,6 +124,13 @@ pack_options = [
         help="Threads per job reading input files ahead of the writer.",
     ),
     click.option(
+        "--read-buffer",
+        type=ByteSize(),
+        default="16MiB",
+        show_default=True,
+        help="Read-ahead buffer per job; files larger than half of it are copied in chunks.",
+    ),
+    click.option(
         "--on-error",
         type=click.Choice(["stop", "skip"]),
         default="stop",
@@ -174,6 +181,7 @@ def _pack_command(**kw: Any) -> None:
         prefix_length=kw["prefix_length"],
         jobs=kw["jobs"],
         read_threads=kw["read_threads"],
+        prefetch_bytes=kw["read_buffer"],
         on_error=kw["on_error"],
         rejects_path=kw["rejects"],
         force=kw["force"],

@@ -18,13 +18,12 @@ import json
 import os
 import posixpath
 import re
+import stat
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
-
-import jsonlines
 
 from .errors import InputProblem
 
@@ -50,6 +49,10 @@ class SourceRecord:
 def member_name(key: str, ext: str) -> str:
     """Where a row's file lives inside its shard (the YFCC layout, without a leading 'data/')."""
     return f"images/{key[:3]}/{key[3:6]}/{key}{ext}"
+
+
+#: Bytes of a member name beyond its key and extension (all ASCII): "images/abc/def/".
+MEMBER_NAME_FIXED = len(member_name("00000000", "")) - len("00000000")
 
 
 def metadata_line(record: SourceRecord) -> str:
@@ -81,33 +84,43 @@ class _Row:
     problem: str | None = None
 
 
-def _raw_text(raw: Any) -> str:
-    if isinstance(raw, bytes):
-        return raw.decode("utf-8", errors="replace")
-    return str(raw)
+_BOM = b"\xef\xbb\xbf"
+# datasets' folder builders take any column ending in these as another file column.
+_FILE_COLUMN_SUFFIXES = ("file_name", "file_names")
 
 
 def _parse_rows(stream: IO[bytes]) -> Iterator[_Row]:
-    """Yield one _Row per line; blank lines are skipped (but still counted)."""
-    lines = iter(stream)
-    reader = jsonlines.Reader(lines)
-    lineno = 0
-    while True:
+    """Yield one _Row per non-blank line, numbered from 1 as an editor numbers them.
+
+    Accepts a UTF-8 byte order mark on the first line and CRLF line ends. Lines are parsed
+    with the stdlib ``json`` (3x faster per row than going through jsonlines' reader).
+    """
+    for lineno, raw in enumerate(stream, 1):
+        if lineno == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM) :]
+        raw = raw.rstrip(b"\r\n")
         try:
-            obj = reader.read(type=dict)
-        except EOFError:
-            return
-        except jsonlines.InvalidLineError as exc:
-            lineno = exc.lineno
-            raw = _raw_text(exc.line)
-            if raw.strip() in ("", "\ufeff"):
-                continue
-            reason = str(exc).removesuffix(f" (line {exc.lineno})")
-            if "does not match requested type" in reason:
-                reason = "line is not a JSON object"
-            yield _Row(lineno, raw, problem=reason)
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            shown = raw.decode("utf-8", errors="replace")
+            yield _Row(
+                lineno,
+                shown,
+                problem=f"line is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+            )
             continue
-        lineno += 1
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            column = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            yield _Row(lineno, text, problem=f"invalid JSON: {reason}{column}")
+            continue
+        if not isinstance(obj, dict):
+            yield _Row(lineno, text, problem=f"line is not a JSON object (found {type(obj).__name__})")
+            continue
         yield _Row(lineno, "", obj=obj)
 
 
@@ -117,7 +130,7 @@ def _check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | 
     if not isinstance(file_name, str) or not file_name:
         return "missing or empty 'file_name' (the file's path relative to IMAGES_DIR)"
     for column in obj:
-        if column != "file_name" and (column.endswith("file_name") or column.endswith("file_names")):
+        if column.endswith(_FILE_COLUMN_SUFFIXES) and column != "file_name":
             return f"column {column!r} ends in 'file_name': datasets would take it as a second file column; rename it"
     key = obj.get("key")
     if key is not None and (not isinstance(key, str) or not KEY_RE.match(key)):
@@ -146,30 +159,78 @@ def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
     return os.path.join(images_root, file_name), ext
 
 
-def _stat_file(
-    images_real: str, path: str, file_name: str, max_file_bytes: int, want_key: bool
-) -> tuple[int, str | None] | str:
-    real = os.path.realpath(path)
-    if real != images_real and not real.startswith(images_real + os.sep):
-        return f"file_name {file_name!r} resolves outside IMAGES_DIR (a symlink to {real!r}?)"
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        return f"file not found: {path}"
-    except OSError as exc:
-        return f"cannot read {path}: {exc.strerror}"
-    if not os.path.isfile(real):
-        return f"not a regular file: {path}"
-    if st.st_size == 0:
-        return f"empty file: {path}"
-    if st.st_size > max_file_bytes:
-        return f"file is {st.st_size} bytes, more than fits in one shard ({max_file_bytes} bytes): {path}"
-    if not want_key:
-        return st.st_size, None
-    try:
-        return st.st_size, content_key(real)
-    except OSError as exc:
-        return f"cannot read {path}: {exc.strerror}"
+@dataclass(frozen=True)
+class _Pending:
+    """A row whose file still needs its stat (and hash); checked on the thread pool."""
+
+    row: _Row
+    file_name: str
+    key: str | None
+    fields: dict[str, Any]
+    ext: str
+    path: str
+
+
+class _FileChecker:
+    """Checks files: inside IMAGES_DIR, regular, non-empty, not too big; hashes when asked.
+
+    Directories' real paths are cached, so a row costs one lstat, not one per path component;
+    only a file that is itself a symlink is resolved in full.
+    """
+
+    def __init__(self, images_real: str, max_file_bytes: int) -> None:
+        self.images_real = images_real
+        self.prefix = images_real + os.sep
+        self.max_file_bytes = max_file_bytes
+        self._dirs: dict[str, str] = {}
+
+    def _real_dir(self, directory: str) -> str:
+        real = self._dirs.get(directory)
+        if real is None:
+            if len(self._dirs) > 100_000:
+                self._dirs.clear()
+            real = self._dirs[directory] = os.path.realpath(directory)
+        return real
+
+    def check(self, p: _Pending) -> SourceRecord | InputProblem:
+        outcome = self._stat(p)
+        if isinstance(outcome, str):
+            return InputProblem(p.row.line, outcome, _dump(p.row.obj))
+        size, hashed = outcome
+        return SourceRecord(p.row.line, p.key or hashed or "", p.file_name, size, p.ext, p.fields)
+
+    def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
+        return [item if isinstance(item, InputProblem) else self.check(item) for item in batch]
+
+    def _stat(self, p: _Pending) -> tuple[int, str | None] | str:
+        directory, base = os.path.split(p.path)
+        try:
+            real = os.path.join(self._real_dir(directory), base)
+            st = os.lstat(real)
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(real)
+                st = os.stat(real)
+        except FileNotFoundError:
+            return f"file not found: {p.path}"
+        except OSError as exc:
+            return f"cannot read {p.path}: {exc.strerror}"
+        if not real.startswith(self.prefix):
+            return f"file_name {p.file_name!r} resolves outside IMAGES_DIR (a symlink to {real!r}?)"
+        if not stat.S_ISREG(st.st_mode):
+            return f"not a regular file: {p.path}"
+        if st.st_size == 0:
+            return f"empty file: {p.path}"
+        if st.st_size > self.max_file_bytes:
+            return f"file is {st.st_size} bytes, more than fits in one shard ({self.max_file_bytes} bytes): {p.path}"
+        if p.key is not None:
+            return st.st_size, None
+        try:
+            return st.st_size, content_key(real)
+        except OSError as exc:
+            return f"cannot read {p.path}: {exc.strerror}"
+
+
+_BATCH = 64
 
 
 def read_metadata(
@@ -181,50 +242,40 @@ def read_metadata(
 ) -> Iterator[SourceRecord | InputProblem]:
     """Stream checked records (or problems) from a metadata file, in input order.
 
-    ``max_file_bytes`` is the largest file that still fits in a shard on its own.
+    ``max_file_bytes`` is the largest file that still fits in a shard on its own. Rows are
+    parsed here and their files checked on ``threads`` threads, in batches.
     """
     images_root = os.path.abspath(images_dir)
-    images_real = os.path.realpath(images_root)
-    window: deque[tuple[_Row, str, str | None, dict[str, Any], str, Future[Any]]] = deque()
+    checker = _FileChecker(os.path.realpath(images_root), max_file_bytes)
+    window: deque[Future[list[SourceRecord | InputProblem]]] = deque()
+    batch: list[_Pending | InputProblem] = []
     with open_metadata(metadata_path) as stream, ThreadPoolExecutor(max_workers=threads) as pool:
         for row in _parse_rows(stream):
-            if row.problem is not None or row.obj is None:
-                yield from _drain(window)
-                yield InputProblem(row.line, row.problem or "not a JSON object", row.raw)
-                continue
-            checked = _check_row(row.obj)
-            if isinstance(checked, str):
-                yield from _drain(window)
-                yield InputProblem(row.line, checked, _dump(row.obj))
-                continue
-            file_name, key, fields = checked
-            located = _check_path(images_root, file_name)
-            if isinstance(located, str):
-                yield from _drain(window)
-                yield InputProblem(row.line, located, _dump(row.obj))
-                continue
-            path, ext = located
-            future = pool.submit(_stat_file, images_real, path, file_name, max_file_bytes, key is None)
-            window.append((row, file_name, key, fields, ext, future))
-            if len(window) >= threads * 8:
-                yield _finish(*window.popleft())
-        yield from _drain(window)
+            batch.append(_pending_or_problem(row, images_root))
+            if len(batch) >= _BATCH:
+                window.append(pool.submit(checker.check_batch, batch))
+                batch = []
+                if len(window) > threads * 2:
+                    yield from window.popleft().result()
+        if batch:
+            window.append(pool.submit(checker.check_batch, batch))
+        while window:
+            yield from window.popleft().result()
+
+
+def _pending_or_problem(row: _Row, images_root: str) -> _Pending | InputProblem:
+    if row.problem is not None or row.obj is None:
+        return InputProblem(row.line, row.problem or "not a JSON object", row.raw)
+    checked = _check_row(row.obj)
+    if isinstance(checked, str):
+        return InputProblem(row.line, checked, _dump(row.obj))
+    file_name, key, fields = checked
+    located = _check_path(images_root, file_name)
+    if isinstance(located, str):
+        return InputProblem(row.line, located, _dump(row.obj))
+    path, ext = located
+    return _Pending(row, file_name, key, fields, ext, path)
 
 
 def _dump(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
-
-
-def _drain(window: deque[Any]) -> Iterable[SourceRecord | InputProblem]:
-    while window:
-        yield _finish(*window.popleft())
-
-
-def _finish(
-    row: _Row, file_name: str, key: str | None, fields: dict[str, Any], ext: str, future: Future[Any]
-) -> SourceRecord | InputProblem:
-    result = future.result()
-    if isinstance(result, str):
-        return InputProblem(row.line, result, _dump(row.obj))
-    size, hashed = result
-    return SourceRecord(line=row.line, key=key or hashed, source=file_name, size=size, ext=ext, fields=fields)

@@ -21,35 +21,33 @@ import fcntl
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
 import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Literal
+from typing import Any, Literal
+
+import jsonlines
 
 from .card import AUDIO_EXTENSIONS, ensure_gitattributes, modality_for, update_card
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
-from .metadata import member_name, metadata_line, read_metadata
+from .metadata import metadata_line, read_metadata
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
     DEFAULT_TARGET_SHARD_BYTES,
-    PlanEntry,
     ShardPlan,
     check_limits,
     choose_prefix_length,
     max_file_bytes,
     plan_shards,
-    row_cost,
 )
 from .progress import NullProgress, Progress
 from .schema import SchemaTracker
-from .staging import RunWriter, format_staged, iter_staged, merge_runs
+from .staging import RunWriter, format_staged, iter_plan_entries, merge_runs
+from .worker import WorkerPool
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, ShardResult, write_shard
 
 log = logging.getLogger(__name__)
@@ -113,7 +111,7 @@ class ProblemLog:
         self.shown: list[InputProblem] = []
         self.count = 0
         self.rejects_path = rejects_path
-        self._rejects: IO[str] | None = None
+        self._rejects: jsonlines.Writer | None = None
         if rejects_path is not None:  # a rejects file from an earlier run would mislead
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(rejects_path)
@@ -125,9 +123,8 @@ class ProblemLog:
         if self.rejects_path is not None:
             if self._rejects is None:
                 # Opened on the first problem and kept open across calls; close() ends it.
-                self._rejects = open(self.rejects_path, "w", encoding="utf-8")  # noqa: SIM115
-            row = {"line": problem.line, "reason": problem.message, "row": problem.raw}
-            self._rejects.write(json.dumps(row, ensure_ascii=False) + "\n")
+                self._rejects = jsonlines.open(self.rejects_path, "w", compact=True)
+            self._rejects.write({"line": problem.line, "reason": problem.message, "row": problem.raw})
 
     def close(self) -> None:
         if self._rejects is not None:
@@ -185,11 +182,11 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     if staged.rows == 0:
         raise ShardkitError(f"{config.metadata_path}: no rows to pack")
 
-    total = sum(e.cost for e in _plan_entries(staged.path))
+    total = sum(e.cost for e in iter_plan_entries(staged.path))
     prefix_length = config.prefix_length or choose_prefix_length(total, config.target_shard_bytes)
     try:
         plan = plan_shards(
-            _plan_entries(staged.path),
+            iter_plan_entries(staged.path),
             prefix_length=prefix_length,
             max_shard_bytes=config.max_shard_bytes,
             target_shard_bytes=config.target_shard_bytes,
@@ -331,12 +328,6 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     return _Staged(merged.path, merged.rows, fingerprint, modality, features)
 
 
-def _plan_entries(staged_path: str) -> Iterator[PlanEntry]:
-    for row in iter_staged(staged_path):
-        cost = row_cost(member_name(row.key, row.ext), row.size, len(row.metadata_line.encode("utf-8")))
-        yield PlanEntry(row.key, cost, row.offset)
-
-
 def _done_record(work_dir: str, shard_file: str) -> str:
     return os.path.join(work_dir, "done", shard_file.replace("/", "__") + ".json")
 
@@ -411,27 +402,10 @@ def _reconcile(
 
 
 def _run_jobs(jobs: list[ShardJob], workers: int) -> Iterator[ShardResult]:
-    """Write shards, ``workers`` at a time in separate processes (in-process when 1)."""
+    """Write shards, ``workers`` at a time in worker processes (in this process when 1)."""
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
             yield write_shard(job)
         return
-    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
-    context = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        pending: set[Future[ShardResult]] = set()
-        queue = iter(jobs)
-        try:
-            for job in queue:
-                pending.add(pool.submit(write_shard, job))
-                if len(pending) >= workers * 2:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        yield future.result()
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    yield future.result()
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+    with WorkerPool(min(workers, len(jobs))) as pool:
+        yield from pool.map_unordered(jobs)

@@ -17,7 +17,14 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from .zipformat import END_RECORD_SIZE, MAX_ZIP_BYTES, MAX_ZIP_MEMBERS, stored_member_overhead
+from .zipformat import (
+    CENTRAL_HEADER_SIZE,
+    END_RECORD_SIZE,
+    LOCAL_HEADER_SIZE,
+    MAX_ZIP_BYTES,
+    MAX_ZIP_MEMBERS,
+    stored_member_overhead,
+)
 
 METADATA_MEMBER = "metadata.jsonl"
 #: Bytes every shard has whatever its rows: the metadata.jsonl headers and the end record.
@@ -58,6 +65,11 @@ class ShardPlan:
 def row_cost(member: str, file_bytes: int, metadata_line_bytes: int) -> int:
     """Bytes a row adds to a shard: its member headers, its data, its metadata line and newline."""
     return stored_member_overhead(member) + file_bytes + metadata_line_bytes + 1
+
+
+def row_cost_for(member_name_bytes: int, file_bytes: int, metadata_line_bytes: int) -> int:
+    """:func:`row_cost` from the member name's encoded length (for names already known to be safe)."""
+    return 2 * member_name_bytes + LOCAL_HEADER_SIZE + CENTRAL_HEADER_SIZE + file_bytes + metadata_line_bytes + 1
 
 
 def max_file_bytes(max_shard_bytes: int) -> int:

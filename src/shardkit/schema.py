@@ -106,6 +106,13 @@ def _article(name: str) -> str:
 
 
 _NULL = Kind()
+# Value types that merge into a settled kind without changing it.
+_FITS: dict[str, tuple[type, ...]] = {
+    "string": (str, type(None)),
+    "int64": (int, type(None)),
+    "float64": (float, int, type(None)),
+    "bool": (bool, type(None)),
+}
 
 
 class SchemaTracker:
@@ -117,10 +124,16 @@ class SchemaTracker:
     def check(self, fields: dict[str, Any], line: int) -> str | None:
         """Merge a row; return a problem message instead if a value conflicts (row not merged)."""
         columns = self.columns
+        slow: list[tuple[str, Any]] = []
         for name, value in fields.items():
-            if problem := find_conflict(columns.get(name, _NULL), value, line, name):
+            # Fast path, the common case: a scalar that fits the column's settled type.
+            kind = columns.get(name)
+            if kind is not None and type(value) in _FITS.get(kind.name, ()):
+                continue
+            if problem := find_conflict(kind or _NULL, value, line, name):
                 return problem
-        for name, value in fields.items():
+            slow.append((name, value))
+        for name, value in slow:
             merge_value(columns.setdefault(name, Kind()), value, line)
         return None
 

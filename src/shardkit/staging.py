@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import IO
 
 from .errors import InputProblem
-from .metadata import SourceRecord
+from .metadata import MEMBER_NAME_FIXED, SourceRecord
+from .plan import PlanEntry, row_cost_for
 
 DEFAULT_RUN_BYTES = 32 << 20
 
@@ -141,6 +142,18 @@ def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterato
             yield parse_staged(raw.decode("utf-8"), position)
             position += len(raw)
             n += 1
+
+
+def iter_plan_entries(path: str) -> Iterator[PlanEntry]:
+    """What the planner needs of each staged row, read straight from the bytes (no JSON decoding)."""
+    with open(path, "rb") as f:
+        offset = 0
+        for raw in f:
+            key, _, size, ext, _, published = raw.split(b"\t", 5)
+            member_length = MEMBER_NAME_FIXED + len(key) + len(ext)
+            cost = row_cost_for(member_length, int(size), len(published) - 1)  # the line without "\n"
+            yield PlanEntry(key.decode("ascii"), cost, offset)
+            offset += len(raw)
 
 
 def stage_records(records: Iterable[SourceRecord], workdir: str) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from .staging import StagedRow, iter_staged
 from .zipformat import ZipWriter
 
 DEFAULT_READ_THREADS = 8
-DEFAULT_PREFETCH_BYTES = 32 << 20
+DEFAULT_PREFETCH_BYTES = 16 << 20
 _COPY_CHUNK = 4 << 20
 
 
@@ -74,15 +75,82 @@ def _rows(job: ShardJob) -> Iterator[StagedRow]:
     return iter_staged(job.staging_path, job.plan.offset, job.plan.rows)
 
 
-def _read_file(path: str, row: StagedRow, whole: bool) -> tuple[bytes | None, int]:
-    """Read a file (or only checksum it, if too big to hold), checking it still has its size."""
-    try:
-        with open(path, "rb") as f:
-            if whole:
-                data = f.read()
-                size, crc = len(data), zlib.crc32(data)
+class _Ring:
+    """A fixed buffer handed out in contiguous regions, freed in the order they were taken.
+
+    The prefetcher takes a region per file and the writer consumes files in order, so regions
+    come back first-in first-out. Reading into one long-lived buffer, instead of a new bytes
+    object per file, keeps memory flat and avoids a page fault storm per file.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.buffer = memoryview(bytearray(capacity))
+        self.capacity = capacity
+        self._regions: deque[tuple[int, int]] = deque()  # (start, size), oldest first
+        self._tail = 0
+
+    def take(self, size: int) -> memoryview | None:
+        """A region of ``size`` bytes, or None until older regions are released."""
+        if size > self.capacity:
+            return None
+        if not self._regions:
+            start = 0
+        else:
+            head = self._regions[0][0]
+            if self._tail >= head:  # free space is [tail, capacity) and [0, head)
+                if self._tail + size <= self.capacity:
+                    start = self._tail
+                elif size <= head:
+                    start = 0
+                else:
+                    return None
+            elif self._tail + size <= head:  # wrapped: free space is [tail, head)
+                start = self._tail
             else:
-                data, size, crc = None, 0, 0
+                return None
+        self._regions.append((start, size))
+        self._tail = start + size
+        return self.buffer[start : start + size]
+
+    def release_oldest(self) -> None:
+        self._regions.popleft()
+
+    def reset(self) -> None:
+        self._regions.clear()
+        self._tail = 0
+
+
+_local = threading.local()
+
+
+def _ring_for(capacity: int) -> _Ring:
+    """This thread's ring, reused from shard to shard (allocating 32 MB per shard costs a second)."""
+    ring: _Ring | None = getattr(_local, "ring", None)
+    if ring is None or ring.capacity != capacity:
+        ring = _local.ring = _Ring(capacity)
+    ring.reset()
+    return ring
+
+
+def _read_into(path: str, row: StagedRow, region: memoryview | None) -> int:
+    """Read a file into its region (or, for a file too big to hold, only checksum it).
+
+    Returns the CRC-32. Checks the file still has the size it had when checked.
+    """
+    crc = 0
+    size = 0
+    try:
+        with open(path, "rb", buffering=0) as f:
+            if region is not None:
+                while size < len(region):
+                    n = f.readinto(region[size:])
+                    if not n:
+                        break
+                    size += n
+                if size == len(region) and f.read(1):
+                    size += 1  # grew: reported below
+                crc = zlib.crc32(region[: min(size, len(region))])
+            else:
                 while chunk := f.read(_COPY_CHUNK):
                     size += len(chunk)
                     crc = zlib.crc32(chunk, crc)
@@ -92,26 +160,33 @@ def _read_file(path: str, row: StagedRow, whole: bool) -> tuple[bytes | None, in
         raise SourceChanged(
             f"{path} (metadata line {row.line}): file changed while packing ({size} bytes, {row.size} when checked)"
         )
-    return data, crc
+    return crc
 
 
-def _prefetched(job: ShardJob, pool: ThreadPoolExecutor) -> Iterator[tuple[StagedRow, str, bytes | None, int]]:
-    """Rows with their file bytes and CRC, read ahead within the byte budget, in order."""
-    window: deque[tuple[StagedRow, str, Future[tuple[bytes | None, int]]]] = deque()
-    in_flight = 0
-    big = max(job.prefetch_bytes // 2, 1)
+def _prefetched(
+    job: ShardJob, pool: ThreadPoolExecutor, ring: _Ring
+) -> Iterator[tuple[StagedRow, str, memoryview | None, int]]:
+    """Rows with their file bytes (a ring region) and CRC, read ahead, in order.
+
+    A yielded region stays valid until the next item is asked for.
+    """
+    window: deque[tuple[StagedRow, str, memoryview | None, Future[int]]] = deque()
+    big = max(ring.capacity // 2, 1)
     for row in _rows(job):
         path = os.path.join(job.images_dir, row.source)
-        whole = row.size <= big
-        while window and in_flight + row.size > job.prefetch_bytes:
-            done_row, done_path, future = window.popleft()
-            in_flight -= done_row.size if done_row.size <= big else 0
-            yield (done_row, done_path, *future.result())
-        window.append((row, path, pool.submit(_read_file, path, row, whole)))
-        in_flight += row.size if whole else 0
+        region = None
+        if row.size <= big:
+            while (region := ring.take(row.size)) is None:
+                done_row, done_path, done_region, future = window.popleft()
+                yield done_row, done_path, done_region, future.result()
+                if done_region is not None:
+                    ring.release_oldest()
+        window.append((row, path, region, pool.submit(_read_into, path, row, region)))
     while window:
-        done_row, done_path, future = window.popleft()
-        yield (done_row, done_path, *future.result())
+        done_row, done_path, done_region, future = window.popleft()
+        yield done_row, done_path, done_region, future.result()
+        if done_region is not None:
+            ring.release_oldest()
 
 
 def _copy_streaming(zw: ZipWriter, path: str, row: StagedRow, crc: int) -> None:
@@ -166,9 +241,10 @@ def write_shard(job: ShardJob) -> ShardResult:
                 zw.write_data(line)
                 meta_out.write(line)
                 meta_digest.update(line)
-            # Pass 3: the members, read ahead on a thread pool.
+            # Pass 3: the members, read ahead on a thread pool into a fixed ring buffer.
+            ring = _ring_for(job.prefetch_bytes)
             with ThreadPoolExecutor(max_workers=job.read_threads) as pool:
-                for row, path, data, crc in _prefetched(job, pool):
+                for row, path, data, crc in _prefetched(job, pool, ring):
                     zw.start_member(member_name(row.key, row.ext), row.size, crc)
                     if data is not None:
                         zw.write_data(data)

@@ -1,0 +1,257 @@
+"""Packing speed and memory, measured against the machine's own limits in one run.
+
+    python bench/bench_pack.py [--files 20000] [--mean-size 100000] [--workdir bench-output]
+    python bench/bench_pack.py --files 1000000 --mean-size 200 --skip-baselines   # memory at 1M rows
+
+It generates a seeded corpus (JPEG-headed files of random bytes: the packer never decodes, so
+content does not matter for speed), warms the page cache, then times, on the same corpus:
+
+* read limit    - every input file read with shardkit's concurrency (jobs x read threads);
+* write limit   - the same number of bytes written as `jobs` files in parallel, fsynced;
+* zipfile       - a single-process `zipfile` baseline (ZIP_STORED, one shard at a time);
+* shardkit      - `pack-shards` with keys in the metadata, and again without (content hashing).
+
+For each: MB/s, files/s, peak RSS of the whole process tree (sampled every 20 ms), and the
+largest shard. Figures are printed as a table (and as JSON with --json); compare ratios
+within one run, never across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+SCRIPTS = Path(sys.executable).parent
+
+
+@dataclass
+class Result:
+    name: str
+    seconds: float
+    mb: float
+    files: int
+    peak_rss_mb: float | None = None
+    largest_shard_mb: float | None = None
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.mb / self.seconds
+
+    @property
+    def files_per_s(self) -> float:
+        return self.files / self.seconds
+
+
+def make_corpus(root: Path, files: int, mean_size: int, seed: int) -> tuple[Path, Path, Path, int]:
+    """Seeded files under root/images, metadata with keys and without. Reused if present."""
+    images = root / "images"
+    with_keys, without_keys = root / "meta-keys.jsonl", root / "meta-nokeys.jsonl"
+    stamp = root / f"corpus-{files}-{mean_size}-{seed}.done"
+    if stamp.exists():
+        return images, with_keys, without_keys, int(stamp.read_text())
+    shutil.rmtree(root, ignore_errors=True)
+    images.mkdir(parents=True)
+    rng = random.Random(seed)
+    payload = rng.randbytes(4 * mean_size + 4096)
+    total = 0
+    with open(with_keys, "w") as fk, open(without_keys, "w") as fn:
+        for i in range(files):
+            size = max(64, int(rng.lognormvariate(0, 0.5) * mean_size * 0.88))
+            size = min(size, len(payload) - 16)
+            start = rng.randrange(0, len(payload) - size)
+            data = b"\xff\xd8\xff\xe0" + i.to_bytes(8, "little") + payload[start : start + size - 12]
+            rel = f"{i % 1000:03d}/{i:08d}.jpg"
+            path = images / rel
+            if i < 1000:
+                path.parent.mkdir(exist_ok=True)
+            path.write_bytes(data)
+            total += len(data)
+            fields = {"caption": f"photo {i} of a seeded corpus", "label": i % 1000, "w": 640, "h": 480}
+            key = hashlib.sha256(data).hexdigest()[:32]
+            fk.write(json.dumps({"file_name": rel, "key": key, **fields}) + "\n")
+            fn.write(json.dumps({"file_name": rel, **fields}) + "\n")
+    stamp.write_text(str(total))
+    return images, with_keys, without_keys, total
+
+
+def list_files(images: Path) -> list[str]:
+    return [os.path.join(d, f) for d, _, fs in os.walk(images) for f in fs]
+
+
+def read_limit(paths: list[str], threads: int) -> float:
+    def read(p: str) -> int:
+        with open(p, "rb") as f:
+            return len(f.read())
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in pool.map(read, paths, chunksize=256):
+            pass
+    return time.perf_counter() - t
+
+
+def write_limit(total: int, streams: int, out: Path) -> float:
+    out.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(1 << 20)
+
+    def write(i: int) -> None:
+        remaining = total // streams
+        with open(out / f"w{i}", "wb") as f:
+            while remaining > 0:
+                n = min(remaining, len(block))
+                f.write(block[:n])
+                remaining -= n
+            f.flush()
+            os.fsync(f.fileno())
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        list(pool.map(write, range(streams)))
+    seconds = time.perf_counter() - t
+    shutil.rmtree(out)
+    return seconds
+
+
+def zipfile_baseline(images: Path, meta: Path, out: Path, shard_bytes: int) -> tuple[float, float]:
+    """The simplest packer one would write: one process, zipfile, new shard past a size."""
+    out.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    shard = 0
+    size = 0
+    zf = zipfile.ZipFile(out / f"{shard:05d}.zip", "w", zipfile.ZIP_STORED)
+    largest = 0
+    with open(meta) as f:
+        for line in f:
+            row = json.loads(line)
+            data = (images / row["file_name"]).read_bytes()
+            if size + len(data) > shard_bytes:
+                zf.close()
+                largest = max(largest, size)
+                shard, size = shard + 1, 0
+                zf = zipfile.ZipFile(out / f"{shard:05d}.zip", "w", zipfile.ZIP_STORED)
+            zf.writestr(row["file_name"], data)
+            size += len(data)
+    zf.close()
+    seconds = time.perf_counter() - t
+    largest = max(largest, *(p.stat().st_size for p in out.glob("*.zip")))
+    shutil.rmtree(out)
+    return seconds, largest / 1e6
+
+
+def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
+    """Run a command; return seconds, peak RSS (MB) of it plus all its children, and stdout."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ps = psutil.Process(proc.pid)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            try:
+                procs = [ps, *ps.children(recursive=True)]
+                rss = 0
+                for p in procs:
+                    try:
+                        rss += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                peak = max(peak, rss)
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    seconds = time.perf_counter() - t
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{stderr}")
+    return seconds, peak / 1e6, stdout
+
+
+def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace) -> Result:
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [str(SCRIPTS / "pack-shards"), str(images), str(meta), "-o", str(out), "--json", "--quiet",
+           "--jobs", str(args.jobs), "--read-threads", str(args.read_threads),
+           "--target-shard-size", str(args.target_shard_size), "--max-shard-size", str(args.max_shard_size)]
+    seconds, peak, stdout = run_with_peak_rss(cmd)
+    summary = json.loads(stdout)
+    largest = max(p.stat().st_size for p in (out / "data").glob("*.zip"))
+    name = f"shardkit pack ({'keys given' if 'nokeys' not in meta.name else 'content keys'})"
+    result = Result(name, seconds, summary["bytes"] / 1e6, summary["rows"], peak, largest / 1e6)
+    shutil.rmtree(out)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=20_000)
+    parser.add_argument("--mean-size", type=int, default=100_000, help="mean file size in bytes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", type=Path, default=Path("bench-output"))
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--read-threads", type=int, default=8)
+    parser.add_argument("--target-shard-size", type=int, default=256_000_000)
+    parser.add_argument("--max-shard-size", type=int, default=1_000_000_000)
+    parser.add_argument("--skip-baselines", action="store_true", help="only shardkit (for the 1M-row memory run)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    corpus_dir = args.workdir / "corpus"
+    t = time.perf_counter()
+    images, with_keys, without_keys, total = make_corpus(corpus_dir, args.files, args.mean_size, args.seed)
+    print(f"corpus: {args.files} files, {total / 1e6:,.0f} MB ({time.perf_counter() - t:.0f} s to make or find)",
+          file=sys.stderr)
+    paths = list_files(images)
+    read_limit(paths, args.jobs * args.read_threads)  # warm the page cache
+    results: list[Result] = []
+    mb = total / 1e6
+    if not args.skip_baselines:
+        results.append(Result("read limit (parallel read)", read_limit(paths, args.jobs * args.read_threads), mb,
+                              len(paths)))
+        results.append(Result("write limit (fsynced)", write_limit(total, args.jobs, args.workdir / "w"), mb,
+                              len(paths)))
+        seconds, largest = zipfile_baseline(images, with_keys, args.workdir / "zipfile", args.target_shard_size)
+        results.append(Result("zipfile, 1 process", seconds, mb, len(paths), None, largest))
+    results.append(shardkit_pack(images, with_keys, args.workdir / "out", args))
+    results.append(shardkit_pack(images, without_keys, args.workdir / "out", args))
+
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
+    print(f"\n{time.strftime('%Y-%m-%d')}, {machine}, Python {platform.python_version()}; "
+          f"{args.files:,} files, {mb:,.0f} MB, jobs={args.jobs}, read threads={args.read_threads}, warm cache")
+    print(f"| {'what':<34} | {'MB/s':>7} | {'files/s':>8} | {'peak RSS':>9} | {'largest shard':>13} |")
+    print(f"|{'-' * 36}|{'-' * 9}|{'-' * 10}|{'-' * 11}|{'-' * 15}|")
+    for r in results:
+        rss = f"{r.peak_rss_mb:.0f} MB" if r.peak_rss_mb is not None else "-"
+        largest = f"{r.largest_shard_mb:.1f} MB" if r.largest_shard_mb is not None else "-"
+        print(f"| {r.name:<34} | {r.mb_per_s:>7,.0f} | {r.files_per_s:>8,.0f} | {rss:>9} | {largest:>13} |")
+    by_name = {r.name: r for r in results}
+    packed = by_name["shardkit pack (keys given)"]
+    if "read limit (parallel read)" in by_name:
+        print(f"shardkit / read limit = {packed.mb_per_s / by_name['read limit (parallel read)'].mb_per_s:.2f}; "
+              f"shardkit / zipfile = {packed.mb_per_s / by_name['zipfile, 1 process'].mb_per_s:.2f}")
+    if args.json:
+        print(json.dumps({"machine": machine, "results": [asdict(r) | {"mb_per_s": r.mb_per_s} for r in results]}))
+
+
+if __name__ == "__main__":
+    main()
