@@ -181,3 +181,50 @@ def test_shardkit_pack_is_the_same_command(corpus: Corpus, tmp_path: Path) -> No
     assert result.exit_code == 0, result.stderr
     assert "plan: 40 rows -> " in result.stdout and "dry run: nothing written" in result.stdout
     assert not (tmp_path / "o" / "data").exists()
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path: Path, jobs: str) -> None:  # type: ignore[no-untyped-def]
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    corpus = make_corpus(20)
+    out = tmp_path / "out"
+    blocker = corpus.images / "zz_blocker.jpg"
+    os.mkfifo(blocker)  # not a regular file: the check would refuse it, so it comes in after the check
+    corpus.write_meta(corpus.rows)
+    cmd = [
+        str(Path(sys.executable).parent / "pack-shards"),
+        str(corpus.images),
+        str(corpus.meta),
+        "-o",
+        str(out),
+        "-j",
+        jobs,
+        "-q",
+    ]
+    # Block the writer: the FIFO stands in for a file on a hung network mount.
+    target = corpus.images / corpus.rows[0]["file_name"]
+    saved = target.read_bytes()
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not (out / ".shardkit" / "state.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    target.unlink()
+    os.mkfifo(target)
+    time.sleep(0.5)
+    started = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
+    _, stderr = proc.communicate(timeout=20)
+    assert time.monotonic() - started < 2
+    assert proc.returncode == 130, stderr
+    assert "interrupted; re-run the same command to resume" in stderr
+    assert list((out / ".shardkit" / "tmp").glob("*.partial")) == []
+    target.unlink()
+    target.write_bytes(saved)
+    blocker.unlink()
+    rerun = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads((out / "shards.json").read_text())["totals"]["rows"] == 20

@@ -57,13 +57,23 @@ def _run(action: Callable[[], Any]) -> Any:
         return action()
     except KeyboardInterrupt:
         click.echo("interrupted; re-run the same command to resume", err=True)
-        sys.exit(130)
+        _exit_now(130)
     except UsageError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except ShardkitError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+
+
+def _exit_now(code: int) -> None:
+    """Exit without joining threads: a reader stuck on a hung mount must not hold up Ctrl-C.
+
+    Partial files are already removed by then (the writer cleans up as the exception passes).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _setup_logging(quiet: bool) -> None:

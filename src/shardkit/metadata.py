@@ -21,11 +21,12 @@ import re
 import stat
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import IO, Any
 
 from .errors import InputProblem
+from .threads import interruptible_pool
 
 KEY_RE = re.compile(r"^[0-9a-f]{8,128}$")
 EXT_RE = re.compile(r"^\.[A-Za-z0-9]{1,16}$")
@@ -249,7 +250,7 @@ def read_metadata(
     checker = _FileChecker(os.path.realpath(images_root), max_file_bytes)
     window: deque[Future[list[SourceRecord | InputProblem]]] = deque()
     batch: list[_Pending | InputProblem] = []
-    with open_metadata(metadata_path) as stream, ThreadPoolExecutor(max_workers=threads) as pool:
+    with open_metadata(metadata_path) as stream, interruptible_pool(threads, "shardkit-check") as pool:
         for row in _parse_rows(stream):
             batch.append(_pending_or_problem(row, images_root))
             if len(batch) >= _BATCH:

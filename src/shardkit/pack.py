@@ -318,8 +318,6 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     for problem in merged.duplicates:
         problems.add(problem)
     problems.count += merged.duplicate_count - len(merged.duplicates)
-    for run in runs.runs:
-        os.unlink(run)
     modality = modality_for(set(extensions))
     features = schema.features_yaml(modality, modality)
     fingerprint = hashlib.sha256(

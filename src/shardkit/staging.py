@@ -25,7 +25,9 @@ from .errors import InputProblem
 from .metadata import MEMBER_NAME_FIXED, SourceRecord
 from .plan import PlanEntry, row_cost_for
 
-DEFAULT_RUN_BYTES = 32 << 20
+DEFAULT_RUN_BYTES = 8 << 20
+#: Most runs merged at once; more are merged in rounds (keeps open files and memory bounded).
+MAX_FAN_IN = 64
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,38 @@ def _open_runs(paths: list[str]) -> list[IO[str]]:
     return [open(p, encoding="utf-8", newline="\n") for p in paths]
 
 
-def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000) -> MergeResult:
-    """Merge sorted runs into ``out_path``, dropping (and reporting) duplicate keys."""
+def _reduce_runs(runs: list[str], fan_in: int) -> list[str]:
+    """Merge runs in rounds of ``fan_in`` until at most ``fan_in`` are left (duplicates kept)."""
+    round_no = 0
+    while len(runs) > fan_in:
+        merged: list[str] = []
+        for i in range(0, len(runs), fan_in):
+            group = runs[i : i + fan_in]
+            if len(group) == 1:
+                merged.append(group[0])
+                continue
+            path = f"{group[0]}.r{round_no}"
+            files = _open_runs(group)
+            try:
+                with open(path, "w", encoding="utf-8", newline="\n") as out:
+                    out.writelines(heapq.merge(*files))
+            finally:
+                for f in files:
+                    f.close()
+            for done in group:
+                os.unlink(done)
+            merged.append(path)
+        runs = merged
+        round_no += 1
+    return runs
+
+
+def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan_in: int = MAX_FAN_IN) -> MergeResult:
+    """Merge sorted runs into ``out_path``, dropping (and reporting) duplicate keys.
+
+    The runs are consumed: they are deleted once merged.
+    """
+    runs = _reduce_runs(runs, fan_in)
     files = _open_runs(runs)
     fingerprint = hashlib.sha256()
     duplicates: list[InputProblem] = []
@@ -126,6 +158,8 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000) -> 
     finally:
         for f in files:
             f.close()
+    for run in runs:
+        os.unlink(run)
     return MergeResult(out_path, rows, fingerprint.hexdigest(), duplicates, duplicate_count)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import selectors
 import subprocess
 import sys
@@ -150,7 +151,10 @@ def main() -> None:
     try:
         serve(sys.stdin, sys.stdout)
     except KeyboardInterrupt:
-        sys.exit(130)
+        # write_shard removed its partial files as the exception passed; a reader thread may
+        # still be stuck on a hung file, and joining it would hang the exit.
+        sys.stdout.flush()
+        os._exit(130)
 
 
 if __name__ == "__main__":

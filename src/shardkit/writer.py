@@ -27,6 +27,7 @@ from .errors import ShardkitError
 from .metadata import member_name
 from .plan import METADATA_MEMBER, ShardPlan
 from .staging import StagedRow, iter_staged
+from .threads import interruptible_pool
 from .zipformat import ZipWriter
 
 DEFAULT_READ_THREADS = 8
@@ -97,14 +98,17 @@ class _Ring:
             start = 0
         else:
             head = self._regions[0][0]
-            if self._tail >= head:  # free space is [tail, capacity) and [0, head)
+            # Wrapped when the newest region starts before the oldest one. (Comparing tail with
+            # head cannot tell: after a wrap the tail can land exactly on the head.)
+            wrapped = self._regions[-1][0] < head
+            if not wrapped:  # free space is [tail, capacity) and [0, head)
                 if self._tail + size <= self.capacity:
                     start = self._tail
                 elif size <= head:
                     start = 0
                 else:
                     return None
-            elif self._tail + size <= head:  # wrapped: free space is [tail, head)
+            elif self._tail + size <= head:  # free space is [tail, head)
                 start = self._tail
             else:
                 return None
@@ -243,7 +247,7 @@ def write_shard(job: ShardJob) -> ShardResult:
                 meta_digest.update(line)
             # Pass 3: the members, read ahead on a thread pool into a fixed ring buffer.
             ring = _ring_for(job.prefetch_bytes)
-            with ThreadPoolExecutor(max_workers=job.read_threads) as pool:
+            with interruptible_pool(job.read_threads, "shardkit-read") as pool:
                 for row, path, data, crc in _prefetched(job, pool, ring):
                     zw.start_member(member_name(row.key, row.ext), row.size, crc)
                     if data is not None:
@@ -260,6 +264,8 @@ def write_shard(job: ShardJob) -> ShardResult:
         os.replace(tmp_meta, final_meta)
         os.replace(tmp_zip, final_zip)  # the shard exists only once it is whole
     except BaseException:
+        # Reads still in flight may land in this ring after we leave: never reuse it.
+        _local.ring = None
         for leftover in (tmp_zip, tmp_meta):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)

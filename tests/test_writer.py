@@ -1,0 +1,125 @@
+"""The shard writer's parts: the read-ahead ring and the worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shardkit.pack
+from shardkit.errors import ShardkitError
+from shardkit.pack import PackConfig, pack
+from shardkit.worker import WorkerPool
+from shardkit.writer import SourceChanged, _Ring
+from tests.conftest import Corpus
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(16, 4096), st.lists(st.tuples(st.integers(1, 2048), st.booleans()), max_size=300))
+def test_ring_regions_never_overlap_and_come_back_in_order(capacity: int, ops: list[tuple[int, bool]]) -> None:
+    ring = _Ring(capacity)
+    live: list[tuple[int, int]] = []  # (start, size), oldest first, as the ring sees them
+    for size, release_first in ops:
+        if release_first and live:
+            ring.release_oldest()
+            live.pop(0)
+        size = min(size, capacity)
+        region = ring.take(size)
+        while region is None and live:  # the writer frees the oldest until there is room
+            ring.release_oldest()
+            live.pop(0)
+            region = ring.take(size)
+        assert region is not None and len(region) == size
+        start = _offset(ring, region)
+        for other_start, other_size in live:
+            assert start + size <= other_start or other_start + other_size <= start
+        live.append((start, size))
+
+
+def _offset(ring: _Ring, region: memoryview) -> int:
+    import ctypes
+
+    base = ctypes.addressof(ctypes.c_char.from_buffer(ring.buffer))
+    return ctypes.addressof(ctypes.c_char.from_buffer(region)) - base
+
+
+def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:
+    return PackConfig(images_dir=str(corpus.images), metadata_path=str(corpus.meta), out_dir=str(out), **kw)  # type: ignore[arg-type]
+
+
+def test_file_changed_during_a_parallel_run_is_an_error_naming_it(
+    make_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    corpus = make_corpus(60)
+    out = tmp_path / "out"
+    original = shardkit.pack._reconcile
+
+    def grow_then_reconcile(*args: Any, **kw: Any) -> Any:
+        # Grow one file between the check and the write: the planned sizes no longer hold.
+        with open(corpus.images / corpus.rows[7]["file_name"], "ab") as f:
+            f.write(b"more")
+        return original(*args, **kw)
+
+    monkeypatch.setattr(shardkit.pack, "_reconcile", grow_then_reconcile)
+    with pytest.raises(SourceChanged, match=r"img_0007\.jpg \(metadata line 8\): file changed while packing"):
+        pack(config_for(corpus, out, jobs=2))
+    assert not (out / "shards.json").exists()
+    assert list((out / ".shardkit" / "tmp").glob("*")) == []  # nothing half-written left behind
+
+
+def test_worker_killed_mid_job_is_reported_and_the_rerun_completes(
+    make_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    corpus = make_corpus(30)
+    out = tmp_path / "out"
+    slow = corpus.images / "slow.jpg"
+    slow.write_bytes(b"x" * 10)
+    corpus.write_meta([*corpus.rows, {"file_name": "slow.jpg"}])
+    killed = threading.Event()
+
+    def kill_the_workers() -> None:
+        me = psutil.Process()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not killed.is_set():
+            workers = [p for p in me.children() if "shardkit.worker" in " ".join(p.cmdline())]
+            if len(workers) == 2:
+                time.sleep(0.3)  # let them start; one is stuck reading the FIFO
+                for worker in workers:
+                    os.kill(worker.pid, signal.SIGKILL)
+                killed.set()
+            time.sleep(0.01)
+
+    original = shardkit.pack._reconcile
+
+    def swap_then_reconcile(*args: Any, **kw: Any) -> Any:
+        # After the check, swap the file for a FIFO: a worker blocks reading it until killed.
+        slow.unlink()
+        os.mkfifo(slow)
+        threading.Thread(target=kill_the_workers, daemon=True).start()
+        return original(*args, **kw)
+
+    monkeypatch.setattr(shardkit.pack, "_reconcile", swap_then_reconcile)
+    with pytest.raises(ShardkitError, match=r"the worker writing data/.*\.zip died \(exit code -9\); re-run"):
+        pack(config_for(corpus, out, jobs=2))
+    assert killed.is_set()
+    monkeypatch.undo()
+    slow.unlink()
+    slow.write_bytes(b"x" * 10)
+    summary = pack(config_for(corpus, out, jobs=2))
+    assert summary.rows == 31
+    manifest = json.loads((out / "shards.json").read_text())
+    assert sum(s["rows"] for s in manifest["shards"]) == 31
+
+
+def test_pool_with_no_jobs_closes_cleanly() -> None:
+    with WorkerPool(2) as pool:
+        assert list(pool.map_unordered([])) == []
