@@ -45,6 +45,10 @@ CASES = {
         {"file_name": "sub1/img_0001.jpg", "orig_file_name": "x"},
         "bad.jsonl:2: column 'orig_file_name' ends in 'file_name'",
     ),
+    "reserved column": (
+        {"file_name": "sub1/img_0001.jpg", "image": "x"},
+        "bad.jsonl:2: column 'image' is reserved for the file itself",
+    ),
     "no extension": ({"file_name": "noext"}, "bad.jsonl:2: file_name 'noext' has no usable extension"),
     "type conflict": (
         {"file_name": "sub1/img_0001.jpg", "label": "five"},
@@ -192,29 +196,37 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
 
     corpus = make_corpus(20)
     out = tmp_path / "out"
-    blocker = corpus.images / "zz_blocker.jpg"
-    os.mkfifo(blocker)  # not a regular file: the check would refuse it, so it comes in after the check
-    corpus.write_meta(corpus.rows)
+    # 3000 rows (keys given) over the 20 files; the highest key, alone in the last shard written,
+    # names a file that becomes a FIFO after the check: a read that never returns, like a file
+    # on a hung network mount.
+    target = corpus.images / "target.jpg"
+    target.write_bytes(b"\xff\xd8 target")
+    rows: list[object] = [
+        {"file_name": corpus.rows[i % 20]["file_name"], "key": f"{i * 0x9E3779B1 % 0xF0000000:08x}{i:08x}"}
+        for i in range(3000)  # keys spread over prefixes 0-e
+    ]
+    rows.append({"file_name": "target.jpg", "key": "f" * 32})
+    meta = corpus.write_meta(rows, "many.jsonl")
     cmd = [
         str(Path(sys.executable).parent / "pack-shards"),
         str(corpus.images),
-        str(corpus.meta),
+        str(meta),
         "-o",
         str(out),
         "-j",
         jobs,
         "-q",
     ]
-    # Block the writer: the FIFO stands in for a file on a hung network mount.
-    target = corpus.images / corpus.rows[0]["file_name"]
-    saved = target.read_bytes()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while not (out / ".shardkit" / "state.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.005)
+        time.sleep(0.002)
     target.unlink()
     os.mkfifo(target)
-    time.sleep(0.5)
+    while len(shard_files(out)) < 15 and time.monotonic() < deadline:  # all but the last shard
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert proc.poll() is None and not (out / "shards.json").exists()  # stuck on the FIFO
     started = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
     _, stderr = proc.communicate(timeout=20)
@@ -223,8 +235,9 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
     assert "interrupted; re-run the same command to resume" in stderr
     assert list((out / ".shardkit" / "tmp").glob("*.partial")) == []
     target.unlink()
-    target.write_bytes(saved)
-    blocker.unlink()
-    rerun = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    target.write_bytes(b"\xff\xd8 target")
+    rerun = subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=False)
     assert rerun.returncode == 0, rerun.stderr
-    assert json.loads((out / "shards.json").read_text())["totals"]["rows"] == 20
+    summary = json.loads(rerun.stdout)
+    assert summary["resumed_shards"] == 15 and summary["written_shards"] == 1
+    assert json.loads((out / "shards.json").read_text())["totals"]["rows"] == 3001

@@ -88,6 +88,8 @@ class _Row:
 _BOM = b"\xef\xbb\xbf"
 # datasets' folder builders take any column ending in these as another file column.
 _FILE_COLUMN_SUFFIXES = ("file_name", "file_names")
+#: Columns the loaders create from the file: a metadata column of that name would collide.
+RESERVED_COLUMNS = frozenset({"image", "audio"})
 
 
 def _parse_rows(stream: IO[bytes]) -> Iterator[_Row]:
@@ -131,6 +133,8 @@ def _check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | 
     if not isinstance(file_name, str) or not file_name:
         return "missing or empty 'file_name' (the file's path relative to IMAGES_DIR)"
     for column in obj:
+        if column in RESERVED_COLUMNS:
+            return f"column {column!r} is reserved for the file itself in the published dataset; rename it"
         if column.endswith(_FILE_COLUMN_SUFFIXES) and column != "file_name":
             return f"column {column!r} ends in 'file_name': datasets would take it as a second file column; rename it"
     key = obj.get("key")

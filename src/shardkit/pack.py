@@ -134,6 +134,10 @@ class ProblemLog:
 @contextlib.contextmanager
 def _locked(work_dir: str) -> Iterator[None]:
     os.makedirs(work_dir, exist_ok=True)
+    ignore = os.path.join(work_dir, ".gitignore")
+    if not os.path.exists(ignore):  # keeps the working files out of git, whatever the repo's rules
+        with open(ignore, "w") as f:
+            f.write("# shardkit's working files: not part of the dataset\n*\n")
     with open(os.path.join(work_dir, "lock"), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -182,8 +186,7 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     if staged.rows == 0:
         raise ShardkitError(f"{config.metadata_path}: no rows to pack")
 
-    total = sum(e.cost for e in iter_plan_entries(staged.path))
-    prefix_length = config.prefix_length or choose_prefix_length(total, config.target_shard_bytes)
+    prefix_length = config.prefix_length or choose_prefix_length(staged.total_cost, config.target_shard_bytes)
     try:
         plan = plan_shards(
             iter_plan_entries(staged.path),
@@ -264,6 +267,7 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
 class _Staged:
     path: str
     rows: int
+    total_cost: int
     fingerprint: str
     modality: str
     features: list[dict[str, Any]]
@@ -323,7 +327,7 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     fingerprint = hashlib.sha256(
         (merged.fingerprint + json.dumps(features, sort_keys=True)).encode("utf-8")
     ).hexdigest()
-    return _Staged(merged.path, merged.rows, fingerprint, modality, features)
+    return _Staged(merged.path, merged.rows, merged.total_cost, fingerprint, modality, features)
 
 
 def _done_record(work_dir: str, shard_file: str) -> str:

@@ -36,6 +36,7 @@ class TqdmProgress(Progress):
     def start(self, phase: str, *, total: int | None, unit: str) -> None:
         from tqdm.auto import tqdm
 
+        tqdm.monitor_interval = 0  # no monitor thread: one thread fewer to catch a Ctrl-C
         self.finish()
         scale = unit == "B"
         self._rows = 0

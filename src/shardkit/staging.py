@@ -87,6 +87,7 @@ class RunWriter:
 class MergeResult:
     path: str
     rows: int
+    total_cost: int  # bytes the rows add to shards, all together (what the prefix length needs)
     fingerprint: str
     duplicates: list[InputProblem]
     duplicate_count: int
@@ -133,6 +134,7 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan
     duplicates: list[InputProblem] = []
     duplicate_count = 0
     rows = 0
+    total_cost = 0
     prev_key = None
     prev_line = 0
     try:
@@ -151,16 +153,25 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan
                 prev_key, prev_line = key, line
                 # The input line number is not part of the fingerprint: moving rows around in the
                 # metadata file does not change what gets published.
-                fingerprint.update(text.split("\t", 2)[2].encode("utf-8"))
+                rest = text.split("\t", 2)[2]
+                fingerprint.update(rest.encode("utf-8"))
                 fingerprint.update(key.encode("ascii"))
                 out.write(text)
                 rows += 1
+                total_cost += _cost(key, rest)
     finally:
         for f in files:
             f.close()
     for run in runs:
         os.unlink(run)
-    return MergeResult(out_path, rows, fingerprint.hexdigest(), duplicates, duplicate_count)
+    return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count)
+
+
+def _cost(key: str, rest: str) -> int:
+    """A staged row's shard cost from its text after "key\tline\t" (see :func:`iter_plan_entries`)."""
+    size, ext, _, published = rest.split("\t", 3)
+    published_bytes = len(published.encode("utf-8")) - 1  # without "\n"
+    return row_cost_for(MEMBER_NAME_FIXED + len(key) + len(ext), int(size), published_bytes)
 
 
 def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterator[StagedRow]:

@@ -80,7 +80,8 @@ class WorkerPool:
                 assert proc.stdout is not None
                 selector.register(proc.stdout, selectors.EVENT_READ, proc)
             while running:
-                for key, _ in selector.select():
+                # A timeout, so a signal delivered to another thread is still handled soon.
+                for key, _ in selector.select(timeout=0.25):
                     proc = key.data
                     _, job = running.pop(proc.pid)
                     assert proc.stdout is not None
@@ -143,11 +144,19 @@ class WorkerPool:
 def main() -> None:
     import signal
 
-    # SIGTERM from the pool becomes an exception, so write_shard removes its partial files.
+    stopping = False
+
     def _stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        # The first SIGINT (Ctrl-C reaches the whole process group) or SIGTERM (from the pool)
+        # becomes an exception, so write_shard removes its partial files. Later ones are
+        # ignored: a second exception in the middle of that cleanup would cut it short.
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     try:
         serve(sys.stdin, sys.stdout)
     except KeyboardInterrupt:

@@ -176,15 +176,21 @@ def _prefetched(
     """
     window: deque[tuple[StagedRow, str, memoryview | None, Future[int]]] = deque()
     big = max(ring.capacity // 2, 1)
+    # Bounded in bytes by the ring and in count here: tiny files would otherwise put tens of
+    # thousands of reads (and their bookkeeping) in flight.
+    max_in_flight = job.read_threads * 8
     for row in _rows(job):
         path = os.path.join(job.images_dir, row.source)
         region = None
-        if row.size <= big:
-            while (region := ring.take(row.size)) is None:
-                done_row, done_path, done_region, future = window.popleft()
-                yield done_row, done_path, done_region, future.result()
-                if done_region is not None:
-                    ring.release_oldest()
+        while window and (
+            len(window) >= max_in_flight or (row.size <= big and (region := ring.take(row.size)) is None)
+        ):
+            done_row, done_path, done_region, future = window.popleft()
+            yield done_row, done_path, done_region, future.result()
+            if done_region is not None:
+                ring.release_oldest()
+        if row.size <= big and region is None:
+            region = ring.take(row.size)  # the window is empty: the ring is free
         window.append((row, path, region, pool.submit(_read_into, path, row, region)))
     while window:
         done_row, done_path, done_region, future = window.popleft()
