@@ -133,3 +133,9 @@ def test_prefix_length_puts_mean_group_size_within_4x_of_target(total: int, targ
         assert target / 4 <= mean <= target * 4
     elif length == 1:
         assert mean <= target * 4
+
+
+def test_a_one_shot_iterator_is_refused_not_half_planned() -> None:
+    entries = [PlanEntry("0abc0000", 10)]
+    with pytest.raises(TypeError, match="reads its entries twice"):
+        plan_shards(iter(entries), prefix_length=1)

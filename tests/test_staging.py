@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 from shardkit.metadata import SourceRecord, metadata_line
-from shardkit.staging import RunWriter, format_staged, iter_plan_entries, iter_staged, merge_runs
+from shardkit.staging import RunWriter, StagedEntries, format_staged, iter_staged, merge_runs
 
 
 def record(key: str, line: int) -> SourceRecord:
@@ -38,7 +38,7 @@ def test_many_small_runs_merge_in_rounds_sorted_and_deduplicated(tmp_path: Path)
     staged = list(iter_staged(result.path))
     assert [s.key for s in staged] == sorted(set(keys))
     assert result.rows == len(staged) == 2000
-    assert result.total_cost == sum(e.cost for e in iter_plan_entries(result.path))
+    assert result.total_cost == sum(e.cost for e in StagedEntries(result.path))
     assert result.duplicate_count == 1
     (dup,) = result.duplicates
     assert dup.line == len(keys) + 1 and f"first used on line {dup_of.line}" in dup.message

@@ -21,14 +21,19 @@ MEMBER_TEMPLATE = "images/{key[0:3]}/{key[3:6]}/{key}{ext}"
 
 @dataclass(frozen=True)
 class ManifestShard:
-    file: str
-    metadata: str
+    """One written shard, as the manifest (and the writer's result) records it."""
+
+    file: str  # "data/3f.zip", relative to OUT_DIR
+    metadata: str  # "metadata/3f.jsonl"
     rows: int
     bytes: int
     sha256: str
     metadata_sha256: str
     first_key: str
     last_key: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

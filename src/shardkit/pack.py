@@ -46,9 +46,9 @@ from .plan import (
 )
 from .progress import NullProgress, Progress
 from .schema import SchemaTracker
-from .staging import RunWriter, format_staged, iter_plan_entries, merge_runs
+from .staging import RunWriter, StagedEntries, format_staged, merge_runs
 from .worker import WorkerPool
-from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, ShardResult, write_shard
+from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, write_shard
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +95,9 @@ class PackSummary:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The --json summary; the plan is listed only for a dry run (the manifest has it otherwise)."""
         data = asdict(self)
-        data["plan"] = [{"file": p.name, "rows": p.rows, "bytes": p.bytes} for p in self.plan] if self.dry_run else None
-        if not self.dry_run:
-            del data["plan"]
+        data["plan"] = [asdict(p) for p in self.plan] if self.dry_run else None
         data["mb_per_s"] = round(self.mb_per_s, 1)
         data["seconds"] = round(self.seconds, 3)
         return data
@@ -189,7 +188,7 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     prefix_length = config.prefix_length or choose_prefix_length(staged.total_cost, config.target_shard_bytes)
     try:
         plan = plan_shards(
-            iter_plan_entries(staged.path),
+            StagedEntries(staged.path),
             prefix_length=prefix_length,
             max_shard_bytes=config.max_shard_bytes,
             target_shard_bytes=config.target_shard_bytes,
@@ -197,25 +196,26 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = Options(prefix_length, config.max_shard_bytes, config.target_shard_bytes)
-    summary_base = dict(
-        out_dir=out_dir,
-        rows=staged.rows,
-        shards=len(plan),
-        bytes=sum(p.bytes for p in plan),
-        prefix_length=prefix_length,
-        rejected_rows=problems.count,
-        rejects_file=rejects_path if problems.count else None,
-    )
-    if config.dry_run:
+
+    def summary(*, written: int, manifest: str | None) -> PackSummary:
         return PackSummary(
-            **summary_base,  # type: ignore[arg-type]
-            manifest=None,
-            written_shards=0,
-            resumed_shards=0,
+            out_dir=out_dir,
+            manifest=manifest,
+            rows=staged.rows,
+            shards=len(plan),
+            bytes=sum(p.bytes for p in plan),
+            prefix_length=prefix_length,
+            written_shards=written,
+            resumed_shards=0 if config.dry_run else len(plan) - written,
+            rejected_rows=problems.count,
+            rejects_file=rejects_path if problems.count else None,
             seconds=time.perf_counter() - started,
-            dry_run=True,
+            dry_run=config.dry_run,
             plan=plan,
         )
+
+    if config.dry_run:
+        return summary(written=0, manifest=None)
 
     done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force)
     todo = [p for p in plan if p.name not in done]
@@ -244,7 +244,7 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
         input_fingerprint=staged.fingerprint,
         modality=staged.modality,
         features=staged.features,
-        shards=[ManifestShard(**done[p.name].to_json()) for p in plan],  # type: ignore[arg-type]
+        shards=[done[p.name] for p in plan],
     )
     manifest_path = write_manifest(out_dir, manifest)
     update_card(
@@ -252,15 +252,7 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     )
     ensure_gitattributes(out_dir)
     shutil.rmtree(staging_dir, ignore_errors=True)
-    return PackSummary(
-        **summary_base,  # type: ignore[arg-type]
-        manifest=manifest_path,
-        written_shards=len(todo),
-        resumed_shards=len(plan) - len(todo),
-        seconds=time.perf_counter() - started,
-        dry_run=False,
-        plan=plan,
-    )
+    return summary(written=len(todo), manifest=manifest_path)
 
 
 @dataclass(frozen=True)
@@ -344,7 +336,7 @@ def _sha256_file(path: str) -> str:
 
 def _reconcile(
     out_dir: str, work_dir: str, plan: list[ShardPlan], fingerprint: str, options: Options, force: bool
-) -> dict[str, ShardResult]:
+) -> dict[str, ManifestShard]:
     """Compare OUT_DIR with the plan: return the shards already done; refuse foreign output."""
     state_path = os.path.join(work_dir, "state.json")
     state = {"input_fingerprint": fingerprint, "options": asdict(options)}
@@ -380,13 +372,13 @@ def _reconcile(
     os.makedirs(done_dir, exist_ok=True)
     write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
 
-    done: dict[str, ShardResult] = {}
+    done: dict[str, ManifestShard] = {}
     for p in plan:
         record_path = _done_record(work_dir, p.name)
         shard_path = os.path.join(out_dir, p.name)
         try:
             with open(record_path, encoding="utf-8") as f:
-                result = ShardResult(**json.load(f))
+                result = ManifestShard(**json.load(f))
         except (FileNotFoundError, ValueError, TypeError):
             continue
         meta_path = os.path.join(out_dir, result.metadata)
@@ -403,7 +395,7 @@ def _reconcile(
     return done
 
 
-def _run_jobs(jobs: list[ShardJob], workers: int) -> Iterator[ShardResult]:
+def _run_jobs(jobs: list[ShardJob], workers: int) -> Iterator[ManifestShard]:
     """Write shards, ``workers`` at a time in worker processes (in this process when 1)."""
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:

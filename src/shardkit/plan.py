@@ -14,8 +14,8 @@ planner knows before any byte is written, not a hope checked afterwards.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from .zipformat import (
     CENTRAL_HEADER_SIZE,
@@ -109,81 +109,124 @@ def plan_shards(
 ) -> list[ShardPlan]:
     """Group key-sorted entries into shards; every entry lands in exactly one shard.
 
-    Raises ValueError if entries are not sorted by key, or one entry cannot fit in a shard.
+    ``entries`` is read twice (a list, or a re-readable source such as staged rows on disk):
+    once to total each prefix group, once to cut it. Memory is O(groups), not O(rows).
+    Raises ValueError if entries are not sorted by unique key, or one cannot fit in a shard.
     """
     check_limits(max_shard_bytes, target_shard_bytes)
     if not 1 <= prefix_length <= MAX_PREFIX_LENGTH:
         raise ValueError(f"prefix length must be 1 to {MAX_PREFIX_LENGTH}, got {prefix_length}")
     if max_rows < 1:
         raise ValueError(f"max rows per shard must be at least 1, got {max_rows}")
-    shards: list[ShardPlan] = []
-    for prefix, group in _groups(entries, prefix_length):
-        shards.extend(_split_group(prefix, group, max_shard_bytes, target_shard_bytes, max_rows))
-    return shards
+    if iter(entries) is entries:
+        raise TypeError("plan_shards reads its entries twice: pass a list or a re-readable source, not an iterator")
+    totals = _group_totals(entries, prefix_length, max_shard_bytes)
+    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows)
+    for entry in entries:
+        cutter.add(entry, entry.key[:prefix_length])
+    return cutter.finish()
 
 
-def _groups(entries: Iterable[PlanEntry], prefix_length: int) -> Iterator[tuple[str, list[PlanEntry]]]:
-    group: list[PlanEntry] = []
-    prefix = ""
+def _group_totals(entries: Iterable[PlanEntry], prefix_length: int, max_shard_bytes: int) -> dict[str, tuple[int, int]]:
+    """First pass: check order and sizes; return (content bytes, rows) per prefix group."""
+    totals: dict[str, tuple[int, int]] = {}
     last_key: str | None = None
     for entry in entries:
         if last_key is not None and entry.key <= last_key:
             raise ValueError(f"entries must be sorted by unique key: {entry.key!r} came after {last_key!r}")
         last_key = entry.key
-        entry_prefix = entry.key[:prefix_length]
-        if len(entry_prefix) < prefix_length:
+        if len(entry.key) < prefix_length:
             raise ValueError(f"key {entry.key!r} is shorter than the prefix length {prefix_length}")
-        if group and entry_prefix != prefix:
-            yield prefix, group
-            group = []
-        prefix = entry_prefix
-        group.append(entry)
-    if group:
-        yield prefix, group
-
-
-def _split_group(
-    prefix: str, group: list[PlanEntry], max_shard_bytes: int, target_shard_bytes: int, max_rows: int
-) -> list[ShardPlan]:
-    content = sum(e.cost for e in group)
-    for entry in group:
         if SHARD_FIXED_BYTES + entry.cost > max_shard_bytes:
             raise ValueError(
                 f"row with key {entry.key} needs {SHARD_FIXED_BYTES + entry.cost} bytes in a shard,"
                 f" more than the max shard size {max_shard_bytes}"
             )
-    if SHARD_FIXED_BYTES + content <= max_shard_bytes and len(group) <= max_rows:
-        return [_shard(f"data/{prefix}.zip", prefix, None, group)]
-    # Parts of about equal size: cut where the running total passes each k-th of the content,
-    # and earlier whenever the next row would pass the cap or the member limit.
-    per_part_content = max(target_shard_bytes - SHARD_FIXED_BYTES, 1)
-    parts_wanted = max(math.ceil(content / per_part_content), math.ceil(len(group) / max_rows), 2)
-    parts: list[list[PlanEntry]] = []
-    current: list[PlanEntry] = []
-    current_bytes = SHARD_FIXED_BYTES
-    running = 0
-    for entry in group:
-        boundary = content * (len(parts) + 1) / parts_wanted
-        full = current_bytes + entry.cost > max_shard_bytes or len(current) >= max_rows
-        if current and (full or running >= boundary):
-            parts.append(current)
-            current, current_bytes = [], SHARD_FIXED_BYTES
-        current.append(entry)
-        current_bytes += entry.cost
-        running += entry.cost
-    parts.append(current)
-    width = max(2, len(str(len(parts) - 1)))
-    return [_shard(f"data/{prefix}-{i:0{width}d}.zip", prefix, i, part) for i, part in enumerate(parts)]
+        prefix = entry.key[:prefix_length]
+        content, rows = totals.get(prefix, (0, 0))
+        totals[prefix] = (content + entry.cost, rows + 1)
+    return totals
 
 
-def _shard(name: str, prefix: str, part: int | None, entries: list[PlanEntry]) -> ShardPlan:
-    return ShardPlan(
-        name=name,
-        prefix=prefix,
-        part=part,
-        offset=entries[0].offset,
-        rows=len(entries),
-        bytes=SHARD_FIXED_BYTES + sum(e.cost for e in entries),
-        first_key=entries[0].key,
-        last_key=entries[-1].key,
-    )
+class _Cutter:
+    """Second pass: cut each prefix group into one shard, or parts of about equal size.
+
+    Parts are cut where the running total passes each k-th of the group's content, and
+    earlier whenever the next row would pass the cap or the member limit.
+    """
+
+    def __init__(self, totals: dict[str, tuple[int, int]], max_bytes: int, target_bytes: int, max_rows: int) -> None:
+        self.totals = totals
+        self.max_bytes = max_bytes
+        self.per_part_content = max(target_bytes - SHARD_FIXED_BYTES, 1)
+        self.max_rows = max_rows
+        self.shards: list[ShardPlan] = []
+        self.group_shards: list[ShardPlan] = []
+        self.prefix: str | None = None
+        self.split = False
+        self._reset_part()
+
+    def _reset_part(self) -> None:
+        self.first: PlanEntry | None = None
+        self.last: PlanEntry | None = None
+        self.rows = 0
+        self.bytes = SHARD_FIXED_BYTES
+
+    def _start_group(self, prefix: str) -> None:
+        self._close_group()  # the previous group, if any
+        self.prefix = prefix
+        content, rows = self.totals[prefix]
+        self.content = content
+        self.split = SHARD_FIXED_BYTES + content > self.max_bytes or rows > self.max_rows
+        self.parts_wanted = max(
+            math.ceil(content / self.per_part_content), math.ceil(rows / self.max_rows), 2 if self.split else 1
+        )
+        self.running = 0
+
+    def add(self, entry: PlanEntry, prefix: str) -> None:
+        if prefix != self.prefix:
+            self._start_group(prefix)
+        if self.first is not None and self.split:
+            boundary = self.content * (len(self.group_shards) + 1) / self.parts_wanted
+            full = self.bytes + entry.cost > self.max_bytes or self.rows >= self.max_rows
+            if full or self.running >= boundary:
+                self._close_part()
+        if self.first is None:
+            self.first = entry
+        self.last = entry
+        self.rows += 1
+        self.bytes += entry.cost
+        self.running += entry.cost
+
+    def _close_part(self) -> None:
+        if self.first is None or self.last is None or self.prefix is None:
+            return
+        self.group_shards.append(
+            ShardPlan(
+                name="",
+                prefix=self.prefix,
+                part=None,
+                offset=self.first.offset,
+                rows=self.rows,
+                bytes=self.bytes,
+                first_key=self.first.key,
+                last_key=self.last.key,
+            )
+        )
+        self._reset_part()
+
+    def _close_group(self) -> None:
+        self._close_part()
+        parts = self.group_shards
+        if len(parts) == 1 and not self.split:
+            self.shards.append(replace(parts[0], name=f"data/{self.prefix}.zip"))
+        elif parts:
+            width = max(2, len(str(len(parts) - 1)))
+            self.shards.extend(
+                replace(p, name=f"data/{self.prefix}-{i:0{width}d}.zip", part=i) for i, p in enumerate(parts)
+            )
+        self.group_shards = []
+
+    def finish(self) -> list[ShardPlan]:
+        self._close_group()
+        return self.shards

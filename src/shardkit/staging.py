@@ -168,7 +168,7 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan
 
 
 def _cost(key: str, rest: str) -> int:
-    """A staged row's shard cost from its text after "key\tline\t" (see :func:`iter_plan_entries`)."""
+    """A staged row's shard cost from its text after "key\tline\t" (see :class:`StagedEntries`)."""
     size, ext, _, published = rest.split("\t", 3)
     published_bytes = len(published.encode("utf-8")) - 1  # without "\n"
     return row_cost_for(MEMBER_NAME_FIXED + len(key) + len(ext), int(size), published_bytes)
@@ -189,16 +189,24 @@ def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterato
             n += 1
 
 
-def iter_plan_entries(path: str) -> Iterator[PlanEntry]:
-    """What the planner needs of each staged row, read straight from the bytes (no JSON decoding)."""
-    with open(path, "rb") as f:
-        offset = 0
-        for raw in f:
-            key, _, size, ext, _, published = raw.split(b"\t", 5)
-            member_length = MEMBER_NAME_FIXED + len(key) + len(ext)
-            cost = row_cost_for(member_length, int(size), len(published) - 1)  # the line without "\n"
-            yield PlanEntry(key.decode("ascii"), cost, offset)
-            offset += len(raw)
+class StagedEntries:
+    """The planner's view of ``sorted.tsv``: re-readable, one :class:`PlanEntry` per staged row.
+
+    Read straight from the bytes (no JSON decoding), as many times as the planner needs.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __iter__(self) -> Iterator[PlanEntry]:
+        with open(self.path, "rb") as f:
+            offset = 0
+            for raw in f:
+                key, _, size, ext, _, published = raw.split(b"\t", 5)
+                member_length = MEMBER_NAME_FIXED + len(key) + len(ext)
+                cost = row_cost_for(member_length, int(size), len(published) - 1)  # the line without "\n"
+                yield PlanEntry(key.decode("ascii"), cost, offset)
+                offset += len(raw)
 
 
 def stage_records(records: Iterable[SourceRecord], workdir: str) -> list[str]:

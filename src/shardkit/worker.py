@@ -3,7 +3,7 @@
 Why not ``concurrent.futures.ProcessPoolExecutor``: on Linux it brings a forkserver and a
 resource-tracker process (about 27 MB between them) and its workers import more than they
 need. A worker here imports only the writer (about 18 MB), takes a :class:`ShardJob` as one
-JSON line on stdin, and answers one JSON line on stdout: the :class:`ShardResult`, or the error.
+JSON line on stdin, and answers one JSON line on stdout: the :class:`ManifestShard`, or the error.
 
 A worker that dies (killed, out of memory) is reported as an error naming the shard; its
 partial file sits under ``.shardkit/tmp`` and is cleaned by the next run.
@@ -22,8 +22,9 @@ from dataclasses import asdict
 from typing import IO, Any
 
 from .errors import ShardkitError
+from .manifest import ManifestShard
 from .plan import ShardPlan
-from .writer import ShardJob, ShardResult, SourceChanged, write_shard
+from .writer import ShardJob, SourceChanged, write_shard
 
 
 def job_to_json(job: ShardJob) -> str:
@@ -66,7 +67,7 @@ class WorkerPool:
             for _ in range(size)
         ]
 
-    def map_unordered(self, jobs: Iterable[ShardJob]) -> Iterator[ShardResult]:
+    def map_unordered(self, jobs: Iterable[ShardJob]) -> Iterator[ManifestShard]:
         """Run every job; yield results as they finish. Stops at the first failed job."""
         queue = iter(jobs)
         running: dict[int, tuple[subprocess.Popen[str], ShardJob]] = {}
@@ -101,14 +102,14 @@ class WorkerPool:
         proc.stdin.flush()
 
     @staticmethod
-    def _result(proc: subprocess.Popen[str], job: ShardJob, line: str) -> ShardResult:
+    def _result(proc: subprocess.Popen[str], job: ShardJob, line: str) -> ManifestShard:
         if not line:
             code = proc.wait()
             raise ShardkitError(f"the worker writing {job.plan.name} died (exit code {code}); re-run to resume")
         answer = json.loads(line)
         if "error" in answer:
             raise (SourceChanged if answer["kind"] == "input" else ShardkitError)(answer["error"])
-        return ShardResult(**answer["result"])
+        return ManifestShard(**answer["result"])
 
     def close(self) -> None:
         for proc in self._procs:

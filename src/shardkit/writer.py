@@ -21,9 +21,11 @@ import zlib
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import BinaryIO
 
 from .errors import ShardkitError
+from .manifest import ManifestShard
 from .metadata import member_name
 from .plan import METADATA_MEMBER, ShardPlan
 from .staging import StagedRow, iter_staged
@@ -51,21 +53,6 @@ class ShardJob:
     read_threads: int = DEFAULT_READ_THREADS
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES
     fsync: bool = True
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    file: str  # "data/3f.zip", relative to OUT_DIR
-    metadata: str  # "metadata/3f.jsonl"
-    rows: int
-    bytes: int
-    sha256: str
-    metadata_sha256: str
-    first_key: str
-    last_key: str
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def metadata_path_for(plan: ShardPlan) -> str:
@@ -215,14 +202,14 @@ def _copy_streaming(zw: ZipWriter, path: str, row: StagedRow, crc: int) -> None:
         raise SourceChanged(f"{path} (metadata line {row.line}): file changed while packing")
 
 
-def _fsync_close(f: object, fsync: bool) -> None:
-    f.flush()  # type: ignore[attr-defined]
+def _fsync_close(f: BinaryIO, fsync: bool) -> None:
+    f.flush()
     if fsync:
-        os.fsync(f.fileno())  # type: ignore[attr-defined]
-    f.close()  # type: ignore[attr-defined]
+        os.fsync(f.fileno())
+    f.close()
 
 
-def write_shard(job: ShardJob) -> ShardResult:
+def write_shard(job: ShardJob) -> ManifestShard:
     """Write one shard and its metadata file; return what the manifest records of it."""
     plan = job.plan
     os.makedirs(job.tmp_dir, exist_ok=True)
@@ -276,7 +263,7 @@ def write_shard(job: ShardJob) -> ShardResult:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
         raise
-    return ShardResult(
+    return ManifestShard(
         file=plan.name,
         metadata=meta_rel,
         rows=plan.rows,

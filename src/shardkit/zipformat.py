@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -115,7 +115,7 @@ class ZipWriter:
     """
 
     out: BinaryIO
-    sink: object = None
+    sink: Callable[[bytes | memoryview], object] | None = None
     _offset: int = 0
     _central: list[bytes] | None = None
     _pending: int = 0
@@ -123,7 +123,7 @@ class ZipWriter:
     def _emit(self, data: bytes | memoryview) -> None:
         self.out.write(data)
         if self.sink is not None:
-            self.sink(data)  # type: ignore[operator]
+            self.sink(data)
         self._offset += len(data)
 
     def start_member(self, name: str, size: int, crc: int) -> None:
