@@ -8,6 +8,7 @@ rows. An existing card keeps its text and every other key; only those two keys a
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -95,8 +96,60 @@ def minimal_body(title: str, section: str) -> str:
     )
 
 
+_SIZE_CATEGORIES = [
+    (10**3, "n<1K"),
+    (10**4, "1K<n<10K"),
+    (10**5, "10K<n<100K"),
+    (10**6, "100K<n<1M"),
+    (10**7, "1M<n<10M"),
+    (10**8, "10M<n<100M"),
+    (10**9, "100M<n<1B"),
+    (10**10, "1B<n<10B"),
+    (10**11, "10B<n<100B"),
+    (10**12, "100B<n<1T"),
+]
+
+
+def size_category(rows: int) -> str:
+    """The Hub's size category for a row count."""
+    for bound, name in _SIZE_CATEGORIES:
+        if rows < bound:
+            return name
+    return "n>1T"
+
+
+LOADER_SUFFIX = "_loader.py"
+FEATURES_BEGIN = "# shardkit:features-begin\n"
+FEATURES_END = "# shardkit:features-end\n"
+
+
+def update_loaders(out_dir: str, features: list[dict[str, Any]]) -> list[str]:
+    """Write the features into every ``*_loader.py`` at OUT_DIR's root that has the markers.
+
+    The template's loading script declares its features between two marker comments; datasets
+    3.6 then types every column as the card does.
+    """
+    updated = []
+    for name in sorted(os.listdir(out_dir)):
+        if not name.endswith(LOADER_SUFFIX):
+            continue
+        path = os.path.join(out_dir, name)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        start, end = text.find(FEATURES_BEGIN), text.find(FEATURES_END)
+        if start == -1 or end < start:
+            continue
+        block = f'_FEATURES_JSON = r"""\n{json.dumps(features, ensure_ascii=False, indent=1)}\n"""\n'
+        new = text[: start + len(FEATURES_BEGIN)] + block + text[end:]
+        if new != text:
+            write_atomic(path, new.encode("utf-8"))
+        updated.append(path)
+    return updated
+
+
 def update_card(out_dir: str, *, features: list[dict[str, Any]], rows: int, shards: int, total_bytes: int) -> str:
-    """Create README.md, or set ``configs`` (if absent), ``dataset_info.features`` and the stats section."""
+    """Create README.md, or set ``configs`` (if absent), ``size_categories``, ``dataset_info.features``
+    and the stats section."""
     path = os.path.join(out_dir, "README.md")
     section = stats_section(rows, shards, total_bytes)
     try:
@@ -106,6 +159,7 @@ def update_card(out_dir: str, *, features: list[dict[str, Any]], rows: int, shar
     except FileNotFoundError:
         data, body = {}, minimal_body(os.path.basename(os.path.abspath(out_dir)), section)
     data.setdefault("configs", default_configs())
+    data["size_categories"] = [size_category(rows)]
     info = data.get("dataset_info")
     if not isinstance(info, dict):
         info = {}

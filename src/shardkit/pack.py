@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import jsonlines
 
-from .card import AUDIO_EXTENSIONS, ensure_gitattributes, modality_for, update_card
+from .card import AUDIO_EXTENSIONS, ensure_gitattributes, modality_for, update_card, update_loaders
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .metadata import metadata_line, read_metadata
@@ -251,6 +251,7 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
         out_dir, features=staged.features, rows=staged.rows, shards=len(plan), total_bytes=sum(p.bytes for p in plan)
     )
     ensure_gitattributes(out_dir)
+    update_loaders(out_dir, staged.features)
     shutil.rmtree(staging_dir, ignore_errors=True)
     return summary(written=len(todo), manifest=manifest_path)
 
