@@ -236,6 +236,71 @@ def pack_cmd(**kw: Any) -> None:
 pack_cmd.help = _pack_command.__doc__
 
 
+TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "hub-dataset")
+
+
+@main.command("new")
+@click.argument("answers", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option(
+    "-o",
+    "--output-dir",
+    type=click.Path(file_okay=False),
+    default=".",
+    show_default=True,
+    help="Where to create the dataset repo folder.",
+)
+@click.option("--no-input", is_flag=True, help="Ask nothing: defaults plus the KEY=VALUE answers given.")
+@click.option(
+    "--template",
+    default=TEMPLATE_DIR,
+    show_default="the template shipped with shardkit",
+    help="A cookiecutter template path or git URL.",
+)
+@click.option(
+    "--directory", default=None, help="The template's folder inside a git repository (e.g. templates/hub-dataset)."
+)
+@click.option("--overwrite", is_flag=True, help="Write into an existing folder of the same name.")
+def new_cmd(
+    answers: tuple[str, ...], output_dir: str, no_input: bool, template: str, directory: str | None, overwrite: bool
+) -> None:
+    """Scaffold a dataset repo: card with `configs`, .gitattributes, loading script for datasets 3.6.
+
+    Same questions and answers as `cookiecutter templates/hub-dataset`, e.g.
+
+        shardkit new --no-input dataset_name=yfcc-mini namespace=me license=cc-by-4.0
+    """
+    from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
+    from cookiecutter.main import cookiecutter
+
+    extra: dict[str, str] = {}
+    for answer in answers:
+        key, sep, value = answer.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"answers are KEY=VALUE, got {answer!r}")
+        extra[key] = value
+    # cookiecutter logs a traceback when the hook refuses an answer; the hook's own message is enough.
+    logging.getLogger("cookiecutter").setLevel(logging.CRITICAL)
+    try:
+        path = cookiecutter(
+            template,
+            no_input=no_input,
+            extra_context=extra,
+            output_dir=output_dir,
+            overwrite_if_exists=overwrite,
+            directory=directory,
+        )
+    except FailedHookException:
+        click.echo("error: the answers were refused (see the reasons above); nothing was created", err=True)
+        sys.exit(1)
+    except OutputDirExistsException as exc:
+        click.echo(f"error: {exc}; pass --overwrite to write into it", err=True)
+        sys.exit(1)
+    except CookiecutterException as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(path)
+
+
 @click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]}, help=_pack_command.__doc__)
 @click.version_option(__version__, prog_name="pack-shards")
 @_with_pack_options

@@ -1,0 +1,241 @@
+"""The dataset repo template: generation, name checks, and one dataset loading the same in every datasets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import py_compile
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cookiecutter.main import cookiecutter
+from datasets import load_dataset
+from datasets.utils.metadata import MetadataConfigs
+from huggingface_hub import DatasetCard
+
+from shardkit.card import split_front_matter
+from shardkit.cli import TEMPLATE_DIR
+from tests.conftest import EXAMPLE_DIR, REPO_ROOT
+
+SCRIPTS = Path(sys.executable).parent
+DS36_PYTHON = os.environ.get("SHARDKIT_DS36_PYTHON", str(REPO_ROOT / ".venv-ds36" / "bin" / "python"))
+
+
+def generate(tmp_path: Path, **answers: str) -> Path:
+    return Path(
+        cookiecutter(TEMPLATE_DIR, no_input=True, extra_context=answers, output_dir=str(tmp_path), default_config=True)
+    )
+
+
+def card_of(repo: Path) -> dict[str, Any]:
+    data, _ = split_front_matter((repo / "README.md").read_text(encoding="utf-8"))
+    return data
+
+
+def test_defaults_give_a_loadable_repo_skeleton(tmp_path: Path) -> None:
+    repo = generate(tmp_path)
+    assert repo.name == "my-image-dataset"
+    assert sorted(p.name for p in repo.iterdir()) == [
+        ".gitattributes",
+        ".gitignore",
+        "README.md",
+        "data",
+        "my_image_dataset_loader.py",
+    ]
+    card = card_of(repo)
+    assert card["license"] == "cc-by-4.0" and card["task_categories"] == ["image-classification"]
+    configs = MetadataConfigs.from_dataset_card_data(DatasetCard.load(repo / "README.md").data)
+    assert configs["default"]["data_files"] == [{"split": "train", "path": "data/*.zip"}]
+    assert "*.zip filter=lfs" in (repo / ".gitattributes").read_text()
+    assert ".shardkit/" in (repo / ".gitignore").read_text()
+    py_compile.compile(str(repo / "my_image_dataset_loader.py"), doraise=True)
+
+
+def test_overrides_and_free_text_that_would_break_yaml(tmp_path: Path) -> None:
+    repo = generate(
+        tmp_path,
+        dataset_name="cats",
+        namespace="lab",
+        pretty_name='Cats: "a study" # 1',
+        description="Cats: on stairs.",
+        license="cc0-1.0",
+        modality="audio",
+        task_category="audio-classification",
+    )
+    card = card_of(repo)
+    assert card["pretty_name"] == 'Cats: "a study" # 1'
+    assert card["license"] == "cc0-1.0" and card["tags"] == ["shardkit", "audio"]
+    text = (repo / "README.md").read_text()
+    assert 'load_dataset("lab/cats"' in text
+    loader = repo / "cats_loader.py"
+    py_compile.compile(str(loader), doraise=True)
+    assert '_FILE_COLUMN = "audio"' in loader.read_text()
+
+
+BAD_NAMES = {
+    "": "dataset_name is empty",
+    "my dataset": "contains ' '; use only letters, digits, '-', '_' and '.'",
+    "-dash": "may not start or end with '-' or '.'",
+    "dot.": "may not start or end with '-' or '.'",
+    "a--b": "may not contain '--' or '..'",
+    "a..b": "may not contain '--' or '..'",
+    "repo.git": "may not end in '.git'",
+    "x" * 97: "is 97 characters long; the Hub allows at most 96",
+    "ümlaut": "contains 'ü'",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_NAMES))
+def test_bad_names_are_refused_with_the_reason(tmp_path: Path, name: str) -> None:
+    config = tmp_path / "cookiecutter.yaml"  # keeps a user's ~/.cookiecutterrc out of the test
+    config.write_text("default_context: {}\n")
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(out), f"dataset_name={name}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "COOKIECUTTER_CONFIG": str(config)},
+    )
+    assert result.returncode == 1
+    assert BAD_NAMES[name] in result.stderr
+    assert "the answers were refused" in result.stderr
+    assert not out.exists() or list(out.iterdir()) == []  # nothing created
+
+
+def test_bad_namespace_is_refused(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path), "namespace=a b"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1 and "namespace 'a b' contains ' '" in result.stderr
+
+
+def test_shardkit_new_takes_answers_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    cmd = [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path), "dataset_name=yfcc-mini", "license=mit"]
+    first = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == str(tmp_path / "yfcc-mini")
+    assert card_of(tmp_path / "yfcc-mini")["license"] == "mit"
+    again = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert again.returncode == 1 and "already exists; pass --overwrite" in again.stderr
+    bad = subprocess.run([*cmd[:-1], "license"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "answers are KEY=VALUE, got 'license'" in bad.stderr
+
+
+# --- end to end: scaffold, pack, load with datasets 5.x and with the script in datasets 3.6 ---
+
+DIGEST_SCRIPT = r"""
+import hashlib, json, sys
+import datasets
+from datasets import load_dataset
+
+path, streaming, column = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+kwargs = {"trust_remote_code": True} if path.endswith(".py") else {}
+ds = load_dataset(path, split="train", streaming=streaming, cache_dir=sys.argv[4], **kwargs)
+shards = ds.n_shards if streaming else None
+ds = ds.cast_column(column, datasets.Image(decode=False))
+rows = []
+for row in ds:
+    data = row[column]["bytes"]
+    if data is None:
+        import fsspec
+        with fsspec.open(row[column]["path"], "rb") as f:
+            data = f.read()
+    fields = {k: v for k, v in row.items() if k != column}
+    rows.append([row["key"], hashlib.sha256(data).hexdigest(), json.dumps(fields, sort_keys=True)])
+print(json.dumps({"version": datasets.__version__, "n_shards": shards, "rows": sorted(rows)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tpl")
+    repo = Path(
+        cookiecutter(
+            TEMPLATE_DIR,
+            no_input=True,
+            extra_context={"dataset_name": "yfcc-mini"},
+            output_dir=str(root),
+            default_config=True,
+        )
+    )
+    result = subprocess.run(
+        [
+            str(SCRIPTS / "pack-shards"),
+            str(EXAMPLE_DIR / "images"),
+            str(EXAMPLE_DIR / "metadata.jsonl"),
+            "-o",
+            str(repo),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return repo
+
+
+def expected_rows() -> list[list[str]]:
+    rows = []
+    for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        data = (EXAMPLE_DIR / "images" / row.pop("file_name")).read_bytes()
+        rows.append([row["key"], hashlib.sha256(data).hexdigest(), json.dumps(row, sort_keys=True)])
+    return sorted(rows)
+
+
+def read_with(python: str, path: Path | str, streaming: bool, cache: Path) -> dict[str, Any]:
+    result = subprocess.run(
+        [python, "-c", DIGEST_SCRIPT, str(path), "1" if streaming else "0", "image", str(cache)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_card_and_loader_kept_true_after_packing(packed_template: Path) -> None:
+    card = card_of(packed_template)
+    assert card["size_categories"] == ["n<1K"]
+    assert [f["name"] for f in card["dataset_info"]["features"]][:2] == ["image", "key"]
+    assert "300 rows in 16 ZIP shards" in (packed_template / "README.md").read_text()
+    loader = (packed_template / "yfcc_mini_loader.py").read_text()
+    assert '"name": "latitude"' in loader and '"dtype": "float64"' in loader
+    assert card["license"] == "cc-by-4.0"  # the template's answers survive packing
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "not-streaming"])
+def test_datasets_5_without_script_reads_every_row_and_byte(
+    packed_template: Path, streaming: bool, tmp_path: Path
+) -> None:
+    got = read_with(sys.executable, packed_template, streaming, tmp_path)
+    assert got["version"].startswith("5.")
+    assert got["rows"] == expected_rows()
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "not-streaming"])
+def test_datasets_3_6_through_the_loading_script_reads_the_same(
+    packed_template: Path, streaming: bool, tmp_path: Path
+) -> None:
+    assert Path(DS36_PYTHON).exists(), f"{DS36_PYTHON} missing: scripts/test.sh builds it"
+    got = read_with(DS36_PYTHON, packed_template / "yfcc_mini_loader.py", streaming, tmp_path)
+    assert got["version"] == "3.6.0"
+    assert got["rows"] == expected_rows()
+    if streaming:
+        assert got["n_shards"] == 16  # one unit of work per ZIP shard
+
+
+def test_datasets_5_refuses_nothing_in_the_generated_repo(packed_template: Path) -> None:
+    # datasets >= 4 refuses a repo holding <name>.py; the loader's name differs on purpose.
+    assert not (packed_template / "yfcc-mini.py").exists()
+    ds = load_dataset(str(packed_template), split="train", streaming=True)
+    assert next(iter(ds))["image"].size[0] > 0
