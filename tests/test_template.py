@@ -20,6 +20,7 @@ from huggingface_hub import DatasetCard
 from shardkit.card import split_front_matter
 from shardkit.cli import TEMPLATE_DIR
 from tests.conftest import EXAMPLE_DIR, REPO_ROOT
+from tests.http_server import serve_directory
 
 SCRIPTS = Path(sys.executable).parent
 DS36_PYTHON = os.environ.get("SHARDKIT_DS36_PYTHON", str(REPO_ROOT / ".venv-ds36" / "bin" / "python"))
@@ -138,6 +139,8 @@ from datasets import load_dataset
 
 path, streaming, column = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 kwargs = {"trust_remote_code": True} if path.endswith(".py") else {}
+if len(sys.argv) > 5:
+    kwargs["data_dir"] = sys.argv[5]
 ds = load_dataset(path, split="train", streaming=streaming, cache_dir=sys.argv[4], **kwargs)
 shards = ds.n_shards if streaming else None
 ds = ds.cast_column(column, datasets.Image(decode=False))
@@ -192,13 +195,11 @@ def expected_rows() -> list[list[str]]:
     return sorted(rows)
 
 
-def read_with(python: str, path: Path | str, streaming: bool, cache: Path) -> dict[str, Any]:
-    result = subprocess.run(
-        [python, "-c", DIGEST_SCRIPT, str(path), "1" if streaming else "0", "image", str(cache)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def read_with(
+    python: str, path: Path | str, streaming: bool, cache: Path, data_dir: str | None = None
+) -> dict[str, Any]:
+    args = [python, "-c", DIGEST_SCRIPT, str(path), "1" if streaming else "0", "image", str(cache)]
+    result = subprocess.run([*args, *([data_dir] if data_dir else [])], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -239,3 +240,18 @@ def test_datasets_5_refuses_nothing_in_the_generated_repo(packed_template: Path)
     assert not (packed_template / "yfcc-mini.py").exists()
     ds = load_dataset(str(packed_template), split="train", streaming=True)
     assert next(iter(ds))["image"].size[0] > 0
+
+
+def test_script_over_http_makes_requests_per_shard_not_per_image(packed_template: Path, tmp_path: Path) -> None:
+    manifest = json.loads((packed_template / "shards.json").read_text())
+    shards, images = manifest["totals"]["shards"], manifest["totals"]["rows"]
+    with serve_directory(packed_template) as (base, log):
+        got = read_with(DS36_PYTHON, packed_template / "yfcc_mini_loader.py", True, tmp_path, data_dir=base)
+        zip_requests, all_requests = log.count("/data/"), log.count()
+    assert got["rows"] == expected_rows()
+    assert got["n_shards"] == shards == 16
+    # Each shard is read front to back from one open(): a handful of requests per shard
+    # (a HEAD for the size, then ranged GETs), never one or more per image.
+    assert shards <= zip_requests <= 4 * shards
+    assert all_requests <= 4 * shards + 5
+    assert all_requests < images / 4

@@ -1,0 +1,115 @@
+"""A static file server on 127.0.0.1 with HTTP Range support and a request log, for tests.
+
+Python's http.server ignores Range; readers that stream ZIPs (fsspec's HTTP files) depend on it.
+Every request is logged as (method, path, range header) so tests can count requests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+
+@dataclass
+class RequestLog:
+    entries: list[tuple[str, str, str | None]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, method: str, path: str, range_header: str | None) -> None:
+        with self.lock:
+            self.entries.append((method, path, range_header))
+
+    def count(self, prefix: str = "") -> int:
+        with self.lock:
+            return sum(1 for _, path, _ in self.entries if path.startswith(prefix))
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+def _handler(root: Path, log: RequestLog) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet
+            pass
+
+        def _resolve(self) -> Path | None:
+            rel = unquote(urlsplit(self.path).path).lstrip("/")
+            path = (root / rel).resolve()
+            if root not in path.parents and path != root:
+                return None
+            return path if path.is_file() else None
+
+        def _respond(self, send_body: bool) -> None:
+            log.add(self.command, urlsplit(self.path).path, self.headers.get("Range"))
+            path = self._resolve()
+            if path is None:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            size = path.stat().st_size
+            start, end = 0, size - 1
+            status = 200
+            match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", ""))
+            if match and (match.group(1) or match.group(2)):
+                if match.group(1):
+                    start = int(match.group(1))
+                    end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
+                else:  # suffix range: the last N bytes
+                    start = max(size - int(match.group(2)), 0)
+                if start >= size:
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{size}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                status = 206
+            self.send_response(status)
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Length", str(end - start + 1))
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            self.end_headers()
+            if send_body:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    remaining = end - start + 1
+                    while remaining:
+                        chunk = f.read(min(remaining, 1 << 20))
+                        if not chunk:
+                            break
+                        self.wfile.write(chunk)
+                        remaining -= len(chunk)
+
+        def do_GET(self) -> None:
+            self._respond(send_body=True)
+
+        def do_HEAD(self) -> None:
+            self._respond(send_body=False)
+
+    return Handler
+
+
+@contextmanager
+def serve_directory(root: Path) -> Iterator[tuple[str, RequestLog]]:
+    """Serve ``root`` on 127.0.0.1 (a free port); yield (base URL ending in '/', request log)."""
+    log = RequestLog()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(Path(os.path.realpath(root)), log))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", log
+    finally:
+        server.shutdown()
+        server.server_close()
