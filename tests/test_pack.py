@@ -101,6 +101,15 @@ def test_content_keys_and_given_keys(make_corpus, tmp_path: Path) -> None:  # ty
     assert published == {r["key"] for r in keyed.rows}
 
 
+def test_caption_for_the_preview() -> None:
+    from shardkit.preview import caption_of
+
+    assert caption_of({"title": "Morning+light", "caption": None}) == "Morning light"
+    assert caption_of({"label": 3}) == "3"
+    assert caption_of({"key": "0123456789abcdef"}) == "0123456789ab"
+    assert caption_of({"caption": "x" * 40}) == "x" * 23 + "…"
+
+
 def test_gzipped_metadata(corpus: Corpus, tmp_path: Path) -> None:
     gz = corpus.root / "meta.jsonl.gz"
     gz.write_bytes(gzip.compress(corpus.meta.read_bytes()))

@@ -212,6 +212,12 @@ def test_card_and_loader_kept_true_after_packing(packed_template: Path) -> None:
     loader = (packed_template / "yfcc_mini_loader.py").read_text()
     assert '"name": "latitude"' in loader and '"dtype": "float64"' in loader
     assert card["license"] == "cc-by-4.0"  # the template's answers survive packing
+    # The contact sheet: 12 sample images (one per shard) with captions, embedded in the card.
+    from PIL import Image
+
+    with Image.open(packed_template / "preview.jpg") as sheet:
+        assert sheet.format == "JPEG" and sheet.size == (4 * 160, 3 * (160 + 28))
+    assert "](preview.jpg)" in (packed_template / "README.md").read_text()
 
 
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "not-streaming"])

@@ -70,11 +70,12 @@ STATS_BEGIN = "<!-- shardkit:stats -->"
 STATS_END = "<!-- /shardkit:stats -->"
 
 
-def stats_section(rows: int, shards: int, total_bytes: int) -> str:
+def stats_section(rows: int, shards: int, total_bytes: int, preview: str | None = None) -> str:
     """The card text shardkit owns: rewritten on every pack, between two HTML comments."""
+    picture = f"\n![A sample of the images with their captions]({preview})\n" if preview else ""
     return (
         f"{STATS_BEGIN}\n{rows:,} rows in {shards} ZIP shards ({total_bytes / 1e6:,.1f} MB),"
-        " packed with shardkit.\n"
+        f" packed with shardkit.\n{picture}"
         f"{STATS_END}"
     )
 
@@ -147,11 +148,19 @@ def update_loaders(out_dir: str, features: list[dict[str, Any]]) -> list[str]:
     return updated
 
 
-def update_card(out_dir: str, *, features: list[dict[str, Any]], rows: int, shards: int, total_bytes: int) -> str:
+def update_card(
+    out_dir: str,
+    *,
+    features: list[dict[str, Any]],
+    rows: int,
+    shards: int,
+    total_bytes: int,
+    preview: str | None = None,
+) -> str:
     """Create README.md, or set ``configs`` (if absent), ``size_categories``, ``dataset_info.features``
     and the stats section."""
     path = os.path.join(out_dir, "README.md")
-    section = stats_section(rows, shards, total_bytes)
+    section = stats_section(rows, shards, total_bytes, preview)
     try:
         with open(path, encoding="utf-8") as f:
             data, body = split_front_matter(f.read())

@@ -44,6 +44,7 @@ from .plan import (
     max_file_bytes,
     plan_shards,
 )
+from .preview import write_preview
 from .progress import NullProgress, Progress
 from .schema import SchemaTracker
 from .staging import RunWriter, StagedEntries, format_staged, merge_runs
@@ -247,8 +248,14 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
         shards=[done[p.name] for p in plan],
     )
     manifest_path = write_manifest(out_dir, manifest)
+    preview = write_preview(out_dir, [p.name for p in plan]) if staged.modality == "image" else None
     update_card(
-        out_dir, features=staged.features, rows=staged.rows, shards=len(plan), total_bytes=sum(p.bytes for p in plan)
+        out_dir,
+        features=staged.features,
+        rows=staged.rows,
+        shards=len(plan),
+        total_bytes=sum(p.bytes for p in plan),
+        preview=preview,
     )
     ensure_gitattributes(out_dir)
     update_loaders(out_dir, staged.features)
