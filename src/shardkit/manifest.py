@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .metadata import KEY_SCHEME
@@ -55,7 +55,6 @@ class Manifest:
     format: str = FORMAT
     key_scheme: str = KEY_SCHEME
     member_template: str = MEMBER_TEMPLATE
-    totals: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,7 +86,6 @@ class Manifest:
             modality=data["modality"],
             features=data["features"],
             shards=[ManifestShard(**s) for s in data["shards"]],
-            totals=data.get("totals", {}),
         )
 
 

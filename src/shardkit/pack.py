@@ -49,7 +49,7 @@ from .progress import NullProgress, Progress
 from .schema import SchemaTracker
 from .staging import RunWriter, StagedEntries, format_staged, merge_runs
 from .worker import WorkerPool
-from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, write_shard
+from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +355,7 @@ def _reconcile(
         manifest = read_manifest(out_dir)
         if manifest is not None:
             previous = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
-    planned = {p.name for p in plan} | {f"metadata/{p.stem}.jsonl" for p in plan}
+    planned = {p.name for p in plan} | {metadata_path_for(p) for p in plan}
     foreign = sorted(
         f"{sub}/{name}"
         for sub, suffix in (("data", ".zip"), ("metadata", ".jsonl"))

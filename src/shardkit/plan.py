@@ -18,11 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from .zipformat import (
-    CENTRAL_HEADER_SIZE,
     END_RECORD_SIZE,
-    LOCAL_HEADER_SIZE,
     MAX_ZIP_BYTES,
     MAX_ZIP_MEMBERS,
+    member_overhead_for_length,
     stored_member_overhead,
 )
 
@@ -62,14 +61,10 @@ class ShardPlan:
         return self.name.rsplit("/", 1)[-1].removesuffix(".zip")
 
 
-def row_cost(member: str, file_bytes: int, metadata_line_bytes: int) -> int:
-    """Bytes a row adds to a shard: its member headers, its data, its metadata line and newline."""
-    return stored_member_overhead(member) + file_bytes + metadata_line_bytes + 1
-
-
 def row_cost_for(member_name_bytes: int, file_bytes: int, metadata_line_bytes: int) -> int:
-    """:func:`row_cost` from the member name's encoded length (for names already known to be safe)."""
-    return 2 * member_name_bytes + LOCAL_HEADER_SIZE + CENTRAL_HEADER_SIZE + file_bytes + metadata_line_bytes + 1
+    """Bytes a row adds to a shard: its member headers (from the encoded name's length), its data,
+    its metadata line and the newline."""
+    return member_overhead_for_length(member_name_bytes) + file_bytes + metadata_line_bytes + 1
 
 
 def max_file_bytes(max_shard_bytes: int) -> int:

@@ -17,7 +17,7 @@ import hashlib
 import heapq
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -207,13 +207,3 @@ class StagedEntries:
                 cost = row_cost_for(member_length, int(size), len(published) - 1)  # the line without "\n"
                 yield PlanEntry(key.decode("ascii"), cost, offset)
                 offset += len(raw)
-
-
-def stage_records(records: Iterable[SourceRecord], workdir: str) -> list[str]:
-    """Convenience for tests: stage records straight into sorted runs."""
-    from .metadata import metadata_line
-
-    writer = RunWriter(workdir)
-    for record in records:
-        writer.add(format_staged(record, metadata_line(record)))
-    return writer.finish()

@@ -61,8 +61,12 @@ def encode_name(name: str) -> bytes:
 
 def stored_member_overhead(name: str) -> int:
     """Bytes a stored member adds to a shard beyond its data: local header + central entry."""
-    n = len(encode_name(name))
-    return LOCAL_HEADER_SIZE + n + CENTRAL_HEADER_SIZE + n
+    return member_overhead_for_length(len(encode_name(name)))
+
+
+def member_overhead_for_length(name_bytes: int) -> int:
+    """:func:`stored_member_overhead` from the encoded name's length (no extra field, no comment)."""
+    return LOCAL_HEADER_SIZE + CENTRAL_HEADER_SIZE + 2 * name_bytes
 
 
 def local_header(name: bytes, size: int, crc: int) -> bytes:
