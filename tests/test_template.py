@@ -49,6 +49,8 @@ def test_defaults_give_a_loadable_repo_skeleton(tmp_path: Path) -> None:
     ]
     card = card_of(repo)
     assert card["license"] == "cc-by-4.0" and card["task_categories"] == ["image-classification"]
+    # Before packing the card declares the file column and the key; packing adds every column.
+    assert card["dataset_info"]["features"] == [{"name": "image", "dtype": "image"}, {"name": "key", "dtype": "string"}]
     configs = MetadataConfigs.from_dataset_card_data(DatasetCard.load(repo / "README.md").data)
     assert configs["default"]["data_files"] == [{"split": "train", "path": "data/*.zip"}]
     assert "*.zip filter=lfs" in (repo / ".gitattributes").read_text()
