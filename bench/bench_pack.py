@@ -19,6 +19,7 @@ within one run, never across machines.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -168,10 +169,8 @@ def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
                 procs = [ps, *ps.children(recursive=True)]
                 rss = 0
                 for p in procs:
-                    try:
+                    with contextlib.suppress(psutil.Error):
                         rss += p.memory_info().rss
-                    except psutil.Error:
-                        pass
                 peak = max(peak, rss)
             except psutil.Error:
                 pass
@@ -190,9 +189,23 @@ def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
 
 def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace) -> Result:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [str(SCRIPTS / "pack-shards"), str(images), str(meta), "-o", str(out), "--json", "--quiet",
-           "--jobs", str(args.jobs), "--read-threads", str(args.read_threads),
-           "--target-shard-size", str(args.target_shard_size), "--max-shard-size", str(args.max_shard_size)]
+    cmd = [
+        str(SCRIPTS / "pack-shards"),
+        str(images),
+        str(meta),
+        "-o",
+        str(out),
+        "--json",
+        "--quiet",
+        "--jobs",
+        str(args.jobs),
+        "--read-threads",
+        str(args.read_threads),
+        "--target-shard-size",
+        str(args.target_shard_size),
+        "--max-shard-size",
+        str(args.max_shard_size),
+    ]
     seconds, peak, stdout = run_with_peak_rss(cmd)
     summary = json.loads(stdout)
     largest = max(p.stat().st_size for p in (out / "data").glob("*.zip"))
@@ -219,25 +232,31 @@ def main() -> None:
     corpus_dir = args.workdir / "corpus"
     t = time.perf_counter()
     images, with_keys, without_keys, total = make_corpus(corpus_dir, args.files, args.mean_size, args.seed)
-    print(f"corpus: {args.files} files, {total / 1e6:,.0f} MB ({time.perf_counter() - t:.0f} s to make or find)",
-          file=sys.stderr)
+    print(
+        f"corpus: {args.files} files, {total / 1e6:,.0f} MB ({time.perf_counter() - t:.0f} s to make or find)",
+        file=sys.stderr,
+    )
     paths = list_files(images)
     read_limit(paths, args.jobs * args.read_threads)  # warm the page cache
     results: list[Result] = []
     mb = total / 1e6
     if not args.skip_baselines:
-        results.append(Result("read limit (parallel read)", read_limit(paths, args.jobs * args.read_threads), mb,
-                              len(paths)))
-        results.append(Result("write limit (fsynced)", write_limit(total, args.jobs, args.workdir / "w"), mb,
-                              len(paths)))
+        results.append(
+            Result("read limit (parallel read)", read_limit(paths, args.jobs * args.read_threads), mb, len(paths))
+        )
+        results.append(
+            Result("write limit (fsynced)", write_limit(total, args.jobs, args.workdir / "w"), mb, len(paths))
+        )
         seconds, largest = zipfile_baseline(images, with_keys, args.workdir / "zipfile", args.target_shard_size)
         results.append(Result("zipfile, 1 process", seconds, mb, len(paths), None, largest))
     results.append(shardkit_pack(images, with_keys, args.workdir / "out", args))
     results.append(shardkit_pack(images, without_keys, args.workdir / "out", args))
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
-    print(f"\n{time.strftime('%Y-%m-%d')}, {machine}, Python {platform.python_version()}; "
-          f"{args.files:,} files, {mb:,.0f} MB, jobs={args.jobs}, read threads={args.read_threads}, warm cache")
+    print(
+        f"\n{time.strftime('%Y-%m-%d')}, {machine}, Python {platform.python_version()}; "
+        f"{args.files:,} files, {mb:,.0f} MB, jobs={args.jobs}, read threads={args.read_threads}, warm cache"
+    )
     print(f"| {'what':<34} | {'MB/s':>7} | {'files/s':>8} | {'peak RSS':>9} | {'largest shard':>13} |")
     print(f"|{'-' * 36}|{'-' * 9}|{'-' * 10}|{'-' * 11}|{'-' * 15}|")
     for r in results:
@@ -247,8 +266,10 @@ def main() -> None:
     by_name = {r.name: r for r in results}
     packed = by_name["shardkit pack (keys given)"]
     if "read limit (parallel read)" in by_name:
-        print(f"shardkit / read limit = {packed.mb_per_s / by_name['read limit (parallel read)'].mb_per_s:.2f}; "
-              f"shardkit / zipfile = {packed.mb_per_s / by_name['zipfile, 1 process'].mb_per_s:.2f}")
+        print(
+            f"shardkit / read limit = {packed.mb_per_s / by_name['read limit (parallel read)'].mb_per_s:.2f}; "
+            f"shardkit / zipfile = {packed.mb_per_s / by_name['zipfile, 1 process'].mb_per_s:.2f}"
+        )
     if args.json:
         print(json.dumps({"machine": machine, "results": [asdict(r) | {"mb_per_s": r.mb_per_s} for r in results]}))
 
