@@ -241,3 +241,14 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
     summary = json.loads(rerun.stdout)
     assert summary["resumed_shards"] == 15 and summary["written_shards"] == 1
     assert json.loads((out / "shards.json").read_text())["totals"]["rows"] == 3001
+
+
+def test_os_error_while_writing_is_one_line_naming_the_path(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "data").write_text("a file where the data/ folder should be")  # a real OSError in the writer
+    code, _, stderr = run(corpus.images, corpus.meta, "-o", out, "-j", "1")
+    assert code == 1
+    assert "Traceback" not in stderr
+    assert f"error: {out / 'data'}: File exists" in stderr
+    assert list((out / ".shardkit" / "tmp").glob("*.partial")) == []

@@ -160,6 +160,18 @@ def test_other_input_is_refused_without_force(make_corpus, tmp_path: Path) -> No
     assert tree_bytes(out) == tree_bytes(fresh)  # stale shards of the first input are gone
 
 
+def test_a_stray_file_in_data_is_never_deleted_silently(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    pack(config_for(corpus, out, jobs=1))
+    stray = out / "data" / "mine.zip"
+    stray.write_bytes(b"PK mine")
+    with pytest.raises(UsageError, match=r"holds files this input does not produce \(data/mine\.zip\)"):
+        pack(config_for(corpus, out, jobs=1))
+    assert stray.read_bytes() == b"PK mine"
+    pack(config_for(corpus, out, jobs=1, force=True))
+    assert not stray.exists()
+
+
 def test_unknown_shards_in_out_dir_are_refused(corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "data").mkdir(parents=True)

@@ -64,6 +64,10 @@ def _run(action: Callable[[], Any]) -> Any:
     except ShardkitError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    except OSError as exc:  # disk full, permission denied...: one line naming the file, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        sys.exit(1)
 
 
 def _exit_now(code: int) -> None:

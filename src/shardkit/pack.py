@@ -369,6 +369,13 @@ def _reconcile(
         raise UsageError(
             f"{out_dir} already holds output from {why}. Re-run with --force to replace it, or choose another OUT_DIR."
         )
+    unplanned = [rel for rel in foreign if rel not in planned]
+    if same_run and unplanned and not force:  # never delete a file we did not write without being told
+        shown = ", ".join(unplanned[:5]) + (" ..." if len(unplanned) > 5 else "")
+        raise UsageError(
+            f"{out_dir} holds files this input does not produce ({shown}). Move them away, or re-run with"
+            " --force to delete them."
+        )
     done_dir = os.path.join(work_dir, "done")
     if not same_run:
         shutil.rmtree(done_dir, ignore_errors=True)
