@@ -140,12 +140,12 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan
     try:
         with open(out_path, "w", encoding="utf-8", newline="\n") as out:
             for text in heapq.merge(*files):
-                key, line_text, _ = text.split("\t", 2)
+                key, line_text, rest = text.split("\t", 2)
                 line = int(line_text)
                 if key == prev_key:
                     duplicate_count += 1
                     if len(duplicates) < keep_problems:
-                        raw = text.split("\t", 5)[5].rstrip("\n")
+                        raw = rest.split("\t", 3)[3].rstrip("\n")
                         duplicates.append(
                             InputProblem(line, f"duplicate key {key} (first used on line {prev_line})", raw)
                         )
@@ -153,7 +153,6 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan
                 prev_key, prev_line = key, line
                 # The input line number is not part of the fingerprint: moving rows around in the
                 # metadata file does not change what gets published.
-                rest = text.split("\t", 2)[2]
                 fingerprint.update(rest.encode("utf-8"))
                 fingerprint.update(key.encode("ascii"))
                 out.write(text)
@@ -172,6 +171,20 @@ def _cost(key: str, rest: str) -> int:
     size, ext, _, published = rest.split("\t", 3)
     published_bytes = len(published.encode("utf-8")) - 1  # without "\n"
     return row_cost_for(MEMBER_NAME_FIXED + len(key) + len(ext), int(size), published_bytes)
+
+
+def iter_published_lines(path: str, offset: int, count: int) -> Iterator[bytes]:
+    """The metadata.jsonl lines (UTF-8, with their newline) of ``count`` staged rows from ``offset``.
+
+    Sliced from the staged bytes as they are: nothing is decoded or re-encoded.
+    """
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for _ in range(count):
+            raw = f.readline()
+            if not raw:
+                return
+            yield raw.split(b"\t", 5)[5]
 
 
 def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterator[StagedRow]:

@@ -28,7 +28,7 @@ from .errors import ShardkitError
 from .manifest import ManifestShard
 from .metadata import member_name
 from .plan import METADATA_MEMBER, ShardPlan
-from .staging import StagedRow, iter_staged
+from .staging import StagedRow, iter_published_lines, iter_staged
 from .threads import interruptible_pool
 from .zipformat import ZipWriter
 
@@ -222,8 +222,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
         # Pass 1: size and CRC of metadata.jsonl, which goes first and so must be known first.
         meta_crc = 0
         meta_size = 0
-        for row in _rows(job):
-            line = (row.metadata_line + "\n").encode("utf-8")
+        for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
             meta_crc = zlib.crc32(line, meta_crc)
             meta_size += len(line)
 
@@ -233,8 +232,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
             zw = ZipWriter(out, sink=digest.update)
             # Pass 2: metadata.jsonl inside the ZIP, and the same bytes in metadata/.
             zw.start_member(METADATA_MEMBER, meta_size, meta_crc)
-            for row in _rows(job):
-                line = (row.metadata_line + "\n").encode("utf-8")
+            for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
                 zw.write_data(line)
                 meta_out.write(line)
                 meta_digest.update(line)
