@@ -252,3 +252,24 @@ def test_os_error_while_writing_is_one_line_naming_the_path(corpus: Corpus, tmp_
     assert "Traceback" not in stderr
     assert f"error: {out / 'data'}: File exists" in stderr
     assert list((out / ".shardkit" / "tmp").glob("*.partial")) == []
+
+
+def test_bom_crlf_and_odd_file_names_are_accepted(corpus: Corpus, tmp_path: Path) -> None:
+    names = ["with space.jpg", "ünïcode.jpg", "new\nline.jpg"]
+    for i, name in enumerate(names):
+        (corpus.images / name).write_bytes((corpus.images / corpus.rows[i]["file_name"]).read_bytes() + b"x")
+    lines = [json.dumps({"file_name": n, "caption": f"c{i}"}, ensure_ascii=False) for i, n in enumerate(names)]
+    meta = corpus.root / "bom.jsonl"
+    meta.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+    code, stdout, stderr = run(corpus.images, meta, "-o", tmp_path / "out", "-j", "1", "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["rows"] == 3
+
+
+def test_non_utf8_line_names_line_and_column(corpus: Corpus, tmp_path: Path) -> None:
+    before = b'{"file_name": "sub1/img_0001.jpg", "caption": "caf'
+    meta = corpus.root / "latin1.jsonl"
+    meta.write_bytes(json.dumps(good(corpus, 0)).encode() + b"\n" + before + b'\xe9"}\n')
+    code, _, stderr = run(corpus.images, meta, "-o", tmp_path / "out", "-j", "1")
+    assert code == 1
+    assert f"latin1.jsonl:2: line is not valid UTF-8 (byte 0xe9 at column {len(before) + 1})" in stderr

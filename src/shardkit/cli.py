@@ -271,6 +271,7 @@ def new_cmd(
 
     Same questions and answers as `cookiecutter templates/hub-dataset`, e.g.
 
+    \b
         shardkit new --no-input dataset_name=yfcc-mini namespace=me license=cc-by-4.0
     """
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
