@@ -218,18 +218,23 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
         "-q",
     ]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not (out / ".shardkit" / "state.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.002)
-    target.unlink()
-    os.mkfifo(target)
-    while len(shard_files(out)) < 15 and time.monotonic() < deadline:  # all but the last shard
-        time.sleep(0.01)
-    time.sleep(0.3)
-    assert proc.poll() is None and not (out / "shards.json").exists()  # stuck on the FIFO
-    started = time.monotonic()
-    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
-    _, stderr = proc.communicate(timeout=20)
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / ".shardkit" / "state.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        target.unlink()
+        os.mkfifo(target)
+        while len(shard_files(out)) < 15 and time.monotonic() < deadline:  # all but the last shard
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert proc.poll() is None and not (out / "shards.json").exists()  # stuck on the FIFO
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:  # a failed assertion must not leave a packer blocked on the FIFO
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert time.monotonic() - started < 2
     assert proc.returncode == 130, stderr
     assert "interrupted; re-run the same command to resume" in stderr
