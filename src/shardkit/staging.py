@@ -166,11 +166,29 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan
     return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count)
 
 
+def _staged_cost(key_length: int, size: int, ext_length: int, published_line_bytes: int) -> int:
+    """The bytes a staged row adds to a shard (``published_line_bytes`` without the newline)."""
+    return row_cost_for(MEMBER_NAME_FIXED + key_length + ext_length, size, published_line_bytes)
+
+
 def _cost(key: str, rest: str) -> int:
-    """A staged row's shard cost from its text after "key\tline\t" (see :class:`StagedEntries`)."""
+    """A staged row's shard cost from its text after "key\tline\t"."""
     size, ext, _, published = rest.split("\t", 3)
-    published_bytes = len(published.encode("utf-8")) - 1  # without "\n"
-    return row_cost_for(MEMBER_NAME_FIXED + len(key) + len(ext), int(size), published_bytes)
+    return _staged_cost(len(key), int(size), len(ext), len(published.encode("utf-8")) - 1)
+
+
+def _raw_rows(path: str, offset: int, count: int | None) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, raw line) of at most ``count`` staged rows, starting at a byte offset."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        n = 0
+        while count is None or n < count:
+            raw = f.readline()
+            if not raw:
+                return
+            yield offset, raw
+            offset += len(raw)
+            n += 1
 
 
 def iter_published_lines(path: str, offset: int, count: int) -> Iterator[bytes]:
@@ -178,28 +196,14 @@ def iter_published_lines(path: str, offset: int, count: int) -> Iterator[bytes]:
 
     Sliced from the staged bytes as they are: nothing is decoded or re-encoded.
     """
-    with open(path, "rb") as f:
-        f.seek(offset)
-        for _ in range(count):
-            raw = f.readline()
-            if not raw:
-                return
-            yield raw.split(b"\t", 5)[5]
+    for _, raw in _raw_rows(path, offset, count):
+        yield raw.split(b"\t", 5)[5]
 
 
 def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterator[StagedRow]:
     """Read staged rows from ``sorted.tsv``, starting at a byte offset, at most ``count`` rows."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        position = offset
-        n = 0
-        while count is None or n < count:
-            raw = f.readline()
-            if not raw:
-                return
-            yield parse_staged(raw.decode("utf-8"), position)
-            position += len(raw)
-            n += 1
+    for position, raw in _raw_rows(path, offset, count):
+        yield parse_staged(raw.decode("utf-8"), position)
 
 
 class StagedEntries:
@@ -212,11 +216,7 @@ class StagedEntries:
         self.path = path
 
     def __iter__(self) -> Iterator[PlanEntry]:
-        with open(self.path, "rb") as f:
-            offset = 0
-            for raw in f:
-                key, _, size, ext, _, published = raw.split(b"\t", 5)
-                member_length = MEMBER_NAME_FIXED + len(key) + len(ext)
-                cost = row_cost_for(member_length, int(size), len(published) - 1)  # the line without "\n"
-                yield PlanEntry(key.decode("ascii"), cost, offset)
-                offset += len(raw)
+        for offset, raw in _raw_rows(self.path, 0, None):
+            key, _, size, ext, _, published = raw.split(b"\t", 5)
+            cost = _staged_cost(len(key), int(size), len(ext), len(published) - 1)  # the line without "\n"
+            yield PlanEntry(key.decode("ascii"), cost, offset)
