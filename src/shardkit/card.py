@@ -35,14 +35,6 @@ GITATTRIBUTES_LINES = [
 ]
 
 
-def modality_for(extensions: set[str]) -> str:
-    """'audio' if every file is audio, else 'image'. Mixed sets are refused by the caller."""
-    lowered = {e.lower() for e in extensions}
-    if lowered and lowered <= AUDIO_EXTENSIONS:
-        return "audio"
-    return "image"
-
-
 def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     """Split a card into its YAML mapping and the text after it."""
     if text.startswith("---\n"):

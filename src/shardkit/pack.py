@@ -24,14 +24,13 @@ import logging
 import os
 import shutil
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import jsonlines
 
-from .card import AUDIO_EXTENSIONS, ensure_gitattributes, modality_for, update_card, update_loaders
+from .card import AUDIO_EXTENSIONS, ensure_gitattributes, update_card, update_loaders
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .metadata import metadata_line, read_metadata
@@ -275,7 +274,6 @@ class _Staged:
 
 def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog, progress: Progress) -> _Staged:
     schema = SchemaTracker()
-    extensions: Counter[str] = Counter()
     audio_line = image_line = 0
     runs = RunWriter(staging_dir)
     progress.start("checking rows", total=None, unit="rows")
@@ -314,7 +312,6 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
             audio_line = audio_line or item.line
         else:
             image_line = image_line or item.line
-        extensions[item.ext] += 1
         runs.add(format_staged(item, line))
     progress.advance(n % 1000)
     progress.finish()
@@ -322,7 +319,7 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     for problem in merged.duplicates:
         problems.add(problem)
     problems.count += merged.duplicate_count - len(merged.duplicates)
-    modality = modality_for(set(extensions))
+    modality = "audio" if audio_line else "image"  # mixing the two is refused above
     features = schema.features_yaml(modality, modality)
     fingerprint = hashlib.sha256(
         (merged.fingerprint + json.dumps(features, sort_keys=True)).encode("utf-8")
