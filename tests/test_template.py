@@ -17,7 +17,7 @@ from datasets import load_dataset
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
-from shardkit.card import split_front_matter
+from shardkit.card import GITATTRIBUTES_LINES, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
 from tests.conftest import EXAMPLE_DIR, REPO_ROOT
 from tests.http_server import serve_directory
@@ -53,7 +53,8 @@ def test_defaults_give_a_loadable_repo_skeleton(tmp_path: Path) -> None:
     assert card["dataset_info"]["features"] == [{"name": "image", "dtype": "image"}, {"name": "key", "dtype": "string"}]
     configs = MetadataConfigs.from_dataset_card_data(DatasetCard.load(repo / "README.md").data)
     assert configs["default"]["data_files"] == [{"split": "train", "path": "data/*.zip"}]
-    assert "*.zip filter=lfs" in (repo / ".gitattributes").read_text()
+    # The template's LFS rules are the ones pack-shards adds to any repo: one list, two places.
+    assert (repo / ".gitattributes").read_text().splitlines() == GITATTRIBUTES_LINES
     assert ".shardkit/" in (repo / ".gitignore").read_text()
     py_compile.compile(str(repo / "my_image_dataset_loader.py"), doraise=True)
 

@@ -62,12 +62,17 @@ def metadata_line(record: SourceRecord) -> str:
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def content_key(path: str) -> str:
+def sha256_file(path: str) -> str:
+    """The hex sha256 of a file, read in 1 MiB chunks (several run at once on the check threads)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_HASH_CHUNK):
             digest.update(chunk)
-    return digest.hexdigest()[:CONTENT_KEY_HEX_DIGITS]
+    return digest.hexdigest()
+
+
+def content_key(path: str) -> str:
+    return sha256_file(path)[:CONTENT_KEY_HEX_DIGITS]
 
 
 def open_metadata(path: str) -> IO[bytes]:

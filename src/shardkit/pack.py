@@ -33,7 +33,7 @@ import jsonlines
 from .card import AUDIO_EXTENSIONS, ensure_gitattributes, update_card, update_loaders
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
-from .metadata import metadata_line, read_metadata
+from .metadata import metadata_line, read_metadata, sha256_file
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
     DEFAULT_TARGET_SHARD_BYTES,
@@ -331,14 +331,6 @@ def _done_record(work_dir: str, shard_file: str) -> str:
     return os.path.join(work_dir, "done", shard_file.replace("/", "__") + ".json")
 
 
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _reconcile(
     out_dir: str, work_dir: str, plan: list[ShardPlan], fingerprint: str, options: Options, force: bool
 ) -> dict[str, ManifestShard]:
@@ -398,8 +390,8 @@ def _reconcile(
             os.path.isfile(shard_path)
             and os.path.getsize(shard_path) == p.bytes == result.bytes
             and os.path.isfile(meta_path)
-            and _sha256_file(shard_path) == result.sha256
-            and _sha256_file(meta_path) == result.metadata_sha256
+            and sha256_file(shard_path) == result.sha256
+            and sha256_file(meta_path) == result.metadata_sha256
         ):
             done[p.name] = result
         else:
