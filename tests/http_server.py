@@ -35,6 +35,47 @@ class RequestLog:
             self.entries.clear()
 
 
+def send_file(
+    handler: BaseHTTPRequestHandler, path: Path, *, send_body: bool, headers: dict[str, str] | None = None
+) -> None:
+    """Answer with ``path``'s bytes, honouring a ``Range: bytes=a-b`` header (206) as real servers do."""
+    size = path.stat().st_size
+    start, end = 0, size - 1
+    status = 200
+    match = re.fullmatch(r"bytes=(\d*)-(\d*)", handler.headers.get("Range", ""))
+    if match and (match.group(1) or match.group(2)):
+        if match.group(1):
+            start = int(match.group(1))
+            end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
+        else:  # suffix range: the last N bytes
+            start = max(size - int(match.group(2)), 0)
+        if start >= size:
+            handler.send_response(416)
+            handler.send_header("Content-Range", f"bytes */{size}")
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        status = 206
+    handler.send_response(status)
+    handler.send_header("Accept-Ranges", "bytes")
+    handler.send_header("Content-Length", str(end - start + 1))
+    if status == 206:
+        handler.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    if send_body:
+        with open(path, "rb") as f:
+            f.seek(start)
+            remaining = end - start + 1
+            while remaining:
+                chunk = f.read(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                handler.wfile.write(chunk)
+                remaining -= len(chunk)
+
+
 def _handler(root: Path, log: RequestLog) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -57,39 +98,7 @@ def _handler(root: Path, log: RequestLog) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            size = path.stat().st_size
-            start, end = 0, size - 1
-            status = 200
-            match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", ""))
-            if match and (match.group(1) or match.group(2)):
-                if match.group(1):
-                    start = int(match.group(1))
-                    end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
-                else:  # suffix range: the last N bytes
-                    start = max(size - int(match.group(2)), 0)
-                if start >= size:
-                    self.send_response(416)
-                    self.send_header("Content-Range", f"bytes */{size}")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                status = 206
-            self.send_response(status)
-            self.send_header("Accept-Ranges", "bytes")
-            self.send_header("Content-Length", str(end - start + 1))
-            if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-            self.end_headers()
-            if send_body:
-                with open(path, "rb") as f:
-                    f.seek(start)
-                    remaining = end - start + 1
-                    while remaining:
-                        chunk = f.read(min(remaining, 1 << 20))
-                        if not chunk:
-                            break
-                        self.wfile.write(chunk)
-                        remaining -= len(chunk)
+            send_file(self, path, send_body=send_body)
 
         def do_GET(self) -> None:
             self._respond(send_body=True)

@@ -17,7 +17,6 @@ options are checked against their recorded sha256 and kept.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -33,7 +32,8 @@ import jsonlines
 from .card import AUDIO_EXTENSIONS, ensure_gitattributes, update_card, update_loaders
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
-from .metadata import metadata_line, read_metadata, sha256_file
+from .metadata import metadata_line, read_metadata
+from .outdir import locked, shard_problem
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
     DEFAULT_TARGET_SHARD_BYTES,
@@ -52,7 +52,6 @@ from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, meta
 
 log = logging.getLogger(__name__)
 
-WORK_DIR = ".shardkit"
 SHOWN_PROBLEMS = 20
 
 
@@ -130,24 +129,6 @@ class ProblemLog:
             self._rejects.close()
 
 
-@contextlib.contextmanager
-def _locked(work_dir: str) -> Iterator[None]:
-    os.makedirs(work_dir, exist_ok=True)
-    ignore = os.path.join(work_dir, ".gitignore")
-    if not os.path.exists(ignore):  # keeps the working files out of git, whatever the repo's rules
-        with open(ignore, "w") as f:
-            f.write("# shardkit's working files: not part of the dataset\n*\n")
-    with open(os.path.join(work_dir, "lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(
-                f"another shardkit run is working on {os.path.dirname(work_dir)} (lock: {lock.name});"
-                " wait for it to finish"
-            ) from None
-        yield
-
-
 def pack(config: PackConfig, progress: Progress | None = None) -> PackSummary:
     """Pack ``config.images_dir`` + ``config.metadata_path`` into shards under ``config.out_dir``."""
     progress = progress or NullProgress()
@@ -162,8 +143,7 @@ def pack(config: PackConfig, progress: Progress | None = None) -> PackSummary:
     if not os.path.isdir(config.images_dir):
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
     out_dir = os.path.abspath(config.out_dir)
-    work_dir = os.path.join(out_dir, WORK_DIR)
-    with _locked(work_dir):
+    with locked(out_dir) as work_dir:
         return _pack_locked(config, out_dir, work_dir, progress, started)
 
 
@@ -379,20 +359,12 @@ def _reconcile(
     done: dict[str, ManifestShard] = {}
     for p in plan:
         record_path = _done_record(work_dir, p.name)
-        shard_path = os.path.join(out_dir, p.name)
         try:
             with open(record_path, encoding="utf-8") as f:
                 result = ManifestShard(**json.load(f))
         except (FileNotFoundError, ValueError, TypeError):
             continue
-        meta_path = os.path.join(out_dir, result.metadata)
-        if (
-            os.path.isfile(shard_path)
-            and os.path.getsize(shard_path) == p.bytes == result.bytes
-            and os.path.isfile(meta_path)
-            and sha256_file(shard_path) == result.sha256
-            and sha256_file(meta_path) == result.metadata_sha256
-        ):
+        if p.bytes == result.bytes and shard_problem(out_dir, result) is None:
             done[p.name] = result
         else:
             log.warning("%s: recorded as written but missing or changed; writing it again", p.name)
