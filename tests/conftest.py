@@ -7,11 +7,14 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cookiecutter.main import cookiecutter
 from PIL import Image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -103,3 +106,33 @@ def tree_bytes(out_dir: Path) -> dict[str, bytes]:
             path = Path(dirpath) / name
             out[str(path.relative_to(out_dir))] = path.read_bytes()
     return out
+
+
+@pytest.fixture(scope="session")
+def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example dataset scaffolded with the template and packed into it: 16 shards. Copy it to change it."""
+    root = tmp_path_factory.mktemp("tpl")
+    repo = Path(
+        cookiecutter(
+            str(REPO_ROOT / "templates" / "hub-dataset"),
+            no_input=True,
+            extra_context={"dataset_name": "yfcc-mini"},
+            output_dir=str(root),
+            default_config=True,
+        )
+    )
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "pack-shards"),
+            str(EXAMPLE_DIR / "images"),
+            str(EXAMPLE_DIR / "metadata.jsonl"),
+            "-o",
+            str(repo),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return repo

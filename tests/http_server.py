@@ -79,6 +79,7 @@ def send_file(
 def _handler(root: Path, log: RequestLog) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # else each response waits ~40 ms on delayed ACKs
 
         def log_message(self, format: str, *args: object) -> None:  # quiet
             pass

@@ -38,7 +38,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
-from http_server import RequestLog, send_file
+
+from tests.http_server import RequestLog, send_file
 
 USER = "tester"
 WRITE_TOKEN = "hf_test_write_0123456789"
@@ -247,6 +248,7 @@ class HubServer:
         self.log = RequestLog()
         self.faults = Faults()
         self.counters = Counters()
+        self.counters_lock = threading.Lock()
         self.unknown: list[str] = []  # requests no route answered, to spot a client change
         self._server: ThreadingHTTPServer | None = None
         self.url = ""
@@ -296,6 +298,7 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # else each response waits ~40 ms on delayed ACKs
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -459,14 +462,14 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return self._preupload(repo["commits"][sha]["files"], self._json_body(raw))
             if op == "commit" and method == "POST":
                 self._repo(repo_type, repo_id, write=True)
-                if hub.faults.commits_before_failure is not None and (
-                    hub.counters.commits >= hub.faults.commits_before_failure
-                ):
-                    raise HttpError(hub.faults.status, "injected failure: commits are failing")
                 lines = [json.loads(line) for line in raw.splitlines() if line.strip()]
-                commit_id, paths = state.commit(repo_type, repo_id, unquote(tail), lines)
-                hub.counters.commits += 1
-                hub.counters.committed_paths.extend(paths)
+                with hub.counters_lock:
+                    limit = hub.faults.commits_before_failure
+                    if limit is not None and hub.counters.commits >= limit:
+                        raise HttpError(hub.faults.status, "injected failure: commits are failing")
+                    commit_id, paths = state.commit(repo_type, repo_id, unquote(tail), lines)
+                    hub.counters.commits += 1
+                    hub.counters.committed_paths.extend(paths)
                 prefix = "" if repo_type == "model" else f"{repo_type}s/"
                 self._send(
                     200,
@@ -556,16 +559,15 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             return True
 
         def _lfs_put(self, oid: str, data: bytes) -> bool:
-            faults = hub.faults
-            if faults.lfs_uploads_before_failure is not None and (
-                hub.counters.lfs_uploads >= faults.lfs_uploads_before_failure
-            ):
-                raise HttpError(faults.status, "injected failure: the storage backend is unavailable")
             if hashlib.sha256(data).hexdigest() != oid:
                 raise HttpError(400, f"uploaded bytes do not hash to {oid}")
+            with hub.counters_lock:  # uploads run in parallel: check and count as one step
+                limit = hub.faults.lfs_uploads_before_failure
+                if limit is not None and hub.counters.lfs_uploads >= limit:
+                    raise HttpError(hub.faults.status, "injected failure: the storage backend is unavailable")
+                hub.counters.lfs_uploads += 1
+                hub.counters.lfs_upload_bytes += len(data)
             state.store_bytes(data)
-            hub.counters.lfs_uploads += 1
-            hub.counters.lfs_upload_bytes += len(data)
             self._send(200, {})
             return True
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import py_compile
@@ -19,11 +18,10 @@ from huggingface_hub import DatasetCard
 
 from shardkit.card import GITATTRIBUTES_LINES, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT
 from tests.http_server import serve_directory
+from tests.readback import DS36_PYTHON, expected_rows, read_with
 
 SCRIPTS = Path(sys.executable).parent
-DS36_PYTHON = os.environ.get("SHARDKIT_DS36_PYTHON", str(REPO_ROOT / ".venv-ds36" / "bin" / "python"))
 
 
 def generate(tmp_path: Path, **answers: str) -> Path:
@@ -134,77 +132,6 @@ def test_shardkit_new_takes_answers_and_refuses_to_overwrite(tmp_path: Path) -> 
 
 
 # --- end to end: scaffold, pack, load with datasets 5.x and with the script in datasets 3.6 ---
-
-DIGEST_SCRIPT = r"""
-import hashlib, json, sys
-import datasets
-from datasets import load_dataset
-
-path, streaming, column = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
-kwargs = {"trust_remote_code": True} if path.endswith(".py") else {}
-if len(sys.argv) > 5:
-    kwargs["data_dir"] = sys.argv[5]
-ds = load_dataset(path, split="train", streaming=streaming, cache_dir=sys.argv[4], **kwargs)
-shards = ds.n_shards if streaming else None
-ds = ds.cast_column(column, datasets.Image(decode=False))
-rows = []
-for row in ds:
-    data = row[column]["bytes"]
-    if data is None:
-        import fsspec
-        with fsspec.open(row[column]["path"], "rb") as f:
-            data = f.read()
-    fields = {k: v for k, v in row.items() if k != column}
-    rows.append([row["key"], hashlib.sha256(data).hexdigest(), json.dumps(fields, sort_keys=True)])
-print(json.dumps({"version": datasets.__version__, "n_shards": shards, "rows": sorted(rows)}))
-"""
-
-
-@pytest.fixture(scope="module")
-def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tpl")
-    repo = Path(
-        cookiecutter(
-            TEMPLATE_DIR,
-            no_input=True,
-            extra_context={"dataset_name": "yfcc-mini"},
-            output_dir=str(root),
-            default_config=True,
-        )
-    )
-    result = subprocess.run(
-        [
-            str(SCRIPTS / "pack-shards"),
-            str(EXAMPLE_DIR / "images"),
-            str(EXAMPLE_DIR / "metadata.jsonl"),
-            "-o",
-            str(repo),
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return repo
-
-
-def expected_rows() -> list[list[str]]:
-    rows = []
-    for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        data = (EXAMPLE_DIR / "images" / row.pop("file_name")).read_bytes()
-        rows.append([row["key"], hashlib.sha256(data).hexdigest(), json.dumps(row, sort_keys=True)])
-    return sorted(rows)
-
-
-def read_with(
-    python: str, path: Path | str, streaming: bool, cache: Path, data_dir: str | None = None
-) -> dict[str, Any]:
-    args = [python, "-c", DIGEST_SCRIPT, str(path), "1" if streaming else "0", "image", str(cache)]
-    result = subprocess.run([*args, *([data_dir] if data_dir else [])], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def test_card_and_loader_kept_true_after_packing(packed_template: Path) -> None:

@@ -18,6 +18,7 @@ import click
 
 from . import __version__
 from .errors import ShardkitError, UsageError
+from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 
 _UNITS = {
     "": 1,
@@ -90,6 +91,32 @@ def _human_size(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1000
     return f"{n} B"
+
+
+push_options = [
+    click.option("--private", is_flag=True, help="Create the repo private (an existing repo keeps its visibility)."),
+    click.option("--revision", default="main", show_default=True, help="Branch to push to (created if missing)."),
+    click.option(
+        "--token",
+        default=None,
+        help="Hugging Face token with write access [default: HF_TOKEN, else the `hf auth login` token]. Never printed.",
+    ),
+    click.option(
+        "--script-branch",
+        default=SCRIPT_BRANCH,
+        show_default=True,
+        help="Branch that also carries the loading script as <name>.py, for datasets 3.x "
+        '(load_dataset(repo, revision="script", trust_remote_code=True)).',
+    ),
+    click.option("--no-script-branch", is_flag=True, help="Do not publish the loading script branch."),
+    click.option(
+        "--files-per-commit",
+        type=click.IntRange(2),
+        default=FILES_PER_COMMIT,
+        show_default=True,
+        help="Files per commit (the Hub advises under 100 for uploads over HTTP).",
+    ),
+]
 
 
 pack_options = [
@@ -165,13 +192,55 @@ pack_options = [
     ),
     click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr)."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout."),
+    click.option(
+        "--push",
+        "push_repo",
+        metavar="NAMESPACE/NAME",
+        default=None,
+        help="After packing, push OUT_DIR to this dataset repo on the Hub (see `shardkit push --help`).",
+    ),
+    *push_options,
 ]
 
 
-def _with_pack_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(pack_options):
-        f = option(f)
-    return f
+def _with_options(options: list[Callable[..., Any]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def _push_config(out_dir: str, repo: str, kw: dict[str, Any]) -> PushConfig:
+    return PushConfig(
+        out_dir=out_dir,
+        repo_id=repo,
+        private=kw["private"],
+        revision=kw["revision"],
+        token=kw["token"],
+        script_branch=None if kw["no_script_branch"] else kw["script_branch"],
+        files_per_commit=kw["files_per_commit"],
+    )
+
+
+def _print_push(summary: PushSummary) -> None:
+    if summary.commits:
+        click.echo(
+            f"pushed {summary.uploaded_files} files ({_human_size(summary.uploaded_bytes)}) to {summary.url} in"
+            f" {summary.commits} commits, {summary.seconds:.1f} s"
+            + (f"; {summary.skipped_files} files were already there" if summary.skipped_files else "")
+            + (f"; deleted {summary.deleted_files} old shard files" if summary.deleted_files else "")
+        )
+    else:
+        click.echo(f"{summary.url} is up to date ({summary.skipped_files} files already there)")
+    click.echo(f"commit: {summary.commit} ({summary.revision})")
+    click.echo(f'stream it: load_dataset("{summary.repo_id}", streaming=True)')
+    if summary.script_branch:
+        click.echo(
+            f'datasets 3.x: load_dataset("{summary.repo_id}", revision="{summary.script_branch}",'
+            " trust_remote_code=True)"
+        )
 
 
 def _pack_command(**kw: Any) -> None:
@@ -184,6 +253,9 @@ def _pack_command(**kw: Any) -> None:
     """
     from .pack import PackConfig, pack
     from .progress import TqdmProgress
+
+    if kw["push_repo"]:
+        _run(lambda: check_repo_id(kw["push_repo"]))  # before hours of packing, not after
 
     _setup_logging(kw["quiet"])
     config = PackConfig(
@@ -204,10 +276,17 @@ def _pack_command(**kw: Any) -> None:
     )
     progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
     summary = _run(lambda: pack(config, progress))
+    pushed = None
+    if kw["push_repo"] and not summary.dry_run:
+        push_config = _push_config(kw["out_dir"], kw["push_repo"], kw)
+        pushed = _run(lambda: push(push_config, progress))
     if summary.rejected_rows:  # on stderr whatever the format, so it is never missed
         click.echo(f"skipped {summary.rejected_rows} bad rows; see {summary.rejects_file}", err=True)
     if kw["as_json"]:
-        click.echo(json.dumps(summary.to_json()))
+        data = summary.to_json()
+        if pushed is not None:
+            data["push"] = pushed.to_json()
+        click.echo(json.dumps(data))
         return
     if kw["quiet"]:
         return
@@ -223,6 +302,8 @@ def _pack_command(**kw: Any) -> None:
             + (f"; {summary.resumed_shards} shards kept from an earlier run" if summary.resumed_shards else "")
         )
         click.echo(f"manifest: {summary.manifest}")
+    if pushed is not None:
+        _print_push(pushed)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -232,12 +313,38 @@ def main() -> None:
 
 
 @main.command("pack")
-@_with_pack_options
+@_with_options(pack_options)
 def pack_cmd(**kw: Any) -> None:
     _pack_command(**kw)
 
 
 pack_cmd.help = _pack_command.__doc__
+
+
+@main.command("push")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--repo", required=True, metavar="NAMESPACE/NAME", help="Dataset repo on the Hub (created if missing).")
+@_with_options(push_options)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary (errors still go to stderr).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
+def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
+    """Upload OUT_DIR (packed by pack-shards) to a dataset repo on the Hugging Face Hub.
+
+    Every shard is checked against shards.json first. Shards go up in commits of at most
+    --files-per-commit files; the manifest and card go last, so the repo never names a shard it
+    does not hold. Files the repo already has are skipped: re-run the same command to resume an
+    interrupted push. Set HF_ENDPOINT to push to another Hub server.
+    """
+    from .progress import TqdmProgress
+
+    _setup_logging(kw["quiet"])
+    config = _push_config(out_dir, repo, kw)
+    progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
+    summary = _run(lambda: push(config, progress))
+    if kw["as_json"]:
+        click.echo(json.dumps(summary.to_json()))
+    elif not kw["quiet"]:
+        _print_push(summary)
 
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "hub-dataset")
@@ -308,7 +415,7 @@ def new_cmd(
 
 @click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]}, help=_pack_command.__doc__)
 @click.version_option(__version__, prog_name="pack-shards")
-@_with_pack_options
+@_with_options(pack_options)
 def pack_shards(**kw: Any) -> None:
     _pack_command(**kw)
 

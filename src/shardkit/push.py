@@ -1,0 +1,553 @@
+"""``push``: upload a packed OUT_DIR to a dataset repo on the Hub, resumably, with huggingface_hub.
+
+The order keeps the repo readable at every step (a reader never sees a manifest or card that
+names a shard not yet uploaded):
+
+1. every shard and metadata file is checked against ``shards.json`` (size, then sha256);
+2. the token is checked (``whoami``) and the repo created if needed;
+3. the repo's files at the revision are listed; files already there with the same content are
+   skipped, which is what makes a re-run after an interruption resume;
+4. shards go up with their metadata files, at most ``files_per_commit`` files per commit (the
+   Hub advises under 100), ``.gitattributes`` first so its LFS rules precede the LFS files;
+5. the last commit holds ``shards.json``, the card, the preview, the loader and any other repo
+   files, and deletes ``data/`` and ``metadata/`` files the manifest does not name (left by an
+   earlier push of other shards), so the switch to the new dataset is one commit;
+6. the ``script`` branch is (re)made from that commit plus the loading script as ``<name>.py``,
+   for ``load_dataset(repo, revision="script", trust_remote_code=True)`` in datasets 3.6.
+
+The planning (:func:`collect_files`, :func:`plan_commits`) is pure; :func:`push` does the I/O.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .card import LOADER_SUFFIX
+from .errors import ShardkitError, UsageError
+from .manifest import MANIFEST_NAME, Manifest, read_manifest
+from .metadata import sha256_file
+from .outdir import WORK_DIR, locked, shard_problem
+from .progress import NullProgress, Progress
+from .threads import interruptible_pool
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+log = logging.getLogger(__name__)
+
+FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP
+UPLOAD_GROUP = 8  # files uploaded between two progress updates
+SCRIPT_BRANCH = "script"
+SHARD_FOLDERS = ("data/", "metadata/")  # shardkit owns these folders in the repo
+ALWAYS_IGNORED = (f"{WORK_DIR}/", ".git/", "__pycache__/", ".ipynb_checkpoints/", ".DS_Store", "*.pyc")
+REGULAR_FILE_LIMIT = 10_000_000  # bigger files are always LFS on the Hub
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str  # path in the repo, with "/"
+    local: str  # absolute path on disk
+    size: int
+    sha256: str | None = None  # known for shards and metadata files (the manifest records it)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    size: int
+    sha256: str | None  # LFS files only
+    git_oid: str
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """What a push will do: ``batches`` of shard files, then one ``final`` commit."""
+
+    batches: list[list[LocalFile]]
+    final: list[LocalFile]
+    deletions: list[str]
+    skipped: list[LocalFile]
+
+    @property
+    def uploads(self) -> list[LocalFile]:
+        return [f for batch in self.batches for f in batch] + self.final
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    out_dir: str
+    repo_id: str
+    private: bool = False
+    revision: str = "main"
+    token: str | None = None
+    script_branch: str | None = SCRIPT_BRANCH  # None: do not publish the loading script
+    files_per_commit: int = FILES_PER_COMMIT
+    verify_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class PushSummary:
+    repo_id: str
+    url: str
+    revision: str
+    commit: str
+    commit_url: str | None  # None when nothing had to change
+    script_branch: str | None
+    script_commit: str | None
+    uploaded_files: int
+    uploaded_bytes: int
+    skipped_files: int
+    deleted_files: int
+    commits: int
+    created_repo: bool
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["seconds"] = round(self.seconds, 3)
+        return data
+
+
+# -- planning (pure) -------------------------------------------------------------------------------
+
+
+def git_blob_oid(data: bytes) -> str:
+    """The id git (and the Hub) gives a regular file's content."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _ignore_rules(out_dir: str) -> list[str]:
+    rules = list(ALWAYS_IGNORED)
+    try:
+        with open(os.path.join(out_dir, ".gitignore"), encoding="utf-8") as f:
+            rules += [line.strip() for line in f if line.strip() and not line.startswith(("#", "!"))]
+    except FileNotFoundError:
+        pass
+    return rules
+
+
+def is_ignored(path: str, is_dir: bool, rules: list[str]) -> bool:
+    """A small .gitignore matcher: ``dir/`` matches folders, ``a/b`` is anchored, ``*.x`` matches anywhere."""
+    name = path.rsplit("/", 1)[-1]
+    for rule in rules:
+        dir_only = rule.endswith("/")
+        pattern = rule.rstrip("/")
+        if dir_only and not is_dir:
+            continue
+        if "/" in pattern:
+            if fnmatch.fnmatchcase(path, pattern.lstrip("/")):
+                return True
+        elif fnmatch.fnmatchcase(name, pattern):
+            return True
+    return False
+
+
+def collect_files(out_dir: str, manifest: Manifest) -> tuple[list[LocalFile], list[LocalFile]]:
+    """The shard files (manifest order, each ZIP before its metadata file) and the other repo files.
+
+    A ``.zip`` in ``data/`` or ``.jsonl`` in ``metadata/`` that the manifest does not name is an
+    error: the card's ``data/*.zip`` pattern would publish it as part of the dataset.
+    """
+    shard_files: list[LocalFile] = []
+    for shard in manifest.shards:
+        shard_files.append(LocalFile(shard.file, os.path.join(out_dir, shard.file), shard.bytes, shard.sha256))
+        meta = os.path.join(out_dir, shard.metadata)
+        size = os.path.getsize(meta) if os.path.exists(meta) else 0
+        shard_files.append(LocalFile(shard.metadata, meta, size, shard.metadata_sha256))
+    named = {f.path for f in shard_files}
+    rules = _ignore_rules(out_dir)
+    other: list[LocalFile] = []
+    strays: list[str] = []
+    for folder, dirs, files in os.walk(out_dir):
+        rel_folder = os.path.relpath(folder, out_dir).replace(os.sep, "/")
+        prefix = "" if rel_folder == "." else rel_folder + "/"
+        dirs[:] = sorted(d for d in dirs if not is_ignored(prefix + d, True, rules))
+        for name in sorted(files):
+            rel = prefix + name
+            if rel in named or is_ignored(rel, False, rules):
+                continue
+            if rel.startswith(SHARD_FOLDERS) and name.endswith((".zip", ".jsonl")):
+                strays.append(rel)
+                continue
+            path = os.path.join(folder, name)
+            other.append(LocalFile(rel, path, os.path.getsize(path)))
+    if strays:
+        shown = ", ".join(strays[:5]) + (" ..." if len(strays) > 5 else "")
+        raise UsageError(
+            f"{out_dir} holds shard files that {MANIFEST_NAME} does not name ({shown}); the dataset would read them"
+            " too. Move them away, or run the pack again to rebuild the folder."
+        )
+    return shard_files, other
+
+
+def is_unchanged(local: LocalFile, remote: RemoteFile | None) -> bool:
+    """Whether the repo already holds this file's content at this path (reads small files only)."""
+    if remote is None or remote.size != local.size:
+        return False
+    if remote.sha256 is not None:
+        return (local.sha256 or sha256_file(local.local)) == remote.sha256
+    if local.size > REGULAR_FILE_LIMIT:
+        return False
+    with open(local.local, "rb") as f:
+        return git_blob_oid(f.read()) == remote.git_oid
+
+
+def plan_commits(
+    shard_files: list[LocalFile],
+    other_files: list[LocalFile],
+    remote: dict[str, RemoteFile],
+    files_per_commit: int,
+    unchanged: Callable[[LocalFile, RemoteFile | None], bool] = is_unchanged,
+) -> CommitPlan:
+    """Split the files that differ from the repo into commits; see the module docstring for the order."""
+    if files_per_commit < 2:
+        raise UsageError("files per commit must be at least 2 (a shard and its metadata file go together)")
+    skipped = [f for f in shard_files + other_files if unchanged(f, remote.get(f.path))]
+    skip = {f.path for f in skipped}
+    shard_todo = [f for f in shard_files if f.path not in skip]
+    other_todo = [f for f in other_files if f.path not in skip]
+    first = [f for f in other_todo if f.path == ".gitattributes"] if shard_todo else []
+    final = [f for f in other_todo if f not in first]
+    batches: list[list[LocalFile]] = []
+    batch: list[LocalFile] = list(first)
+    pairs: dict[str, list[LocalFile]] = {}
+    for f in shard_todo:  # a ZIP and its metadata file stay in one commit
+        stem = f.path.split("/", 1)[1].rsplit(".", 1)[0]
+        pairs.setdefault(stem, []).append(f)
+    for pair in pairs.values():
+        if batch and len(batch) + len(pair) > files_per_commit:
+            batches.append(batch)
+            batch = []
+        batch.extend(pair)
+    if batch and shard_todo:
+        batches.append(batch)
+    local_paths = {f.path for f in shard_files}
+    deletions = sorted(p for p in remote if p.startswith(SHARD_FOLDERS) and p not in local_paths and _is_shard(p))
+    return CommitPlan(batches=batches, final=final, deletions=deletions, skipped=skipped)
+
+
+def _is_shard(path: str) -> bool:
+    return path.endswith((".zip", ".jsonl", ".tar", ".parquet"))
+
+
+def find_loader(out_dir: str) -> str | None:
+    """The loading script at OUT_DIR's root (``<name>_loader.py``, from the template), if there is one."""
+    loaders = sorted(n for n in os.listdir(out_dir) if n.endswith(LOADER_SUFFIX))
+    if len(loaders) > 1:
+        raise UsageError(f"{out_dir} holds several loading scripts ({', '.join(loaders)}); keep one")
+    return os.path.join(out_dir, loaders[0]) if loaders else None
+
+
+# -- the Hub ---------------------------------------------------------------------------------------
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return isinstance(exc, ConnectionError) or bool(names & {"TransportError", "NetworkError", "TimeoutException"})
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The HTTP or network error behind ``exc`` (huggingface_hub wraps upload errors in RuntimeError)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, HfHubHTTPError) or _is_network_error(seen):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return exc
+
+
+@contextmanager
+def hub_errors(action: str, repo_id: str) -> Iterator[None]:
+    """Turn huggingface_hub and network errors into one message that says what to do."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError
+
+    resume = "Re-run the same command to resume: files already uploaded are not sent again."
+    try:
+        yield
+    except Exception as raised:
+        exc = _root_cause(raised)
+        named = re.search(r"Error while uploading '([^']+)'", str(raised))
+        if named:  # huggingface_hub names the file that failed
+            action = f"uploading {named.group(1)}"
+        if _is_network_error(exc) and "xet" in str(exc).lower():
+            raise ShardkitError(
+                f"the Xet upload failed while {action} ({exc}). huggingface_hub uploads through Xet storage"
+                " unless HF_HUB_DISABLE_XET=1 is set; set it for a Hub server without Xet (classic LFS)."
+                f" {resume}"
+            ) from None
+        if _is_network_error(exc):
+            raise ShardkitError(
+                f"cannot reach the Hub at {constants.ENDPOINT} while {action} ({type(exc).__name__}: {exc})."
+                f" Check the network (and HF_ENDPOINT, if set). {resume}"
+            ) from None
+        if not isinstance(exc, HfHubHTTPError):
+            raise
+        status = exc.response.status_code if exc.response is not None else None
+        server = (exc.server_message or "").strip().splitlines()[0:1]
+        said = f": {server[0]}" if server else ""
+        if status == 401:
+            raise ShardkitError(
+                f"the Hub refused the token while {action} (401 Unauthorized{said}). It is invalid or expired:"
+                " log in again with `hf auth login`, or pass a valid one with --token or HF_TOKEN."
+            ) from None
+        if status == 403:
+            namespace = repo_id.split("/")[0]
+            raise ShardkitError(
+                f"the token may not write to {namespace!r} ({action}: 403 Forbidden{said}). Create a token with write"
+                f" access to {namespace} at https://huggingface.co/settings/tokens, then `hf auth login`."
+            ) from None
+        if status == 412:
+            raise ShardkitError(
+                f"{repo_id} changed while this push was running (someone else pushed?). {resume}"
+            ) from None
+        raise ShardkitError(f"the Hub failed while {action} ({status}{said}). {resume}") from None
+
+
+def resolve_token(explicit: str | None) -> str:
+    """``--token``, else ``HF_TOKEN``, else the stored login. Never logged or printed."""
+    from huggingface_hub import get_token
+
+    token = explicit or get_token()
+    if not token:
+        raise ShardkitError(
+            "no Hugging Face token: log in with `hf auth login`, or set HF_TOKEN, or pass --token"
+            " (a token with write access, from https://huggingface.co/settings/tokens)"
+        )
+    return token
+
+
+def list_remote(api: HfApi, repo_id: str, revision: str) -> dict[str, RemoteFile]:
+    from huggingface_hub import RepoFile
+
+    remote: dict[str, RemoteFile] = {}
+    for entry in api.list_repo_tree(repo_id, repo_type="dataset", revision=revision, recursive=True):
+        if isinstance(entry, RepoFile):
+            remote[entry.path] = RemoteFile(entry.size, entry.lfs.sha256 if entry.lfs else None, entry.blob_id)
+    return remote
+
+
+def _create_repo(api: HfApi, repo_id: str, private: bool) -> bool:
+    """Create the dataset repo; False if it exists. Refuse a name taken by a model or Space."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        api.create_repo(repo_id, repo_type="dataset", private=private)
+        return True
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status not in (409, 401, 402, 403):
+            raise
+        if api.repo_exists(repo_id, repo_type="dataset"):
+            return False  # a 401/403 here only meant "may not create"; writing may still be allowed
+        if status != 409:
+            raise
+    others = [t for t in ("model", "space") if api.repo_exists(repo_id, repo_type=t)]
+    kind = others[0] if others else "repo of another type"
+    raise ShardkitError(
+        f"{repo_id} exists on the Hub as a {kind}, not a dataset: push to another name, e.g."
+        f" --repo {repo_id}-dataset (or delete the {kind} with `hf repos delete {repo_id} --repo-type {kind}`)"
+    )
+
+
+def _check_shards(config: PushConfig, manifest: Manifest, progress: Progress) -> None:
+    progress.start("checking shards", total=sum(s.bytes for s in manifest.shards), unit="B")
+    problems = []
+    with interruptible_pool(config.verify_threads, "verify") as pool:
+        for shard, problem in zip(
+            manifest.shards, pool.map(lambda s: shard_problem(config.out_dir, s), manifest.shards), strict=True
+        ):
+            progress.advance(shard.bytes)
+            if problem:
+                problems.append(problem)
+    progress.finish()
+    if problems:
+        shown = "\n".join(f"  {p}" for p in problems[:10]) + ("\n  ..." if len(problems) > 10 else "")
+        raise ShardkitError(
+            f"{len(problems)} shard(s) in {config.out_dir} differ from {MANIFEST_NAME}; nothing was uploaded:\n"
+            f"{shown}\nRun the same pack command again to rewrite them."
+        )
+
+
+def _commit(
+    api: HfApi,
+    config: PushConfig,
+    repo_id: str,
+    files: list[LocalFile],
+    deletions: list[str],
+    message: str,
+    parent: str,
+    progress: Progress,
+) -> str:
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    adds = []
+    for f in files:
+        op = CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=f.local)
+        if f.sha256 is not None:  # checked against the manifest just before: no second read to hash
+            op.upload_info.sha256 = bytes.fromhex(f.sha256)
+        adds.append(op)
+    with hub_errors(f"uploading the files of {message!r}", repo_id):
+        for start in range(0, len(adds), UPLOAD_GROUP):
+            group = adds[start : start + UPLOAD_GROUP]
+            api.preupload_lfs_files(repo_id, additions=group, repo_type="dataset", revision=config.revision)
+            progress.advance(sum(f.size for f in files[start : start + UPLOAD_GROUP]))
+    operations: list[Any] = [*adds, *(CommitOperationDelete(path_in_repo=p) for p in deletions)]
+    with hub_errors(f"committing {message!r}", repo_id):
+        info = api.create_commit(
+            repo_id,
+            operations=operations,
+            commit_message=message,
+            repo_type="dataset",
+            revision=config.revision,
+            parent_commit=parent,
+        )
+    return str(info.oid)
+
+
+def _publish_script_branch(
+    api: HfApi, config: PushConfig, repo_id: str, main_commit: str, loader: str, branch: str
+) -> str:
+    """Make ``branch`` = the pushed commit + the loading script as ``<name>.py``; return its commit."""
+    from huggingface_hub import CommitOperationAdd
+
+    script_name = repo_id.split("/")[1] + ".py"
+    with hub_errors(f"publishing the {branch!r} branch", repo_id):
+        refs = {b.name: b.target_commit for b in api.list_repo_refs(repo_id, repo_type="dataset").branches}
+        if branch in refs:
+            wanted = dict(list_remote(api, repo_id, main_commit))
+            with open(loader, "rb") as f:
+                script = f.read()
+            wanted[script_name] = RemoteFile(len(script), None, git_blob_oid(script))
+            if list_remote(api, repo_id, refs[branch]) == wanted:
+                return refs[branch]  # already the pushed data plus this script
+            api.delete_branch(repo_id, branch=branch, repo_type="dataset")
+        api.create_branch(repo_id, branch=branch, revision=main_commit, repo_type="dataset")
+        info = api.create_commit(
+            repo_id,
+            operations=[CommitOperationAdd(path_in_repo=script_name, path_or_fileobj=loader)],
+            commit_message=f"shardkit: loading script {script_name} for datasets 3.x",
+            repo_type="dataset",
+            revision=branch,
+            parent_commit=main_commit,
+        )
+    return str(info.oid)
+
+
+def push(config: PushConfig, progress: Progress | None = None) -> PushSummary:
+    """Upload ``config.out_dir`` (packed by :func:`shardkit.pack.pack`) to ``config.repo_id``."""
+    progress = progress or NullProgress()
+    started = time.perf_counter()
+    check_repo_id(config.repo_id)
+    out_dir = os.path.abspath(config.out_dir)
+    if not os.path.isdir(out_dir):
+        raise UsageError(f"OUT_DIR {config.out_dir!r} is not a folder")
+    manifest = read_manifest(out_dir)
+    if manifest is None:
+        raise UsageError(
+            f"{out_dir} has no {MANIFEST_NAME}: pack it first (pack-shards IMAGES_DIR META_JSONL -o OUT_DIR)"
+        )
+    with locked(out_dir):
+        return _push_locked(config, out_dir, manifest, progress, started)
+
+
+def _push_locked(
+    config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, started: float
+) -> PushSummary:
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
+
+    shard_files, other_files = collect_files(out_dir, manifest)
+    loader = find_loader(out_dir) if config.script_branch else None
+    token = resolve_token(config.token)
+    _check_shards(config, manifest, progress)
+
+    disable_progress_bars()  # one bar of our own instead of one per file
+    api = HfApi(token=token)
+    with hub_errors("checking the token", config.repo_id):
+        who = api.whoami()
+    role = who.get("auth", {}).get("accessToken", {}).get("role")
+    if role == "read":
+        raise ShardkitError(
+            "the token is read-only: create one with write access at https://huggingface.co/settings/tokens,"
+            " then `hf auth login` (or pass it with --token)"
+        )
+    repo_id = config.repo_id if "/" in config.repo_id else f"{who['name']}/{config.repo_id}"
+    with hub_errors(f"creating {repo_id}", repo_id):
+        created = _create_repo(api, repo_id, config.private)
+        if config.revision != "main":
+            api.create_branch(repo_id, branch=config.revision, repo_type="dataset", exist_ok=True)
+        head = api.repo_info(repo_id, repo_type="dataset", revision=config.revision).sha
+        remote = list_remote(api, repo_id, config.revision)
+    assert head is not None
+    plan = plan_commits(shard_files, other_files, remote, config.files_per_commit)
+
+    uploads = plan.uploads
+    total_bytes = sum(f.size for f in uploads)
+    progress.start(f"uploading to {repo_id}", total=total_bytes, unit="B")
+    commits = 0
+    commit_url = None
+    for number, batch in enumerate(plan.batches, 1):
+        zips = [f.path for f in batch if f.path.endswith(".zip")] or [batch[0].path]
+        message = f"shardkit: shards {zips[0]} .. {zips[-1]} (commit {number} of {len(plan.batches)})"
+        head = _commit(api, config, repo_id, batch, [], message, head, progress)
+        commits += 1
+    if plan.final or plan.deletions:
+        totals = manifest.to_json()["totals"]
+        message = f"shardkit: manifest and card, {totals['rows']} rows in {totals['shards']} shards"
+        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress)
+        commits += 1
+    progress.finish()
+    if commits:
+        commit_url = f"{api.endpoint}/datasets/{repo_id}/commit/{head}"
+
+    script_commit = None
+    branch = config.script_branch if loader else None
+    if branch and loader:
+        script_commit = _publish_script_branch(api, config, repo_id, head, loader, branch)
+    elif config.script_branch:
+        log.warning(
+            "%s has no *%s (scaffold with `shardkit new`): no %r branch for datasets 3.x",
+            out_dir,
+            LOADER_SUFFIX,
+            config.script_branch,
+        )
+    return PushSummary(
+        repo_id=repo_id,
+        url=f"{api.endpoint}/datasets/{repo_id}",
+        revision=config.revision,
+        commit=head,
+        commit_url=commit_url,
+        script_branch=branch,
+        script_commit=script_commit,
+        uploaded_files=len(uploads),
+        uploaded_bytes=total_bytes,
+        skipped_files=len(plan.skipped),
+        deleted_files=len(plan.deletions),
+        commits=commits,
+        created_repo=created,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Refuse a malformed ``NAMESPACE/NAME`` (or bare ``NAME``) before any work is done."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
+
+    try:
+        if repo_id.count("/") > 1:
+            raise HFValidationError("more than one '/'")
+        validate_repo_id(repo_id if "/" in repo_id else f"user/{repo_id}")
+    except HFValidationError as exc:
+        raise UsageError(f"{repo_id!r} is not a Hub repo id (NAMESPACE/NAME): {exc}") from None

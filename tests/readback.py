@@ -1,0 +1,71 @@
+"""Read a dataset back with a real ``datasets`` (5.x in this venv, 3.6 in .venv-ds36) in a subprocess.
+
+A subprocess, because each datasets version lives in its own venv, and because huggingface_hub
+reads ``HF_ENDPOINT`` once, at import. The result is every row as (key, sha256 of the file
+bytes, the other fields as JSON), sorted, so tests compare whole datasets at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import EXAMPLE_DIR, REPO_ROOT
+
+DS36_PYTHON = os.environ.get("SHARDKIT_DS36_PYTHON", str(REPO_ROOT / ".venv-ds36" / "bin" / "python"))
+
+DIGEST_SCRIPT = r"""
+import hashlib, json, sys
+import datasets
+from datasets import load_dataset
+
+path, streaming, column, cache, kwargs = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4], sys.argv[5]
+kwargs = json.loads(kwargs)
+if path.endswith(".py"):
+    kwargs["trust_remote_code"] = True
+ds = load_dataset(path, split="train", streaming=streaming, cache_dir=cache, **kwargs)
+shards = ds.n_shards if streaming else None
+ds = ds.cast_column(column, datasets.Image(decode=False))
+rows = []
+for row in ds:
+    data = row[column]["bytes"]
+    if data is None:
+        import fsspec
+        with fsspec.open(row[column]["path"], "rb") as f:
+            data = f.read()
+    fields = {k: v for k, v in row.items() if k != column}
+    rows.append([row["key"], hashlib.sha256(data).hexdigest(), json.dumps(fields, sort_keys=True)])
+print(json.dumps({"version": datasets.__version__, "n_shards": shards, "rows": sorted(rows)}))
+"""
+
+
+def expected_rows() -> list[list[str]]:
+    """The shipped example dataset's rows, as :func:`read_with` reports them."""
+    rows = []
+    for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        data = (EXAMPLE_DIR / "images" / row.pop("file_name")).read_bytes()
+        rows.append([row["key"], hashlib.sha256(data).hexdigest(), json.dumps(row, sort_keys=True)])
+    return sorted(rows)
+
+
+def read_with(
+    python: str,
+    path: Path | str,
+    streaming: bool,
+    cache: Path,
+    *,
+    env: dict[str, str] | None = None,
+    **load_kwargs: Any,
+) -> dict[str, Any]:
+    """``load_dataset(path, **load_kwargs)`` with ``python``; ``.py`` paths get ``trust_remote_code``."""
+    args = [python, "-c", DIGEST_SCRIPT, str(path), "1" if streaming else "0", "image", str(cache)]
+    result = subprocess.run(
+        [*args, json.dumps(load_kwargs)], capture_output=True, text=True, check=False, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

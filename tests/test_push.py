@@ -1,0 +1,422 @@
+"""``shardkit push`` / ``pack-shards --push`` against a Hub-API server on 127.0.0.1.
+
+The real huggingface_hub client does the talking (``HF_ENDPOINT`` points it at the test server,
+``HF_HUB_DISABLE_XET=1`` makes it use classic LFS), and real ``datasets`` 5.x and 3.6 read the
+result back from the same server. Pushes run as subprocesses: huggingface_hub reads its
+environment once, at import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardkit.push import LocalFile, RemoteFile, git_blob_oid, is_ignored, plan_commits
+from tests.conftest import EXAMPLE_DIR, Corpus
+from tests.hub_server import READ_TOKEN, WRITE_TOKEN, HubServer, run_hub_server
+from tests.readback import DS36_PYTHON, expected_rows, read_with
+
+SCRIPTS = Path(sys.executable).parent
+REPO = "tester/yfcc-mini"
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[HubServer]:
+    with run_hub_server(tmp_path / "hub-state") as server:
+        yield server
+
+
+@pytest.fixture
+def repo_dir(packed_template: Path, tmp_path: Path) -> Path:
+    """A private copy of the scaffolded and packed example dataset (16 shards)."""
+    dst = tmp_path / "yfcc-mini"
+    shutil.copytree(packed_template, dst, ignore=shutil.ignore_patterns("lock"))
+    return dst
+
+
+def hub_env(endpoint: str, home: Path, *, token: str | None = WRITE_TOKEN, xet: bool = False) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1", NO_PROXY="127.0.0.1")
+    if not xet:
+        env["HF_HUB_DISABLE_XET"] = "1"
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def shardkit(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPTS / "shardkit"), *args], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+
+
+def push(out_dir: Path, env: dict[str, str], *args: str, repo: str = REPO) -> dict[str, Any]:
+    result = shardkit("push", str(out_dir), "--repo", repo, "--json", *args, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def local_files(out_dir: Path) -> dict[str, bytes]:
+    """What a push should publish: the repo folder minus shardkit's work dir and .gitignore'd files."""
+    out = {}
+    for path in sorted(out_dir.rglob("*")):
+        rel = path.relative_to(out_dir).as_posix()
+        if path.is_file() and not rel.startswith(".shardkit/") and "__pycache__" not in rel:
+            out[rel] = path.read_bytes()
+    return out
+
+
+def remote_files(hub: HubServer, revision: str = "main", repo: str = REPO) -> dict[str, bytes]:
+    return {p: hub.read_file(repo, p, revision) for p in hub.files(repo, revision)}
+
+
+def main_history(hub: HubServer, repo: str = REPO) -> list[dict[str, Any]]:
+    """main's commits, oldest first."""
+    state = hub.state.load("dataset", repo)
+    assert state is not None
+    commits, sha = [], state["refs"]["main"]
+    while sha:
+        commits.append(state["commits"][sha])
+        sha = state["commits"][sha]["parent"]
+    return commits[::-1]
+
+
+def lfs_objects(hub: HubServer, repo: str = REPO) -> int:
+    """Distinct LFS objects main holds: what a push must upload once (shards, and more as .gitattributes says)."""
+    return len({entry["sha256"] for entry in hub.files(repo).values() if entry["lfs"]})
+
+
+# --- the whole path: pack, push, stream back with both datasets versions ---------------------------
+
+
+def test_push_then_datasets_5_and_3_6_stream_every_row_back(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
+    env = hub_env(hub.url, tmp_path / "home")
+    summary = push(repo_dir, env, "--files-per-commit", "10")
+
+    published = local_files(repo_dir)
+    assert summary["created_repo"] is True
+    assert summary["uploaded_files"] == len(published) and summary["skipped_files"] == 0
+    assert summary["uploaded_bytes"] == sum(len(b) for b in published.values())
+    # 16 shards + 16 metadata files, 10 files (5 pairs) a commit -> 4 commits, then the card commit.
+    assert summary["commits"] == 5
+    assert summary["url"] == f"{hub.url}/datasets/{REPO}"
+    assert summary["commit"] == hub.refs(REPO)["main"]
+    assert remote_files(hub) == published
+
+    # Nothing ever names a shard the repo does not hold: the manifest and card come in the last commit.
+    history = main_history(hub)
+    assert [("shards.json" in c["files"], "README.md" in c["files"]) for c in history[1:]] == [(False, False)] * 4 + [
+        (True, True)
+    ]
+    for commit in history:
+        zips = {p for p in commit["files"] if p.endswith(".zip")}
+        metas = {p for p in commit["files"] if p.endswith(".jsonl")}
+        assert {p.replace("data/", "metadata/").replace(".zip", ".jsonl") for p in zips} == metas
+
+    # The script branch: main's files plus the loading script under the name datasets 3.6 looks for.
+    loader = (repo_dir / "yfcc_mini_loader.py").read_bytes()
+    assert remote_files(hub, "script") == {**published, "yfcc-mini.py": loader}
+    assert summary["script_branch"] == "script" and summary["script_commit"] == hub.refs(REPO)["script"]
+
+    reader_env = hub_env(hub.url, tmp_path / "reader-home", token=None)
+    # datasets 5 decodes hf:// media in threads unless told not to; the test wants the raw bytes.
+    got = read_with(sys.executable, REPO, True, tmp_path / "cache5", env=reader_env, decode_num_threads=0)
+    assert got["version"].startswith("5.") and got["rows"] == expected_rows()
+
+    assert Path(DS36_PYTHON).exists(), f"{DS36_PYTHON} missing: scripts/test.sh builds it"
+    got = read_with(
+        DS36_PYTHON, REPO, True, tmp_path / "cache36", env=reader_env, revision="script", trust_remote_code=True
+    )
+    assert got["version"] == "3.6.0" and got["rows"] == expected_rows()
+    assert got["n_shards"] == 16  # the script path: one unit of work per ZIP
+    assert hub.unknown == []  # every request the clients made has a route
+
+
+def test_a_second_push_sends_nothing_and_makes_no_commit(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
+    env = hub_env(hub.url, tmp_path / "home")
+    first = push(repo_dir, env)
+    uploads, commits = hub.counters.lfs_uploads, hub.counters.commits
+    again = push(repo_dir, env)
+    assert again["uploaded_files"] == 0 and again["commits"] == 0 and again["commit_url"] is None
+    assert again["skipped_files"] == first["uploaded_files"]
+    assert again["commit"] == first["commit"] and again["script_commit"] == first["script_commit"]
+    assert (hub.counters.lfs_uploads, hub.counters.commits) == (uploads, commits)
+
+
+# --- interruptions -------------------------------------------------------------------------------------
+
+
+def test_upload_failing_part_way_resumes_and_sends_only_what_was_missing(
+    hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    env = hub_env(hub.url, tmp_path / "home")
+    hub.faults.lfs_uploads_before_failure = 6
+    failed = shardkit("push", str(repo_dir), "--repo", REPO, "--files-per-commit", "10", env=env)
+    assert failed.returncode == 1, failed.stderr
+    assert "the Hub failed while uploading" in failed.stderr and "507" in failed.stderr
+    assert "Re-run the same command to resume" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert hub.counters.lfs_uploads == 6
+    # The first commit (.gitattributes + 4 shards with their metadata) made it; nothing names a missing shard.
+    committed = set(hub.files(REPO))
+    assert len(committed) == 9 and "shards.json" not in committed and "README.md" not in committed
+
+    hub.faults.lfs_uploads_before_failure = None
+    summary = push(repo_dir, env, "--files-per-commit", "10")
+    assert remote_files(hub) == local_files(repo_dir)
+    assert summary["skipped_files"] == len(committed)
+    assert summary["uploaded_files"] == len(local_files(repo_dir)) - len(committed)
+    # Every LFS object went up exactly once over the two runs: the 6 stored before the failure
+    # were not sent again (the LFS batch endpoint said the server had them).
+    assert hub.counters.lfs_uploads == lfs_objects(hub)
+
+
+def test_commit_failing_part_way_resumes_from_the_committed_batches(
+    hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    env = hub_env(hub.url, tmp_path / "home")
+    hub.faults.commits_before_failure = 2
+    failed = shardkit("push", str(repo_dir), "--repo", REPO, "--files-per-commit", "10", env=env)
+    assert failed.returncode == 1 and "Re-run the same command to resume" in failed.stderr
+    committed = set(hub.files(REPO))
+    assert len(committed) == 9 + 10  # .gitattributes + 4 shard pairs, then 5 pairs
+    uploads_before = hub.counters.lfs_uploads
+
+    hub.faults.commits_before_failure = None
+    summary = push(repo_dir, env, "--files-per-commit", "10")
+    assert summary["skipped_files"] == len(committed)
+    assert summary["uploaded_files"] == len(local_files(repo_dir)) - len(committed)
+    assert remote_files(hub) == local_files(repo_dir)
+    # The third batch's shards reached storage before its commit failed: they are not sent again.
+    assert hub.counters.lfs_uploads == lfs_objects(hub)
+    assert uploads_before > 10
+
+
+def test_pushing_a_repacked_dataset_replaces_the_old_shards_in_the_final_commit(
+    hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    env = hub_env(hub.url, tmp_path / "home")
+    push(repo_dir, env)
+    old = {p for p in hub.files(REPO) if p.endswith((".zip", ".jsonl"))}
+    # Smaller shards: each prefix group is split into parts (data/0-00.zip ...), new names.
+    repack = subprocess.run(
+        [
+            str(SCRIPTS / "pack-shards"),
+            str(EXAMPLE_DIR / "images"),
+            str(EXAMPLE_DIR / "metadata.jsonl"),
+            "-o",
+            str(repo_dir),
+            "--max-shard-size",
+            "60KB",
+            "--target-shard-size",
+            "30KB",
+            "--force",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert repack.returncode == 0, repack.stderr
+    summary = push(repo_dir, env)
+    assert summary["deleted_files"] == len(old) == 32
+    assert remote_files(hub) == local_files(repo_dir)
+    assert not old & set(hub.files(REPO))
+    reader_env = hub_env(hub.url, tmp_path / "reader-home", token=None)
+    got = read_with(sys.executable, REPO, True, tmp_path / "cache", env=reader_env, decode_num_threads=0)
+    assert got["rows"] == expected_rows()  # no row twice, none missing
+
+
+# --- pack-shards --push, options -----------------------------------------------------------------------
+
+
+def test_pack_shards_push_packs_and_pushes_in_one_command(hub: HubServer, make_corpus: Any, tmp_path: Path) -> None:
+    corpus: Corpus = make_corpus(30)
+    out = tmp_path / "out"
+    env = hub_env(hub.url, tmp_path / "home")
+    result = subprocess.run(
+        [
+            str(SCRIPTS / "pack-shards"),
+            str(corpus.images),
+            str(corpus.meta),
+            "-o",
+            str(out),
+            "--push",
+            "tester/small",
+            "--private",
+            "--revision",
+            "v1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["rows"] == 30 and summary["push"]["repo_id"] == "tester/small"
+    assert summary["push"]["revision"] == "v1" and summary["push"]["script_branch"] is None
+    assert "no 'script' branch" in result.stderr  # packed without the template: no loading script
+    state = hub.state.load("dataset", "tester/small")
+    assert state is not None and state["private"] is True
+    assert hub.files("tester/small", "main") == {}  # pushed to v1 only
+    assert remote_files(hub, "v1", "tester/small") == local_files(out)
+
+
+# --- errors: a message that says what to do, exit 1 or 2, the token never shown ------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "says"),
+    [
+        ("no token", 1, ["no Hugging Face token", "hf auth login", "HF_TOKEN"]),
+        ("invalid token", 1, ["refused the token", "401", "hf auth login"]),
+        ("read-only token", 1, ["token is read-only", "write access"]),
+        ("other namespace", 1, ["may not write to 'someone-else'", "403"]),
+        ("repo is a model", 1, ["tester/yfcc-mini exists on the Hub as a model, not a dataset", "--repo"]),
+        ("hub down", 1, ["cannot reach the Hub at http://127.0.0.1:", "HF_ENDPOINT", "resume"]),
+        ("changed shard", 1, ["differ from shards.json; nothing was uploaded", "data/3.zip", "pack"]),
+        ("stray shard", 2, ["shards.json does not name (data/zz.zip)"]),
+        ("bad repo id", 2, ["'a/b/c' is not a Hub repo id"]),
+        ("not packed", 2, ["has no shards.json: pack it first"]),
+    ],
+)
+def test_push_errors_say_what_to_do(
+    case: str, code: int, says: list[str], hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    token, endpoint, repo, out = WRITE_TOKEN, hub.url, REPO, repo_dir
+    if case == "no token":
+        token = ""
+    elif case == "invalid token":
+        token = "hf_not_a_real_token_555"
+    elif case == "read-only token":
+        token = READ_TOKEN
+    elif case == "other namespace":
+        repo = "someone-else/yfcc-mini"
+    elif case == "repo is a model":
+        hub.state.create_repo("model", REPO, private=False)
+    elif case == "hub down":
+        endpoint = f"http://127.0.0.1:{_free_port()}"
+    elif case == "changed shard":
+        shard = repo_dir / "data" / "3.zip"
+        data = bytearray(shard.read_bytes())
+        data[100] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    elif case == "stray shard":
+        (repo_dir / "data" / "zz.zip").write_bytes(b"PK")
+    elif case == "bad repo id":
+        repo = "a/b/c"
+    elif case == "not packed":
+        out = tmp_path / "empty"
+        out.mkdir()
+    env = hub_env(endpoint, tmp_path / "home", token=token or None)
+    result = shardkit("push", str(out), "--repo", repo, env=env)
+    assert result.returncode == code, (result.stdout, result.stderr)
+    for text in says:
+        assert text in result.stderr
+    assert "Traceback" not in result.stderr
+    assert token not in result.stdout + result.stderr if token else True
+    assert hub.counters.commits == 0 and hub.counters.lfs_uploads == 0
+
+
+def test_token_given_with_the_option_is_used_and_never_shown(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
+    env = hub_env(hub.url, tmp_path / "home", token=None)
+    result = shardkit("push", str(repo_dir), "--repo", REPO, "--token", WRITE_TOKEN, env=env)
+    assert result.returncode == 0, result.stderr
+    assert WRITE_TOKEN not in result.stdout + result.stderr
+    assert f'load_dataset("{REPO}", streaming=True)' in result.stdout
+
+
+def test_without_disable_xet_the_client_asks_for_xet_and_fails_clearly(
+    hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    """Documents huggingface_hub 2.4: with hf_xet installed, uploads go through Xet unless
+    HF_HUB_DISABLE_XET=1 is set before import. The real Hub speaks Xet, so shardkit leaves it on;
+    this test server speaks classic LFS only. If a future huggingface_hub falls back to LFS by
+    itself, or stops asking for a Xet token, this test fails: then revisit hub-facts.md."""
+    env = hub_env(hub.url, tmp_path / "home", xet=True)
+    result = shardkit("push", str(repo_dir), "--repo", REPO, env=env)
+    assert result.returncode == 1
+    assert "the Xet upload failed" in result.stderr and "HF_HUB_DISABLE_XET=1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert any("/xet-write-token/" in request for request in hub.unknown), hub.unknown
+    assert hub.counters.lfs_uploads == 0 and "shards.json" not in hub.files(REPO)
+
+
+# --- the planner, without a server ---------------------------------------------------------------------
+
+
+def _f(path: str, size: int = 10, sha: str | None = "a" * 64) -> LocalFile:
+    return LocalFile(path, "/nonexistent/" + path, size, sha)
+
+
+def test_plan_keeps_pairs_together_and_gitattributes_first() -> None:
+    shards = [_f(f"{d}/{i:x}.{e}") for i in range(5) for d, e in (("data", "zip"), ("metadata", "jsonl"))]
+    other = [_f(".gitattributes", sha=None), _f("README.md", sha=None), _f("shards.json", sha=None)]
+    plan = plan_commits(shards, other, {}, files_per_commit=4, unchanged=lambda f, r: False)
+    assert [[f.path for f in b] for b in plan.batches] == [
+        [".gitattributes", "data/0.zip", "metadata/0.jsonl"],
+        ["data/1.zip", "metadata/1.jsonl", "data/2.zip", "metadata/2.jsonl"],
+        ["data/3.zip", "metadata/3.jsonl", "data/4.zip", "metadata/4.jsonl"],
+    ]
+    assert [f.path for f in plan.final] == ["README.md", "shards.json"]
+
+
+def test_plan_skips_what_the_repo_has_and_deletes_only_stale_shards() -> None:
+    shards = [_f("data/0.zip"), _f("metadata/0.jsonl")]
+    remote = {
+        "data/0.zip": RemoteFile(10, "a" * 64, "x"),
+        "data/old.zip": RemoteFile(1, "b" * 64, "y"),
+        "metadata/old.jsonl": RemoteFile(1, None, "z"),
+        "LICENSE": RemoteFile(1, None, "w"),  # not shardkit's: left alone
+    }
+    plan = plan_commits(shards, [_f("README.md")], remote, files_per_commit=100, unchanged=lambda f, r: r is not None)
+    assert [f.path for f in plan.skipped] == ["data/0.zip"]
+    assert [[f.path for f in b] for b in plan.batches] == [["metadata/0.jsonl"]]
+    assert plan.deletions == ["data/old.zip", "metadata/old.jsonl"]
+
+
+def test_regular_files_compare_by_git_blob_id(tmp_path: Path) -> None:
+    from shardkit.push import is_unchanged
+
+    path = tmp_path / "README.md"
+    path.write_bytes(b"hello\n")
+    local = LocalFile("README.md", str(path), 6)
+    assert git_blob_oid(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"  # `git hash-object`
+    assert is_unchanged(local, RemoteFile(6, None, "ce013625030ba8dba906f756967f9e9ca394464a"))
+    assert not is_unchanged(local, RemoteFile(6, None, "0" * 40))
+
+
+@pytest.mark.parametrize(
+    ("path", "is_dir", "ignored"),
+    [
+        (".shardkit", True, True),
+        ("notes/.ipynb_checkpoints", True, True),
+        ("x/y.pyc", False, True),
+        ("build", True, True),
+        ("build", False, False),  # "build/" matches folders only
+        ("docs/draft.md", False, True),
+        ("draft.md", False, False),  # "docs/draft.md" is anchored
+        ("README.md", False, False),
+    ],
+)
+def test_gitignore_rules(path: str, is_dir: bool, ignored: bool) -> None:
+    from shardkit.push import ALWAYS_IGNORED
+
+    assert is_ignored(path, is_dir, [*ALWAYS_IGNORED, "build/", "docs/draft.md"]) is ignored
