@@ -1,4 +1,8 @@
-"""Read a packed dataset back the way a user would: datasets.load_dataset(..., streaming=True)."""
+"""Read a dataset back the way a user would: datasets.load_dataset(..., streaming=True).
+
+Usage: stream_back.py SOURCE [MANIFEST]  (SOURCE: a packed folder or a Hub repo id; MANIFEST:
+the shards.json that says how many rows to expect, by default SOURCE/shards.json).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,12 @@ import urllib.parse
 from pathlib import Path
 
 
-def main(out_dir: str) -> None:
+def main(source: str, manifest_path: str) -> None:
     from datasets import load_dataset
 
-    manifest = json.loads((Path(out_dir) / "shards.json").read_text())
+    manifest = json.loads(Path(manifest_path).read_text())
     started = time.perf_counter()
-    ds = load_dataset(out_dir, split="train", streaming=True)
+    ds = load_dataset(source, split="train", streaming=True)
     count = 0
     first_at = 0.0
     for row in ds:
@@ -37,4 +41,5 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "demo-output/yfcc-mini")
+    source = sys.argv[1] if len(sys.argv) > 1 else "demo-output/yfcc-mini"
+    main(source, sys.argv[2] if len(sys.argv) > 2 else str(Path(source) / "shards.json"))

@@ -243,7 +243,8 @@ _LFS_BATCH = re.compile(r"^/(?:(datasets|spaces)/)?([^/]+/[^/]+)\.git/info/lfs/o
 class HubServer:
     """Start with :func:`run_hub_server`; ``url`` is what ``HF_ENDPOINT`` should be."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, user: str = USER) -> None:
+        self.user = user  # the tokens' owner: the namespace they may write to
         self.state = HubState(root)
         self.log = RequestLog()
         self.faults = Faults()
@@ -352,7 +353,7 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             role = self._token_role()
             if role is None:
                 raise HttpError(401, "Invalid username or password.")
-            if role != "write" or namespace != USER:
+            if role != "write" or namespace != hub.user:
                 raise HttpError(
                     403, f"You don't have the rights to write to {namespace}: use a token with write access"
                 )
@@ -386,14 +387,14 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 role = self._token_role()
                 if role is None:
                     raise HttpError(401, "Invalid username or password.")
-                self._send(200, {"type": "user", "name": USER, "auth": {"accessToken": {"role": role}}})
+                self._send(200, {"type": "user", "name": hub.user, "auth": {"accessToken": {"role": role}}})
                 return True
             if path == "/api/agent-harnesses" and method == "GET":  # huggingface_hub's user-agent registry
                 self._send(200, {"standardEnvVars": [], "harnesses": {}})
                 return True
             if path == "/api/repos/create" and method == "POST":
                 payload = self._json_body(raw)
-                namespace = payload.get("organization") or USER
+                namespace = payload.get("organization") or hub.user
                 self._require_write(namespace)
                 repo_type = payload.get("type") or "model"
                 repo_id = f"{namespace}/{payload['name']}"
@@ -611,3 +612,24 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             return True
 
     return Handler
+
+
+def main() -> None:
+    """``python -m tests.hub_server --root DIR``: serve until killed; print the URL (for the demo)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--root", required=True, type=Path, help="where repos and objects are kept")
+    parser.add_argument("--user", default=USER, help="the namespace the write token may write to")
+    args = parser.parse_args()
+    server = HubServer(args.root, args.user)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    server.start()  # its threads inherit the mask: the main thread alone takes the signal
+    print(server.url, flush=True)
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()

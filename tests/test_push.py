@@ -420,3 +420,15 @@ def test_gitignore_rules(path: str, is_dir: bool, ignored: bool) -> None:
     from shardkit.push import ALWAYS_IGNORED
 
     assert is_ignored(path, is_dir, [*ALWAYS_IGNORED, "build/", "docs/draft.md"]) is ignored
+
+
+def test_layouts_over_the_hubs_advice_are_refused_before_uploading() -> None:
+    from shardkit.errors import UsageError
+    from shardkit.push import check_hub_limits
+
+    check_hub_limits([_f(f"data/{i:05x}.zip") for i in range(10_000)])  # at the limit: fine
+    with pytest.raises(UsageError, match=r"data/ would hold 10001 files; the Hub advises under 10000 per folder"):
+        check_hub_limits([_f(f"data/{i:05x}.zip") for i in range(10_001)])
+    many = [_f(f"{d}/{i:05x}.zip") for d in "abcdefghijk" for i in range(9_500)]
+    with pytest.raises(UsageError, match=r"the repo would hold 104500 files.*--target-shard-size"):
+        check_hub_limits(many)

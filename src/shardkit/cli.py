@@ -99,7 +99,8 @@ push_options = [
     click.option(
         "--token",
         default=None,
-        help="Hugging Face token with write access [default: HF_TOKEN, else the `hf auth login` token]. Never printed.",
+        help="Hugging Face token with write access [default: HF_TOKEN, else the `hf auth login` token]. Never"
+        " printed; other users can see command lines (ps), so prefer HF_TOKEN or the login.",
     ),
     click.option(
         "--script-branch",

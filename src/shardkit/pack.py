@@ -37,6 +37,7 @@ from .outdir import locked, shard_problem
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
     DEFAULT_TARGET_SHARD_BYTES,
+    HUB_MAX_FOLDER_ENTRIES,
     ShardPlan,
     check_limits,
     choose_prefix_length,
@@ -176,6 +177,13 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = Options(prefix_length, config.max_shard_bytes, config.target_shard_bytes)
+    if len(plan) > HUB_MAX_FOLDER_ENTRIES:
+        log.warning(
+            "%d shards: more than the %d files per folder the Hub advises, so `shardkit push` will refuse them."
+            " A larger --target-shard-size (up to --max-shard-size) makes fewer shards.",
+            len(plan),
+            HUB_MAX_FOLDER_ENTRIES,
+        )
 
     def summary(*, written: int, manifest: str | None) -> PackSummary:
         return PackSummary(

@@ -35,6 +35,11 @@ MAX_PREFIX_LENGTH = 6
 DEFAULT_MAX_SHARD_BYTES = 1_000_000_000
 DEFAULT_TARGET_SHARD_BYTES = 500_000_000
 
+# The Hub's advice for a repo (https://huggingface.co/docs/hub/repositories-recommendations):
+# under 10,000 entries per folder and 100,000 files in all. data/ holds one file per shard.
+HUB_MAX_FOLDER_ENTRIES = 10_000
+HUB_MAX_REPO_FILES = 100_000
+
 
 @dataclass(frozen=True)
 class PlanEntry:

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ from .errors import ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, read_manifest
 from .metadata import sha256_file
 from .outdir import WORK_DIR, locked, shard_problem
+from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
 from .threads import interruptible_pool
 
@@ -186,6 +188,20 @@ def collect_files(out_dir: str, manifest: Manifest) -> tuple[list[LocalFile], li
             " too. Move them away, or run the pack again to rebuild the folder."
         )
     return shard_files, other
+
+
+def check_hub_limits(files: list[LocalFile]) -> None:
+    """Refuse a layout over the Hub's advice on files per folder and per repo, before uploading anything."""
+    per_folder = Counter(f.path.rsplit("/", 1)[0] + "/" if "/" in f.path else "the repo root" for f in files)
+    folder, count = per_folder.most_common(1)[0] if per_folder else ("", 0)
+    fix = "Pack again with a larger --target-shard-size (up to --max-shard-size, at most 4GiB) for fewer shards."
+    if count > HUB_MAX_FOLDER_ENTRIES:
+        raise UsageError(
+            f"{folder} would hold {count} files; the Hub advises under {HUB_MAX_FOLDER_ENTRIES} per folder"
+            f" (https://huggingface.co/docs/hub/repositories-recommendations). {fix}"
+        )
+    if len(files) > HUB_MAX_REPO_FILES:
+        raise UsageError(f"the repo would hold {len(files)} files; the Hub advises under {HUB_MAX_REPO_FILES}. {fix}")
 
 
 def is_unchanged(local: LocalFile, remote: RemoteFile | None) -> bool:
@@ -468,6 +484,7 @@ def _push_locked(
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
 
     shard_files, other_files = collect_files(out_dir, manifest)
+    check_hub_limits(shard_files + other_files)
     loader = find_loader(out_dir) if config.script_branch else None
     token = resolve_token(config.token)
     _check_shards(config, manifest, progress)
@@ -494,7 +511,8 @@ def _push_locked(
 
     uploads = plan.uploads
     total_bytes = sum(f.size for f in uploads)
-    progress.start(f"uploading to {repo_id}", total=total_bytes, unit="B")
+    if uploads:
+        progress.start(f"uploading to {repo_id}", total=total_bytes, unit="B")
     commits = 0
     commit_url = None
     for number, batch in enumerate(plan.batches, 1):
