@@ -55,6 +55,7 @@ class Faults:
     lfs_uploads_before_failure: int | None = None  # this many LFS PUTs succeed, then every PUT fails
     commits_before_failure: int | None = None  # this many commits succeed, then every commit fails
     status: int = 507  # not one huggingface_hub retries (it retries 429 and 5xx up to 504)
+    lfs_upload_delay: float = 0.0  # seconds each LFS PUT takes: a slow link, to interrupt a push mid-upload
 
 
 @dataclass
@@ -562,6 +563,7 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
         def _lfs_put(self, oid: str, data: bytes) -> bool:
             if hashlib.sha256(data).hexdigest() != oid:
                 raise HttpError(400, f"uploaded bytes do not hash to {oid}")
+            time.sleep(hub.faults.lfs_upload_delay)
             with hub.counters_lock:  # uploads run in parallel: check and count as one step
                 limit = hub.faults.lfs_uploads_before_failure
                 if limit is not None and hub.counters.lfs_uploads >= limit:

@@ -8,12 +8,15 @@ environment once, at import.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -295,6 +298,7 @@ def _free_port() -> int:
         ("stray shard", 2, ["shards.json does not name (data/zz.zip)"]),
         ("bad repo id", 2, ["'a/b/c' is not a Hub repo id"]),
         ("not packed", 2, ["has no shards.json: pack it first"]),
+        ("locked", 2, ["another shardkit run is working on", "wait for it to finish"]),
     ],
 )
 def test_push_errors_say_what_to_do(
@@ -326,7 +330,10 @@ def test_push_errors_say_what_to_do(
         out = tmp_path / "empty"
         out.mkdir()
     env = hub_env(endpoint, tmp_path / "home", token=token or None)
-    result = shardkit("push", str(out), "--repo", repo, env=env)
+    with open(repo_dir / ".shardkit" / "lock", "w") as lock:
+        if case == "locked":  # as a pack or push running on the same OUT_DIR holds it
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = shardkit("push", str(out), "--repo", repo, env=env)
     assert result.returncode == code, (result.stdout, result.stderr)
     for text in says:
         assert text in result.stderr
@@ -335,12 +342,55 @@ def test_push_errors_say_what_to_do(
     assert hub.counters.commits == 0 and hub.counters.lfs_uploads == 0
 
 
-def test_token_given_with_the_option_is_used_and_never_shown(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
-    env = hub_env(hub.url, tmp_path / "home", token=None)
-    result = shardkit("push", str(repo_dir), "--repo", REPO, "--token", WRITE_TOKEN, env=env)
+def test_ctrl_c_during_upload_stops_within_seconds_and_a_rerun_finishes(
+    hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    env = hub_env(hub.url, tmp_path / "home")
+    hub.faults.lfs_upload_delay = 0.5
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "shardkit"), "push", str(repo_dir), "--repo", REPO],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while hub.counters.lfs_uploads < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hub.counters.lfs_uploads >= 2, "the push never started uploading"
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        stopped_after = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted; re-run the same command to resume" in err and "Traceback" not in err
+    assert stopped_after < 3
+    assert "shards.json" not in hub.files(REPO)
+    hub.faults.lfs_upload_delay = 0
+    push(repo_dir, env)
+    assert remote_files(hub) == local_files(repo_dir)
+
+
+@pytest.mark.parametrize("source", ["--token", "hf auth login"])
+def test_token_from_the_option_or_the_stored_login_is_used_and_never_shown(
+    source: str, hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    env = hub_env(hub.url, home, token=None)  # no HF_TOKEN
+    args = ["push", str(repo_dir), "--repo", REPO]
+    if source == "--token":
+        args += ["--token", WRITE_TOKEN]
+    else:  # where `hf auth login` stores it: $HF_HOME/token
+        home.mkdir()
+        (home / "token").write_text(WRITE_TOKEN)
+    result = shardkit(*args, env=env)
     assert result.returncode == 0, result.stderr
     assert WRITE_TOKEN not in result.stdout + result.stderr
     assert f'load_dataset("{REPO}", streaming=True)' in result.stdout
+    assert remote_files(hub) == local_files(repo_dir)
 
 
 def test_without_disable_xet_the_client_asks_for_xet_and_fails_clearly(
