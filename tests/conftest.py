@@ -108,6 +108,25 @@ def tree_bytes(out_dir: Path) -> dict[str, bytes]:
     return out
 
 
+def pack_example(out_dir: Path, *options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `pack-shards` on the shipped example dataset into ``out_dir``, as a user would."""
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "pack-shards"),
+            str(EXAMPLE_DIR / "images"),
+            str(EXAMPLE_DIR / "metadata.jsonl"),
+            "-o",
+            str(out_dir),
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+
+
 @pytest.fixture(scope="session")
 def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example dataset scaffolded with the template and packed into it: 16 shards. Copy it to change it."""
@@ -121,18 +140,6 @@ def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
             default_config=True,
         )
     )
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "pack-shards"),
-            str(EXAMPLE_DIR / "images"),
-            str(EXAMPLE_DIR / "metadata.jsonl"),
-            "-o",
-            str(repo),
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = pack_example(repo, "-q")
     assert result.returncode == 0, result.stderr
     return repo

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,30 +12,14 @@ import fsspec
 import pytest
 from datasets import Image, load_dataset
 
-from tests.conftest import EXAMPLE_DIR
-
-SCRIPTS = Path(sys.executable).parent
+from tests.conftest import EXAMPLE_DIR, pack_example
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]], dict[str, bytes]]:
     """Pack the shipped example with `pack-shards`; return OUT_DIR and the input by key."""
     out = tmp_path_factory.mktemp("e2e") / "yfcc-mini"
-    result = subprocess.run(
-        [
-            str(SCRIPTS / "pack-shards"),
-            str(EXAMPLE_DIR / "images"),
-            str(EXAMPLE_DIR / "metadata.jsonl"),
-            "-o",
-            str(out),
-            "--json",
-            "--jobs",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = pack_example(out, "--json", "--jobs", "2")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     rows = [json.loads(line) for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines()]

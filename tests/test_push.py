@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from shardkit.push import LocalFile, RemoteFile, git_blob_oid, is_ignored, plan_commits
-from tests.conftest import EXAMPLE_DIR, Corpus
+from tests.conftest import Corpus, pack_example
 from tests.hub_server import READ_TOKEN, WRITE_TOKEN, HubServer, run_hub_server
 from tests.readback import DS36_PYTHON, expected_rows, read_with
 
@@ -211,24 +211,7 @@ def test_pushing_a_repacked_dataset_replaces_the_old_shards_in_the_final_commit(
     push(repo_dir, env)
     old = {p for p in hub.files(REPO) if p.endswith((".zip", ".jsonl"))}
     # Smaller shards: each prefix group is split into parts (data/0-00.zip ...), new names.
-    repack = subprocess.run(
-        [
-            str(SCRIPTS / "pack-shards"),
-            str(EXAMPLE_DIR / "images"),
-            str(EXAMPLE_DIR / "metadata.jsonl"),
-            "-o",
-            str(repo_dir),
-            "--max-shard-size",
-            "60KB",
-            "--target-shard-size",
-            "30KB",
-            "--force",
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    repack = pack_example(repo_dir, "--max-shard-size", "60KB", "--target-shard-size", "30KB", "--force", "-q")
     assert repack.returncode == 0, repack.stderr
     summary = push(repo_dir, env)
     assert summary["deleted_files"] == len(old) == 32
