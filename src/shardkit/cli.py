@@ -348,6 +348,44 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
         _print_push(summary)
 
 
+SHOWN_PROBLEMS = 1000
+
+
+@main.command("verify")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--deep", is_flag=True, help="Also decode every image (Pillow) and parse every WAV file.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar; problems and the summary still print.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout (every problem).")
+def verify_cmd(out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
+    """Check OUT_DIR against its shards.json: every shard's size, sha256, ZIP structure and CRCs;
+    metadata.jsonl inside each shard, metadata/ and the members agreeing one to one; the cap;
+    keys unique and in their shard; nothing in data/ or metadata/ that the manifest does not name.
+
+    Each problem is printed with its file and member. Exit code 0 if none, 1 if any.
+    """
+    from .progress import TqdmProgress
+    from .verify import verify
+
+    _setup_logging(quiet)
+    progress = TqdmProgress(disable=quiet or (not sys.stderr.isatty() and as_json))
+    report = _run(lambda: verify(out_dir, deep=deep, progress=progress))
+    if as_json:
+        click.echo(json.dumps(report.to_json()))
+    else:
+        for problem in report.problems[:SHOWN_PROBLEMS]:
+            click.echo(problem.format())
+        if len(report.problems) > SHOWN_PROBLEMS:
+            click.echo(f"... and {len(report.problems) - SHOWN_PROBLEMS} more (--json lists them all)")
+        what = f"{report.shards} shards, {report.rows} rows, {_human_size(report.bytes)}"
+        if report.deep:
+            what += f", {report.decoded} files decoded" + (
+                f" ({report.not_decoded} of a type with no decoder here)" if report.not_decoded else ""
+            )
+        verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+        click.echo(f"verified {what} in {report.seconds:.1f} s: {verdict}")
+    sys.exit(0 if report.ok else 1)
+
+
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "hub-dataset")
 
 
