@@ -2,8 +2,9 @@
 # The main job end to end on the shipped example data:
 #   1. scaffold a dataset repo with the template (shardkit new),
 #   2. pack the example images and metadata into it (pack-shards),
-#   3. push it to a Hub (every shard is checked against the manifest first),
-#   4. stream it back from that Hub with datasets.load_dataset(..., streaming=True) and print rows.
+#   3. verify it (every shard, member and CRC against the manifest; --deep decodes every image),
+#   4. push it to a Hub (every shard is checked against the manifest first),
+#   5. stream it back from that Hub with datasets.load_dataset(..., streaming=True) and print rows.
 # The Hub here is the Hub-API server the tests use, on 127.0.0.1: the real one needs a token and
 # the network. To push to the real Hub: `hf auth login`, then `shardkit push OUT --repo you/name`.
 set -euo pipefail
@@ -22,6 +23,9 @@ fi
 
 echo "== pack-shards $EXAMPLE/images $EXAMPLE/metadata.jsonl -o $REPO_DIR"
 pack-shards "$EXAMPLE/images" "$EXAMPLE/metadata.jsonl" -o "$REPO_DIR"
+
+echo "== shardkit verify $REPO_DIR --deep"
+shardkit verify "$REPO_DIR" --deep -q
 
 echo "== start a Hub-API server on 127.0.0.1 (state in $DEMO/hub)"
 python -u -m tests.hub_server --root "$DEMO/hub" --user demo > "$DEMO/hub.url" &

@@ -18,9 +18,10 @@ def test_demo_scaffolds_packs_pushes_and_streams_every_row_back(tmp_path: Path) 
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     out = result.stdout
-    for step in ("== shardkit new", "== pack-shards", "== shardkit push", "== stream it back"):
+    for step in ("== shardkit new", "== pack-shards", "== shardkit verify", "== shardkit push", "== stream it back"):
         assert step in out
     assert "packed 300 rows into 16 shards" in out
+    assert "verified 16 shards, 300 rows, 1.7 MB, 300 files decoded in" in out
     assert "pushed 39 files" in out and "/datasets/demo/yfcc-mini" in out
     assert "read 300 rows from 16 shards" in out
     # Run again: both steps resume, nothing is written or sent twice.
