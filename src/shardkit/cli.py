@@ -6,6 +6,7 @@ Progress goes to stderr; ``--json`` prints one summary object on stdout.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -67,7 +68,10 @@ def _run(action: Callable[[], Any]) -> Any:
         sys.exit(1)
     except OSError as exc:  # disk full, permission denied...: one line naming the file, not a traceback
         where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        fix = ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = "; free some space, then re-run the same command (finished shards are kept)"
+        click.echo(f"error: {where}{exc.strerror or exc}{fix}", err=True)
         sys.exit(1)
 
 

@@ -55,6 +55,14 @@ class ShardJob:
     fsync: bool = True
 
 
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def metadata_path_for(plan: ShardPlan) -> str:
     return f"metadata/{plan.stem}.jsonl"
 
@@ -254,6 +262,9 @@ def write_shard(job: ShardJob) -> ManifestShard:
         os.makedirs(os.path.dirname(final_zip), exist_ok=True)
         os.replace(tmp_meta, final_meta)
         os.replace(tmp_zip, final_zip)  # the shard exists only once it is whole
+        if job.fsync:  # and the renames themselves survive a power loss
+            _fsync_dir(os.path.dirname(final_meta))
+            _fsync_dir(os.path.dirname(final_zip))
     except BaseException:
         # Reads still in flight may land in this ring after we leave: never reuse it.
         _local.ring = None
