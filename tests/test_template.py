@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import py_compile
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,9 @@ from huggingface_hub import DatasetCard
 
 from shardkit.card import GITATTRIBUTES_LINES, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
+from shardkit.zipformat import iter_members
 from tests.http_server import serve_directory
-from tests.readback import DS36_PYTHON, expected_rows, read_with
+from tests.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
 
 SCRIPTS = Path(sys.executable).parent
 
@@ -191,3 +194,47 @@ def test_script_over_http_makes_requests_per_shard_not_per_image(packed_template
     assert shards <= zip_requests <= 4 * shards
     assert all_requests <= 4 * shards + 5
     assert all_requests < images / 4
+
+
+def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
+    repo = tmp_path / "yfcc-mini"
+    shutil.copytree(packed_template, repo, ignore=shutil.ignore_patterns("lock"))
+    shard = repo / "data" / "3.zip"
+    with open(shard, "rb") as f:
+        members = [(m.name, m.data) for m in iter_members(f)]
+    if damage == "crc":  # one byte of the first image flipped on disk
+        data = bytearray(shard.read_bytes())
+        name = members[1][0].encode()
+        data[data.index(name, data.index(name) + 1) + len(name) + 100] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    else:  # a member that would land outside the extraction folder
+        with zipfile.ZipFile(shard, "w", zipfile.ZIP_STORED) as zf:
+            for name, data in [members[0], ("../../escape.jpg", b"x"), *members[1:]]:
+                zf.writestr(name, data)
+    return repo
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("crc", "data/3.zip: CRC mismatch in member 'images/"),
+        ("unsafe name", "data/3.zip: refusing unsafe member name '../../escape.jpg'"),
+    ],
+)
+def test_loading_script_refuses_damaged_shards_instead_of_yielding_bad_bytes(
+    packed_template: Path, tmp_path: Path, damage: str, message: str
+) -> None:
+    repo = _damaged_copy(packed_template, tmp_path, damage)
+    args = [
+        DS36_PYTHON,
+        "-c",
+        DIGEST_SCRIPT,
+        str(repo / "yfcc_mini_loader.py"),
+        "1",
+        "image",
+        str(tmp_path / "c"),
+        "{}",
+    ]
+    result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=600)
+    assert result.returncode != 0
+    assert message in result.stderr
