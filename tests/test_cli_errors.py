@@ -110,6 +110,53 @@ def test_same_file_twice_without_keys_is_a_duplicate_content_key(corpus: Corpus,
     assert "bad.jsonl:2: duplicate key " in stderr and "(first used on line 1)" in stderr
 
 
+def test_same_file_under_two_keys_is_reported_and_skip_keeps_the_first(corpus: Corpus, tmp_path: Path) -> None:
+    name = corpus.rows[3]["file_name"]
+    folder, base = name.split("/")
+    rows = [dict(good(corpus, 3), key="aa" * 8), good(corpus, 4), {"file_name": f"{folder}/./{base}", "key": "bb" * 8}]
+    code, _, stderr, out = pack_rows(corpus, rows, tmp_path)
+    assert code == 1
+    assert (
+        f"bad.jsonl:3: file_name '{folder}/./{base}' is the same file as line 1 names ('{name}', key {'aa' * 8}):"
+        " a file is published once; drop one of the rows"
+    ) in stderr
+    assert shard_files(out) == []
+    code, stdout, stderr, _ = pack_rows(corpus, rows, tmp_path, "--on-error", "skip", "--json")
+    assert code == 0 and json.loads(stdout)["rows"] == 2 and json.loads(stdout)["rejected_rows"] == 1
+
+
+def test_links_to_one_file_are_distinct_rows(corpus: Corpus, tmp_path: Path) -> None:
+    """Hard and symbolic links are how some collections share a file between distinct rows."""
+    target = corpus.images / corpus.rows[0]["file_name"]
+    (corpus.images / "hard.jpg").hardlink_to(target)
+    (corpus.images / "soft.jpg").symlink_to(target)
+    rows = [dict(good(corpus, 0), key="aa" * 8), {"file_name": "hard.jpg", "key": "bb" * 8}]
+    rows.append({"file_name": "soft.jpg", "key": "cc" * 8})
+    code, stdout, stderr, _ = pack_rows(corpus, rows, tmp_path, "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["rows"] == 3
+
+
+def test_check_images_decodes_each_file_and_names_the_bad_ones(corpus: Corpus, tmp_path: Path) -> None:
+    whole = (corpus.images / corpus.rows[0]["file_name"]).read_bytes()
+    (corpus.images / "truncated.jpg").write_bytes(whole[: len(whole) // 2])
+    (corpus.images / "text.jpg").write_bytes(b"this is not a picture")
+    rows = [good(corpus, 0), {"file_name": "truncated.jpg"}, {"file_name": "text.jpg"}, good(corpus, 1)]
+    code, _, _, _ = pack_rows(corpus, rows, tmp_path, "--json", "--dry-run")
+    assert code == 0  # without --check-images only sizes and paths are checked
+    code, _, stderr, out = pack_rows(corpus, rows, tmp_path, "--check-images")
+    assert code == 1
+    assert "bad.jsonl:2: " in stderr and "truncated.jpg: does not decode as an image: " in stderr
+    assert "bad.jsonl:3: " in stderr and "text.jpg: is not an image Pillow can read" in stderr
+    assert shard_files(out) == []
+    code, stdout, stderr, _ = pack_rows(corpus, rows, tmp_path, "--check-images", "--on-error", "skip", "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["rows"] == 2 and summary["rejected_rows"] == 2
+    reasons = [json.loads(line)["reason"] for line in Path(summary["rejects_file"]).read_text().splitlines()]
+    assert any("does not decode" in r for r in reasons) and any("not an image" in r for r in reasons)
+
+
 def test_file_bigger_than_the_cap(corpus: Corpus, tmp_path: Path) -> None:
     (corpus.images / "big.jpg").write_bytes(b"x" * 5000)
     code, _, stderr, out = pack_rows(
@@ -201,8 +248,10 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
     # on a hung network mount.
     target = corpus.images / "target.jpg"
     target.write_bytes(b"\xff\xd8 target")
+    for i in range(3000):  # distinct file_names (one file may not be published twice), cheap to make
+        (corpus.images / f"link_{i}.jpg").symlink_to(corpus.images / corpus.rows[i % 20]["file_name"])
     rows: list[object] = [
-        {"file_name": corpus.rows[i % 20]["file_name"], "key": f"{i * 0x9E3779B1 % 0xF0000000:08x}{i:08x}"}
+        {"file_name": f"link_{i}.jpg", "key": f"{i * 0x9E3779B1 % 0xF0000000:08x}{i:08x}"}
         for i in range(3000)  # keys spread over prefixes 0-e
     ]
     rows.append({"file_name": "target.jpg", "key": "f" * 32})

@@ -16,7 +16,6 @@ import yaml
 
 from .manifest import write_atomic
 
-AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif", ".wma"})
 DATA_FILES_PATTERN = "data/*.zip"
 
 GITATTRIBUTES_LINES = [

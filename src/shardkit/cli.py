@@ -190,6 +190,11 @@ pack_options = [
         default=None,
         help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl].",
     ),
+    click.option(
+        "--check-images",
+        is_flag=True,
+        help="Decode every image (Pillow) and WAV file while checking; one that does not decode is a bad row.",
+    ),
     click.option("--force", is_flag=True, help="Replace output in OUT_DIR that came from other input or options."),
     click.option("--dry-run", is_flag=True, help="Check the input and print the shard plan; write nothing."),
     click.option(
@@ -278,6 +283,7 @@ def _pack_command(**kw: Any) -> None:
         force=kw["force"],
         dry_run=kw["dry_run"],
         fsync=not kw["no_fsync"],
+        check_images=kw["check_images"],
     )
     progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
     summary = _run(lambda: pack(config, progress))

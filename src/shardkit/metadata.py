@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from .errors import InputProblem
 from .threads import interruptible_pool
@@ -31,6 +31,7 @@ from .threads import interruptible_pool
 KEY_RE = re.compile(r"^[0-9a-f]{8,128}$")
 EXT_RE = re.compile(r"^\.[A-Za-z0-9]{1,16}$")
 CONTENT_KEY_HEX_DIGITS = 32
+AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif", ".wma"})
 KEY_SCHEME = "hex: the row's 'key' (8-128 lowercase hex digits), else sha256(file bytes)[:32]"
 _HASH_CHUNK = 1 << 20
 
@@ -188,10 +189,11 @@ class _FileChecker:
     only a file that is itself a symlink is resolved in full.
     """
 
-    def __init__(self, images_real: str, max_file_bytes: int) -> None:
+    def __init__(self, images_real: str, max_file_bytes: int, decode: bool = False) -> None:
         self.images_real = images_real
         self.prefix = images_real + os.sep
         self.max_file_bytes = max_file_bytes
+        self.decode = decode
         self._dirs: dict[str, str] = {}
 
     def _real_dir(self, directory: str) -> str:
@@ -232,12 +234,42 @@ class _FileChecker:
             return f"empty file: {p.path}"
         if st.st_size > self.max_file_bytes:
             return f"file is {st.st_size} bytes, more than fits in one shard ({self.max_file_bytes} bytes): {p.path}"
-        if p.key is not None:
-            return st.st_size, None
         try:
-            return st.st_size, content_key(real)
+            if self.decode and can_decode(p.ext) and (problem := decode_problem(real, p.ext)):
+                return f"{p.path}: {problem}"
+            return st.st_size, None if p.key is not None else content_key(real)
         except OSError as exc:
             return f"cannot read {p.path}: {exc.strerror}"
+
+
+def can_decode(ext: str) -> bool:
+    """Whether :func:`decode_problem` knows the type: images (Pillow) and WAV; other audio needs soundfile."""
+    ext = ext.lower()
+    return ext == ".wav" or ext not in AUDIO_EXTENSIONS
+
+
+def decode_problem(source: str | BinaryIO, ext: str) -> str | None:
+    """Why a file (a path or an open binary file) does not decode as its extension says; None if it does."""
+    if ext.lower() == ".wav":
+        import wave
+
+        try:
+            with wave.open(source) as w:
+                return None if w.getnframes() else "WAV file has no audio frames"
+        except (wave.Error, EOFError) as exc:
+            return f"does not decode as WAV audio: {exc}"
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(source) as image:
+            image.load()
+    except UnidentifiedImageError:
+        return "is not an image Pillow can read (wrong extension, or not an image at all)"
+    except (OSError, SyntaxError, ValueError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise  # a read error, not a decode error
+        return f"does not decode as an image: {exc}"
+    return None
 
 
 _BATCH = 64
@@ -249,14 +281,16 @@ def read_metadata(
     *,
     max_file_bytes: int,
     threads: int = 8,
+    decode: bool = False,
 ) -> Iterator[SourceRecord | InputProblem]:
     """Stream checked records (or problems) from a metadata file, in input order.
 
     ``max_file_bytes`` is the largest file that still fits in a shard on its own. Rows are
-    parsed here and their files checked on ``threads`` threads, in batches.
+    parsed here and their files checked on ``threads`` threads, in batches. With ``decode``,
+    every image (and WAV file) is decoded, and one that does not decode is a problem.
     """
     images_root = os.path.abspath(images_dir)
-    checker = _FileChecker(os.path.realpath(images_root), max_file_bytes)
+    checker = _FileChecker(os.path.realpath(images_root), max_file_bytes, decode)
     window: deque[Future[list[SourceRecord | InputProblem]]] = deque()
     batch: list[_Pending | InputProblem] = []
     with open_metadata(metadata_path) as stream, interruptible_pool(threads, "shardkit-check") as pool:

@@ -29,10 +29,10 @@ from typing import Any, Literal
 
 import jsonlines
 
-from .card import AUDIO_EXTENSIONS, ensure_gitattributes, update_card, update_loaders
+from .card import ensure_gitattributes, update_card, update_loaders
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
-from .metadata import metadata_line, read_metadata
+from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
 from .outdir import locked, shard_problem
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
@@ -47,7 +47,7 @@ from .plan import (
 from .preview import write_preview
 from .progress import NullProgress, Progress
 from .schema import SchemaTracker
-from .staging import RunWriter, StagedEntries, format_staged, merge_runs
+from .staging import RunWriter, StagedEntries, format_file_id, format_staged, merge_runs, repeated_files
 from .worker import WorkerPool
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
@@ -72,6 +72,7 @@ class PackConfig:
     force: bool = False
     dry_run: bool = False
     fsync: bool = True
+    check_images: bool = False  # decode every image (and WAV file) while checking
 
 
 @dataclass(frozen=True)
@@ -264,12 +265,16 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     schema = SchemaTracker()
     audio_line = image_line = 0
     runs = RunWriter(staging_dir)
+    files_dir = os.path.join(staging_dir, "files")
+    os.makedirs(files_dir)
+    files = RunWriter(files_dir)  # (file_name, line): rows naming one file meet when sorted
     progress.start("checking rows", total=None, unit="rows")
     records = read_metadata(
         config.metadata_path,
         config.images_dir,
         max_file_bytes=max_file_bytes(config.max_shard_bytes),
         threads=max(config.read_threads, 1),
+        decode=config.check_images,
     )
     n = 0
     for n, item in enumerate(records, 1):
@@ -301,9 +306,14 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
         else:
             image_line = image_line or item.line
         runs.add(format_staged(item, line))
+        files.add(format_file_id(item, line))
     progress.advance(n % 1000)
     progress.finish()
-    merged = merge_runs(runs.finish(), os.path.join(staging_dir, "sorted.tsv"))
+    repeats = repeated_files(files.finish())
+    for problem in repeats.problems:
+        problems.add(problem)
+    problems.count += repeats.count - len(repeats.problems)
+    merged = merge_runs(runs.finish(), os.path.join(staging_dir, "sorted.tsv"), drop_lines=repeats.lines)
     for problem in merged.duplicates:
         problems.add(problem)
     problems.count += merged.duplicate_count - len(merged.duplicates)

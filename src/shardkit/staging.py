@@ -17,6 +17,7 @@ import hashlib
 import heapq
 import json
 import os
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -123,9 +124,17 @@ def _reduce_runs(runs: list[str], fan_in: int) -> list[str]:
     return runs
 
 
-def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan_in: int = MAX_FAN_IN) -> MergeResult:
+def merge_runs(
+    runs: list[str],
+    out_path: str,
+    *,
+    keep_problems: int = 1000,
+    fan_in: int = MAX_FAN_IN,
+    drop_lines: frozenset[int] = frozenset(),
+) -> MergeResult:
     """Merge sorted runs into ``out_path``, dropping (and reporting) duplicate keys.
 
+    Rows from the input lines in ``drop_lines`` (already reported elsewhere) are left out.
     The runs are consumed: they are deleted once merged.
     """
     runs = _reduce_runs(runs, fan_in)
@@ -142,6 +151,8 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan
             for text in heapq.merge(*files):
                 key, line_text, rest = text.split("\t", 2)
                 line = int(line_text)
+                if line in drop_lines:
+                    continue
                 if key == prev_key:
                     duplicate_count += 1
                     if len(duplicates) < keep_problems:
@@ -164,6 +175,60 @@ def merge_runs(runs: list[str], out_path: str, *, keep_problems: int = 1000, fan
     for run in runs:
         os.unlink(run)
     return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count)
+
+
+def format_file_id(record: SourceRecord, metadata_line: str) -> str:
+    """A line for :func:`repeated_files`: the file (its normalized file_name), input line, key, file_name, row.
+
+    Identity is the path, not the inode: hard or symbolic links are how some collections
+    deduplicate files shared by distinct rows, and those rows are meant to stay.
+    """
+    source = json.dumps(record.source, ensure_ascii=False)
+    path = json.dumps(posixpath.normpath(record.source), ensure_ascii=False)
+    return f"{path}\t{record.line:012d}\t{record.key}\t{source}\t{metadata_line}\n"
+
+
+@dataclass(frozen=True)
+class Repeats:
+    problems: list[InputProblem]  # the first ``keep_problems``
+    count: int
+    lines: frozenset[int]  # input lines of every repeat, to leave out when skipping bad rows
+
+
+def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = MAX_FAN_IN) -> Repeats:
+    """Rows naming a file an earlier row names too (same normalized file_name) under another key.
+
+    The first row keeps the file; each later one is a problem: a file is published once.
+    (Under the same key it is a duplicate key, which :func:`merge_runs` reports.) Consumes
+    the runs. Memory holds the repeats' line numbers only.
+    """
+    runs = _reduce_runs(runs, fan_in)
+    files = _open_runs(runs)
+    problems: list[InputProblem] = []
+    lines: set[int] = set()
+    first: tuple[str, int, str, str] | None = None  # file id, line, key, file_name of the row that keeps it
+    try:
+        for text in heapq.merge(*files):
+            file_id, line_text, key, source, published = text.rstrip("\n").split("\t", 4)
+            line = int(line_text)
+            if first is None or first[0] != file_id:
+                first = (file_id, line, key, source)
+                continue
+            if key == first[2]:
+                continue
+            lines.add(line)
+            if len(problems) < keep_problems:
+                message = (
+                    f"file_name {json.loads(source)!r} is the same file as line {first[1]} names"
+                    f" ({json.loads(first[3])!r}, key {first[2]}): a file is published once; drop one of the rows"
+                )
+                problems.append(InputProblem(line, message, published))
+    finally:
+        for f in files:
+            f.close()
+    for run in runs:
+        os.unlink(run)
+    return Repeats(problems, len(lines), frozenset(lines))
 
 
 def _staged_cost(key_length: int, size: int, ext_length: int, published_line_bytes: int) -> int:
