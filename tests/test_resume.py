@@ -166,3 +166,40 @@ def test_disk_full_is_one_clear_error_and_the_rerun_completes(
     assert rerun.returncode == 0, rerun.stderr
     assert json.loads(rerun.stdout)["resumed_shards"] == len(written)
     assert tree_bytes(out) == tree_bytes(reference)
+
+
+def test_a_second_packer_is_refused_and_the_first_finishes_unharmed(
+    make_corpus: Callable[..., Corpus], tmp_path: Path
+) -> None:
+    corpus = make_corpus(200, with_keys=True)
+    lines = corpus.meta.read_bytes().splitlines(keepends=True)
+    fifo = tmp_path / "meta-fifo.jsonl"  # the first packer reads its metadata from us, as slowly as we like
+    os.mkfifo(fifo)
+    out = tmp_path / "ds"
+    first = subprocess.Popen(
+        [PACK_SHARDS, str(corpus.images), str(fifo), "-o", str(out), "--json", *SHAPE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with open(fifo, "wb") as feed:
+            feed.writelines(lines[:100])
+            feed.flush()
+            second = subprocess.run(
+                [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), *SHAPE],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert first.poll() is None  # the first is still reading its input
+            feed.writelines(lines[100:])
+        stdout, stderr = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert second.returncode == 2
+    assert f"another shardkit run is working on {out}" in second.stderr
+    assert first.returncode == 0, stderr
+    assert json.loads(stdout)["rows"] == 200
+    result = CliRunner().invoke(main, ["verify", str(out), "-q"])
+    assert result.exit_code == 0, result.stdout

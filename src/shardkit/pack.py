@@ -54,6 +54,7 @@ from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, meta
 log = logging.getLogger(__name__)
 
 SHOWN_PROBLEMS = 20
+FILE_RUN_BYTES = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -267,7 +268,9 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     runs = RunWriter(staging_dir)
     files_dir = os.path.join(staging_dir, "files")
     os.makedirs(files_dir)
-    files = RunWriter(files_dir)  # (file_name, line): rows naming one file meet when sorted
+    # (file_name, line): rows naming one file meet when sorted. Smaller runs than the main sort's,
+    # so the two buffers together stay near the memory budget.
+    files = RunWriter(files_dir, run_bytes=FILE_RUN_BYTES)
     progress.start("checking rows", total=None, unit="rows")
     records = read_metadata(
         config.metadata_path,
