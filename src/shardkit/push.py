@@ -376,12 +376,12 @@ def _create_repo(api: HfApi, repo_id: str, private: bool) -> bool:
     )
 
 
-def _check_shards(config: PushConfig, manifest: Manifest, progress: Progress) -> None:
+def _check_shards(config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress) -> None:
     progress.start("checking shards", total=sum(s.bytes for s in manifest.shards), unit="B")
     problems = []
     with interruptible_pool(config.verify_threads, "verify") as pool:
         for shard, problem in zip(
-            manifest.shards, pool.map(lambda s: shard_problem(config.out_dir, s), manifest.shards), strict=True
+            manifest.shards, pool.map(lambda s: shard_problem(out_dir, s), manifest.shards), strict=True
         ):
             progress.advance(shard.bytes)
             if problem:
@@ -390,7 +390,7 @@ def _check_shards(config: PushConfig, manifest: Manifest, progress: Progress) ->
     if problems:
         shown = "\n".join(f"  {p}" for p in problems[:10]) + ("\n  ..." if len(problems) > 10 else "")
         raise ShardkitError(
-            f"{len(problems)} shard(s) in {config.out_dir} differ from {MANIFEST_NAME}; nothing was uploaded:\n"
+            f"{len(problems)} shard(s) in {out_dir} differ from {MANIFEST_NAME}; nothing was uploaded:\n"
             f"{shown}\nRun the same pack command again to rewrite them."
         )
 
@@ -487,7 +487,7 @@ def _push_locked(
     check_hub_limits(shard_files + other_files)
     loader = find_loader(out_dir) if config.script_branch else None
     token = resolve_token(config.token)
-    _check_shards(config, manifest, progress)
+    _check_shards(config, out_dir, manifest, progress)
 
     disable_progress_bars()  # one bar of our own instead of one per file
     api = HfApi(token=token)
