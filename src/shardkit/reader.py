@@ -1,0 +1,166 @@
+"""``shardkit.stream``: read a packed dataset as a ``datasets.IterableDataset``, one shard per ZIP.
+
+Each shard is read front to back from one forward-only stream: a single HTTP GET per shard on
+the Hub or any web server (no Range requests, no central directory), or one ``open()`` on
+disk. Members are CRC-checked and names refused if unsafe (:func:`shardkit.zipformat.iter_members`).
+Images are yielded as bytes and decoded only when a row is formatted, as ``datasets`` does.
+
+The shard list goes into ``gen_kwargs``, so ``n_shards`` is the number of ZIPs: DataLoader
+workers and ``split_dataset_by_node`` split the dataset by shard, and ``.shuffle(seed,
+buffer_size)`` shuffles the shard order plus a buffer of rows (``set_epoch`` reshuffles).
+
+Sources: a packed folder, an ``http(s)://`` URL of one, a Hub dataset id (``ns/name``), or
+``hf://datasets/ns/name[@revision]``. Hub reads go to ``HF_ENDPOINT`` with the token
+huggingface_hub finds (``HF_TOKEN`` or the login), so private repos work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+from .manifest import MANIFEST_NAME, Manifest
+from .plan import METADATA_MEMBER
+from .zipformat import ZipFormatError, iter_members
+
+if TYPE_CHECKING:
+    import datasets
+
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_HF_URL = re.compile(r"^hf://datasets/([\w.-]+/[\w.-]+?)(?:@([^/]+))?/?$")
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a packed dataset lives: ``base`` is a folder path, or a URL ending in '/'."""
+
+    base: str
+    remote: bool
+    hub: bool = False  # send the Hub token with requests
+
+    def locate(self, relative: str) -> str:
+        return self.base + relative if self.remote else os.path.join(self.base, relative)
+
+
+def resolve_source(source: str, revision: str | None = None) -> Source:
+    """Tell a folder, a URL, a Hub id and an ``hf://`` URL apart (a folder that exists wins)."""
+    if os.path.isdir(source):
+        return Source(os.path.abspath(source), remote=False)
+    if source.startswith(("http://", "https://")):
+        return Source(source.rstrip("/") + "/", remote=True)
+    match = _HF_URL.match(source)
+    repo_id = match.group(1) if match else source if _REPO_ID.match(source) else None
+    if repo_id is None:
+        raise UsageError(f"{source!r} is not a folder, an http(s) URL, a Hub dataset id (ns/name) or hf://datasets/...")
+    revision = revision or (match.group(2) if match else None) or "main"
+    from urllib.parse import quote
+
+    from huggingface_hub import constants
+
+    base = f"{constants.ENDPOINT}/datasets/{repo_id}/resolve/{quote(revision, safe='')}/"
+    return Source(base, remote=True, hub=True)
+
+
+class _HttpReader:
+    """A forward-only file over one streaming GET: what :func:`iter_members` needs, one request."""
+
+    def __init__(self, url: str, hub: bool) -> None:
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status  # type: ignore[attr-defined]
+
+        headers = build_hf_headers() if hub else {}
+        self._context = get_session().stream("GET", url, headers=headers)
+        response = self._context.__enter__()
+        try:
+            hf_raise_for_status(response)
+        except BaseException:
+            self._context.__exit__(None, None, None)
+            raise
+        self._chunks = response.iter_bytes(_CHUNK)
+        self._buffer = b""
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self._buffer) < n:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._buffer += chunk
+        if n < 0:
+            data, self._buffer = self._buffer, b""
+        else:
+            data, self._buffer = self._buffer[:n], self._buffer[n:]
+        return data
+
+    def close(self) -> None:
+        self._context.__exit__(None, None, None)
+
+
+def _open(source: Source, relative: str) -> Any:
+    if source.remote:
+        return _HttpReader(source.locate(relative), source.hub)
+    return open(source.locate(relative), "rb", buffering=_CHUNK)
+
+
+def read_manifest_from(source: Source) -> Manifest:
+    reader = _open(source, MANIFEST_NAME)
+    try:
+        data = reader.read()
+    finally:
+        reader.close()
+    try:
+        return Manifest.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{source.locate(MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
+
+
+def iter_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
+    """The rows of one shard, in order: metadata fields plus ``{file_column: {"bytes", "path"}}``."""
+    reader = _open(source, shard)
+    try:
+        rows: dict[str, dict[str, Any]] | None = None
+        for member in iter_members(reader):
+            if rows is None:
+                if member.name != METADATA_MEMBER:
+                    raise ZipFormatError(f"{shard}: the first member is {member.name!r}, not {METADATA_MEMBER}")
+                rows = {}
+                for line in member.data.decode("utf-8").splitlines():
+                    row = json.loads(line)
+                    rows[row.pop("file_name")] = row
+                continue
+            row = rows.pop(member.name, None)
+            if row is None:
+                raise ZipFormatError(f"{shard}: member {member.name!r} has no row in {METADATA_MEMBER}")
+            row[file_column] = {"bytes": member.data, "path": member.name}
+            yield row
+        if rows:
+            raise ZipFormatError(f"{shard}: {len(rows)} row(s) in {METADATA_MEMBER} have no member")
+    except ZipFormatError as exc:
+        raise ZipFormatError(f"{source.locate(shard)}: {exc}") from None
+    finally:
+        reader.close()
+
+
+def _generate(shards: list[str], source: Source, file_column: str) -> Iterator[dict[str, Any]]:
+    for shard in shards:
+        yield from iter_shard(source, shard, file_column)
+
+
+def stream(source: str, *, revision: str | None = None, split: str = "train") -> datasets.IterableDataset:
+    """A packed dataset as a ``datasets.IterableDataset`` with one shard per ZIP; see the module doc."""
+    import datasets
+
+    where = resolve_source(source, revision)
+    manifest = read_manifest_from(where)
+    features = datasets.Features._from_yaml_list(manifest.features) if manifest.features else None
+    file_column = manifest.modality
+    return datasets.IterableDataset.from_generator(
+        _generate,
+        features=features,
+        gen_kwargs={"shards": [s.file for s in manifest.shards], "source": where, "file_column": file_column},
+        split=datasets.NamedSplit(split),
+    )
