@@ -56,6 +56,7 @@ class Faults:
     commits_before_failure: int | None = None  # this many commits succeed, then every commit fails
     status: int = 507  # not one huggingface_hub retries (it retries 429 and 5xx up to 504)
     lfs_upload_delay: float = 0.0  # seconds each LFS PUT takes: a slow link, to interrupt a push mid-upload
+    latency: float = 0.0  # seconds before every answer: a network round trip, for benchmarks
 
 
 @dataclass
@@ -286,8 +287,8 @@ class HubServer:
 
 
 @contextmanager
-def run_hub_server(root: Path) -> Iterator[HubServer]:
-    server = HubServer(root)
+def run_hub_server(root: Path, user: str = USER) -> Iterator[HubServer]:
+    server = HubServer(root, user)
     server.start()
     try:
         yield server
@@ -370,6 +371,8 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
         def _dispatch(self) -> None:
             split = urlsplit(self.path)
             hub.log.add(self.command, split.path, self.headers.get("Range"))
+            if hub.faults.latency:
+                time.sleep(hub.faults.latency)
             query = parse_qs(split.query)
             raw = self._body() if self.command in ("POST", "PUT", "DELETE") else b""
             try:
