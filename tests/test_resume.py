@@ -26,6 +26,12 @@ PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 SHAPE = ["--target-shard-size", "20KB", "--max-shard-size", "40KB", "--jobs", "2"]
 
 
+def pack(corpus: Corpus, out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """Run pack-shards on the corpus into ``out`` to the end."""
+    args = [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), *options]
+    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
+
+
 def _count(folder: Path, pattern: str) -> int:
     return len(list(folder.glob(pattern))) if folder.is_dir() else 0
 
@@ -51,12 +57,7 @@ def test_sigkill_at_many_points_then_resume_gives_identical_output(
 ) -> None:
     corpus = make_corpus(600, with_keys=True)
     reference = tmp_path / "uninterrupted" / "ds"  # same folder name: the card names it
-    done = subprocess.run(
-        [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(reference), "-q", *SHAPE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = pack(corpus, reference, "-q", *SHAPE)
     assert done.returncode == 0, done.stderr
     shards = _count(reference / "data", "*.zip")
     assert shards >= 24
@@ -83,12 +84,7 @@ def test_sigkill_at_many_points_then_resume_gives_identical_output(
             assert shard.read_bytes() == (reference / "data" / shard.name).read_bytes(), (name, shard.name)
     assert len(killed_at) >= 10, killed_at
 
-    final = subprocess.run(
-        [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), "--json", *SHAPE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    final = pack(corpus, out, "--json", *SHAPE)
     assert final.returncode == 0, final.stderr
     assert tree_bytes(out) == tree_bytes(reference)  # byte-identical to a run never interrupted
     assert _count(out / ".shardkit" / "tmp", "*") == 0
@@ -139,14 +135,14 @@ def test_disk_full_is_one_clear_error_and_the_rerun_completes(
     corpus = make_corpus(600, with_keys=True)
     shape = [*SHAPE[:-2], "--jobs", "1"]
     reference = tmp_path / "uninterrupted" / "ds"
-    args = [str(corpus.images), str(corpus.meta), "-o"]
-    done = subprocess.run([PACK_SHARDS, *args, str(reference), "-q", *shape], capture_output=True, text=True)
+    done = pack(corpus, reference, "-q", *shape)
     assert done.returncode == 0, done.stderr
 
     out = tmp_path / "full" / "ds"
     budget = str(200_000)  # about 5 shards' worth, then the disk is full mid-shard
+    inputs = [str(corpus.images), str(corpus.meta)]
     full = subprocess.run(
-        [sys.executable, "-c", DISK_FULL_WRAPPER, budget, *args, str(out), "-q", *shape],
+        [sys.executable, "-c", DISK_FULL_WRAPPER, budget, *inputs, "-o", str(out), "-q", *shape],
         capture_output=True,
         text=True,
     )
@@ -162,7 +158,7 @@ def test_disk_full_is_one_clear_error_and_the_rerun_completes(
     assert _count(out / ".shardkit" / "tmp", "*") == 0  # the partial shard was removed
     assert not (out / "shards.json").exists()
 
-    rerun = subprocess.run([PACK_SHARDS, *args, str(out), "--json", *shape], capture_output=True, text=True)
+    rerun = pack(corpus, out, "--json", *shape)
     assert rerun.returncode == 0, rerun.stderr
     assert json.loads(rerun.stdout)["resumed_shards"] == len(written)
     assert tree_bytes(out) == tree_bytes(reference)
@@ -186,12 +182,7 @@ def test_a_second_packer_is_refused_and_the_first_finishes_unharmed(
         with open(fifo, "wb") as feed:
             feed.writelines(lines[:100])
             feed.flush()
-            second = subprocess.run(
-                [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), *SHAPE],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            second = pack(corpus, out, *SHAPE)
             assert first.poll() is None  # the first is still reading its input
             feed.writelines(lines[100:])
         stdout, stderr = first.communicate(timeout=60)
