@@ -9,6 +9,9 @@ content does not matter for speed), warms the page cache, then times, on the sam
 * read limit    - every input file read with shardkit's concurrency (jobs x read threads);
 * write limit   - the same number of bytes written as `jobs` files in parallel, fsynced;
 * zipfile       - a single-process `zipfile` baseline (ZIP_STORED, one shard at a time);
+* webdataset    - `webdataset.ShardWriter` tar shards of the same target size (one process);
+* to_parquet    - `datasets.Dataset.from_generator` with an Image column, then `to_parquet` per
+                  shard: the path `push_to_hub` takes (an Arrow cache first, then Parquet);
 * shardkit      - `pack-shards` with keys in the metadata, and again without (content hashing).
 
 For each: MB/s, files/s, peak RSS of the whole process tree (sampled every 20 ms), and the
@@ -154,6 +157,60 @@ def zipfile_baseline(images: Path, meta: Path, out: Path, shard_bytes: int) -> t
     return seconds, largest / 1e6
 
 
+WEBDATASET = r"""
+import json, sys
+from pathlib import Path
+import webdataset as wds
+images, meta, out, target = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+with wds.ShardWriter(f"{out}/%05d.tar", maxsize=target, maxcount=10**9, verbose=0) as sink:
+    for line in open(meta):
+        row = json.loads(line)
+        data = (images / row.pop("file_name")).read_bytes()
+        sink.write({"__key__": row.pop("key"), "jpg": data, "json": row})
+"""
+
+TO_PARQUET = r"""
+import json, math, sys
+from pathlib import Path
+import datasets
+images, meta, out, target = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+datasets.disable_progress_bars()
+
+def rows():
+    for line in open(meta):
+        row = json.loads(line)
+        name = row.pop("file_name")
+        yield {"image": {"bytes": (images / name).read_bytes(), "path": name}, **row}
+
+features = datasets.Features(
+    {"image": datasets.Image(), "key": datasets.Value("string"), "caption": datasets.Value("string"),
+     "label": datasets.Value("int64"), "w": datasets.Value("int64"), "h": datasets.Value("int64")}
+)
+ds = datasets.Dataset.from_generator(rows, features=features, cache_dir=str(out / "cache"))
+shards = max(1, math.ceil(ds.data.nbytes / target))
+for i in range(shards):
+    ds.shard(shards, i, contiguous=True).to_parquet(str(out / f"{i:05d}.parquet"))
+"""
+
+
+def script_baseline(
+    name: str, script: str, images: Path, meta: Path, out: Path, args: argparse.Namespace, input_mb: float
+) -> Result:
+    """Run another packer (a script above) in its own process; time it, peak RSS, largest shard.
+
+    MB/s counts the input bytes, as for every other row (a tar or Parquet file adds its own)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cmd = [sys.executable, "-c", script, str(images), str(meta), str(out), str(args.target_shard_size)]
+    seconds, peak, _ = run_with_peak_rss(cmd)
+    shards = [p for p in out.iterdir() if p.suffix in (".tar", ".parquet")]
+    largest = max(p.stat().st_size for p in shards)
+    with open(meta) as f:
+        rows = sum(1 for _ in f)
+    shutil.rmtree(out)
+    return Result(name, seconds, input_mb, rows, peak, largest / 1e6)
+
+
 def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
     """Run a command; return seconds, peak RSS (MB) of it plus all its children, and stdout."""
     t = time.perf_counter()
@@ -249,6 +306,12 @@ def main() -> None:
         )
         seconds, largest = zipfile_baseline(images, with_keys, args.workdir / "zipfile", args.target_shard_size)
         results.append(Result("zipfile, 1 process", seconds, mb, len(paths), None, largest))
+        results.append(
+            script_baseline("webdataset ShardWriter", WEBDATASET, images, with_keys, args.workdir / "wds", args, mb)
+        )
+        results.append(
+            script_baseline("datasets to_parquet", TO_PARQUET, images, with_keys, args.workdir / "parquet", args, mb)
+        )
     results.append(shardkit_pack(images, with_keys, args.workdir / "out", args))
     results.append(shardkit_pack(images, without_keys, args.workdir / "out", args))
 
@@ -266,10 +329,13 @@ def main() -> None:
     by_name = {r.name: r for r in results}
     packed = by_name["shardkit pack (keys given)"]
     if "read limit (parallel read)" in by_name:
-        print(
-            f"shardkit / read limit = {packed.mb_per_s / by_name['read limit (parallel read)'].mb_per_s:.2f}; "
-            f"shardkit / zipfile = {packed.mb_per_s / by_name['zipfile, 1 process'].mb_per_s:.2f}"
-        )
+        ratios = {
+            "read limit": "read limit (parallel read)",
+            "zipfile": "zipfile, 1 process",
+            "webdataset": "webdataset ShardWriter",
+            "to_parquet": "datasets to_parquet",
+        }
+        print("; ".join(f"shardkit / {k} = {packed.mb_per_s / by_name[v].mb_per_s:.2f}" for k, v in ratios.items()))
     if args.json:
         print(json.dumps({"machine": machine, "results": [asdict(r) | {"mb_per_s": r.mb_per_s} for r in results]}))
 

@@ -9,7 +9,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-    -c "$ROOT/.ci/constraints.txt" -e "$ROOT[test]"
+    -c "$ROOT/.ci/constraints.txt" -e "$ROOT[test,bench]"
 export PATH="$VENV/bin:$PATH"
 
 # A second environment with datasets 3.6, the last release that runs loading scripts: the tests
