@@ -17,6 +17,7 @@ huggingface_hub finds (``HF_TOKEN`` or the login), so private repos work.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ from .zipformat import ZipFormatError, iter_members
 
 if TYPE_CHECKING:
     import datasets
+
+log = logging.getLogger(__name__)
 
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _HF_URL = re.compile(r"^hf://datasets/([\w.-]+/[\w.-]+?)(?:@([^/]+))?/?$")
@@ -158,6 +161,10 @@ def stream(source: str, *, revision: str | None = None, split: str = "train") ->
     manifest = read_manifest_from(where)
     features = datasets.Features._from_yaml_list(manifest.features) if manifest.features else None
     file_column = manifest.modality
+    if features is not None and file_column == "audio" and not datasets.config.TORCHCODEC_AVAILABLE:
+        # datasets' Audio feature needs torch and torchcodec even to pass bytes through.
+        log.warning("torchcodec is not installed: the 'audio' column holds the files' bytes, undecoded")
+        features[file_column] = {"bytes": datasets.Value("binary"), "path": datasets.Value("string")}
     return datasets.IterableDataset.from_generator(
         _generate,
         features=features,
