@@ -12,7 +12,8 @@ content does not matter for speed), warms the page cache, then times, on the sam
 * webdataset    - `webdataset.ShardWriter` tar shards of the same target size (one process);
 * to_parquet    - `datasets.Dataset.from_generator` with an Image column, then `to_parquet` per
                   shard: the path `push_to_hub` takes (an Arrow cache first, then Parquet);
-* shardkit      - `pack-shards` with keys in the metadata, and again without (content hashing).
+* shardkit      - `pack-shards` with keys in the metadata, and again without (content hashing),
+                  and with keys but `--no-fsync` (as the baselines write: no fsync).
 
 For each: MB/s, files/s, peak RSS of the whole process tree (sampled every 20 ms), and the
 largest shard. Figures are printed as a table (and as JSON with --json); compare ratios
@@ -244,7 +245,7 @@ def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
     return seconds, peak / 1e6, stdout
 
 
-def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace) -> Result:
+def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace, *extra: str) -> Result:
     shutil.rmtree(out, ignore_errors=True)
     cmd = [
         str(SCRIPTS / "pack-shards"),
@@ -262,11 +263,12 @@ def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace)
         str(args.target_shard_size),
         "--max-shard-size",
         str(args.max_shard_size),
+        *extra,
     ]
     seconds, peak, stdout = run_with_peak_rss(cmd)
     summary = json.loads(stdout)
     largest = max(p.stat().st_size for p in (out / "data").glob("*.zip"))
-    name = f"shardkit pack ({'keys given' if 'nokeys' not in meta.name else 'content keys'})"
+    name = f"shardkit pack ({'keys given' if 'nokeys' not in meta.name else 'content keys'}{', '.join(['', *extra])})"
     result = Result(name, seconds, summary["bytes"] / 1e6, summary["rows"], peak, largest / 1e6)
     shutil.rmtree(out)
     return result
@@ -314,18 +316,20 @@ def main() -> None:
         )
     results.append(shardkit_pack(images, with_keys, args.workdir / "out", args))
     results.append(shardkit_pack(images, without_keys, args.workdir / "out", args))
+    if not args.skip_baselines:  # like the baselines, which never fsync
+        results.append(shardkit_pack(images, with_keys, args.workdir / "out", args, "--no-fsync"))
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
     print(
         f"\n{time.strftime('%Y-%m-%d')}, {machine}, Python {platform.python_version()}; "
         f"{args.files:,} files, {mb:,.0f} MB, jobs={args.jobs}, read threads={args.read_threads}, warm cache"
     )
-    print(f"| {'what':<34} | {'MB/s':>7} | {'files/s':>8} | {'peak RSS':>9} | {'largest shard':>13} |")
-    print(f"|{'-' * 36}|{'-' * 9}|{'-' * 10}|{'-' * 11}|{'-' * 15}|")
+    print(f"| {'what':<40} | {'MB/s':>7} | {'files/s':>8} | {'peak RSS':>9} | {'largest shard':>13} |")
+    print(f"|{'-' * 42}|{'-' * 9}|{'-' * 10}|{'-' * 11}|{'-' * 15}|")
     for r in results:
         rss = f"{r.peak_rss_mb:.0f} MB" if r.peak_rss_mb is not None else "-"
         largest = f"{r.largest_shard_mb:.1f} MB" if r.largest_shard_mb is not None else "-"
-        print(f"| {r.name:<34} | {r.mb_per_s:>7,.0f} | {r.files_per_s:>8,.0f} | {rss:>9} | {largest:>13} |")
+        print(f"| {r.name:<40} | {r.mb_per_s:>7,.0f} | {r.files_per_s:>8,.0f} | {rss:>9} | {largest:>13} |")
     by_name = {r.name: r for r in results}
     packed = by_name["shardkit pack (keys given)"]
     if "read limit (parallel read)" in by_name:
