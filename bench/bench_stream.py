@@ -10,7 +10,11 @@ its own process with an empty cache, decoding every image (Pillow ``load()``):
                 ~5 images/s); timed on a sample, it is that slow;
 * imagefolder - ``load_dataset("ns/name", streaming=True)`` with datasets 5.x (no script);
 * script 3.6  - the template's loading script, ``revision="script"``, in datasets 3.6;
-* shardkit    - ``shardkit.stream("ns/name")``.
+* shardkit    - ``shardkit.stream("ns/name")``;
+* parquet     - the same images as Parquet shards written by datasets (images embedded), read
+                with ``load_dataset(..., streaming=True)`` (datasets 5.x's parquet builder);
+* webdataset  - the same images as webdataset tars (``ShardWriter``), read with datasets 5.x's
+                webdataset builder.
 
 The server answers on loopback with TCP_NODELAY after ``--rtt-ms`` (default 40 ms, a round trip
 to a nearby CDN; 0 for bare loopback), so a reader pays for each request as it would on a real
@@ -42,6 +46,41 @@ SCRIPTS = Path(sys.executable).parent
 DS36_PYTHON = os.environ.get("SHARDKIT_DS36_PYTHON", str(REPO_ROOT / ".venv-ds36" / "bin" / "python"))
 REPO = "bench/stream"
 
+# The same images as other layouts, written by the other tools and uploaded as they are:
+# Parquet shards (datasets' writer, images embedded) and webdataset tars (ShardWriter).
+OTHER_LAYOUTS = r"""
+import io, json, math, sys
+from pathlib import Path
+import datasets, webdataset as wds
+from huggingface_hub import HfApi
+images, meta, out, shards = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+datasets.disable_progress_bars()
+rows = [json.loads(line) for line in open(meta)]
+total = sum((images / r["file_name"]).stat().st_size for r in rows)
+
+def examples():
+    for r in rows:
+        yield {"image": {"bytes": (images / r["file_name"]).read_bytes(), "path": r["file_name"]},
+               "caption": r["caption"], "label": r["label"]}
+
+features = datasets.Features({"image": datasets.Image(), "caption": datasets.Value("string"),
+                              "label": datasets.Value("int64")})
+ds = datasets.Dataset.from_generator(examples, features=features, cache_dir=str(out / "cache"))
+(out / "parquet" / "data").mkdir(parents=True)
+for i in range(shards):
+    ds.shard(shards, i, contiguous=True).to_parquet(str(out / "parquet" / "data" / f"train-{i:05d}.parquet"))
+(out / "wds" / "data").mkdir(parents=True)
+with wds.ShardWriter(str(out / "wds" / "data" / "%05d.tar"), maxsize=total // shards + 1, verbose=0) as sink:
+    for i, r in enumerate(rows):
+        sink.write({"__key__": f"{i:08d}", "jpg": (images / r["file_name"]).read_bytes(),
+                    "json": {"caption": r["caption"], "label": r["label"]}})
+api = HfApi()
+for name in ("parquet", "wds"):
+    repo = f"bench/stream-{name}"
+    api.create_repo(repo, repo_type="dataset", exist_ok=True)
+    api.upload_folder(repo_id=repo, repo_type="dataset", folder_path=str(out / name))
+"""
+
 READER = r"""
 import io, json, sys, time
 mode, limit = sys.argv[1], int(sys.argv[2])
@@ -72,8 +111,9 @@ else:
         from datasets import load_dataset
         kwargs = {"revision": "script", "trust_remote_code": True} if mode == "script" else {}
         ds = load_dataset(sys.argv[3], split="train", streaming=True, **kwargs)
+    column = "jpg" if mode == "webdataset" else "image"
     for row in ds:
-        row["image"].load()
+        row[column].load()
         seen()
         if count >= limit:
             break
@@ -157,6 +197,14 @@ def main() -> None:
             check=True,
             env={**base_env, "HF_TOKEN": WRITE_TOKEN, "HF_HOME": str(args.workdir / "home-push")},
         )
+        other = args.workdir / "other-layouts"
+        shutil.rmtree(other, ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "-c", OTHER_LAYOUTS, str(images), str(meta), str(other), str(shards)],
+            check=True,
+            capture_output=True,
+            env={**base_env, "HF_TOKEN": WRITE_TOKEN, "HF_HOME": str(args.workdir / "home-push")},
+        )
         resolve = f"{hub.url}/datasets/{REPO}/resolve/main/"
         hub.faults.latency = args.rtt_ms / 1000
         runs = [
@@ -164,6 +212,8 @@ def main() -> None:
             ("imagefolder", REPO, args.sample, None),
             ("script", REPO, args.images, None),
             ("shardkit", REPO, args.images, None),
+            ("parquet", f"{REPO}-parquet", args.images, None),
+            ("webdataset", f"{REPO}-wds", args.images, None),
         ]
         for mode, source, limit, extra in runs:
             home = args.workdir / f"home-{mode}"
@@ -179,6 +229,8 @@ def main() -> None:
         "imagefolder": "imagefolder, datasets 5.x",
         "script": "loading script, datasets 3.6",
         "shardkit": "shardkit.stream",
+        "parquet": "Parquet (datasets' writer), datasets 5.x",
+        "webdataset": "webdataset tars, datasets 5.x",
     }
     rows = []
     for mode, got in results.items():

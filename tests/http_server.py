@@ -35,6 +35,19 @@ class RequestLog:
             self.entries.clear()
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A threading server that does not print a traceback when a client hangs up mid-answer
+    (readers that stop early, like `break` out of a dataset loop, do that on purpose)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 def send_file(
     handler: BaseHTTPRequestHandler, path: Path, *, send_body: bool, headers: dict[str, str] | None = None
 ) -> None:
@@ -114,7 +127,7 @@ def _handler(root: Path, log: RequestLog) -> type[BaseHTTPRequestHandler]:
 def serve_directory(root: Path) -> Iterator[tuple[str, RequestLog]]:
     """Serve ``root`` on 127.0.0.1 (a free port); yield (base URL ending in '/', request log)."""
     log = RequestLog()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(Path(os.path.realpath(root)), log))
+    server = QuietServer(("127.0.0.1", 0), _handler(Path(os.path.realpath(root)), log))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

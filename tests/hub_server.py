@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from tests.http_server import RequestLog, send_file
+from tests.http_server import QuietServer, RequestLog, send_file
 
 USER = "tester"
 WRITE_TOKEN = "hf_test_write_0123456789"
@@ -274,7 +274,7 @@ class HubServer:
         return dict(repo["refs"])
 
     def start(self) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server = QuietServer(("127.0.0.1", 0), _make_handler(self))
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
