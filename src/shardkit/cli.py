@@ -318,7 +318,16 @@ def _pack_command(**kw: Any) -> None:
         _print_push(pushed)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _WorkflowGroup(click.Group):
+    """Lists the commands in the order they are used, not alphabetically."""
+
+    ORDER = ("new", "pack", "verify", "push")
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.commands, key=lambda n: (self.ORDER.index(n) if n in self.ORDER else len(self.ORDER), n))
+
+
+@click.group(cls=_WorkflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="shardkit")
 def main() -> None:
     """shardkit: author large image and audio datasets for the Hugging Face Hub."""
