@@ -86,17 +86,22 @@ class _HttpReader:
             raise
         self._chunks = response.iter_bytes(_CHUNK)
         self._buffer = b""
+        self._position = 0
 
     def read(self, n: int = -1) -> bytes:
-        while n < 0 or len(self._buffer) < n:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                break
-            self._buffer += chunk
-        if n < 0:
-            data, self._buffer = self._buffer, b""
-        else:
-            data, self._buffer = self._buffer[:n], self._buffer[n:]
+        available = len(self._buffer) - self._position
+        if n < 0 or available < n:  # top up: one copy of what is left, plus new chunks
+            parts = [self._buffer[self._position :]]
+            while n < 0 or available < n:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
+                parts.append(chunk)
+                available += len(chunk)
+            self._buffer, self._position = b"".join(parts), 0
+        end = len(self._buffer) if n < 0 else self._position + n
+        data = self._buffer[self._position : end]  # copies only what is returned
+        self._position = min(end, len(self._buffer))
         return data
 
     def close(self) -> None:
