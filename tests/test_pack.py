@@ -212,3 +212,30 @@ def test_second_packer_on_the_same_out_dir_is_refused(corpus: Corpus, tmp_path: 
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(UsageError, match="another shardkit run is working on"):
             pack(config_for(corpus, out, jobs=1))
+
+
+def test_hash_cache_skips_unchanged_files_and_rehashes_changed_ones(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pack records every shard's sha256 with its (size, mtime, inode): a resume or a push does not
+    read unchanged shards again, and any change to a file makes it read again."""
+    import shardkit.outdir
+    from shardkit.manifest import read_manifest
+    from shardkit.outdir import HashCache, shard_problem
+
+    out = tmp_path / "out"
+    pack(config_for(corpus, out, jobs=1))
+    manifest = read_manifest(str(out))
+    assert manifest is not None
+    reads: list[str] = []
+    real = shardkit.outdir.sha256_file
+    monkeypatch.setattr(shardkit.outdir, "sha256_file", lambda p: reads.append(p) or real(p))
+    hashes = HashCache(str(out))
+    assert all(shard_problem(str(out), s, hashes) is None for s in manifest.shards)
+    assert reads == []  # every shard and metadata file was recorded by pack: nothing read
+    shard = out / manifest.shards[0].file
+    data = bytearray(shard.read_bytes())
+    data[50] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert "does not match the sha256" in (shard_problem(str(out), manifest.shards[0], hashes) or "")
+    assert reads == [str(shard)]

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import threading
 from collections.abc import Iterator
 
 from .errors import UsageError
-from .manifest import ManifestShard
+from .manifest import ManifestShard, write_atomic
 from .metadata import sha256_file
 
 WORK_DIR = ".shardkit"
@@ -39,19 +41,70 @@ def locked(out_dir: str) -> Iterator[str]:
         yield work_dir
 
 
-def shard_problem(out_dir: str, shard: ManifestShard) -> str | None:
+class HashCache:
+    """The sha256 of OUT_DIR's files, remembered with the (size, mtime, inode) they had.
+
+    Packing records each shard as it writes it, so the first push does not read the dataset
+    again to check it, and a resumed pack or push does not re-read terabytes: a file is hashed
+    again only when its size, modification time or inode changed (what git's index and rsync
+    trust too). ``shardkit verify`` never uses it: it reads everything.
+    Kept in ``.shardkit/hashes.json``; safe to delete.
+    """
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+        self.path = os.path.join(out_dir, WORK_DIR, "hashes.json")
+        self._lock = threading.Lock()
+        self.entries: dict[str, list[str]] = {}
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            with open(self.path, encoding="utf-8") as f:
+                loaded = json.load(f)
+            if isinstance(loaded, dict):
+                self.entries = loaded
+
+    @staticmethod
+    def _stamp(st: os.stat_result) -> str:
+        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+    def record(self, rel: str, sha256: str) -> None:
+        """Remember a file's sha256, known without reading it (the writer computed it)."""
+        st = os.stat(os.path.join(self.out_dir, rel))
+        with self._lock:
+            self.entries[rel] = [self._stamp(st), sha256]
+
+    def sha256(self, rel: str) -> str:
+        path = os.path.join(self.out_dir, rel)
+        stamp = self._stamp(os.stat(path))
+        with self._lock:
+            entry = self.entries.get(rel)
+        if entry is not None and entry[0] == stamp:
+            return entry[1]
+        digest = sha256_file(path)
+        with self._lock:
+            self.entries[rel] = [stamp, digest]
+        return digest
+
+    def save(self) -> None:
+        with self._lock:
+            data = json.dumps(self.entries, sort_keys=True).encode()
+        write_atomic(self.path, data)
+
+
+def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None = None) -> str | None:
     """Why the shard and its metadata file on disk differ from what the manifest records; None if intact.
 
-    Sizes are compared first, so a truncated file is caught without reading it.
+    Sizes are compared first, so a truncated file is caught without reading it. With
+    ``hashes``, a file unchanged since it was last hashed is not read again.
     """
     for rel, size, sha in ((shard.file, shard.bytes, shard.sha256), (shard.metadata, None, shard.metadata_sha256)):
         path = os.path.join(out_dir, rel)
         try:
             actual = os.path.getsize(path)
+            digest = hashes.sha256(rel) if hashes is not None else sha256_file(path)
         except FileNotFoundError:
             return f"{rel} is missing"
         if size is not None and actual != size:
             return f"{rel} is {actual} bytes, the manifest says {size}"
-        if sha256_file(path) != sha:
+        if digest != sha:
             return f"{rel} does not match the sha256 the manifest records"
     return None

@@ -33,7 +33,7 @@ from .card import ensure_gitattributes, update_card, update_loaders
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
-from .outdir import locked, shard_problem
+from .outdir import HashCache, locked, shard_problem
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
     DEFAULT_TARGET_SHARD_BYTES,
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 SHOWN_PROBLEMS = 20
 FILE_RUN_BYTES = 2 << 20
+HASHES_SAVE_SECONDS = 10.0  # how often the hash cache is written while shards are written
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,8 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     if config.dry_run:
         return summary(written=0, manifest=None)
 
-    done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force)
+    hashes = HashCache(out_dir)
+    done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force, hashes)
     todo = [p for p in plan if p.name not in done]
     jobs = [
         ShardJob(
@@ -223,10 +225,19 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
         for p in todo
     ]
     progress.start("writing shards", total=sum(p.bytes for p in todo), unit="B")
-    for result in _run_jobs(jobs, config.jobs):
-        done[result.file] = result
-        write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
-        progress.advance(result.bytes, shards=len(done), rows=result.rows)
+    saved = time.monotonic()
+    try:
+        for result in _run_jobs(jobs, config.jobs):
+            done[result.file] = result
+            write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
+            hashes.record(result.file, result.sha256)  # so a resume or the push need not read it again
+            hashes.record(result.metadata, result.metadata_sha256)
+            if time.monotonic() - saved > HASHES_SAVE_SECONDS:
+                hashes.save()
+                saved = time.monotonic()
+            progress.advance(result.bytes, shards=len(done), rows=result.rows)
+    finally:
+        hashes.save()
     progress.finish()
 
     manifest = Manifest(
@@ -333,7 +344,13 @@ def _done_record(work_dir: str, shard_file: str) -> str:
 
 
 def _reconcile(
-    out_dir: str, work_dir: str, plan: list[ShardPlan], fingerprint: str, options: Options, force: bool
+    out_dir: str,
+    work_dir: str,
+    plan: list[ShardPlan],
+    fingerprint: str,
+    options: Options,
+    force: bool,
+    hashes: HashCache | None = None,
 ) -> dict[str, ManifestShard]:
     """Compare OUT_DIR with the plan: return the shards already done; refuse foreign output."""
     state_path = os.path.join(work_dir, "state.json")
@@ -385,7 +402,7 @@ def _reconcile(
                 result = ManifestShard(**json.load(f))
         except (FileNotFoundError, ValueError, TypeError):
             continue
-        if p.bytes == result.bytes and shard_problem(out_dir, result) is None:
+        if p.bytes == result.bytes and shard_problem(out_dir, result, hashes) is None:
             done[p.name] = result
         else:
             log.warning("%s: recorded as written but missing or changed; writing it again", p.name)

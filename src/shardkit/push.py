@@ -36,7 +36,7 @@ from .card import LOADER_SUFFIX
 from .errors import ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, read_manifest
 from .metadata import sha256_file
-from .outdir import WORK_DIR, locked, shard_problem
+from .outdir import WORK_DIR, HashCache, locked, shard_problem
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
 from .threads import interruptible_pool
@@ -379,13 +379,15 @@ def _create_repo(api: HfApi, repo_id: str, private: bool) -> bool:
 def _check_shards(config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress) -> None:
     progress.start("checking shards", total=sum(s.bytes for s in manifest.shards), unit="B")
     problems = []
+    hashes = HashCache(out_dir)  # files unchanged since pack (or the last push) hashed them are not read again
     with interruptible_pool(config.verify_threads, "verify") as pool:
         for shard, problem in zip(
-            manifest.shards, pool.map(lambda s: shard_problem(out_dir, s), manifest.shards), strict=True
+            manifest.shards, pool.map(lambda s: shard_problem(out_dir, s, hashes), manifest.shards), strict=True
         ):
             progress.advance(shard.bytes)
             if problem:
                 problems.append(problem)
+    hashes.save()
     progress.finish()
     if problems:
         shown = "\n".join(f"  {p}" for p in problems[:10]) + ("\n  ..." if len(problems) > 10 else "")
