@@ -4,7 +4,8 @@
 #   2. pack the example images and metadata into it (pack-shards),
 #   3. verify it (every shard, member and CRC against the manifest; --deep decodes every image),
 #   4. push it to a Hub (every shard is checked against the manifest first),
-#   5. stream it back from that Hub with datasets.load_dataset(..., streaming=True) and print rows.
+#   5. stream it back from that Hub with datasets.load_dataset(..., streaming=True), print rows,
+#      then once more with shardkit.stream (one request per shard).
 # The Hub here is the Hub-API server the tests use, on 127.0.0.1: the real one needs a token and
 # the network. To push to the real Hub: `hf auth login`, then `shardkit push OUT --repo you/name`.
 set -euo pipefail
@@ -40,5 +41,5 @@ echo "== shardkit push $REPO_DIR --repo demo/yfcc-mini"
 HF_TOKEN="$(python -c 'from tests.hub_server import WRITE_TOKEN; print(WRITE_TOKEN)')" \
   shardkit push "$REPO_DIR" --repo demo/yfcc-mini
 
-echo "== stream it back: load_dataset(\"demo/yfcc-mini\", streaming=True)"
+echo "== stream it back: load_dataset(\"demo/yfcc-mini\", streaming=True), then shardkit.stream(\"demo/yfcc-mini\")"
 python scripts/stream_back.py demo/yfcc-mini "$REPO_DIR/shards.json"

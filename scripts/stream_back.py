@@ -1,4 +1,5 @@
-"""Read a dataset back the way a user would: datasets.load_dataset(..., streaming=True).
+"""Read a dataset back the way a user would, twice: datasets.load_dataset(..., streaming=True),
+then shardkit.stream (one request per shard, one shard per ZIP).
 
 Usage: stream_back.py SOURCE [MANIFEST]  (SOURCE: a packed folder or a Hub repo id; MANIFEST:
 the shards.json that says how many rows to expect, by default SOURCE/shards.json).
@@ -10,22 +11,19 @@ import json
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 
-def main(source: str, manifest_path: str) -> None:
-    from datasets import load_dataset
-
-    manifest = json.loads(Path(manifest_path).read_text())
-    started = time.perf_counter()
-    ds = load_dataset(source, split="train", streaming=True)
+def read(label: str, rows: Iterable[dict[str, Any]], manifest: dict[str, Any], started: float, show: int) -> None:
     count = 0
     first_at = 0.0
-    for row in ds:
+    for row in rows:
         width, height = row["image"].size  # decoded, as a training loop would
         if count == 0:
             first_at = time.perf_counter() - started
-        if count < 3:
+        if count < show:
             title = urllib.parse.unquote_plus(row.get("title") or "")
             tags = row.get("usertags") or "-"
             print(f"  {row['key']}  {width}x{height}  title={title!r}  tags={tags}")
@@ -33,11 +31,23 @@ def main(source: str, manifest_path: str) -> None:
     elapsed = time.perf_counter() - started
     expected = manifest["totals"]["rows"]
     print(
-        f"read {count} rows from {manifest['totals']['shards']} shards in {elapsed:.2f} s "
+        f"{label}: read {count} rows from {manifest['totals']['shards']} shards in {elapsed:.2f} s "
         f"({count / elapsed:,.0f} images/s, first row after {first_at:.2f} s)"
     )
     if count != expected:
         sys.exit(f"error: the manifest lists {expected} rows but {count} were read")
+
+
+def main(source: str, manifest_path: str) -> None:
+    from datasets import load_dataset
+
+    import shardkit
+
+    manifest = json.loads(Path(manifest_path).read_text())
+    started = time.perf_counter()
+    read("load_dataset", load_dataset(source, split="train", streaming=True), manifest, started, show=3)
+    started = time.perf_counter()
+    read("shardkit.stream", shardkit.stream(source), manifest, started, show=0)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ def test_demo_scaffolds_packs_pushes_and_streams_every_row_back(tmp_path: Path) 
     assert "packed 300 rows into 16 shards" in out
     assert "verified 16 shards, 300 rows, 1.7 MB, 300 files decoded in" in out
     assert "pushed 39 files" in out and "/datasets/demo/yfcc-mini" in out
-    assert "read 300 rows from 16 shards" in out
+    assert "load_dataset: read 300 rows from 16 shards" in out
+    assert "shardkit.stream: read 300 rows from 16 shards" in out
     # Run again: both steps resume, nothing is written or sent twice.
     again = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "demo.sh")], capture_output=True, text=True, env=env, timeout=600
