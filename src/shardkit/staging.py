@@ -13,6 +13,7 @@ A staged line::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import json
@@ -20,7 +21,6 @@ import os
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO
 
 from .errors import InputProblem
 from .metadata import MEMBER_NAME_FIXED, SourceRecord
@@ -94,8 +94,23 @@ class MergeResult:
     duplicate_count: int
 
 
-def _open_runs(paths: list[str]) -> list[IO[str]]:
-    return [open(p, encoding="utf-8", newline="\n") for p in paths]
+@contextlib.contextmanager
+def _merging(paths: list[str]) -> Iterator[Iterator[str]]:
+    """The lines of sorted run files, merged in order; the files are closed on the way out."""
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(p, encoding="utf-8", newline="\n")) for p in paths]
+        yield heapq.merge(*files)
+
+
+@contextlib.contextmanager
+def _consuming(runs: list[str], fan_in: int) -> Iterator[Iterator[str]]:
+    """Every line of ``runs`` in sorted order, merged in rounds of ``fan_in``; the runs are
+    deleted once the block has read them all without an error."""
+    runs = _reduce_runs(runs, fan_in)
+    with _merging(runs) as lines:
+        yield lines
+    for run in runs:
+        os.unlink(run)
 
 
 def _reduce_runs(runs: list[str], fan_in: int) -> list[str]:
@@ -109,13 +124,8 @@ def _reduce_runs(runs: list[str], fan_in: int) -> list[str]:
                 merged.append(group[0])
                 continue
             path = f"{group[0]}.r{round_no}"
-            files = _open_runs(group)
-            try:
-                with open(path, "w", encoding="utf-8", newline="\n") as out:
-                    out.writelines(heapq.merge(*files))
-            finally:
-                for f in files:
-                    f.close()
+            with _merging(group) as lines, open(path, "w", encoding="utf-8", newline="\n") as out:
+                out.writelines(lines)
             for done in group:
                 os.unlink(done)
             merged.append(path)
@@ -137,8 +147,6 @@ def merge_runs(
     Rows from the input lines in ``drop_lines`` (already reported elsewhere) are left out.
     The runs are consumed: they are deleted once merged.
     """
-    runs = _reduce_runs(runs, fan_in)
-    files = _open_runs(runs)
     fingerprint = hashlib.sha256()
     duplicates: list[InputProblem] = []
     duplicate_count = 0
@@ -146,34 +154,26 @@ def merge_runs(
     total_cost = 0
     prev_key = None
     prev_line = 0
-    try:
-        with open(out_path, "w", encoding="utf-8", newline="\n") as out:
-            for text in heapq.merge(*files):
-                key, line_text, rest = text.split("\t", 2)
-                line = int(line_text)
-                if line in drop_lines:
-                    continue
-                if key == prev_key:
-                    duplicate_count += 1
-                    if len(duplicates) < keep_problems:
-                        raw = rest.split("\t", 3)[3].rstrip("\n")
-                        duplicates.append(
-                            InputProblem(line, f"duplicate key {key} (first used on line {prev_line})", raw)
-                        )
-                    continue
-                prev_key, prev_line = key, line
-                # The input line number is not part of the fingerprint: moving rows around in the
-                # metadata file does not change what gets published.
-                fingerprint.update(rest.encode("utf-8"))
-                fingerprint.update(key.encode("ascii"))
-                out.write(text)
-                rows += 1
-                total_cost += _cost(key, rest)
-    finally:
-        for f in files:
-            f.close()
-    for run in runs:
-        os.unlink(run)
+    with _consuming(runs, fan_in) as lines, open(out_path, "w", encoding="utf-8", newline="\n") as out:
+        for text in lines:
+            key, line_text, rest = text.split("\t", 2)
+            line = int(line_text)
+            if line in drop_lines:
+                continue
+            if key == prev_key:
+                duplicate_count += 1
+                if len(duplicates) < keep_problems:
+                    raw = rest.split("\t", 3)[3].rstrip("\n")
+                    duplicates.append(InputProblem(line, f"duplicate key {key} (first used on line {prev_line})", raw))
+                continue
+            prev_key, prev_line = key, line
+            # The input line number is not part of the fingerprint: moving rows around in the
+            # metadata file does not change what gets published.
+            fingerprint.update(rest.encode("utf-8"))
+            fingerprint.update(key.encode("ascii"))
+            out.write(text)
+            rows += 1
+            total_cost += _cost(key, rest)
     return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count)
 
 
@@ -202,13 +202,11 @@ def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = 
     (Under the same key it is a duplicate key, which :func:`merge_runs` reports.) Consumes
     the runs. Memory holds the repeats' line numbers only.
     """
-    runs = _reduce_runs(runs, fan_in)
-    files = _open_runs(runs)
     problems: list[InputProblem] = []
     lines: set[int] = set()
     first: tuple[str, int, str, str] | None = None  # file id, line, key, file_name of the row that keeps it
-    try:
-        for text in heapq.merge(*files):
+    with _consuming(runs, fan_in) as merged:
+        for text in merged:
             file_id, line_text, key, source, published = text.rstrip("\n").split("\t", 4)
             line = int(line_text)
             if first is None or first[0] != file_id:
@@ -223,11 +221,6 @@ def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = 
                     f" ({json.loads(first[3])!r}, key {first[2]}): a file is published once; drop one of the rows"
                 )
                 problems.append(InputProblem(line, message, published))
-    finally:
-        for f in files:
-            f.close()
-    for run in runs:
-        os.unlink(run)
     return Repeats(problems, len(lines), frozenset(lines))
 
 
