@@ -100,11 +100,11 @@ def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None =
         path = os.path.join(out_dir, rel)
         try:
             actual = os.path.getsize(path)
+            if size is not None and actual != size:
+                return f"{rel} is {actual} bytes, the manifest says {size}"
             digest = hashes.sha256(rel) if hashes is not None else sha256_file(path)
         except FileNotFoundError:
             return f"{rel} is missing"
-        if size is not None and actual != size:
-            return f"{rel} is {actual} bytes, the manifest says {size}"
         if digest != sha:
             return f"{rel} does not match the sha256 the manifest records"
     return None
