@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -62,9 +62,7 @@ class Faults:
 @dataclass
 class Counters:
     lfs_uploads: int = 0
-    lfs_upload_bytes: int = 0
     commits: int = 0
-    committed_paths: list[str] = field(default_factory=list)
 
 
 def git_blob_oid(data: bytes) -> str:
@@ -158,7 +156,7 @@ class HubState:
         return sha
 
     # -- commits -------------------------------------------------------------------------------
-    def commit(self, repo_type: str, repo_id: str, branch: str, lines: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    def commit(self, repo_type: str, repo_id: str, branch: str, lines: list[dict[str, Any]]) -> str:
         with self.lock:
             repo = self.load(repo_type, repo_id)
             if repo is None:
@@ -171,7 +169,6 @@ class HubState:
             if parent and parent != head:
                 raise HttpError(412, "A commit has happened since. Please refresh and try again.")
             files = dict(repo["commits"][head]["files"])
-            paths = []
             for item in lines[1:]:
                 key, value = item["key"], item["value"]
                 path = value["path"]
@@ -205,12 +202,11 @@ class HubState:
                         del files[name]
                 else:
                     raise HttpError(400, f"unknown commit line {key!r}")
-                paths.append(path)
             commit = self._new_commit(files, head, header.get("summary", ""))
             repo["commits"][commit["id"]] = commit
             repo["refs"][branch] = commit["id"]
             self.save(repo_type, repo_id, repo)
-            return commit["id"], paths
+            return str(commit["id"])
 
 
 def _directories(files: dict[str, Any]) -> set[str]:
@@ -472,9 +468,8 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                     limit = hub.faults.commits_before_failure
                     if limit is not None and hub.counters.commits >= limit:
                         raise HttpError(hub.faults.status, "injected failure: commits are failing")
-                    commit_id, paths = state.commit(repo_type, repo_id, unquote(tail), lines)
+                    commit_id = state.commit(repo_type, repo_id, unquote(tail), lines)
                     hub.counters.commits += 1
-                    hub.counters.committed_paths.extend(paths)
                 prefix = "" if repo_type == "model" else f"{repo_type}s/"
                 self._send(
                     200,
@@ -572,7 +567,6 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 if limit is not None and hub.counters.lfs_uploads >= limit:
                     raise HttpError(hub.faults.status, "injected failure: the storage backend is unavailable")
                 hub.counters.lfs_uploads += 1
-                hub.counters.lfs_upload_bytes += len(data)
             state.store_bytes(data)
             self._send(200, {})
             return True

@@ -79,12 +79,10 @@ class _HashingReader:
     def __init__(self, raw: BinaryIO) -> None:
         self.raw = raw
         self.sha256 = hashlib.sha256()
-        self.position = 0
 
     def read(self, n: int = -1) -> bytes:
         data = self.raw.read(n)
         self.sha256.update(data)
-        self.position += len(data)
         return data
 
     def drain(self) -> None:
