@@ -1,9 +1,11 @@
 """Stage 5: keep the dataset card (README.md) and .gitattributes true to what was packed.
 
 The card's YAML front matter is what makes ``load_dataset(OUT_DIR)`` work without a script:
-``configs`` points the builtin loader at ``data/*.zip`` (and away from ``metadata/`` and the
-manifest), and ``dataset_info.features`` declares every column's type as inferred from all
-rows. An existing card keeps its text and every other key; only those two keys are set.
+``configs`` points the builtin loader at ``data/*.zip`` (or ``*.tar``, ``*.parquet``; and away
+from ``metadata/`` and the manifest), and ``dataset_info.features`` declares every column's
+type as inferred from all rows. An existing card keeps its text and every other key; only
+those two keys are set (a ``configs`` path that is shardkit's pattern for another format is
+changed to this one's).
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from typing import Any
 
 import yaml
 
+from .formats import FORMATS, ZIP, ShardFormat
 from .manifest import write_atomic
 
-DATA_FILES_PATTERN = "data/*.zip"
+DATA_FILES_PATTERN = ZIP.data_files_pattern
+_PATTERNS = {f.data_files_pattern for f in FORMATS.values()}
+_FORMAT_WORDS = {"zip": "ZIP", "tar": "tar (webdataset)", "parquet": "Parquet"}
 
 GITATTRIBUTES_LINES = [
     "*.zip filter=lfs diff=lfs merge=lfs -text",
@@ -53,19 +58,50 @@ def join_front_matter(data: dict[str, Any], body: str) -> str:
     return f"---\n{dumped}---\n{body}"
 
 
-def default_configs() -> list[dict[str, Any]]:
-    return [{"config_name": "default", "data_files": [{"split": "train", "path": DATA_FILES_PATTERN}]}]
+def default_configs(fmt: ShardFormat = ZIP) -> list[dict[str, Any]]:
+    return [{"config_name": "default", "data_files": [{"split": "train", "path": fmt.data_files_pattern}]}]
+
+
+def _retarget_configs(configs: Any, fmt: ShardFormat) -> Any:
+    """Point data_files entries that are shardkit's pattern for another format at ``fmt``'s."""
+    if not isinstance(configs, list):
+        return configs
+    for config in configs:
+        files = config.get("data_files") if isinstance(config, dict) else None
+        for entry in files if isinstance(files, list) else []:
+            if isinstance(entry, dict) and entry.get("path") in _PATTERNS:
+                entry["path"] = fmt.data_files_pattern
+    return configs
+
+
+def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: list[str]) -> list[dict[str, Any]]:
+    """The features the card declares for ``fmt``'s builtin loader.
+
+    ZIP (imagefolder) and Parquet: the file column, ``key``, then every field. tar
+    (datasets' webdataset builder): one column per file extension (``jpg``...), ``json`` (the
+    row's metadata line as a struct) and the builder's ``__key__`` and ``__url__``.
+    """
+    if fmt.name != "tar":
+        return features
+    file_dtype = features[0]["dtype"]
+    line = [{"name": "file_name", "dtype": "string"}, *features[1:]]
+    return [
+        *({"name": ext.lstrip("."), "dtype": file_dtype} for ext in extensions),
+        {"name": "json", "struct": line},
+        {"name": "__key__", "dtype": "string"},
+        {"name": "__url__", "dtype": "string"},
+    ]
 
 
 STATS_BEGIN = "<!-- shardkit:stats -->"
 STATS_END = "<!-- /shardkit:stats -->"
 
 
-def stats_section(rows: int, shards: int, total_bytes: int, preview: str | None = None) -> str:
+def stats_section(rows: int, shards: int, total_bytes: int, preview: str | None = None, fmt: ShardFormat = ZIP) -> str:
     """The card text shardkit owns: rewritten on every pack, between two HTML comments."""
     picture = f"\n![A sample of the images with their captions]({preview})\n" if preview else ""
     return (
-        f"{STATS_BEGIN}\n{rows:,} rows in {shards} ZIP shards ({total_bytes / 1e6:,.1f} MB),"
+        f"{STATS_BEGIN}\n{rows:,} rows in {shards} {_FORMAT_WORDS[fmt.name]} shards ({total_bytes / 1e6:,.1f} MB),"
         f" packed with shardkit.\n{picture}"
         f"{STATS_END}"
     )
@@ -147,18 +183,19 @@ def update_card(
     shards: int,
     total_bytes: int,
     preview: str | None = None,
+    fmt: ShardFormat = ZIP,
 ) -> str:
     """Create README.md, or set ``configs`` (if absent), ``size_categories``, ``dataset_info.features``
     and the stats section."""
     path = os.path.join(out_dir, "README.md")
-    section = stats_section(rows, shards, total_bytes, preview)
+    section = stats_section(rows, shards, total_bytes, preview, fmt)
     try:
         with open(path, encoding="utf-8") as f:
             data, body = split_front_matter(f.read())
         body = replace_stats(body, section)
     except FileNotFoundError:
         data, body = {}, minimal_body(os.path.basename(os.path.abspath(out_dir)), section)
-    data.setdefault("configs", default_configs())
+    data["configs"] = _retarget_configs(data.get("configs"), fmt) or default_configs(fmt)
     data["size_categories"] = [size_category(rows)]
     info = data.get("dataset_info")
     if not isinstance(info, dict):

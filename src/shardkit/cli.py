@@ -135,6 +135,17 @@ pack_options = [
         help="Dataset repo root to write data/, metadata/, shards.json and README.md into.",
     ),
     click.option(
+        "--format",
+        "shard_format",
+        type=click.Choice(["zip", "tar", "parquet"]),
+        default="zip",
+        show_default=True,
+        help="zip: imagefolder, the datasets 3.x script and shardkit.stream read it. "
+        "tar: webdataset layout (<key>.json + <key>.jpg), datasets' webdataset builder reads it. "
+        "parquet: files embedded, typed columns, datasets' parquet builder reads it. "
+        "README.md compares them.",
+    ),
+    click.option(
         "--max-shard-size",
         type=ByteSize(),
         default="1GB",
@@ -255,12 +266,14 @@ def _print_push(summary: PushSummary) -> None:
 
 
 def _pack_command(**kw: Any) -> None:
-    """Pack IMAGES_DIR (files) and META_JSONL (one JSON object per line) into ZIP shards.
+    """Pack IMAGES_DIR (files) and META_JSONL (one JSON object per line) into shards.
 
     Each row needs "file_name", the file's path relative to IMAGES_DIR. An optional "key"
     (8-128 lowercase hex digits) names the row; without it the key is sha256(file)[:32].
     Every other field is published as is. Rows go to data/<key prefix>.zip, at
-    images/<key[:3]>/<key[3:6]>/<key><ext>, with metadata.jsonl as each ZIP's first member.
+    images/<key[:3]>/<key[3:6]>/<key><ext>, with metadata.jsonl as each ZIP's first member
+    (--format tar: data/<prefix>.tar with <key>.json and <key><ext>; --format parquet:
+    data/<prefix>.parquet, one row per file).
     """
     from .pack import PackConfig, pack
     from .progress import TqdmProgress
@@ -285,6 +298,7 @@ def _pack_command(**kw: Any) -> None:
         dry_run=kw["dry_run"],
         fsync=not kw["no_fsync"],
         check_images=kw["check_images"],
+        format=kw["shard_format"],
     )
     progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
     summary = _run(lambda: pack(config, progress))

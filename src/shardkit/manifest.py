@@ -12,11 +12,16 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .formats import ZIP, ShardFormat, format_named, format_of_manifest
 from .metadata import KEY_SCHEME
 
 MANIFEST_NAME = "shards.json"
-FORMAT = "shardkit.zip/1"
-MEMBER_TEMPLATE = "images/{key[0:3]}/{key[3:6]}/{key}{ext}"
+FORMAT = ZIP.manifest_format
+MEMBER_TEMPLATES = {
+    "zip": "images/{key[0:3]}/{key[3:6]}/{key}{ext}",
+    "tar": "{key}.json, then {key}{ext.lower()}",
+    "parquet": "{key}{ext} (the path in the file column)",
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,11 @@ class Options:
     prefix_length: int
     max_shard_bytes: int
     target_shard_bytes: int
+    format: str = "zip"
+
+    @property
+    def shard_format(self) -> ShardFormat:
+        return format_named(self.format)
 
 
 @dataclass(frozen=True)
@@ -52,16 +62,15 @@ class Manifest:
     modality: str
     features: list[dict[str, Any]]
     shards: list[ManifestShard]
-    format: str = FORMAT
     key_scheme: str = KEY_SCHEME
-    member_template: str = MEMBER_TEMPLATE
 
     def to_json(self) -> dict[str, Any]:
+        fmt = self.options.shard_format
         return {
-            "format": self.format,
+            "format": fmt.manifest_format,
             "key_scheme": self.key_scheme,
-            "member_template": self.member_template,
-            "metadata_member": "metadata.jsonl",
+            "member_template": MEMBER_TEMPLATES[fmt.name],
+            **({"metadata_member": "metadata.jsonl"} if fmt.name == "zip" else {}),
             "prefix_length": self.options.prefix_length,
             "max_shard_bytes": self.options.max_shard_bytes,
             "target_shard_bytes": self.options.target_shard_bytes,
@@ -78,10 +87,9 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Manifest:
-        if data.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} manifest (format={data.get('format')!r})")
+        fmt = format_of_manifest(str(data.get("format")))
         return cls(
-            options=Options(data["prefix_length"], data["max_shard_bytes"], data["target_shard_bytes"]),
+            options=Options(data["prefix_length"], data["max_shard_bytes"], data["target_shard_bytes"], fmt.name),
             input_fingerprint=data["input_fingerprint"],
             modality=data["modality"],
             features=data["features"],

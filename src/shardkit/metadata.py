@@ -57,9 +57,12 @@ def member_name(key: str, ext: str) -> str:
 MEMBER_NAME_FIXED = len(member_name("00000000", "")) - len("00000000")
 
 
-def metadata_line(record: SourceRecord) -> str:
-    """The row as published in metadata.jsonl: file_name (relative to the ZIP root), key, fields."""
-    row = {"file_name": member_name(record.key, record.ext), "key": record.key, **record.fields}
+def metadata_line(record: SourceRecord, file_name: str | None = None) -> str:
+    """The row as published in metadata.jsonl: file_name (its name inside the shard; by default
+    where a ZIP shard puts it), key, fields."""
+    if file_name is None:
+        file_name = member_name(record.key, record.ext)
+    row = {"file_name": file_name, "key": record.key, **record.fields}
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 

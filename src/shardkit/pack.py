@@ -29,8 +29,9 @@ from typing import Any, Literal
 
 import jsonlines
 
-from .card import ensure_gitattributes, update_card, update_loaders
+from .card import card_features, ensure_gitattributes, update_card, update_loaders
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
+from .formats import SHARD_SUFFIXES, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
 from .outdir import HashCache, locked, shard_problem
@@ -75,6 +76,7 @@ class PackConfig:
     dry_run: bool = False
     fsync: bool = True
     check_images: bool = False  # decode every image (and WAV file) while checking
+    format: Literal["zip", "tar", "parquet"] = "zip"
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ def pack(config: PackConfig, progress: Progress | None = None) -> PackSummary:
     progress = progress or NullProgress()
     started = time.perf_counter()
     try:
-        check_limits(config.max_shard_bytes, config.target_shard_bytes)
+        fmt = format_named(config.format)
+        check_limits(config.max_shard_bytes, config.target_shard_bytes, fmt)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for path, what in ((config.images_dir, "IMAGES_DIR"), (config.metadata_path, "META_JSONL")):
@@ -152,6 +155,7 @@ def pack(config: PackConfig, progress: Progress | None = None) -> PackSummary:
 
 
 def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Progress, started: float) -> PackSummary:
+    fmt = format_named(config.format)
     tmp_dir = os.path.join(work_dir, "tmp")
     staging_dir = os.path.join(work_dir, "staging")
     shutil.rmtree(tmp_dir, ignore_errors=True)  # leftovers of a run that died
@@ -161,7 +165,7 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     rejects_path = (config.rejects_path or os.path.join(work_dir, "rejects.jsonl")) if skip else None
     problems = ProblemLog(rejects_path)
     try:
-        staged = _check_and_stage(config, staging_dir, problems, progress)
+        staged = _check_and_stage(config, fmt, staging_dir, problems, progress)
     finally:
         problems.close()
     if problems.count and not skip:
@@ -172,14 +176,15 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
     prefix_length = config.prefix_length or choose_prefix_length(staged.total_cost, config.target_shard_bytes)
     try:
         plan = plan_shards(
-            StagedEntries(staged.path),
+            StagedEntries(staged.path, fmt),
             prefix_length=prefix_length,
             max_shard_bytes=config.max_shard_bytes,
             target_shard_bytes=config.target_shard_bytes,
+            fmt=fmt,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    options = Options(prefix_length, config.max_shard_bytes, config.target_shard_bytes)
+    options = Options(prefix_length, config.max_shard_bytes, config.target_shard_bytes, fmt.name)
     if len(plan) > HUB_MAX_FOLDER_ENTRIES:
         log.warning(
             "%d shards: more than the %d files per folder the Hub advises, so `shardkit push` will refuse them."
@@ -188,13 +193,13 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
             HUB_MAX_FOLDER_ENTRIES,
         )
 
-    def summary(*, written: int, manifest: str | None) -> PackSummary:
+    def summary(*, written: int, manifest: str | None, total_bytes: int | None = None) -> PackSummary:
         return PackSummary(
             out_dir=out_dir,
             manifest=manifest,
             rows=staged.rows,
             shards=len(plan),
-            bytes=sum(p.bytes for p in plan),
+            bytes=sum(p.bytes for p in plan) if total_bytes is None else total_bytes,
             prefix_length=prefix_length,
             written_shards=written,
             resumed_shards=0 if config.dry_run else len(plan) - written,
@@ -221,6 +226,9 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
             read_threads=config.read_threads,
             prefetch_bytes=config.prefetch_bytes,
             fsync=config.fsync,
+            format=fmt.name,
+            max_shard_bytes=config.max_shard_bytes,
+            features=staged.features,
         )
         for p in todo
     ]
@@ -248,19 +256,21 @@ def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Prog
         shards=[done[p.name] for p in plan],
     )
     manifest_path = write_manifest(out_dir, manifest)
-    preview = write_preview(out_dir, [p.name for p in plan]) if staged.modality == "image" else None
+    preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt) if staged.modality == "image" else None
     update_card(
         out_dir,
-        features=staged.features,
+        features=card_features(fmt, staged.features, staged.extensions),
         rows=staged.rows,
         shards=len(plan),
-        total_bytes=sum(p.bytes for p in plan),
+        total_bytes=sum(s.bytes for s in manifest.shards),
         preview=preview,
+        fmt=fmt,
     )
     ensure_gitattributes(out_dir)
-    update_loaders(out_dir, staged.features)
+    if fmt.name == "zip":  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
+        update_loaders(out_dir, staged.features)
     shutil.rmtree(staging_dir, ignore_errors=True)
-    return summary(written=len(todo), manifest=manifest_path)
+    return summary(written=len(todo), manifest=manifest_path, total_bytes=sum(s.bytes for s in manifest.shards))
 
 
 @dataclass(frozen=True)
@@ -271,11 +281,15 @@ class _Staged:
     fingerprint: str
     modality: str
     features: list[dict[str, Any]]
+    extensions: list[str]  # of the files, lower case, sorted (a tar card has a column per extension)
 
 
-def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog, progress: Progress) -> _Staged:
+def _check_and_stage(
+    config: PackConfig, fmt: ShardFormat, staging_dir: str, problems: ProblemLog, progress: Progress
+) -> _Staged:
     schema = SchemaTracker()
     audio_line = image_line = 0
+    extensions: set[str] = set()
     runs = RunWriter(staging_dir)
     files_dir = os.path.join(staging_dir, "files")
     os.makedirs(files_dir)
@@ -286,7 +300,7 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     records = read_metadata(
         config.metadata_path,
         config.images_dir,
-        max_file_bytes=max_file_bytes(config.max_shard_bytes),
+        max_file_bytes=max_file_bytes(config.max_shard_bytes, fmt),
         threads=max(config.read_threads, 1),
         decode=config.check_images,
     )
@@ -297,8 +311,11 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
         if isinstance(item, InputProblem):
             problems.add(item)
             continue
+        if format_problem := fmt.key_problem(item.key, item.ext):
+            problems.add(InputProblem(item.line, f"{item.source!r}: {format_problem}", json.dumps(item.fields)))
+            continue
         try:
-            line = metadata_line(item)
+            line = metadata_line(item, fmt.member_name(item.key, item.ext))
         except ValueError as exc:  # NaN or Infinity: not valid JSON out
             problems.add(InputProblem(item.line, f"value not allowed in JSON: {exc}", json.dumps(item.fields)))
             continue
@@ -319,6 +336,7 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
             audio_line = audio_line or item.line
         else:
             image_line = image_line or item.line
+        extensions.add(item.ext.lower())
         runs.add(format_staged(item, line))
         files.add(format_file_id(item, line))
     progress.advance(n % 1000)
@@ -327,7 +345,7 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     for problem in repeats.problems:
         problems.add(problem)
     problems.count += repeats.count - len(repeats.problems)
-    merged = merge_runs(runs.finish(), os.path.join(staging_dir, "sorted.tsv"), drop_lines=repeats.lines)
+    merged = merge_runs(runs.finish(), os.path.join(staging_dir, "sorted.tsv"), drop_lines=repeats.lines, fmt=fmt)
     for problem in merged.duplicates:
         problems.add(problem)
     problems.count += merged.duplicate_count - len(merged.duplicates)
@@ -336,7 +354,7 @@ def _check_and_stage(config: PackConfig, staging_dir: str, problems: ProblemLog,
     fingerprint = hashlib.sha256(
         (merged.fingerprint + json.dumps(features, sort_keys=True)).encode("utf-8")
     ).hexdigest()
-    return _Staged(merged.path, merged.rows, merged.total_cost, fingerprint, modality, features)
+    return _Staged(merged.path, merged.rows, merged.total_cost, fingerprint, modality, features, sorted(extensions))
 
 
 def _done_record(work_dir: str, shard_file: str) -> str:
@@ -365,7 +383,7 @@ def _reconcile(
     planned = {p.name for p in plan} | {metadata_path_for(p) for p in plan}
     foreign = sorted(
         f"{sub}/{name}"
-        for sub, suffix in (("data", ".zip"), ("metadata", ".jsonl"))
+        for sub, suffix in (("data", SHARD_SUFFIXES), ("metadata", (".jsonl",)))
         if os.path.isdir(os.path.join(out_dir, sub))
         for name in os.listdir(os.path.join(out_dir, sub))
         if name.endswith(suffix)
@@ -402,7 +420,8 @@ def _reconcile(
                 result = ManifestShard(**json.load(f))
         except (FileNotFoundError, ValueError, TypeError):
             continue
-        if p.bytes == result.bytes and shard_problem(out_dir, result, hashes) is None:
+        planned_size = p.bytes == result.bytes or not options.shard_format.exact
+        if planned_size and shard_problem(out_dir, result, hashes) is None:
             done[p.name] = result
         else:
             log.warning("%s: recorded as written but missing or changed; writing it again", p.name)

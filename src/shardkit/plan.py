@@ -6,9 +6,11 @@ so that shards land near ``target_shard_bytes``. A prefix group that would pass 
 (``max_shard_bytes``) or the ZIP member limit is split into numbered parts
 (``data/3f-00.zip``, ``data/3f-01.zip``...) of about equal size, cut between keys.
 
-Sizes are exact: a row costs its file, its ZIP headers and its metadata line, and a shard adds
-the metadata.jsonl member headers and the end record. So "under the cap" is a fact the
-planner knows before any byte is written, not a hope checked afterwards.
+For ZIP and tar shards sizes are exact: a row costs its file, its headers and its metadata
+line, and a shard adds its fixed part (metadata.jsonl's headers and the end record, or tar's
+end blocks). So "under the cap" is a fact the planner knows before any byte is written, not a
+hope checked afterwards. Parquet encodes as it writes, so there a row's cost is an upper bound
+(see :mod:`.formats`) and the writer checks the cap on the finished file.
 """
 
 from __future__ import annotations
@@ -17,19 +19,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .zipformat import (
-    END_RECORD_SIZE,
-    MAX_ZIP_BYTES,
-    MAX_ZIP_MEMBERS,
-    member_overhead_for_length,
-    stored_member_overhead,
-)
+from .formats import ZIP, ShardFormat
 
-METADATA_MEMBER = "metadata.jsonl"
-#: Bytes every shard has whatever its rows: the metadata.jsonl headers and the end record.
-SHARD_FIXED_BYTES = stored_member_overhead(METADATA_MEMBER) + END_RECORD_SIZE
+#: Bytes every ZIP shard has whatever its rows: the metadata.jsonl headers and the end record.
+SHARD_FIXED_BYTES = ZIP.fixed_bytes
 #: Rows a shard can hold: the ZIP member limit, less one for metadata.jsonl.
-MAX_ROWS_PER_SHARD = MAX_ZIP_MEMBERS - 1
+MAX_ROWS_PER_SHARD = ZIP.max_rows
 MAX_PREFIX_LENGTH = 6
 
 DEFAULT_MAX_SHARD_BYTES = 1_000_000_000
@@ -63,18 +58,12 @@ class ShardPlan:
 
     @property
     def stem(self) -> str:
-        return self.name.rsplit("/", 1)[-1].removesuffix(".zip")
+        return self.name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
 
-def row_cost_for(member_name_bytes: int, file_bytes: int, metadata_line_bytes: int) -> int:
-    """Bytes a row adds to a shard: its member headers (from the encoded name's length), its data,
-    its metadata line and the newline."""
-    return member_overhead_for_length(member_name_bytes) + file_bytes + metadata_line_bytes + 1
-
-
-def max_file_bytes(max_shard_bytes: int) -> int:
+def max_file_bytes(max_shard_bytes: int, fmt: ShardFormat = ZIP) -> int:
     """An upper bound for one file: anything bigger cannot fit in a shard even alone."""
-    return max_shard_bytes - SHARD_FIXED_BYTES
+    return max_shard_bytes - fmt.fixed_bytes
 
 
 def choose_prefix_length(total_bytes: int, target_shard_bytes: int) -> int:
@@ -88,10 +77,11 @@ def choose_prefix_length(total_bytes: int, target_shard_bytes: int) -> int:
     return max(1, min(MAX_PREFIX_LENGTH, round(ideal)))
 
 
-def check_limits(max_shard_bytes: int, target_shard_bytes: int) -> None:
-    if not SHARD_FIXED_BYTES < max_shard_bytes <= MAX_ZIP_BYTES:
+def check_limits(max_shard_bytes: int, target_shard_bytes: int, fmt: ShardFormat = ZIP) -> None:
+    if not fmt.fixed_bytes < max_shard_bytes <= fmt.max_bytes:
         raise ValueError(
-            f"max shard size must be between {SHARD_FIXED_BYTES + 1} and {MAX_ZIP_BYTES} bytes, got {max_shard_bytes}"
+            f"max shard size must be between {fmt.fixed_bytes + 1} and {fmt.max_bytes} bytes"
+            f" for {fmt.name} shards, got {max_shard_bytes}"
         )
     if not 0 < target_shard_bytes <= max_shard_bytes:
         raise ValueError(
@@ -105,7 +95,8 @@ def plan_shards(
     prefix_length: int,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
-    max_rows: int = MAX_ROWS_PER_SHARD,
+    max_rows: int | None = None,
+    fmt: ShardFormat = ZIP,
 ) -> list[ShardPlan]:
     """Group key-sorted entries into shards; every entry lands in exactly one shard.
 
@@ -113,21 +104,24 @@ def plan_shards(
     once to total each prefix group, once to cut it. Memory is O(groups), not O(rows).
     Raises ValueError if entries are not sorted by unique key, or one cannot fit in a shard.
     """
-    check_limits(max_shard_bytes, target_shard_bytes)
+    check_limits(max_shard_bytes, target_shard_bytes, fmt)
+    max_rows = fmt.max_rows if max_rows is None else max_rows
     if not 1 <= prefix_length <= MAX_PREFIX_LENGTH:
         raise ValueError(f"prefix length must be 1 to {MAX_PREFIX_LENGTH}, got {prefix_length}")
     if max_rows < 1:
         raise ValueError(f"max rows per shard must be at least 1, got {max_rows}")
     if iter(entries) is entries:
         raise TypeError("plan_shards reads its entries twice: pass a list or a re-readable source, not an iterator")
-    totals = _group_totals(entries, prefix_length, max_shard_bytes)
-    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows)
+    totals = _group_totals(entries, prefix_length, max_shard_bytes, fmt.fixed_bytes)
+    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows, fmt)
     for entry in entries:
         cutter.add(entry, entry.key[:prefix_length])
     return cutter.finish()
 
 
-def _group_totals(entries: Iterable[PlanEntry], prefix_length: int, max_shard_bytes: int) -> dict[str, tuple[int, int]]:
+def _group_totals(
+    entries: Iterable[PlanEntry], prefix_length: int, max_shard_bytes: int, fixed_bytes: int
+) -> dict[str, tuple[int, int]]:
     """First pass: check order and sizes; return (content bytes, rows) per prefix group."""
     totals: dict[str, tuple[int, int]] = {}
     last_key: str | None = None
@@ -137,9 +131,9 @@ def _group_totals(entries: Iterable[PlanEntry], prefix_length: int, max_shard_by
         last_key = entry.key
         if len(entry.key) < prefix_length:
             raise ValueError(f"key {entry.key!r} is shorter than the prefix length {prefix_length}")
-        if SHARD_FIXED_BYTES + entry.cost > max_shard_bytes:
+        if fixed_bytes + entry.cost > max_shard_bytes:
             raise ValueError(
-                f"row with key {entry.key} needs {SHARD_FIXED_BYTES + entry.cost} bytes in a shard,"
+                f"row with key {entry.key} needs {fixed_bytes + entry.cost} bytes in a shard,"
                 f" more than the max shard size {max_shard_bytes}"
             )
         prefix = entry.key[:prefix_length]
@@ -155,10 +149,14 @@ class _Cutter:
     earlier whenever the next row would pass the cap or the member limit.
     """
 
-    def __init__(self, totals: dict[str, tuple[int, int]], max_bytes: int, target_bytes: int, max_rows: int) -> None:
+    def __init__(
+        self, totals: dict[str, tuple[int, int]], max_bytes: int, target_bytes: int, max_rows: int, fmt: ShardFormat
+    ) -> None:
         self.totals = totals
         self.max_bytes = max_bytes
-        self.per_part_content = max(target_bytes - SHARD_FIXED_BYTES, 1)
+        self.fixed_bytes = fmt.fixed_bytes
+        self.suffix = fmt.suffix
+        self.per_part_content = max(target_bytes - fmt.fixed_bytes, 1)
         self.max_rows = max_rows
         self.shards: list[ShardPlan] = []
         self.group_shards: list[ShardPlan] = []
@@ -170,14 +168,14 @@ class _Cutter:
         self.first: PlanEntry | None = None
         self.last: PlanEntry | None = None
         self.rows = 0
-        self.bytes = SHARD_FIXED_BYTES
+        self.bytes = self.fixed_bytes
 
     def _start_group(self, prefix: str) -> None:
         self._close_group()  # the previous group, if any
         self.prefix = prefix
         content, rows = self.totals[prefix]
         self.content = content
-        self.split = SHARD_FIXED_BYTES + content > self.max_bytes or rows > self.max_rows
+        self.split = self.fixed_bytes + content > self.max_bytes or rows > self.max_rows
         self.parts_wanted = max(
             math.ceil(content / self.per_part_content), math.ceil(rows / self.max_rows), 2 if self.split else 1
         )
@@ -219,11 +217,11 @@ class _Cutter:
         self._close_part()
         parts = self.group_shards
         if len(parts) == 1 and not self.split:
-            self.shards.append(replace(parts[0], name=f"data/{self.prefix}.zip"))
+            self.shards.append(replace(parts[0], name=f"data/{self.prefix}{self.suffix}"))
         elif parts:
             width = max(2, len(str(len(parts) - 1)))
             self.shards.extend(
-                replace(p, name=f"data/{self.prefix}-{i:0{width}d}.zip", part=i) for i, p in enumerate(parts)
+                replace(p, name=f"data/{self.prefix}-{i:0{width}d}{self.suffix}", part=i) for i, p in enumerate(parts)
             )
         self.group_shards = []
 

@@ -11,9 +11,11 @@ import io
 import json
 import os
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
+from .formats import ZIP, ShardFormat
+from .tarformat import iter_tar_members
 from .zipformat import iter_members
 
 PREVIEW_NAME = "preview.jpg"
@@ -36,13 +38,10 @@ def caption_of(row: dict[str, Any]) -> str:
     return str(row.get("key", ""))[:12]
 
 
-def _samples(out_dir: str, shard_files: list[str], limit: int) -> Iterator[tuple[bytes, str]]:
-    """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look."""
-    quota = max(1, -(-limit // max(len(shard_files), 1)))
-    taken = 0
-    for shard in shard_files:
-        from_this_shard = 0
-        with open(os.path.join(out_dir, shard), "rb") as f:
+def shard_rows(path: str, fmt: ShardFormat) -> Generator[tuple[bytes, dict[str, Any]], None, None]:
+    """(file bytes, metadata row) of a local shard, in order, read front to back."""
+    with open(path, "rb") as f:
+        if fmt.name == "zip":
             rows: dict[str, dict[str, Any]] = {}
             for member in iter_members(f):
                 if member.name == "metadata.jsonl":
@@ -50,21 +49,47 @@ def _samples(out_dir: str, shard_files: list[str], limit: int) -> Iterator[tuple
                         row = json.loads(line)
                         rows[row["file_name"]] = row
                     continue
-                yield member.data, caption_of(rows.get(member.name, {}))
-                taken += 1
-                from_this_shard += 1
-                if taken >= limit:
-                    return
-                if from_this_shard >= quota:
-                    break
+                yield member.data, rows.get(member.name, {})
+        elif fmt.name == "tar":
+            row = {}
+            for tar_member in iter_tar_members(f):
+                if tar_member.name.endswith(".json"):
+                    row = json.loads(tar_member.data)
+                else:
+                    yield tar_member.data, row
+        else:
+            import pyarrow.parquet as pq
+
+            parquet = pq.ParquetFile(f)
+            file_column = parquet.schema_arrow.names[0]
+            for batch in parquet.iter_batches(batch_size=16):
+                for record in batch.to_pylist():
+                    yield record.pop(file_column)["bytes"], record
 
 
-def write_preview(out_dir: str, shard_files: list[str], *, count: int = 12) -> str | None:
+def _samples(out_dir: str, shard_files: list[str], limit: int, fmt: ShardFormat) -> Iterator[tuple[bytes, str]]:
+    """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look."""
+    quota = max(1, -(-limit // max(len(shard_files), 1)))
+    taken = 0
+    for shard in shard_files:
+        rows = shard_rows(os.path.join(out_dir, shard), fmt)
+        for from_this_shard, (data, row) in enumerate(rows, 1):
+            yield data, caption_of(row)
+            taken += 1
+            if taken >= limit:
+                rows.close()
+                return
+            if from_this_shard >= quota:
+                break
+        rows.close()
+
+
+def write_preview(out_dir: str, shard_files: list[str], *, count: int = 12, fmt: ShardFormat = ZIP) -> str | None:
     """Write ``preview.jpg`` from up to ``count`` images; return its name, or None if none decode."""
     from PIL import Image, ImageDraw, ImageFont, ImageOps
 
     tiles: list[tuple[Image.Image, str]] = []
-    for data, caption in _samples(out_dir, shard_files, count):
+    for data, caption in _samples(out_dir, shard_files, count, fmt):
         try:
             with Image.open(io.BytesIO(data)) as img:
                 tile = ImageOps.pad(img.convert("RGB"), (_CELL, _CELL), color=(240, 240, 240))

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
-from .plan import METADATA_MEMBER
 from .zipformat import ZipFormatError, iter_members
 
 if TYPE_CHECKING:

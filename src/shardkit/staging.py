@@ -23,8 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .errors import InputProblem
-from .metadata import MEMBER_NAME_FIXED, SourceRecord
-from .plan import PlanEntry, row_cost_for
+from .formats import ZIP, ShardFormat
+from .metadata import SourceRecord
+from .plan import PlanEntry
 
 DEFAULT_RUN_BYTES = 8 << 20
 #: Most runs merged at once; more are merged in rounds (keeps open files and memory bounded).
@@ -141,6 +142,7 @@ def merge_runs(
     keep_problems: int = 1000,
     fan_in: int = MAX_FAN_IN,
     drop_lines: frozenset[int] = frozenset(),
+    fmt: ShardFormat = ZIP,
 ) -> MergeResult:
     """Merge sorted runs into ``out_path``, dropping (and reporting) duplicate keys.
 
@@ -173,7 +175,7 @@ def merge_runs(
             fingerprint.update(key.encode("ascii"))
             out.write(text)
             rows += 1
-            total_cost += _cost(key, rest)
+            total_cost += _cost(fmt, key, rest)
     return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count)
 
 
@@ -224,15 +226,10 @@ def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = 
     return Repeats(problems, len(lines), frozenset(lines))
 
 
-def _staged_cost(key_length: int, size: int, ext_length: int, published_line_bytes: int) -> int:
-    """The bytes a staged row adds to a shard (``published_line_bytes`` without the newline)."""
-    return row_cost_for(MEMBER_NAME_FIXED + key_length + ext_length, size, published_line_bytes)
-
-
-def _cost(key: str, rest: str) -> int:
+def _cost(fmt: ShardFormat, key: str, rest: str) -> int:
     """A staged row's shard cost from its text after "key\tline\t"."""
     size, ext, _, published = rest.split("\t", 3)
-    return _staged_cost(len(key), int(size), len(ext), len(published.encode("utf-8")) - 1)
+    return fmt.row_cost(len(key), len(ext), int(size), len(published.encode("utf-8")) - 1)
 
 
 def _raw_rows(path: str, offset: int, count: int | None) -> Iterator[tuple[int, bytes]]:
@@ -270,11 +267,13 @@ class StagedEntries:
     Read straight from the bytes (no JSON decoding), as many times as the planner needs.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fmt: ShardFormat = ZIP) -> None:
         self.path = path
+        self.fmt = fmt
 
     def __iter__(self) -> Iterator[PlanEntry]:
+        row_cost = self.fmt.row_cost
         for offset, raw in _raw_rows(self.path, 0, None):
             key, _, size, ext, _, published = raw.split(b"\t", 5)
-            cost = _staged_cost(len(key), int(size), len(ext), len(published) - 1)  # the line without "\n"
+            cost = row_cost(len(key), len(ext), int(size), len(published) - 1)  # the line without "\n"
             yield PlanEntry(key.decode("ascii"), cost, offset)

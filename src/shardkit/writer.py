@@ -1,10 +1,11 @@
 """Stage 4: write one planned shard, atomically.
 
-A shard is ``metadata.jsonl`` first (so a front-to-back reader knows every row before the
-first image), then one stored member per row in key order. The shard's rows are read from
-the staging file in three streaming passes (CRC of metadata.jsonl, its bytes, the members), so
-memory does not grow with rows per shard. Files are read ahead on a thread pool within a byte
-budget; a file larger than the budget is copied in chunks.
+A ZIP shard is ``metadata.jsonl`` first (so a front-to-back reader knows every row before the
+first image), then one stored member per row in key order; its rows are read from the staging
+file in three streaming passes (CRC of metadata.jsonl, its bytes, the members), so memory does
+not grow with rows per shard. A tar shard is ``<key>.json`` then ``<key><ext>`` per row; a
+Parquet shard is row groups of rows (see :mod:`.parquetformat`). Files are read ahead on a
+thread pool within a byte budget; a file larger than the budget is copied in chunks.
 
 Everything is written under ``.shardkit/tmp`` and renamed into ``data/`` and ``metadata/`` only
 when complete (after fsync), so a run that dies never leaves a finished-looking shard that is
@@ -22,13 +23,14 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .errors import ShardkitError
+from .formats import METADATA_MEMBER, PARQUET, TAR, ZIP, format_named
 from .manifest import ManifestShard
-from .metadata import member_name
-from .plan import METADATA_MEMBER, ShardPlan
+from .plan import ShardPlan
 from .staging import StagedRow, iter_published_lines, iter_staged
+from .tarformat import TarWriter
 from .threads import interruptible_pool
 from .zipformat import ZipWriter
 
@@ -53,6 +55,9 @@ class ShardJob:
     read_threads: int = DEFAULT_READ_THREADS
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES
     fsync: bool = True
+    format: str = "zip"
+    max_shard_bytes: int = 0  # checked on the written file where sizes are estimates (Parquet)
+    features: list[dict[str, Any]] | None = None  # the card's features (Parquet types its columns by them)
 
 
 def _fsync_dir(path: str) -> None:
@@ -194,7 +199,7 @@ def _prefetched(
             ring.release_oldest()
 
 
-def _copy_streaming(zw: ZipWriter, path: str, row: StagedRow, crc: int) -> None:
+def _copy_streaming(zw: ZipWriter | TarWriter, path: str, row: StagedRow, crc: int) -> None:
     """Copy a big file in chunks; its CRC (computed just before) must still match."""
     check = 0
     with open(path, "rb") as f:
@@ -243,58 +248,120 @@ def _fsync_close(f: BinaryIO, fsync: bool) -> None:
     f.close()
 
 
+class _MetadataFile:
+    """``metadata/<stem>.jsonl``: every row's metadata line, hashed as written."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self.digest = hashlib.sha256()
+
+    def write(self, line: bytes) -> None:
+        self.f.write(line)
+        self.digest.update(line)
+
+
+def _write_zip(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int:
+    plan = job.plan
+    # Pass 1: size and CRC of metadata.jsonl, which goes first and so must be known first.
+    meta_crc = 0
+    meta_size = 0
+    for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
+        meta_crc = zlib.crc32(line, meta_crc)
+        meta_size += len(line)
+    zw = ZipWriter(out, sink=digest.update)
+    # Pass 2: metadata.jsonl inside the ZIP, and the same bytes in metadata/.
+    zw.start_member(METADATA_MEMBER, meta_size, meta_crc)
+    for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
+        zw.write_data(line)
+        meta.write(line)
+    # Pass 3: the members, read ahead on a thread pool into a fixed ring buffer.
+    ring = _ring_for(job.prefetch_bytes)
+    with interruptible_pool(job.read_threads, "shardkit-read") as pool:
+        for row, path, data, crc in _prefetched(job, pool, ring):
+            zw.start_member(ZIP.member_name(row.key, row.ext), row.size, crc)
+            if data is not None:
+                zw.write_data(data)
+            else:
+                _copy_streaming(zw, path, row, crc)
+    return zw.close()
+
+
+def _write_tar(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int:
+    tw = TarWriter(out, sink=digest.update)
+    ring = _ring_for(job.prefetch_bytes)
+    with interruptible_pool(job.read_threads, "shardkit-read") as pool:
+        for row, path, data, crc in _prefetched(job, pool, ring):
+            line = row.metadata_line.encode("utf-8")
+            tw.add(f"{row.key}.json", line)
+            meta.write(line + b"\n")
+            tw.start_member(TAR.member_name(row.key, row.ext), row.size)
+            if data is not None:
+                tw.write_data(data)
+            else:
+                _copy_streaming(tw, path, row, crc)
+    return tw.close()
+
+
+def _write_parquet(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int:
+    from .parquetformat import ParquetShardWriter
+
+    if not job.features:
+        raise ShardkitError(f"internal error: no features to type {job.plan.name}'s columns")
+    pw = ParquetShardWriter(out, digest.update, job.features)
+    ring = _ring_for(job.prefetch_bytes)
+    with interruptible_pool(job.read_threads, "shardkit-read") as pool:
+        for row, path, data, crc in _prefetched(job, pool, ring):
+            if data is not None:
+                content = bytes(data)
+            else:
+                with open(path, "rb") as f:
+                    content = f.read()
+                if len(content) != row.size or zlib.crc32(content) != crc:
+                    raise SourceChanged(f"{path} (metadata line {row.line}): file changed while packing")
+            pw.add(row.metadata_line, content)
+            meta.write(row.metadata_line.encode("utf-8") + b"\n")
+    return pw.close()
+
+
+_WRITERS = {ZIP.name: _write_zip, TAR.name: _write_tar, PARQUET.name: _write_parquet}
+
+
 def write_shard(job: ShardJob) -> ManifestShard:
     """Write one shard and its metadata file; return what the manifest records of it."""
     plan = job.plan
+    fmt = format_named(job.format)
     os.makedirs(job.tmp_dir, exist_ok=True)
-    tmp_zip = os.path.join(job.tmp_dir, f"{plan.stem}.zip.partial")
+    tmp_shard = os.path.join(job.tmp_dir, f"{plan.stem}{fmt.suffix}.partial")
     tmp_meta = os.path.join(job.tmp_dir, f"{plan.stem}.jsonl.partial")
-    final_zip = os.path.join(job.out_dir, plan.name)
+    final_shard = os.path.join(job.out_dir, plan.name)
     meta_rel = metadata_path_for(plan)
     final_meta = os.path.join(job.out_dir, meta_rel)
     try:
-        # Pass 1: size and CRC of metadata.jsonl, which goes first and so must be known first.
-        meta_crc = 0
-        meta_size = 0
-        for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
-            meta_crc = zlib.crc32(line, meta_crc)
-            meta_size += len(line)
-
         digest = hashlib.sha256()
-        meta_digest = hashlib.sha256()
-        with open(tmp_zip, "wb", buffering=1 << 20) as out, open(tmp_meta, "wb", buffering=1 << 20) as meta_out:
-            zw = ZipWriter(_EarlyWriteback(out) if job.fsync else out, sink=digest.update)  # type: ignore[arg-type]
-            # Pass 2: metadata.jsonl inside the ZIP, and the same bytes in metadata/.
-            zw.start_member(METADATA_MEMBER, meta_size, meta_crc)
-            for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
-                zw.write_data(line)
-                meta_out.write(line)
-                meta_digest.update(line)
-            # Pass 3: the members, read ahead on a thread pool into a fixed ring buffer.
-            ring = _ring_for(job.prefetch_bytes)
-            with interruptible_pool(job.read_threads, "shardkit-read") as pool:
-                for row, path, data, crc in _prefetched(job, pool, ring):
-                    zw.start_member(member_name(row.key, row.ext), row.size, crc)
-                    if data is not None:
-                        zw.write_data(data)
-                    else:
-                        _copy_streaming(zw, path, row, crc)
-            total = zw.close()
+        with open(tmp_shard, "wb", buffering=1 << 20) as out, open(tmp_meta, "wb", buffering=1 << 20) as meta_out:
+            meta = _MetadataFile(meta_out)
+            total = _WRITERS[fmt.name](job, _EarlyWriteback(out) if job.fsync else out, digest, meta)
             _fsync_close(meta_out, job.fsync)
             _fsync_close(out, job.fsync)
-        if total != plan.bytes:
+        if fmt.exact and total != plan.bytes:
             raise ShardkitError(f"internal error: {plan.name} has {total} bytes, the plan said {plan.bytes}")
+        if not fmt.exact and job.max_shard_bytes and total > job.max_shard_bytes:
+            raise ShardkitError(
+                f"{plan.name} came out at {total} bytes, over the max shard size {job.max_shard_bytes}"
+                f" (Parquet sizes are estimated before writing; the estimate was {plan.bytes})."
+                " Re-run with a smaller --target-shard-size."
+            )
         os.makedirs(os.path.dirname(final_meta), exist_ok=True)
-        os.makedirs(os.path.dirname(final_zip), exist_ok=True)
+        os.makedirs(os.path.dirname(final_shard), exist_ok=True)
         os.replace(tmp_meta, final_meta)
-        os.replace(tmp_zip, final_zip)  # the shard exists only once it is whole
+        os.replace(tmp_shard, final_shard)  # the shard exists only once it is whole
         if job.fsync:  # and the renames themselves survive a power loss
             _fsync_dir(os.path.dirname(final_meta))
-            _fsync_dir(os.path.dirname(final_zip))
+            _fsync_dir(os.path.dirname(final_shard))
     except BaseException:
         # Reads still in flight may land in this ring after we leave: never reuse it.
         _local.ring = None
-        for leftover in (tmp_zip, tmp_meta):
+        for leftover in (tmp_shard, tmp_meta):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
         raise
@@ -304,7 +371,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
         rows=plan.rows,
         bytes=total,
         sha256=digest.hexdigest(),
-        metadata_sha256=meta_digest.hexdigest(),
+        metadata_sha256=meta.digest.hexdigest(),
         first_key=plan.first_key,
         last_key=plan.last_key,
     )
