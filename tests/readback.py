@@ -2,7 +2,9 @@
 
 A subprocess, because each datasets version lives in its own venv, and because huggingface_hub
 reads ``HF_ENDPOINT`` once, at import. The result is every row as (key, sha256 of the file
-bytes, the other fields as JSON), sorted, so tests compare whole datasets at once.
+bytes, the other fields as JSON), sorted, so tests compare whole datasets at once. A webdataset
+row (file column named by its extension, fields in ``json``, plus ``__key__``/``__url__``) is
+flattened to the same shape.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ for row in ds:
         import fsspec
         with fsspec.open(row[column]["path"], "rb") as f:
             data = f.read()
-    fields = {k: v for k, v in row.items() if k != column}
-    rows.append([row["key"], hashlib.sha256(data).hexdigest(), json.dumps(fields, sort_keys=True)])
+    fields = {k: v for k, v in row.items() if k not in (column, "__key__", "__url__")}
+    if list(fields) == ["json"]:  # the webdataset builder: the metadata line, file_name included
+        fields = {k: v for k, v in fields["json"].items() if k != "file_name"}
+    rows.append([fields["key"], hashlib.sha256(data).hexdigest(), json.dumps(fields, sort_keys=True)])
 print(json.dumps({"version": datasets.__version__, "n_shards": shards, "rows": sorted(rows)}))
 """
 
@@ -60,10 +64,11 @@ def read_with(
     cache: Path,
     *,
     env: dict[str, str] | None = None,
+    column: str = "image",
     **load_kwargs: Any,
 ) -> dict[str, Any]:
     """``load_dataset(path, **load_kwargs)`` with ``python``; ``.py`` paths get ``trust_remote_code``."""
-    args = [python, "-c", DIGEST_SCRIPT, str(path), "1" if streaming else "0", "image", str(cache)]
+    args = [python, "-c", DIGEST_SCRIPT, str(path), "1" if streaming else "0", column, str(cache)]
     result = subprocess.run(
         [*args, json.dumps(load_kwargs)], capture_output=True, text=True, check=False, env=env, timeout=600
     )

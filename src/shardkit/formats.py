@@ -100,10 +100,10 @@ class _Parquet(ShardFormat):
         return f"{key}{ext}"
 
     def row_cost(self, key_length: int, ext_length: int, file_bytes: int, line_bytes: int) -> int:
-        # An upper bound: the file stored plain (4-byte length), its path, the fields (never
-        # more than their JSON text), definition levels, and a share of page headers and the
-        # footer's per-row-group metadata.
-        return file_bytes + 4 + 2 * (key_length + ext_length + 4) + line_bytes + 96
+        # An upper bound: the file stored plain (4-byte length) plus 0.2% for page headers, its
+        # path (value and dictionary), the fields (their JSON text, twice: once for the values,
+        # once for each row's share of the footer's per-row-group column metadata), and levels.
+        return file_bytes + file_bytes // 512 + 4 + 2 * (key_length + ext_length + 4) + 2 * line_bytes + 128
 
 
 ZIP = _Zip(
@@ -114,7 +114,7 @@ ZIP = _Zip(
     max_bytes=MAX_ZIP_BYTES,
 )
 TAR = _Tar("tar", exact=True, fixed_bytes=END_BYTES, max_rows=MAX_ZIP_MEMBERS - 1, max_bytes=MAX_ZIP_BYTES)
-PARQUET = _Parquet("parquet", exact=False, fixed_bytes=64 << 10, max_rows=MAX_ZIP_MEMBERS - 1, max_bytes=MAX_ZIP_BYTES)
+PARQUET = _Parquet("parquet", exact=False, fixed_bytes=16 << 10, max_rows=MAX_ZIP_MEMBERS - 1, max_bytes=MAX_ZIP_BYTES)
 
 FORMATS = {f.name: f for f in (ZIP, TAR, PARQUET)}
 #: What a file in data/ may end with to be a shard of some format (for stray and stale checks).

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX
 from .errors import ShardkitError, UsageError
+from .formats import SHARD_SUFFIXES
 from .manifest import MANIFEST_NAME, Manifest, read_manifest
 from .metadata import sha256_file
 from .outdir import WORK_DIR, HashCache, locked, shard_problem
@@ -155,8 +156,9 @@ def is_ignored(path: str, is_dir: bool, rules: list[str]) -> bool:
 def collect_files(out_dir: str, manifest: Manifest) -> tuple[list[LocalFile], list[LocalFile]]:
     """The shard files (manifest order, each ZIP before its metadata file) and the other repo files.
 
-    A ``.zip`` in ``data/`` or ``.jsonl`` in ``metadata/`` that the manifest does not name is an
-    error: the card's ``data/*.zip`` pattern would publish it as part of the dataset.
+    A shard file (``.zip``, ``.tar``, ``.parquet``) in ``data/`` or ``.jsonl`` in ``metadata/`` that
+    the manifest does not name is an error: the card's ``data/*`` pattern would publish it as part
+    of the dataset (or it is left from a pack in another format).
     """
     shard_files: list[LocalFile] = []
     for shard in manifest.shards:
@@ -176,7 +178,7 @@ def collect_files(out_dir: str, manifest: Manifest) -> tuple[list[LocalFile], li
             rel = prefix + name
             if rel in named or is_ignored(rel, False, rules):
                 continue
-            if rel.startswith(SHARD_FOLDERS) and name.endswith((".zip", ".jsonl")):
+            if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
                 strays.append(rel)
                 continue
             path = os.path.join(folder, name)
@@ -251,7 +253,7 @@ def plan_commits(
 
 
 def _is_shard(path: str) -> bool:
-    return path.endswith((".zip", ".jsonl", ".tar", ".parquet"))
+    return path.endswith((*SHARD_SUFFIXES, ".jsonl"))
 
 
 def find_loader(out_dir: str) -> str | None:
@@ -487,7 +489,9 @@ def _push_locked(
 
     shard_files, other_files = collect_files(out_dir, manifest)
     check_hub_limits(shard_files + other_files)
-    loader = find_loader(out_dir) if config.script_branch else None
+    # The loading script reads ZIP shards; datasets 3.x reads tar and Parquet with its own builders.
+    zip_shards = manifest.options.format == "zip"
+    loader = find_loader(out_dir) if config.script_branch and zip_shards else None
     token = resolve_token(config.token)
     _check_shards(config, out_dir, manifest, progress)
 
@@ -518,8 +522,8 @@ def _push_locked(
     commits = 0
     commit_url = None
     for number, batch in enumerate(plan.batches, 1):
-        zips = [f.path for f in batch if f.path.endswith(".zip")] or [batch[0].path]
-        message = f"shardkit: shards {zips[0]} .. {zips[-1]} (commit {number} of {len(plan.batches)})"
+        shards = [f.path for f in batch if f.path.startswith("data/")] or [batch[0].path]
+        message = f"shardkit: shards {shards[0]} .. {shards[-1]} (commit {number} of {len(plan.batches)})"
         head = _commit(api, config, repo_id, batch, [], message, head, progress)
         commits += 1
     if plan.final or plan.deletions:
@@ -535,7 +539,7 @@ def _push_locked(
     branch = config.script_branch if loader else None
     if branch and loader:
         script_commit = _publish_script_branch(api, config, repo_id, head, loader, branch)
-    elif config.script_branch:
+    elif config.script_branch and zip_shards:
         log.warning(
             "%s has no *%s (scaffold with `shardkit new`): no %r branch for datasets 3.x",
             out_dir,

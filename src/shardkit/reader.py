@@ -1,9 +1,12 @@
-"""``shardkit.stream``: read a packed dataset as a ``datasets.IterableDataset``, one shard per ZIP.
+"""``shardkit.stream``: read a packed dataset as a ``datasets.IterableDataset``, one shard per file.
 
-Each shard is read front to back from one forward-only stream: a single HTTP GET per shard on
-the Hub or any web server (no Range requests, no central directory), or one ``open()`` on
-disk. Members are CRC-checked and names refused if unsafe (:func:`shardkit.zipformat.iter_members`).
-Images are yielded as bytes and decoded only when a row is formatted, as ``datasets`` does.
+Each ZIP or tar shard is read front to back from one forward-only stream: a single HTTP GET per
+shard on the Hub or any web server (no Range requests, no central directory), or one ``open()``
+on disk. ZIP members are CRC-checked, tar headers checksummed, and unsafe names refused.
+Parquet shards need their footer first, so they are read row group by row group through
+ranged reads (fsspec). Every format yields the same columns: the file column (``image`` or
+``audio``), ``key``, then the fields. Images are yielded as bytes and decoded only when a row
+is formatted, as ``datasets`` does.
 
 The shard list goes into ``gen_kwargs``, so ``n_shards`` is the number of ZIPs: DataLoader
 workers and ``split_dataset_by_node`` split the dataset by shard, and ``.shuffle(seed,
@@ -16,6 +19,7 @@ huggingface_hub finds (``HF_TOKEN`` or the login), so private repos work.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import UsageError
 from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
+from .tarformat import TarFormatError, iter_tar_members
 from .zipformat import ZipFormatError, iter_members
 
 if TYPE_CHECKING:
@@ -126,8 +131,14 @@ def read_manifest_from(source: Source) -> Manifest:
         raise UsageError(f"{source.locate(MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
 
 
-def iter_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
+def iter_shard(source: Source, shard: str, file_column: str, fmt_name: str = "zip") -> Iterator[dict[str, Any]]:
     """The rows of one shard, in order: metadata fields plus ``{file_column: {"bytes", "path"}}``."""
+    if fmt_name == "tar":
+        yield from _iter_tar_shard(source, shard, file_column)
+        return
+    if fmt_name == "parquet":
+        yield from _iter_parquet_shard(source, shard)
+        return
     reader = _open(source, shard)
     try:
         rows: dict[str, dict[str, Any]] | None = None
@@ -153,13 +164,53 @@ def iter_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[st
         reader.close()
 
 
-def _generate(shards: list[str], source: Source, file_column: str) -> Iterator[dict[str, Any]]:
+def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
+    reader = _open(source, shard)
+    try:
+        row: dict[str, Any] | None = None
+        for member in iter_tar_members(reader):
+            if row is None:
+                if not member.name.endswith(".json"):
+                    raise TarFormatError(f"{shard}: member {member.name!r} has no .json before it")
+                row = json.loads(member.data)
+                continue
+            name = row.pop("file_name", None)
+            if name != member.name:
+                raise TarFormatError(f"{shard}: member {member.name!r} follows the row for {name!r}")
+            row[file_column] = {"bytes": member.data, "path": member.name}
+            yield row
+            row = None
+        if row is not None:
+            raise TarFormatError(f"{shard}: the last row's file is missing")
+    except TarFormatError as exc:
+        raise TarFormatError(f"{source.locate(shard)}: {exc}") from None
+    finally:
+        reader.close()
+
+
+def _iter_parquet_shard(source: Source, shard: str) -> Iterator[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    with contextlib.ExitStack() as stack:
+        if source.remote:
+            import fsspec  # type: ignore[import-untyped]
+            from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+
+            fs = fsspec.filesystem("http", headers=build_hf_headers() if source.hub else {})
+            f = stack.enter_context(fs.open(source.locate(shard), "rb", block_size=8 << 20))
+        else:
+            f = stack.enter_context(open(source.locate(shard), "rb"))
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=16):
+            yield from batch.to_pylist()
+
+
+def _generate(shards: list[str], source: Source, file_column: str, fmt_name: str) -> Iterator[dict[str, Any]]:
     for shard in shards:
-        yield from iter_shard(source, shard, file_column)
+        yield from iter_shard(source, shard, file_column, fmt_name)
 
 
 def stream(source: str, *, revision: str | None = None, split: str = "train") -> datasets.IterableDataset:
-    """A packed dataset as a ``datasets.IterableDataset`` with one shard per ZIP; see the module doc."""
+    """A packed dataset as a ``datasets.IterableDataset`` with one shard per shard file; see the module doc."""
     import datasets
 
     where = resolve_source(source, revision)
@@ -173,6 +224,11 @@ def stream(source: str, *, revision: str | None = None, split: str = "train") ->
     return datasets.IterableDataset.from_generator(
         _generate,
         features=features,
-        gen_kwargs={"shards": [s.file for s in manifest.shards], "source": where, "file_column": file_column},
+        gen_kwargs={
+            "shards": [s.file for s in manifest.shards],
+            "source": where,
+            "file_column": file_column,
+            "fmt_name": manifest.options.format,
+        },
         split=datasets.NamedSplit(split),
     )

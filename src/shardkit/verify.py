@@ -1,6 +1,6 @@
 """``verify``: check a packed OUT_DIR against its manifest, shard by shard, member by member.
 
-For every shard the manifest names, in one front-to-back read of the file:
+For every ZIP shard the manifest names, in one front-to-back read of the file:
 
 * it exists, has the recorded size and sha256, and is within the manifest's cap;
 * its ZIP structure is the subset shardkit writes (stored members, sizes and CRC in every local
@@ -10,6 +10,11 @@ For every shard the manifest names, in one front-to-back read of the file:
   the shard's key prefix, within the recorded first/last key, and name their member;
 * ``metadata/<stem>.jsonl`` holds the same bytes as the ``metadata.jsonl`` inside;
 * with ``deep``, every image decodes (Pillow) and every WAV file parses (other audio is counted, not decoded).
+
+A tar shard gets the same checks in its terms: ustar headers with valid checksums, each
+``<key>.json`` followed by the file its ``file_name`` names, the .json members' bytes equal to
+``metadata/<stem>.jsonl``. A Parquet shard is read row group by row group: each row's path and
+typed fields must equal its line in ``metadata/<stem>.jsonl``, keys as above.
 
 And for the whole: shards' key ranges do not overlap, totals add up, and ``data/`` and
 ``metadata/`` hold nothing the manifest does not name. Problems are collected, not raised:
@@ -30,9 +35,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from .errors import UsageError
+from .formats import PARQUET, SHARD_SUFFIXES, TAR, ZIP, ShardFormat
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
-from .metadata import can_decode, decode_problem, member_name
+from .metadata import can_decode, decode_problem
 from .progress import NullProgress, Progress
+from .tarformat import TarFormatError, iter_tar_members
 from .threads import interruptible_pool
 from .zipformat import ZipFormatError, iter_members
 
@@ -99,12 +106,14 @@ class _ShardResult:
     problems: list[Problem] = field(default_factory=list)
 
 
-def _check_rows(shard: ManifestShard, text: str, prefix: str, problems: list[Problem]) -> dict[str, str]:
-    """Parse metadata.jsonl; return member name -> key. Row problems go to ``problems``."""
+def _check_rows(
+    shard: ManifestShard, text: str, prefix: str, problems: list[Problem], fmt: ShardFormat, where_name: str
+) -> dict[str, str]:
+    """Parse metadata lines; return file_name -> key. Row problems go to ``problems``."""
     rows: dict[str, str] = {}
     previous = ""
     for number, line in enumerate(text.splitlines(), 1):
-        where = f"{METADATA_MEMBER} line {number}"
+        where = f"{where_name} line {number}"
         try:
             row = json.loads(line)
         except ValueError as exc:
@@ -121,27 +130,35 @@ def _check_rows(shard: ManifestShard, text: str, prefix: str, problems: list[Pro
         previous = max(previous, key)
         if not key.startswith(prefix):
             problems.append(Problem(shard.file, f"key {key} is not in this shard's prefix {prefix!r}", where))
-        if name != member_name(key, os.path.splitext(name)[1]):
+        if name != fmt.member_name(key, os.path.splitext(name)[1]):
             problems.append(Problem(shard.file, f"file_name {name!r} is not where key {key} belongs", where))
         rows[name] = key
     return rows
 
 
-def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool) -> _ShardResult:
-    result = _ShardResult()
-    problems = result.problems
-    path = os.path.join(out_dir, shard.file)
-    prefix = os.path.basename(shard.file).split(".")[0].split("-")[0]
-    try:
-        size = os.path.getsize(path)
-    except FileNotFoundError:
-        problems.append(Problem(shard.file, "missing"))
-        return result
-    if size != shard.bytes:
-        problems.append(Problem(shard.file, f"{size} bytes, the manifest says {shard.bytes}"))
-    if size > cap:
-        problems.append(Problem(shard.file, f"{size} bytes, over the cap of {cap}"))
+def _decode(result: _ShardResult, shard: ManifestShard, name: str, data: bytes) -> None:
+    """The deep check of one file."""
+    ext = os.path.splitext(name)[1]
+    if not can_decode(ext):
+        result.not_decoded += 1
+    elif problem := decode_problem(io.BytesIO(data), ext):
+        result.problems.append(Problem(shard.file, problem, name))
+    else:
+        result.decoded += 1
 
+
+@dataclass
+class _Walk:
+    """What walking one shard found, for the checks all formats share."""
+
+    sha256: str
+    members: int  # file members (rows' files) met
+    keys: list[str]  # every row's key, sorted
+    metadata: bytes | None  # the metadata lines the shard holds, to compare with metadata/; None: compared already
+
+
+def _walk_zip(path: str, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
+    problems = result.problems
     rows: dict[str, str] | None = None
     keys: list[str] = []
     walked: list[tuple[str, int, int]] = []
@@ -161,25 +178,18 @@ def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool) -> _S
                         rows = {}
                     else:
                         inner_metadata = member.data
-                        rows = _check_rows(shard, member.data.decode("utf-8", "replace"), prefix, problems)
+                        text = member.data.decode("utf-8", "replace")
+                        rows = _check_rows(shard, text, prefix, problems, ZIP, METADATA_MEMBER)
                         keys = sorted(rows.values())
                         continue
                 if rows.pop(member.name, None) is None:
                     problems.append(Problem(shard.file, "member has no row in metadata.jsonl", member.name))
                 if deep:
-                    ext = os.path.splitext(member.name)[1]
-                    if not can_decode(ext):
-                        result.not_decoded += 1
-                    elif problem := decode_problem(io.BytesIO(member.data), ext):
-                        problems.append(Problem(shard.file, problem, member.name))
-                    else:
-                        result.decoded += 1
+                    _decode(result, shard, member.name, member.data)
             reader.drain()
         except ZipFormatError as exc:
             problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
             reader.drain()
-    if reader.sha256.hexdigest() != shard.sha256:
-        problems.append(Problem(shard.file, "sha256 differs from the manifest's"))
     for name in sorted(rows or {}):
         problems.append(Problem(shard.file, "row in metadata.jsonl has no member", name))
 
@@ -190,16 +200,135 @@ def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool) -> _S
             problems.append(Problem(shard.file, "the central directory does not list the members the file holds"))
     except (zipfile.BadZipFile, OSError) as exc:
         problems.append(Problem(shard.file, f"central directory unreadable: {exc}"))
+    return _Walk(reader.sha256.hexdigest(), max(len(walked) - 1, 0), keys, inner_metadata)
 
-    result.rows = max(len(walked) - 1, 0)
+
+def _walk_tar(path: str, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
+    """``<key>.json`` then ``<key><ext>`` per row, the json naming the file that follows it."""
+    problems = result.problems
+    lines: list[bytes] = []
+    files = 0
+    expected: str | None = None  # the file_name the last .json announced
+    with open(path, "rb") as raw:
+        reader = _HashingReader(raw)
+        try:
+            for member in iter_tar_members(reader):  # type: ignore[arg-type]
+                if expected is None:
+                    if not member.name.endswith(".json"):
+                        problems.append(Problem(shard.file, "file member without its .json before it", member.name))
+                        files += 1
+                        continue
+                    lines.append(member.data)
+                    try:
+                        expected = str(json.loads(member.data)["file_name"])
+                    except (ValueError, KeyError, TypeError):
+                        expected = ""  # _check_rows reports the row itself
+                    continue
+                files += 1
+                if member.name != expected:
+                    problems.append(Problem(shard.file, f"follows the row for {expected!r}", member.name))
+                expected = None
+                if deep:
+                    _decode(result, shard, member.name, member.data)
+            reader.drain()
+        except TarFormatError as exc:
+            problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
+            reader.drain()
+    if expected is not None:
+        problems.append(Problem(shard.file, f"the last row's file {expected!r} is missing"))
+    text = b"\n".join(lines).decode("utf-8", "replace")
+    keys = sorted(_check_rows(shard, text, prefix, problems, TAR, "row").values())
+    metadata = b"".join(line + b"\n" for line in lines)
+    return _Walk(reader.sha256.hexdigest(), files, keys, metadata)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """A JSON value equals what Parquet returned for it (an absent struct field reads as null)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(_same_value(a.get(k), b.get(k)) for k in a.keys() | b.keys())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _walk_parquet(path: str, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
+    """Every row against its metadata line (values compared as typed), in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    problems = result.problems
+    with open(path, "rb") as raw:
+        reader = _HashingReader(raw)
+        reader.drain()
+    meta_path = os.path.join(os.path.dirname(os.path.dirname(path)), shard.metadata)
+    try:
+        with open(meta_path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        text = ""  # reported by the shared check
+    rows = _check_rows(shard, text, prefix, problems, PARQUET, shard.metadata)
+    lines = iter(text.splitlines())
+    count = 0
+    try:
+        parquet = pq.ParquetFile(path)
+        file_column = parquet.schema_arrow.names[0]
+        for batch in parquet.iter_batches(batch_size=64):
+            for record in batch.to_pylist():
+                count += 1
+                content = record.pop(file_column) or {}
+                name = str(content.get("path"))
+                line = next(lines, None)
+                try:
+                    expected = json.loads(line) if line is not None else None
+                except ValueError:
+                    expected = {}  # _check_rows reported it
+                if not isinstance(expected, dict):
+                    problems.append(Problem(shard.file, f"row {count} has no line in {shard.metadata}", name))
+                else:
+                    if expected.pop("file_name", None) != name:
+                        problems.append(Problem(shard.file, f"row {count}: path differs from {shard.metadata}", name))
+                    if not _same_value(expected, record):
+                        problems.append(Problem(shard.file, f"row {count}: fields differ from {shard.metadata}", name))
+                if deep and content.get("bytes") is not None:
+                    _decode(result, shard, name, content["bytes"])
+    except (pa.ArrowException, OSError) as exc:
+        problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
+    if next(lines, None) is not None:
+        problems.append(Problem(shard.metadata, f"has more lines than {shard.file} has rows"))
+    return _Walk(reader.sha256.hexdigest(), count, sorted(rows.values()), None)
+
+
+_WALKERS = {"zip": _walk_zip, "tar": _walk_tar, "parquet": _walk_parquet}
+
+
+def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
+    result = _ShardResult()
+    problems = result.problems
+    path = os.path.join(out_dir, shard.file)
+    prefix = os.path.basename(shard.file).split(".")[0].split("-")[0]
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        problems.append(Problem(shard.file, "missing"))
+        return result
+    if size != shard.bytes:
+        problems.append(Problem(shard.file, f"{size} bytes, the manifest says {shard.bytes}"))
+    if size > cap:
+        problems.append(Problem(shard.file, f"{size} bytes, over the cap of {cap}"))
+
+    walk = _WALKERS[fmt.name](path, shard, prefix, deep, result)
+    if walk.sha256 != shard.sha256:
+        problems.append(Problem(shard.file, "sha256 differs from the manifest's"))
+    result.rows = walk.members
     if result.rows != shard.rows:
         problems.append(Problem(shard.file, f"{result.rows} members, the manifest says {shard.rows} rows"))
-    if keys:
-        result.keys = (keys[0], keys[-1])
+    if walk.keys:
+        result.keys = (walk.keys[0], walk.keys[-1])
         if result.keys != (shard.first_key, shard.last_key):
             problems.append(
                 Problem(
-                    shard.file, f"keys run {keys[0]}..{keys[-1]}, the manifest says {shard.first_key}..{shard.last_key}"
+                    shard.file,
+                    f"keys run {walk.keys[0]}..{walk.keys[-1]}, the manifest says {shard.first_key}..{shard.last_key}",
                 )
             )
 
@@ -207,8 +336,9 @@ def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool) -> _S
     try:
         with open(meta_path, "rb") as f:
             outer = f.read()
-        if outer != inner_metadata:
-            problems.append(Problem(shard.metadata, f"differs from the {METADATA_MEMBER} inside {shard.file}"))
+        if walk.metadata is not None and outer != walk.metadata:
+            inside = f"the {METADATA_MEMBER} inside" if fmt.name == "zip" else "the .json members of"
+            problems.append(Problem(shard.metadata, f"differs from {inside} {shard.file}"))
         if hashlib.sha256(outer).hexdigest() != shard.metadata_sha256:
             problems.append(Problem(shard.metadata, "sha256 differs from the manifest's"))
     except FileNotFoundError:
@@ -218,7 +348,7 @@ def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool) -> _S
 
 def _check_whole(out_dir: str, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
-    for sub, suffix in (("data", ".zip"), ("metadata", ".jsonl")):
+    for sub, suffix in (("data", SHARD_SUFFIXES), ("metadata", (".jsonl",))):
         folder = os.path.join(out_dir, sub)
         if os.path.isdir(folder):
             for name in sorted(os.listdir(folder)):
@@ -250,13 +380,14 @@ def verify(
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
     report = VerifyReport(out_dir=out_dir, shards=len(manifest.shards), deep=deep)
     cap = manifest.options.max_shard_bytes
+    fmt = manifest.options.shard_format
     threads = threads or min(4, os.cpu_count() or 1)
     progress.start("verifying" + (" (deep)" if deep else ""), total=sum(s.bytes for s in manifest.shards), unit="B")
     results: list[_ShardResult] = []
     with interruptible_pool(threads, "verify") as pool:
         for shard, result in zip(
             manifest.shards,
-            pool.map(lambda s: _check_shard(out_dir, s, cap, deep), manifest.shards),
+            pool.map(lambda s: _check_shard(out_dir, s, cap, deep, fmt), manifest.shards),
             strict=True,
         ):
             results.append(result)

@@ -1,0 +1,266 @@
+"""``--format tar`` and ``--format parquet``: the same planner, cap, manifest, verify, push and reader.
+
+Each format is packed from the shipped example and read back with what its consumers use:
+datasets 5.x and 3.6 builtin builders (webdataset, parquet), the ``webdataset`` library, Python's
+``tarfile``, pyarrow, and ``shardkit.stream``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import shardkit
+from shardkit.formats import PARQUET, TAR
+from shardkit.tarformat import TarFormatError, TarWriter, iter_tar_members, member_header
+from tests.conftest import Corpus, pack_example, tiny_image, tree_bytes
+from tests.readback import DS36_PYTHON, expected_rows, read_with
+from tests.test_reader import digest_rows
+
+FILE_COLUMN = {"tar": "jpg", "parquet": "image"}
+
+
+@pytest.fixture(scope="session")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The example packed as tar and as Parquet (16 shards each). Copy a folder to change it."""
+    out = {}
+    for fmt in ("tar", "parquet"):
+        folder = tmp_path_factory.mktemp(fmt) / "yfcc-mini"
+        result = pack_example(folder, "--format", fmt, "-q")
+        assert result.returncode == 0, result.stderr
+        out[fmt] = folder
+    return out
+
+
+def shardkit_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "shardkit"), *args], capture_output=True, text=True, check=False
+    )
+
+
+def card(folder: Path) -> dict[str, Any]:
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    return yaml.safe_load(text.split("---\n")[1])  # type: ignore[no-any-return]
+
+
+# --- the containers --------------------------------------------------------------------------------
+
+
+def test_tar_writer_output_is_plain_ustar_and_exactly_as_big_as_planned() -> None:
+    buf = io.BytesIO()
+    tw = TarWriter(buf)
+    members = {"0123abcd.json": b'{"key":"0123abcd"}', "0123abcd.jpg": tiny_image(1), "0123abce.json": b""}
+    for name, data in members.items():
+        tw.add(name, data)
+    size = tw.close()
+    assert size == len(buf.getvalue()) == 1024 + sum(512 + -(-len(d) // 512) * 512 for d in members.values())
+    with tarfile.open(fileobj=io.BytesIO(buf.getvalue())) as tf:
+        assert tf.getnames() == list(members)
+        assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tf.getmembers())
+        assert tf.extractfile("0123abcd.jpg").read() == members["0123abcd.jpg"]  # type: ignore[union-attr]
+    assert [(m.name, m.data) for m in iter_tar_members(io.BytesIO(buf.getvalue()))] == list(members.items())
+
+
+def test_tar_reader_refuses_a_bad_header_and_a_truncated_stream() -> None:
+    header = bytearray(member_header("a.jpg", 3))
+    header[0:1] = b"b"  # the checksum no longer matches
+    with pytest.raises(TarFormatError, match="checksum mismatch at offset 0"):
+        list(iter_tar_members(io.BytesIO(bytes(header) + b"abc" + bytes(509 + 1024))))
+    with pytest.raises(TarFormatError, match="truncated"):
+        list(iter_tar_members(io.BytesIO(member_header("a.jpg", 3) + b"ab")))
+    with pytest.raises(TarFormatError, match="plain name"):
+        member_header("../x.jpg", 1)
+
+
+# --- each format read back by its consumers ----------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["tar", "parquet"])
+def test_datasets_5_and_3_6_read_every_row_and_byte(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
+    folder = packed[fmt]
+    assert sorted(p.name for p in (folder / "data").iterdir()) == [f"{c}.{fmt}" for c in "0123456789abcdef"]
+    assert card(folder)["configs"][0]["data_files"][0]["path"] == f"data/*.{fmt}"
+    column = FILE_COLUMN[fmt]
+    got = read_with(sys.executable, folder, True, tmp_path / "c5", column=column)
+    assert got["version"].startswith("5.") and got["rows"] == expected_rows()
+    assert got["n_shards"] == 16
+    got = read_with(DS36_PYTHON, folder, True, tmp_path / "c36", column=column)
+    assert got["version"] == "3.6.0" and got["rows"] == expected_rows()
+
+
+def test_tar_is_the_webdataset_layout_the_webdataset_library_reads(packed: dict[str, Path]) -> None:
+    import webdataset as wds
+
+    folder = packed["tar"]
+    with tarfile.open(folder / "data" / "0.tar") as tf:
+        names = tf.getnames()
+    assert names[0::2] == [n.replace(".jpg", ".json") for n in names[1::2]]  # <key>.json, then <key>.jpg
+    urls = [str(p) for p in sorted((folder / "data").glob("*.tar"))]
+    samples = list(wds.WebDataset(urls, shardshuffle=False).decode("pil"))
+    assert len(samples) == 300
+    first = samples[0]
+    assert first["jpg"].size[0] > 0 and first["json"]["key"] == first["__key__"]
+    features = card(folder)["dataset_info"]["features"]
+    assert [f["name"] for f in features] == ["jpg", "json", "__key__", "__url__"]
+    assert features[1]["struct"][:2] == [{"name": "file_name", "dtype": "string"}, {"name": "key", "dtype": "string"}]
+
+
+def test_parquet_columns_are_typed_as_the_card_declares(packed: dict[str, Path]) -> None:
+    folder = packed["parquet"]
+    parquet = pq.ParquetFile(folder / "data" / "0.parquet")
+    schema = parquet.schema_arrow
+    features = card(folder)["dataset_info"]["features"]
+    assert schema.names == [f["name"] for f in features]
+    assert str(schema.field("image").type) == "struct<bytes: binary, path: string>"
+    assert str(schema.field("latitude").type) == "double" and str(schema.field("key").type) == "string"
+    assert all(parquet.metadata.row_group(i).num_rows <= 100 for i in range(parquet.num_row_groups))
+    column = parquet.metadata.row_group(0).column(0)
+    assert column.path_in_schema == "image.bytes" and column.compression == "UNCOMPRESSED"
+
+
+@pytest.mark.parametrize("fmt", ["tar", "parquet"])
+def test_shardkit_stream_gives_the_same_rows_as_for_zip(packed: dict[str, Path], fmt: str) -> None:
+    from tests.http_server import serve_directory
+
+    ds = shardkit.stream(str(packed[fmt]))
+    assert ds.n_shards == 16 and list(ds.features)[:2] == ["image", "key"]
+    assert digest_rows(ds) == expected_rows()
+    with serve_directory(packed[fmt]) as (base, log):
+        assert digest_rows(shardkit.stream(base)) == expected_rows()
+        shard_requests = [e for e in log.entries if e[1].endswith(f".{fmt}")]
+    if fmt == "tar":  # front to back: one plain GET per shard
+        assert len(shard_requests) == 16 and all(rng is None for _, _, rng in shard_requests)
+
+
+# --- the shared machinery: sizes, verify, resume, errors -------------------------------------------
+
+
+def test_planned_sizes_hold_exact_for_tar_and_as_an_upper_bound_for_parquet(make_corpus: Any, tmp_path: Path) -> None:
+    corpus: Corpus = make_corpus(300)
+    sizes = {}
+    for fmt, target in (("tar", "20KB"), ("parquet", "30KB")):
+        out = tmp_path / fmt
+        common = [str(corpus.images), str(corpus.meta), "-o", str(out), "--format", fmt, "--json", "-q"]
+        common += ["--target-shard-size", target, "--max-shard-size", "40KB"]
+        plan = json.loads(_pack(*common, "--dry-run").stdout)["plan"]
+        _pack(*common)
+        manifest = json.loads((out / "shards.json").read_text())
+        assert manifest["format"] == f"shardkit.{fmt}/1"
+        written = {s["file"]: s["bytes"] for s in manifest["shards"]}
+        planned = {p["name"]: p["bytes"] for p in plan}
+        assert set(written) == set(planned) and len(written) > 16  # parts: a group passed the target
+        for name, size in written.items():
+            assert size == (out / name).stat().st_size <= 40_000
+            assert size == planned[name] if fmt == "tar" else size <= planned[name]
+        sizes[fmt] = sum(written.values())
+    assert TAR.exact and not PARQUET.exact and sizes["parquet"] < sizes["tar"]
+
+
+@pytest.mark.parametrize("fmt", ["tar", "parquet"])
+def test_verify_passes_then_names_the_damage(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
+    folder = tmp_path / "copy"
+    shutil.copytree(packed[fmt], folder)
+    ok = shardkit_cli("verify", str(folder), "--deep", "-q")
+    assert ok.returncode == 0 and "300 files decoded" in ok.stdout and "OK" in ok.stdout
+
+    meta = folder / "metadata" / "3.jsonl"
+    lines = meta.read_text(encoding="utf-8").splitlines()
+    row = json.loads(lines[1])
+    row["title"] = "changed"
+    lines[1] = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+    meta.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    shard = folder / "data" / f"5.{fmt}"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+
+    result = shardkit_cli("verify", str(folder), "--deep", "-q")
+    assert result.returncode == 1
+    assert "metadata/3.jsonl: sha256 differs from the manifest's" in result.stdout
+    expected = "metadata/3.jsonl: differs from the .json members of data/3.tar" if fmt == "tar" else "fields differ from"
+    assert expected in result.stdout
+    assert f"data/5.{fmt}: sha256 differs from the manifest's" in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["tar", "parquet"])
+def test_a_lost_shard_is_rewritten_byte_for_byte(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
+    folder = tmp_path / "copy"
+    shutil.copytree(packed[fmt], folder)
+    before = tree_bytes(folder)
+    (folder / "data" / f"a.{fmt}").unlink()
+    result = pack_example(folder, "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    assert "15 shards kept from an earlier run" in result.stdout
+    assert tree_bytes(folder) == before
+
+
+def test_changing_the_format_needs_force_and_then_replaces_the_shards(packed_template: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "repo"
+    shutil.copytree(packed_template, folder, ignore=shutil.ignore_patterns("lock"))
+    refused = pack_example(folder, "--format", "tar")
+    assert refused.returncode == 2 and "different input or options" in refused.stderr
+    result = pack_example(folder, "--format", "tar", "--force")
+    assert result.returncode == 0, result.stderr
+    shards = [p for p in (folder / "data").iterdir() if p.name != ".gitkeep"]  # the template keeps data/ in git
+    assert sorted(p.suffix for p in shards) == [".tar"] * 16
+    # The template's card pointed at data/*.zip: the pattern follows the format, the rest stays.
+    data = card(folder)
+    assert data["configs"][0]["data_files"][0]["path"] == "data/*.tar"
+    assert "license" in data
+    assert shardkit_cli("verify", str(folder), "-q").returncode == 0
+
+
+def test_rows_a_tar_shard_cannot_hold_are_input_problems(make_corpus: Any, tmp_path: Path) -> None:
+    corpus: Corpus = make_corpus(3)
+    (corpus.images / "notes.json").write_text("{}")
+    rows = [
+        {"file_name": "sub0/img_0000.jpg", "key": "ab" * 48},  # 96 digits + ".json": over 100 bytes
+        {"file_name": "notes.json"},
+        {"file_name": "sub2/img_0002.jpg"},
+    ]
+    meta = corpus.write_meta(rows, "bad.jsonl")
+    result = _pack(str(corpus.images), str(meta), "-o", str(tmp_path / "out"), "--format", "tar", check=False)
+    assert result.returncode == 1
+    assert f"{meta}:1: " in result.stderr and "keys can be at most 95 digits" in result.stderr
+    assert f"{meta}:2: " in result.stderr and "a .json file cannot go into a tar shard" in result.stderr
+    assert not (tmp_path / "out" / "data").exists()
+
+
+def _pack(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "pack-shards"), *args], capture_output=True, text=True, check=False
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.mark.parametrize("fmt", ["tar", "parquet"])
+def test_pushed_to_the_hub_both_datasets_versions_read_main(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
+    from tests.hub_server import run_hub_server
+    from tests.test_push import hub_env, local_files, push, remote_files
+
+    folder = tmp_path / "yfcc-mini"
+    shutil.copytree(packed[fmt], folder, ignore=shutil.ignore_patterns("lock"))
+    repo = "tester/yfcc-mini"
+    with run_hub_server(tmp_path / "hub") as hub:
+        summary = push(folder, hub_env(hub.url, tmp_path / "home"), repo=repo)
+        assert remote_files(hub, repo=repo) == local_files(folder)
+        assert summary["script_branch"] is None and "script" not in hub.refs(repo)  # builtin builders suffice
+        env = hub_env(hub.url, tmp_path / "reader-home", token=None)
+        column = FILE_COLUMN[fmt]
+        got = read_with(sys.executable, repo, True, tmp_path / "c5", env=env, column=column)
+        assert got["rows"] == expected_rows()
+        got = read_with(DS36_PYTHON, repo, True, tmp_path / "c36", env=env, column=column)
+        assert got["version"] == "3.6.0" and got["rows"] == expected_rows()
+        assert hub.unknown == []
