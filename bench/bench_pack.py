@@ -8,14 +8,18 @@ content does not matter for speed), warms the page cache, then times, on the sam
 
 * read limit    - every input file read with shardkit's concurrency (jobs x read threads);
 * write limit   - the same number of bytes written as `jobs` files in parallel, fsynced;
+* copy limit    - both at once: `jobs` processes each reading its share of the files (read
+                  threads as shardkit) and appending them to one file, fsynced. No format, no
+                  hashing: the floor of any packer's work on this machine;
 * zipfile       - a single-process `zipfile` baseline (ZIP_STORED, one shard at a time);
 * webdataset    - `webdataset.ShardWriter` tar shards of the same target size (one process);
 * to_parquet    - `datasets.Dataset.from_generator` with an Image column, then `to_parquet` per
                   shard: the path `push_to_hub` takes (an Arrow cache first, then Parquet);
 * shardkit      - `pack-shards` with keys in the metadata, and again without (content hashing),
-                  and with keys but `--no-fsync` (as the baselines write: no fsync).
+                  and with keys but `--no-fsync` (as the baselines write: no fsync), and with
+                  keys as `--format tar` and `--format parquet` (like for like with the two above).
 
-For each: MB/s, files/s, peak RSS of the whole process tree (sampled every 20 ms), and the
+For each: MB/s of input, files/s, peak RSS of the whole process tree (sampled every 20 ms), and the
 largest shard. Figures are printed as a table (and as JSON with --json); compare ratios
 within one run, never across machines.
 """
@@ -127,6 +131,35 @@ def write_limit(total: int, streams: int, out: Path) -> float:
     t = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
         list(pool.map(write, range(streams)))
+    seconds = time.perf_counter() - t
+    shutil.rmtree(out)
+    return seconds
+
+
+def _copy_part(paths: list[str], threads: int, target: str) -> None:
+    """Read ``paths`` ahead on ``threads`` threads, append them to ``target`` in order, fsync."""
+
+    def read(p: str) -> bytes:
+        with open(p, "rb") as f:
+            return f.read()
+
+    with ThreadPoolExecutor(threads) as pool, open(target, "wb", buffering=1 << 20) as out:
+        for data in pool.map(read, paths):
+            out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def copy_limit(paths: list[str], jobs: int, threads: int, out: Path) -> float:
+    """Read every file and write the bytes, as ``jobs`` processes with ``threads`` readers each,
+    fsynced: the floor of any packer's work, with no format, hashing or metadata."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [paths[i::jobs] for i in range(jobs)]
+    t = time.perf_counter()
+    with ProcessPoolExecutor(jobs) as pool:
+        list(pool.map(_copy_part, parts, [threads] * jobs, [str(out / f"c{i}") for i in range(jobs)]))
     seconds = time.perf_counter() - t
     shutil.rmtree(out)
     return seconds
@@ -245,7 +278,7 @@ def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
     return seconds, peak / 1e6, stdout
 
 
-def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace, *extra: str) -> Result:
+def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace, mb: float, *extra: str) -> Result:
     shutil.rmtree(out, ignore_errors=True)
     cmd = [
         str(SCRIPTS / "pack-shards"),
@@ -263,13 +296,15 @@ def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace,
         str(args.target_shard_size),
         "--max-shard-size",
         str(args.max_shard_size),
-        *extra,
+        *(word for option in extra for word in option.split()),
     ]
     seconds, peak, stdout = run_with_peak_rss(cmd)
     summary = json.loads(stdout)
-    largest = max(p.stat().st_size for p in (out / "data").glob("*.zip"))
-    name = f"shardkit pack ({'keys given' if 'nokeys' not in meta.name else 'content keys'}{', '.join(['', *extra])})"
-    result = Result(name, seconds, summary["bytes"] / 1e6, summary["rows"], peak, largest / 1e6)
+    largest = max(p.stat().st_size for p in (out / "data").iterdir())
+    keys = "keys given" if "nokeys" not in meta.name else "content keys"
+    name = f"shardkit pack ({keys}{', ' + ' '.join(extra) if extra else ''})"
+    # MB/s of input, as for every other row (a Parquet shard is smaller than its input).
+    result = Result(name, seconds, mb, summary["rows"], peak, largest / 1e6)
     shutil.rmtree(out)
     return result
 
@@ -306,6 +341,14 @@ def main() -> None:
         results.append(
             Result("write limit (fsynced)", write_limit(total, args.jobs, args.workdir / "w"), mb, len(paths))
         )
+        results.append(
+            Result(
+                "copy limit (read + write, fsynced)",
+                copy_limit(paths, args.jobs, args.read_threads, args.workdir / "c"),
+                mb,
+                len(paths),
+            )
+        )
         seconds, largest = zipfile_baseline(images, with_keys, args.workdir / "zipfile", args.target_shard_size)
         results.append(Result("zipfile, 1 process", seconds, mb, len(paths), None, largest))
         results.append(
@@ -314,32 +357,48 @@ def main() -> None:
         results.append(
             script_baseline("datasets to_parquet", TO_PARQUET, images, with_keys, args.workdir / "parquet", args, mb)
         )
-    results.append(shardkit_pack(images, with_keys, args.workdir / "out", args))
-    results.append(shardkit_pack(images, without_keys, args.workdir / "out", args))
+    out = args.workdir / "out"
+    results.append(shardkit_pack(images, with_keys, out, args, mb))
+    results.append(shardkit_pack(images, without_keys, out, args, mb))
     if not args.skip_baselines:  # like the baselines, which never fsync
-        results.append(shardkit_pack(images, with_keys, args.workdir / "out", args, "--no-fsync"))
+        results.append(shardkit_pack(images, with_keys, out, args, mb, "--no-fsync"))
+        # The same formats as the baselines write: like for like.
+        results.append(shardkit_pack(images, with_keys, out, args, mb, "--format tar"))
+        results.append(shardkit_pack(images, with_keys, out, args, mb, "--format parquet"))
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM"
     print(
         f"\n{time.strftime('%Y-%m-%d')}, {machine}, Python {platform.python_version()}; "
         f"{args.files:,} files, {mb:,.0f} MB, jobs={args.jobs}, read threads={args.read_threads}, warm cache"
     )
-    print(f"| {'what':<40} | {'MB/s':>7} | {'files/s':>8} | {'peak RSS':>9} | {'largest shard':>13} |")
-    print(f"|{'-' * 42}|{'-' * 9}|{'-' * 10}|{'-' * 11}|{'-' * 15}|")
+    print(f"| {'what':<44} | {'MB/s':>7} | {'files/s':>8} | {'peak RSS':>9} | {'largest shard':>13} |")
+    print(f"|{'-' * 46}|{'-' * 9}|{'-' * 10}|{'-' * 11}|{'-' * 15}|")
     for r in results:
         rss = f"{r.peak_rss_mb:.0f} MB" if r.peak_rss_mb is not None else "-"
         largest = f"{r.largest_shard_mb:.1f} MB" if r.largest_shard_mb is not None else "-"
-        print(f"| {r.name:<40} | {r.mb_per_s:>7,.0f} | {r.files_per_s:>8,.0f} | {rss:>9} | {largest:>13} |")
+        print(f"| {r.name:<44} | {r.mb_per_s:>7,.0f} | {r.files_per_s:>8,.0f} | {rss:>9} | {largest:>13} |")
     by_name = {r.name: r for r in results}
     packed = by_name["shardkit pack (keys given)"]
     if "read limit (parallel read)" in by_name:
         ratios = {
             "read limit": "read limit (parallel read)",
+            "copy limit": "copy limit (read + write, fsynced)",
             "zipfile": "zipfile, 1 process",
             "webdataset": "webdataset ShardWriter",
             "to_parquet": "datasets to_parquet",
         }
         print("; ".join(f"shardkit / {k} = {packed.mb_per_s / by_name[v].mb_per_s:.2f}" for k, v in ratios.items()))
+        same_format = {
+            "shardkit --format tar / webdataset": (
+                "shardkit pack (keys given, --format tar)",
+                "webdataset ShardWriter",
+            ),
+            "shardkit --format parquet / to_parquet": (
+                "shardkit pack (keys given, --format parquet)",
+                "datasets to_parquet",
+            ),
+        }
+        print("; ".join(f"{k} = {by_name[a].mb_per_s / by_name[b].mb_per_s:.2f}" for k, (a, b) in same_format.items()))
     if args.json:
         print(json.dumps({"machine": machine, "results": [asdict(r) | {"mb_per_s": r.mb_per_s} for r in results]}))
 

@@ -14,7 +14,9 @@ its own process with an empty cache, decoding every image (Pillow ``load()``):
 * parquet     - the same images as Parquet shards written by datasets (images embedded), read
                 with ``load_dataset(..., streaming=True)`` (datasets 5.x's parquet builder);
 * webdataset  - the same images as webdataset tars (``ShardWriter``), read with datasets 5.x's
-                webdataset builder.
+                webdataset builder;
+* shardkit tar / parquet - the same images packed with ``--format tar`` and ``--format parquet``,
+                read with datasets 5.x's builtin builders (and the tar also with shardkit.stream).
 
 The server answers on loopback with TCP_NODELAY after ``--rtt-ms`` (default 40 ms, a round trip
 to a nearby CDN; 0 for bare loopback), so a reader pays for each request as it would on a real
@@ -104,14 +106,14 @@ if mode == "per-member":
             Image.open(io.BytesIO(f.read())).load()
         seen()
 else:
-    if mode == "shardkit":
+    if mode.startswith("shardkit"):
         import shardkit
         ds = shardkit.stream(sys.argv[3])
     else:
         from datasets import load_dataset
         kwargs = {"revision": "script", "trust_remote_code": True} if mode == "script" else {}
         ds = load_dataset(sys.argv[3], split="train", streaming=True, **kwargs)
-    column = "jpg" if mode == "webdataset" else "image"
+    column = "jpg" if mode in ("webdataset", "sk-tar") else "image"
     for row in ds:
         row[column].load()
         seen()
@@ -179,6 +181,9 @@ def main() -> None:
         [SCRIPTS / "pack-shards", images, meta, "-o", repo_dir, "-q", "--target-shard-size", "5MB"],
     ):
         subprocess.run([str(c) for c in cmd], check=True, capture_output=True)
+    for fmt in ("tar", "parquet"):  # the same rows, the same shard sizes, the other two formats
+        cmd = [SCRIPTS / "pack-shards", images, meta, "-o", repo_dir.parent / f"stream-{fmt}", "-q"]
+        subprocess.run([str(c) for c in [*cmd, "--target-shard-size", "5MB", "--format", fmt]], check=True)
     manifest = json.loads((repo_dir / "shards.json").read_text())
     shards = manifest["totals"]["shards"]
     members = []
@@ -192,11 +197,15 @@ def main() -> None:
     with run_hub_server(args.workdir / "hub", user=REPO.split("/")[0]) as hub:
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
         base_env.update(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1")
-        subprocess.run(
-            [str(SCRIPTS / "shardkit"), "push", str(repo_dir), "--repo", REPO, "-q"],
-            check=True,
-            env={**base_env, "HF_TOKEN": WRITE_TOKEN, "HF_HOME": str(args.workdir / "home-push")},
-        )
+        for folder, repo in (
+            (repo_dir, REPO),
+            *((repo_dir.parent / f"stream-{f}", f"{REPO}-sk-{f}") for f in ("tar", "parquet")),
+        ):
+            subprocess.run(
+                [str(SCRIPTS / "shardkit"), "push", str(folder), "--repo", repo, "-q"],
+                check=True,
+                env={**base_env, "HF_TOKEN": WRITE_TOKEN, "HF_HOME": str(args.workdir / "home-push")},
+            )
         other = args.workdir / "other-layouts"
         shutil.rmtree(other, ignore_errors=True)
         subprocess.run(
@@ -214,6 +223,10 @@ def main() -> None:
             ("shardkit", REPO, args.images, None),
             ("parquet", f"{REPO}-parquet", args.images, None),
             ("webdataset", f"{REPO}-wds", args.images, None),
+            ("sk-tar", f"{REPO}-sk-tar", args.images, None),
+            ("sk-parquet", f"{REPO}-sk-parquet", args.images, None),
+            ("shardkit-tar", f"{REPO}-sk-tar", args.images, None),
+            ("shardkit-parquet", f"{REPO}-sk-parquet", args.images, None),
         ]
         for mode, source, limit, extra in runs:
             home = args.workdir / f"home-{mode}"
@@ -231,6 +244,10 @@ def main() -> None:
         "shardkit": "shardkit.stream",
         "parquet": "Parquet (datasets' writer), datasets 5.x",
         "webdataset": "webdataset tars, datasets 5.x",
+        "sk-tar": "shardkit --format tar, datasets 5.x",
+        "sk-parquet": "shardkit --format parquet, datasets 5.x",
+        "shardkit-tar": "shardkit --format tar, shardkit.stream",
+        "shardkit-parquet": "shardkit --format parquet, shardkit.stream",
     }
     rows = []
     for mode, got in results.items():
