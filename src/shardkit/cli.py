@@ -335,7 +335,7 @@ def _pack_command(**kw: Any) -> None:
 class _WorkflowGroup(click.Group):
     """Lists the commands in the order they are used, not alphabetically."""
 
-    ORDER = ("new", "pack", "verify", "push")
+    ORDER = ("new", "pack", "verify", "push", "remux")
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.commands, key=lambda n: (self.ORDER.index(n) if n in self.ORDER else len(self.ORDER), n))
@@ -380,6 +380,116 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
         click.echo(json.dumps(summary.to_json()))
     elif not kw["quiet"]:
         _print_push(summary)
+
+
+@main.command("remux")
+@click.argument("source")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option(
+    "--map",
+    "fn",
+    required=True,
+    metavar="MODULE:FUNCTION",
+    help="The per-batch function: fn(batch) or fn(batch, seeds) -> batch, batch a dict of lists."
+    " MODULE is an importable module or a path to a .py file.",
+)
+@click.option("--config", "config_name", default=None, help="Source dataset config (load_dataset's name).")
+@click.option("--split", default="train", show_default=True, help="Source split.")
+@click.option("--revision", default=None, help="Source revision (branch, tag or commit) on the Hub.")
+@click.option(
+    "--batch-size", type=click.IntRange(1), default=64, show_default=True, help="Rows per call of the function."
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1),
+    default=os.cpu_count() or 1,
+    show_default="all cores",
+    help="Source shards transformed at once, each in its own process.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the per-row seeds passed to the function."
+)
+@click.option("--no-decode", is_flag=True, help='Pass images as {"bytes", "path"} dicts instead of PIL images.')
+@click.option(
+    "--image-format",
+    type=click.Choice(["jpeg", "png", "webp"]),
+    default="jpeg",
+    show_default=True,
+    help="How returned PIL images are encoded (bytes returned as bytes are kept as they are).",
+)
+@click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True, help="JPEG/WebP quality.")
+@click.option(
+    "--format",
+    "shard_format",
+    type=click.Choice(["zip", "tar", "parquet"]),
+    default="zip",
+    show_default=True,
+    help="Output shard format, as for pack.",
+)
+@click.option(
+    "--max-shard-size", type=ByteSize(), default="1GB", show_default=True, help="Hard cap per shard, as for pack."
+)
+@click.option("--target-shard-size", type=ByteSize(), default="500MB", show_default=True, help="As for pack.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start over when OUT_DIR holds other output or an unfinished remux with other settings.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
+def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
+    """Stream SOURCE through a per-batch function straight into new shards in OUT_DIR.
+
+    SOURCE is a Hub dataset id, a local dataset folder, or a shardkit output (folder or repo, read
+    one shard per file). Nothing is materialised: each source shard is read in streaming mode, in
+    batches, by its own worker process. The function gets a dict of lists (images as PIL images)
+    and returns one (it may change columns and the number of rows); with a second parameter it
+    also gets one seed per row, derived from --seed and the row, so a rerun gives the same bytes.
+    The output is packed as pack-shards packs (hash-prefixed shards, manifest, card). A killed run
+    resumes: re-run the same command.
+    """
+    from .progress import TqdmProgress
+    from .remux import RemuxConfig, remux
+
+    _setup_logging(kw["quiet"])
+    config = RemuxConfig(
+        source=source,
+        out_dir=out_dir,
+        fn=kw["fn"],
+        config_name=kw["config_name"],
+        split=kw["split"],
+        revision=kw["revision"],
+        batch_size=kw["batch_size"],
+        jobs=kw["jobs"],
+        seed=kw["seed"],
+        decode=not kw["no_decode"],
+        image_format=kw["image_format"],
+        quality=kw["quality"],
+        format=kw["shard_format"],
+        max_shard_bytes=kw["max_shard_size"],
+        target_shard_bytes=kw["target_shard_size"],
+        force=kw["force"],
+    )
+    progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
+    summary = _run(lambda: remux(config, progress))
+    if kw["as_json"]:
+        click.echo(json.dumps(summary.to_json()))
+    elif not kw["quiet"]:
+        packed = summary.pack
+        click.echo(
+            f"remuxed {summary.rows_in} rows from {summary.source_shards} source shards into {summary.rows_out} rows"
+            f" in {summary.transform_seconds:.1f} s"
+            + (
+                f" ({summary.resumed_source_shards} source shards kept from an earlier run)"
+                if summary.resumed_source_shards
+                else ""
+            )
+        )
+        click.echo(
+            f"packed {packed.rows} rows into {packed.shards} shards ({_human_size(packed.bytes)}) in"
+            f" {packed.seconds:.1f} s; manifest: {packed.manifest}"
+        )
 
 
 SHOWN_PROBLEMS = 1000

@@ -1,0 +1,467 @@
+"""``remux``: stream a dataset through a per-batch function straight into new shards.
+
+Preprocessing (resize, augmentation, filtering) becomes a one-time cost: the source is read in
+streaming mode, never materialised; each batch goes through the user's function; the results
+are encoded and packed with the same planner, writer, manifest and card as :mod:`.pack`.
+
+Two phases, both resumable:
+
+1. **Transform**, one task per source shard, ``jobs`` worker processes: read the shard's rows
+   (``shardkit.stream`` for a shardkit folder or repo, ``datasets.load_dataset(...,
+   streaming=True)`` otherwise), call ``fn(batch)`` or ``fn(batch, seeds)`` on each batch (a dict
+   of lists), encode the file column (PIL images re-encoded as ``image_format``/``quality``;
+   bytes kept), and write each output row's file under ``.shardkit/remux/files/<shard>/`` and its
+   metadata line to ``.shardkit/remux/parts/<shard>.jsonl``. A source shard counts as done only
+   when its part file is renamed into place, so a killed run redoes at most the shards in flight.
+2. **Pack** those files into OUT_DIR with :func:`shardkit.pack.pack` (which resumes by itself).
+
+Why stage on disk at all: shards are hash-prefixed (rows grouped by key over the whole
+dataset), so no output shard is complete until every input row has been seen. The staged files
+are the processed output (usually smaller than the input), written once and read once, and
+deleted after the pack.
+
+Determinism: a row's key is its source key if it has one (and the function keeps the row count)
+or ``sha256(identity)[:32]`` where the identity is the source shard, the batch's first row and
+the output position; ``seeds[i]`` is derived from ``seed`` and the source row's identity. Same
+source, function, batch size and seed: same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import io
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from .errors import ShardkitError, UsageError
+from .manifest import MANIFEST_NAME, write_atomic
+from .metadata import KEY_RE
+from .outdir import locked
+from .progress import NullProgress, Progress
+
+log = logging.getLogger(__name__)
+
+BatchFn = Callable[..., dict[str, list[Any]]]
+REMUX_DIR = "remux"
+_IMAGE_EXTENSIONS = {"jpeg": ".jpg", "png": ".png", "webp": ".webp"}
+
+
+@dataclass(frozen=True)
+class RemuxConfig:
+    source: str  # a shardkit folder/repo, a Hub dataset id, a local dataset folder
+    out_dir: str
+    fn: BatchFn | str  # a callable, or "module:function"
+    config_name: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    batch_size: int = 64
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    seed: int = 0
+    decode: bool = True  # the function gets PIL images (True) or {"bytes", "path"} dicts (False)
+    image_format: Literal["jpeg", "png", "webp"] = "jpeg"
+    quality: int = 90
+    format: Literal["zip", "tar", "parquet"] = "zip"
+    max_shard_bytes: int | None = None
+    target_shard_bytes: int | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class RemuxSummary:
+    source_shards: int
+    resumed_source_shards: int
+    rows_in: int
+    rows_out: int
+    transform_seconds: float
+    pack: Any  # the PackSummary
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pack"] = self.pack.to_json()
+        return data
+
+
+def load_function(spec: BatchFn | str) -> BatchFn:
+    """The user's function: a callable as is, or ``"module:function"`` (a module path or a file.py)."""
+    if callable(spec):
+        return spec
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"--map {spec!r}: expected MODULE:FUNCTION (e.g. my_transforms:augment)")
+    try:
+        if module_name.endswith(".py"):
+            import importlib.util
+
+            loaded = importlib.util.spec_from_file_location("shardkit_user_map", module_name)
+            if loaded is None or loaded.loader is None:
+                raise ImportError(f"cannot load {module_name}")
+            module = importlib.util.module_from_spec(loaded)
+            loaded.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except (ImportError, OSError) as exc:
+        raise UsageError(f"--map {spec!r}: cannot import {module_name}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UsageError(f"--map {spec!r}: {module_name} has no function {attr!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+def wants_seeds(fn: BatchFn) -> bool:
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        ]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def sample_seed(seed: int, identity: str) -> int:
+    """A 63-bit seed for one source row: the same row and seed always give the same number."""
+    return int.from_bytes(hashlib.sha256(f"{seed}\0{identity}".encode()).digest()[:8], "big") >> 1
+
+
+def derived_key(identity: str) -> str:
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:32]
+
+
+# --- reading the source ----------------------------------------------------------------------------
+
+
+def _is_shardkit(source: str, revision: str | None) -> bool:
+    """Whether the source has a shards.json (then shardkit.stream reads it, one shard per file)."""
+    if os.path.isdir(source):
+        return os.path.exists(os.path.join(source, MANIFEST_NAME))
+    from .reader import read_manifest_from, resolve_source
+
+    try:
+        read_manifest_from(resolve_source(source, revision))
+    except Exception:
+        return False
+    return True
+
+
+def open_source(config: RemuxConfig, shardkit_source: bool) -> Any:
+    """The source as a streaming ``datasets.IterableDataset``, files not decoded yet."""
+    import datasets
+
+    if shardkit_source:
+        from .reader import stream
+
+        ds = stream(config.source, revision=config.revision, split=config.split)
+    else:
+        try:
+            ds = datasets.load_dataset(
+                config.source, config.config_name, split=config.split, revision=config.revision, streaming=True
+            )
+        except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
+            raise UsageError(f"cannot read {config.source!r} with datasets: {exc}") from None
+    # Decoding happens here, in the batch, so the function sees what it asked for.
+    for name, feature in (ds.features or {}).items():
+        if isinstance(feature, datasets.Image | datasets.Audio):
+            ds = ds.cast_column(name, type(feature)(decode=False))
+    return ds
+
+
+# --- one source shard --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    config: RemuxConfig
+    shardkit_source: bool
+    shard: int
+    n_shards: int
+    work_dir: str
+
+
+def _encode(value: Any, config: RemuxConfig) -> tuple[bytes, str] | None:
+    """(bytes, extension) of a file-column value, or None if it is not one."""
+    from PIL import Image
+
+    if isinstance(value, Image.Image):
+        image = value
+        fmt = config.image_format
+        if fmt == "jpeg" and image.mode not in ("RGB", "L", "CMYK"):
+            image = image.convert("RGB")
+        buf = io.BytesIO()
+        options: dict[str, Any] = {"quality": config.quality} if fmt in ("jpeg", "webp") else {}
+        image.save(buf, format=fmt.upper(), **options)
+        return buf.getvalue(), _IMAGE_EXTENSIONS[fmt]
+    if isinstance(value, dict) and isinstance(value.get("bytes"), bytes | bytearray):
+        ext = os.path.splitext(str(value.get("path") or ""))[1].lower() or _sniff(value["bytes"])
+        return bytes(value["bytes"]), ext
+    if isinstance(value, bytes | bytearray):
+        return bytes(value), _sniff(bytes(value))
+    return None
+
+
+def _sniff(data: bytes) -> str:
+    signatures = {b"\xff\xd8\xff": ".jpg", b"\x89PNG": ".png", b"RIFF": ".webp", b"GIF8": ".gif"}
+    for magic, ext in signatures.items():
+        if data.startswith(magic):
+            return ".wav" if magic == b"RIFF" and data[8:12] == b"WAVE" else ext
+    return ".bin"
+
+
+def _json_value(value: Any) -> Any:
+    """A field value as JSON: numpy scalars and arrays become Python numbers and lists."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _decode_batch(batch: dict[str, list[Any]], file_columns: list[str]) -> None:
+    from PIL import Image
+
+    for column in file_columns:
+        batch[column] = [
+            Image.open(io.BytesIO(v["bytes"])) if isinstance(v, dict) and v.get("bytes") else v for v in batch[column]
+        ]
+
+
+def _batches(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def transform_shard(task: ShardTask) -> tuple[int, int, int]:
+    """Run one source shard through the function; return (shard, rows in, rows out)."""
+    config = task.config
+    fn = load_function(config.fn)
+    with_seeds = wants_seeds(fn)
+    ds = open_source(config, task.shardkit_source)
+    file_columns = [n for n, f in (ds.features or {}).items() if type(f).__name__ in ("Image", "Audio")]
+    ds = ds.shard(num_shards=task.n_shards, index=task.shard) if task.n_shards > 1 else ds
+    part = os.path.join(task.work_dir, "parts", f"{task.shard:05d}.jsonl")
+    files_dir = os.path.join(task.work_dir, "files", f"{task.shard:05d}")
+    shutil.rmtree(files_dir, ignore_errors=True)
+    os.makedirs(files_dir)
+    rows_in = rows_out = 0
+    lines: list[bytes] = []
+    for batch_rows in _batches(iter(ds), config.batch_size):
+        first = rows_in
+        identities = [
+            str(r["key"]) if isinstance(r.get("key"), str) else f"{task.shard}/{first + i}"
+            for i, r in enumerate(batch_rows)
+        ]
+        rows_in += len(batch_rows)
+        batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
+        if config.decode:
+            _decode_batch(batch, file_columns)
+        seeds = [sample_seed(config.seed, identity) for identity in identities]
+        try:
+            out = fn(batch, seeds) if with_seeds else fn(batch)
+        except Exception as exc:
+            raise ShardkitError(
+                f"the map function failed on source shard {task.shard}, rows {first}..{rows_in - 1}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        for j, row in enumerate(_rows_of(out, task.shard, first)):
+            file_column, encoded = _file_of(row, config, task.shard, first)
+            data, ext = encoded
+            key = row.get("key")
+            same_rows = len(identities) == _length(out)
+            if not (isinstance(key, str) and KEY_RE.match(key)):
+                key = identities[j] if same_rows and KEY_RE.match(identities[j]) else None
+            if key is None:
+                key = derived_key(f"{identities[0]}#{j}")
+            name = f"{task.shard:05d}/{rows_out:08d}{ext}"
+            with open(os.path.join(files_dir, f"{rows_out:08d}{ext}"), "wb") as f:
+                f.write(data)
+            fields = {k: _json_value(v) for k, v in row.items() if k not in (file_column, "key")}
+            try:
+                text = json.dumps({"file_name": name, "key": key, **fields}, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ShardkitError(
+                    f"the map function returned a value that is not JSON (source shard {task.shard},"
+                    f" batch from row {first}): {exc}; return numbers, strings, lists or dicts besides the image"
+                ) from None
+            lines.append(text.encode("utf-8") + b"\n")
+            rows_out += 1
+        if len(lines) > 4096:  # keep memory flat: spill to the part file as it grows
+            _append(part + ".partial", lines)
+            lines = []
+    _append(part + ".partial", lines)
+    os.replace(part + ".partial", part)
+    counts = json.dumps({"rows_in": rows_in, "rows_out": rows_out}).encode()
+    write_atomic(_done_path(task.work_dir, task.shard), counts)  # the shard is done only now
+    return task.shard, rows_in, rows_out
+
+
+def _done_path(work_dir: str, shard: int) -> str:
+    return os.path.join(work_dir, "parts", f"{shard:05d}.done")
+
+
+def _append(path: str, lines: list[bytes]) -> None:
+    with open(path, "ab") as f:
+        f.writelines(lines)
+
+
+def _length(batch: dict[str, list[Any]]) -> int:
+    return len(next(iter(batch.values()))) if batch else 0
+
+
+def _rows_of(out: Any, shard: int, first: int) -> Iterator[dict[str, Any]]:
+    where = f"source shard {shard}, batch from row {first}"
+    if not isinstance(out, dict) or not all(isinstance(v, list) for v in out.values()):
+        raise ShardkitError(f"the map function must return a dict of lists ({where}); it returned {type(out).__name__}")
+    lengths = {len(v) for v in out.values()}
+    if len(lengths) > 1:
+        raise ShardkitError(f"the map function returned columns of different lengths {sorted(lengths)} ({where})")
+    names = list(out)
+    for i in range(lengths.pop() if lengths else 0):
+        yield {name: out[name][i] for name in names}
+
+
+def _file_of(row: dict[str, Any], config: RemuxConfig, shard: int, first: int) -> tuple[str, tuple[bytes, str]]:
+    found = [(name, enc) for name, value in row.items() if (enc := _encode(value, config)) is not None]
+    if len(found) != 1:
+        what = "no image or file column" if not found else f"{len(found)} file columns ({[n for n, _ in found]})"
+        raise ShardkitError(
+            f"each output row needs exactly one image (PIL image or bytes); the map function returned {what}"
+            f" (source shard {shard}, batch from row {first})"
+        )
+    return found[0]
+
+
+# --- the whole run ---------------------------------------------------------------------------------
+
+
+def _state(config: RemuxConfig) -> dict[str, Any]:
+    fn = config.fn if isinstance(config.fn, str) else f"{config.fn.__module__}:{config.fn.__qualname__}"
+    return {
+        "source": config.source,
+        "config_name": config.config_name,
+        "split": config.split,
+        "revision": config.revision,
+        "fn": fn,
+        "batch_size": config.batch_size,
+        "seed": config.seed,
+        "decode": config.decode,
+        "image_format": config.image_format,
+        "quality": config.quality,
+    }
+
+
+def remux(config: RemuxConfig, progress: Progress | None = None) -> RemuxSummary:
+    """Stream ``config.source`` through ``config.fn`` into shards under ``config.out_dir``."""
+    progress = progress or NullProgress()
+    if config.batch_size < 1:
+        raise UsageError(f"batch size must be at least 1, got {config.batch_size}")
+    load_function(config.fn)  # a bad --map fails now, not in a worker
+    out_dir = os.path.abspath(config.out_dir)
+    started = time.perf_counter()
+    shardkit_source = _is_shardkit(config.source, config.revision)
+    n_shards = open_source(config, shardkit_source).n_shards
+    with locked(out_dir) as work_dir:
+        remux_dir = os.path.join(work_dir, REMUX_DIR)
+        state_path = os.path.join(remux_dir, "state.json")
+        state = _state(config)
+        previous = None
+        with contextlib.suppress(FileNotFoundError, ValueError), open(state_path, encoding="utf-8") as f:
+            previous = json.load(f)
+        if previous is not None and previous != state:
+            if not config.force:
+                raise UsageError(
+                    f"{out_dir} holds an unfinished remux with other settings; re-run with --force to start over"
+                )
+            shutil.rmtree(remux_dir)
+        os.makedirs(os.path.join(remux_dir, "parts"), exist_ok=True)
+        write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
+        parts = os.path.join(remux_dir, "parts")
+        done: dict[int, dict[str, int]] = {}
+        for name in os.listdir(parts):
+            if name.endswith(".done"):
+                with open(os.path.join(parts, name), encoding="utf-8") as f:
+                    done[int(name[:5])] = json.load(f)
+            elif name.endswith(".partial"):
+                os.unlink(os.path.join(parts, name))
+        tasks = [ShardTask(config, shardkit_source, i, n_shards, remux_dir) for i in range(n_shards) if i not in done]
+        rows_in = sum(c["rows_in"] for c in done.values())
+        rows_out = sum(c["rows_out"] for c in done.values())
+        progress.start("transforming source shards", total=n_shards, unit="shards")
+        progress.advance(len(done))
+        for _, shard_in, shard_out in _run_tasks(tasks, config.jobs):
+            rows_in += shard_in
+            rows_out += shard_out
+            progress.advance(1, rows=rows_out)
+        progress.finish()
+        transform_seconds = time.perf_counter() - started
+        metadata = os.path.join(remux_dir, "metadata.jsonl")
+        with open(metadata, "wb") as out:
+            for i in range(n_shards):
+                with open(os.path.join(parts, f"{i:05d}.jsonl"), "rb") as part:
+                    shutil.copyfileobj(part, out)
+    if rows_out == 0:
+        raise ShardkitError(f"the map function returned no rows for the {n_shards} source shards: nothing to pack")
+    from .pack import PackConfig, pack
+
+    kw: dict[str, Any] = {}
+    if config.max_shard_bytes:
+        kw["max_shard_bytes"] = config.max_shard_bytes
+    if config.target_shard_bytes:
+        kw["target_shard_bytes"] = config.target_shard_bytes
+    packed = pack(
+        PackConfig(
+            images_dir=os.path.join(remux_dir, "files"),
+            metadata_path=metadata,
+            out_dir=out_dir,
+            jobs=config.jobs,
+            format=config.format,
+            force=config.force,
+            **kw,
+        ),
+        progress,
+    )
+    shutil.rmtree(remux_dir, ignore_errors=True)  # packed: the staged files have served
+    return RemuxSummary(
+        source_shards=n_shards,
+        resumed_source_shards=len(done),
+        rows_in=rows_in,
+        rows_out=rows_out,
+        transform_seconds=transform_seconds,
+        pack=packed,
+    )
+
+
+def _run_tasks(tasks: list[ShardTask], jobs: int) -> Iterator[tuple[int, int, int]]:
+    """Each source shard in a worker process (``spawn``: datasets and HTTP clients hold threads)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            yield transform_shard(task)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context) as pool:
+        futures = [pool.submit(transform_shard, task) for task in tasks]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
