@@ -187,7 +187,9 @@ def test_verify_passes_then_names_the_damage(packed: dict[str, Path], fmt: str, 
     result = shardkit_cli("verify", str(folder), "--deep", "-q")
     assert result.returncode == 1
     assert "metadata/3.jsonl: sha256 differs from the manifest's" in result.stdout
-    expected = "metadata/3.jsonl: differs from the .json members of data/3.tar" if fmt == "tar" else "fields differ from"
+    expected = (
+        "metadata/3.jsonl: differs from the .json members of data/3.tar" if fmt == "tar" else "fields differ from"
+    )
     assert expected in result.stdout
     assert f"data/5.{fmt}: sha256 differs from the manifest's" in result.stdout
 

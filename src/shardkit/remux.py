@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
+import importlib.util
 import inspect
 import io
 import json
@@ -98,8 +100,6 @@ def load_function(spec: BatchFn | str) -> BatchFn:
         raise UsageError(f"--map {spec!r}: expected MODULE:FUNCTION (e.g. my_transforms:augment)")
     try:
         if module_name.endswith(".py"):
-            import importlib.util
-
             loaded = importlib.util.spec_from_file_location("shardkit_user_map", module_name)
             if loaded is None or loaded.loader is None:
                 raise ImportError(f"cannot load {module_name}")
@@ -226,13 +226,31 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _decode_batch(batch: dict[str, list[Any]], file_columns: list[str]) -> None:
+def _with_bytes(value: Any) -> Any:
+    """A file value as ``{"bytes", "path"}`` with its bytes (datasets gives local files as a path only)."""
+    if isinstance(value, dict) and value.get("bytes") is None and value.get("path"):
+        import fsspec  # type: ignore[import-untyped]
+
+        with fsspec.open(value["path"], "rb") as f:
+            return {"bytes": f.read(), "path": value["path"]}
+    return value
+
+
+def _has_bytes(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value.get("bytes"))
+
+
+def _prepare_batch(batch: dict[str, list[Any]], file_columns: list[str], decode: bool) -> None:
+    """File columns as the function asked for them: PIL images, or ``{"bytes", "path"}`` dicts."""
     from PIL import Image
 
     for column in file_columns:
-        batch[column] = [
-            Image.open(io.BytesIO(v["bytes"])) if isinstance(v, dict) and v.get("bytes") else v for v in batch[column]
-        ]
+        values = [_with_bytes(v) for v in batch[column]]
+        if decode:
+            values = [
+                Image.open(io.BytesIO(v["bytes"])) if isinstance(v, dict) and v.get("bytes") else v for v in values
+            ]
+        batch[column] = values
 
 
 def _batches(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -268,8 +286,7 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
         ]
         rows_in += len(batch_rows)
         batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
-        if config.decode:
-            _decode_batch(batch, file_columns)
+        _prepare_batch(batch, file_columns, config.decode)
         seeds = [sample_seed(config.seed, identity) for identity in identities]
         try:
             out = fn(batch, seeds) if with_seeds else fn(batch)

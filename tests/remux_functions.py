@@ -1,0 +1,49 @@
+"""Per-batch functions the remux tests pass with --map tests.remux_functions:NAME."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+
+from PIL import Image, ImageOps
+
+SIZE = (48, 32)
+
+
+def resize_and_flip(batch: dict[str, list[Any]], seeds: list[int]) -> dict[str, list[Any]]:
+    """Resize to 48x32 and mirror about half the rows, chosen by each row's seed; add `flipped`."""
+    images, flipped = [], []
+    for image, seed in zip(batch["image"], seeds, strict=True):
+        out = image.convert("RGB").resize(SIZE)
+        flip = random.Random(seed).random() < 0.5
+        images.append(ImageOps.mirror(out) if flip else out)
+        flipped.append(flip)
+    return {**batch, "image": images, "flipped": flipped}
+
+
+def two_crops_no_caption(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Two rows per input row (left and right halves), and the caption column dropped."""
+    out: dict[str, list[Any]] = {"image": [], "half": [], "label": []}
+    for image, label in zip(batch["image"], batch["label"], strict=True):
+        w, h = image.size
+        for half, box in (("left", (0, 0, w // 2, h)), ("right", (w // 2, 0, w, h))):
+            out["image"].append(image.crop(box))
+            out["half"].append(half)
+            out["label"].append(label)
+    return out
+
+
+def slow_identity(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Re-encode as is, slowly: gives a test time to kill the run part-way."""
+    time.sleep(float(os.environ.get("REMUX_TEST_SLEEP", "0.3")))
+    return batch
+
+
+def not_a_batch(batch: dict[str, list[Any]]) -> list[Any]:
+    return list(batch)
+
+
+def two_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {**batch, "thumb": [Image.new("RGB", (4, 4)) for _ in batch["image"]]}

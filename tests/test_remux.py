@@ -1,0 +1,191 @@
+"""``shardkit remux``: a dataset streamed through a per-batch function into new shards.
+
+Sources: the packed example on disk, the same pushed to the loopback Hub, and a plain
+imagefolder read with datasets. The function resizes and mirrors with per-row seeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from PIL import Image
+
+import shardkit
+from tests.conftest import REPO_ROOT, Corpus, tree_bytes, write_jsonl
+from tests.readback import expected_rows
+from tests.remux_functions import SIZE
+
+SCRIPTS = Path(sys.executable).parent
+RESIZE = "tests.remux_functions:resize_and_flip"
+
+
+def remux(source: str | Path, out: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> Any:
+    env = {**(env or os.environ), "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "remux", str(source), str(out), "--json", "-q", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    if not check:
+        return result
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def read_rows(out: Path) -> list[dict[str, Any]]:
+    rows = []
+    for row in shardkit.stream(str(out)):
+        rows.append(row)
+    return rows
+
+
+def test_remux_from_disk_resizes_every_image_and_keeps_keys_and_fields(packed_template: Path, tmp_path: Path) -> None:
+    out = tmp_path / "small"
+    summary = remux(packed_template, out, "--map", RESIZE, "--batch-size", "16", "-j", "2")
+    assert summary["source_shards"] == 16 and summary["rows_in"] == summary["rows_out"] == 300
+    assert summary["pack"]["rows"] == 300
+    verify = subprocess.run([str(SCRIPTS / "shardkit"), "verify", str(out), "--deep", "-q"], capture_output=True)
+    assert verify.returncode == 0, verify.stdout
+
+    rows = read_rows(out)
+    source = {r[0]: json.loads(r[2]) for r in expected_rows()}
+    assert sorted(r["key"] for r in rows) == sorted(source)  # the source keys, kept
+    flipped = 0
+    for row in rows:
+        assert row["image"].size == SIZE and row["image"].format == "JPEG"
+        fields = {k: v for k, v in row.items() if k not in ("image", "flipped")}
+        assert fields == source[row["key"]]  # every field through, typed as before
+        flipped += row["flipped"]
+    assert 100 < flipped < 200  # about half, by each row's seed
+    assert not (out / ".shardkit" / "remux").exists()  # the staged files are gone once packed
+
+
+def test_same_seed_gives_the_same_bytes_and_another_seed_other_flips(packed_template: Path, tmp_path: Path) -> None:
+    first = tmp_path / "a" / "out"  # one name: the card's title is the folder's
+    remux(packed_template, first, "--map", RESIZE, "--seed", "7", "-j", "2")
+    again = tmp_path / "b" / "out"
+    remux(packed_template, again, "--map", RESIZE, "--seed", "7", "-j", "1")
+    assert tree_bytes(first) == tree_bytes(again)  # whatever the number of jobs
+    other = tmp_path / "c" / "out"
+    remux(packed_template, other, "--map", RESIZE, "--seed", "8", "-j", "2")
+    flips = {p: {r["key"]: r["flipped"] for r in read_rows(p)} for p in (first, other)}
+    assert flips[first] != flips[other] and flips[first].keys() == flips[other].keys()
+
+
+def test_remux_from_the_loopback_hub(packed_template: Path, tmp_path: Path) -> None:
+    from tests.hub_server import run_hub_server
+    from tests.test_push import hub_env, push
+
+    repo = tmp_path / "yfcc-mini"
+    shutil.copytree(packed_template, repo, ignore=shutil.ignore_patterns("lock"))
+    with run_hub_server(tmp_path / "hub") as hub:
+        push(repo, hub_env(hub.url, tmp_path / "home"))
+        hub.log.clear()
+        env = hub_env(hub.url, tmp_path / "reader-home", token=None)
+        summary = remux("tester/yfcc-mini", tmp_path / "out", "--map", RESIZE, "-j", "2", env=env)
+        shard_gets = [e for e in hub.log.entries if e[1].endswith(".zip")]
+    assert summary["rows_out"] == 300 and summary["source_shards"] == 16
+    assert len(shard_gets) == 16  # each source shard read once, front to back
+    assert tree_bytes(tmp_path / "out") == tree_bytes(_local_remux(packed_template, tmp_path / "local" / "out"))
+
+
+def _local_remux(source: Path, out: Path) -> Path:
+    remux(source, out, "--map", RESIZE, "-j", "2")
+    return out
+
+
+def test_plain_dataset_source_and_a_function_that_changes_rows_and_columns(make_corpus: Any, tmp_path: Path) -> None:
+    corpus: Corpus = make_corpus(30)
+    # An imagefolder: metadata.jsonl beside the images, read with datasets (not shardkit).
+    write_jsonl(corpus.images / "metadata.jsonl", corpus.rows)
+    summary = remux(corpus.images, tmp_path / "out", "--map", "tests.remux_functions:two_crops_no_caption")
+    assert summary["rows_in"] == 30 and summary["rows_out"] == 60
+    rows = read_rows(tmp_path / "out")
+    assert len({r["key"] for r in rows}) == 60  # derived keys, unique
+    assert sorted(r["half"] for r in rows) == ["left"] * 30 + ["right"] * 30
+    assert all("caption" not in r and r["image"].size == (12, 16) for r in rows)
+    assert sorted(r["label"] for r in rows) == sorted(2 * [row["label"] for row in corpus.rows])
+
+
+def test_killed_part_way_resumes_to_the_same_bytes(packed_template: Path, tmp_path: Path) -> None:
+    slow = "tests.remux_functions:slow_identity"
+    plain = tmp_path / "plain" / "out"
+    remux(packed_template, plain, "--map", slow, env={**os.environ, "REMUX_TEST_SLEEP": "0"})
+
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "REMUX_TEST_SLEEP": "0.3"}
+    cmd = [str(SCRIPTS / "shardkit"), "remux", str(packed_template), str(out), "--map", slow, "-j", "2", "-q"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    parts = out / ".shardkit" / "remux" / "parts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(parts.glob("*.done")) if parts.is_dir() else []) < 5:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(list(parts.glob("*.done")))
+    assert 5 <= done_before < 16
+
+    summary = remux(packed_template, out, "--map", slow, env={**os.environ, "REMUX_TEST_SLEEP": "0"})
+    assert summary["resumed_source_shards"] >= done_before and summary["rows_out"] == 300
+    assert tree_bytes(out) == tree_bytes(plain)  # as a run never interrupted
+
+
+def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -> None:
+    missing = remux(packed_template, tmp_path / "a", "--map", "no_such_module:fn", check=False)
+    assert missing.returncode == 2 and "cannot import no_such_module" in missing.stderr
+    no_fn = remux(packed_template, tmp_path / "b", "--map", "tests.remux_functions:nope", check=False)
+    assert no_fn.returncode == 2 and "has no function 'nope'" in no_fn.stderr
+    wrong = remux(packed_template, tmp_path / "c", "--map", "tests.remux_functions:not_a_batch", check=False)
+    assert wrong.returncode == 1 and "must return a dict of lists" in wrong.stderr and "source shard" in wrong.stderr
+    two = remux(packed_template, tmp_path / "d", "--map", "tests.remux_functions:two_images", check=False)
+    assert two.returncode == 1 and "exactly one image" in two.stderr and "thumb" in two.stderr
+    for name in "abcd":
+        assert not (tmp_path / name / "data").exists()  # nothing half-written where shards go
+
+
+def _peak_rss_mb(cmd: list[str], env: dict[str, str]) -> float:
+    proc = psutil.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0
+    while proc.poll() is None:
+        total = 0
+        for p in [proc, *proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                total += p.memory_info().rss
+        peak = max(peak, total)
+        time.sleep(0.02)
+    assert proc.returncode == 0
+    return peak / 1e6
+
+
+def test_memory_stays_flat_as_the_source_grows(make_corpus: Any, tmp_path: Path) -> None:
+    peaks = {}
+    for n in (200, 2000):
+        corpus: Corpus = make_corpus(n, with_keys=True)
+        for row in corpus.rows:  # bigger images, of noise: 2000 rows are about 60 MB of JPEG
+            noise = Image.frombytes("RGB", (160, 120), os.urandom(160 * 120 * 3))
+            noise.save(corpus.images / row["file_name"], quality=75)
+        packed = tmp_path / f"src{n}"
+        result = subprocess.run(
+            [str(SCRIPTS / "pack-shards"), str(corpus.images), str(corpus.meta), "-o", str(packed), "-q"],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stderr
+        cmd = [str(SCRIPTS / "shardkit"), "remux", str(packed), str(tmp_path / f"out{n}"), "--map", RESIZE, "-q"]
+        peaks[n] = _peak_rss_mb([*cmd, "-j", "1"], {**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    # Ten times the rows: memory grows by less than a few MB (batches and buffers, not rows).
+    print("peak RSS by rows:", peaks)
+    assert peaks[2000] < peaks[200] * 1.15 + 10, peaks
