@@ -189,3 +189,17 @@ def test_memory_stays_flat_as_the_source_grows(make_corpus: Any, tmp_path: Path)
     # Ten times the rows: memory grows by less than a few MB (batches and buffers, not rows).
     print("peak RSS by rows:", peaks)
     assert peaks[2000] < peaks[200] * 1.15 + 10, peaks
+
+
+def test_python_api_takes_a_callable(packed_template: Path, tmp_path: Path) -> None:
+    from shardkit import RemuxConfig
+    from shardkit.remux import remux as remux_api
+
+    def keep_wide(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:  # a filter: fewer rows out
+        keep = [i for i, image in enumerate(batch["image"]) if image.size[0] > image.size[1]]
+        return {name: [values[i] for i in keep] for name, values in batch.items()}
+
+    summary = remux_api(RemuxConfig(str(packed_template), str(tmp_path / "out"), fn=keep_wide, jobs=1))
+    rows = read_rows(tmp_path / "out")
+    assert summary.rows_in == 300 and 0 < summary.rows_out == len(rows) < 300
+    assert all(r["image"].size[0] > r["image"].size[1] for r in rows)

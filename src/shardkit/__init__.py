@@ -1,7 +1,8 @@
 """shardkit: author large image and audio datasets for the Hugging Face Hub, streamable by anyone.
 
 Library entry points: ``shardkit.stream(source)`` (read a packed dataset), and one module per
-stage, ``shardkit.pack.pack``, ``shardkit.push.push``, ``shardkit.verify.verify``. The command
+stage, ``shardkit.pack.pack``, ``shardkit.push.push``, ``shardkit.verify.verify``,
+``shardkit.remux.remux``. The command
 line (``shardkit``, ``pack-shards``) is a thin layer over them.
 """
 
@@ -9,7 +10,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["PackConfig", "PackSummary", "PushConfig", "PushSummary", "__version__", "stream"]
+__all__ = [
+    "PackConfig",
+    "PackSummary",
+    "PushConfig",
+    "PushSummary",
+    "RemuxConfig",
+    "RemuxSummary",
+    "__version__",
+    "stream",
+]
 
 # Names loaded on first use, so `import shardkit` stays light. (No function here shares its
 # name with a module: once `shardkit.pack` is imported, that attribute is the module.)
@@ -18,6 +28,8 @@ _LAZY = {
     "PackSummary": "pack",
     "PushConfig": "push",
     "PushSummary": "push",
+    "RemuxConfig": "remux",
+    "RemuxSummary": "remux",
     "stream": "reader",
 }
 
