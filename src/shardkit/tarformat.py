@@ -11,9 +11,11 @@ webdataset builder of datasets does, checking every header's checksum.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from .streamio import CountingOutput, read_exact
 
 BLOCK = 512
 END_BYTES = 2 * BLOCK
@@ -61,20 +63,11 @@ def member_header(name: str, size: int) -> bytes:
 
 
 @dataclass
-class TarWriter:
+class TarWriter(CountingOutput):
     """Writes regular-file members in order; ``sink`` receives every byte (e.g. a hash's update)."""
 
-    out: BinaryIO
-    sink: Callable[[bytes | memoryview], object] | None = None
-    _offset: int = 0
     _pending: int = 0
     _padding: int = 0
-
-    def _emit(self, data: bytes | memoryview) -> None:
-        self.out.write(data)
-        if self.sink is not None:
-            self.sink(data)
-        self._offset += len(data)
 
     def start_member(self, name: str, size: int) -> None:
         if self._pending:
@@ -113,15 +106,7 @@ class TarMember:
 
 
 def _read_exact(stream: BinaryIO, n: int, what: str) -> bytes:
-    chunks = []
-    remaining = n
-    while remaining:
-        chunk = stream.read(remaining)
-        if not chunk:
-            raise TarFormatError(f"truncated: stream ended inside {what}")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+    return read_exact(stream, n, what, TarFormatError)
 
 
 def iter_tar_members(stream: BinaryIO) -> Iterator[TarMember]:

@@ -260,6 +260,13 @@ class _MetadataFile:
         self.digest.update(line)
 
 
+@contextlib.contextmanager
+def _read_ahead(job: ShardJob) -> Iterator[Iterator[tuple[StagedRow, str, memoryview | None, int]]]:
+    """The shard's rows with their files' bytes, read ahead on a thread pool into the ring buffer."""
+    with interruptible_pool(job.read_threads, "shardkit-read") as pool:
+        yield _prefetched(job, pool, _ring_for(job.prefetch_bytes))
+
+
 def _write_zip(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int:
     plan = job.plan
     # Pass 1: size and CRC of metadata.jsonl, which goes first and so must be known first.
@@ -275,9 +282,8 @@ def _write_zip(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int
         zw.write_data(line)
         meta.write(line)
     # Pass 3: the members, read ahead on a thread pool into a fixed ring buffer.
-    ring = _ring_for(job.prefetch_bytes)
-    with interruptible_pool(job.read_threads, "shardkit-read") as pool:
-        for row, path, data, crc in _prefetched(job, pool, ring):
+    with _read_ahead(job) as files:
+        for row, path, data, crc in files:
             zw.start_member(ZIP.member_name(row.key, row.ext), row.size, crc)
             if data is not None:
                 zw.write_data(data)
@@ -288,9 +294,8 @@ def _write_zip(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int
 
 def _write_tar(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int:
     tw = TarWriter(out, sink=digest.update)
-    ring = _ring_for(job.prefetch_bytes)
-    with interruptible_pool(job.read_threads, "shardkit-read") as pool:
-        for row, path, data, crc in _prefetched(job, pool, ring):
+    with _read_ahead(job) as files:
+        for row, path, data, crc in files:
             line = row.metadata_line.encode("utf-8")
             tw.add(f"{row.key}.json", line)
             meta.write(line + b"\n")
@@ -308,9 +313,8 @@ def _write_parquet(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) ->
     if not job.features:
         raise ShardkitError(f"internal error: no features to type {job.plan.name}'s columns")
     pw = ParquetShardWriter(out, digest.update, job.features)
-    ring = _ring_for(job.prefetch_bytes)
-    with interruptible_pool(job.read_threads, "shardkit-read") as pool:
-        for row, path, data, crc in _prefetched(job, pool, ring):
+    with _read_ahead(job) as files:
+        for row, path, data, crc in files:
             if data is not None:
                 content = bytes(data)
             else:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from .streamio import CountingOutput, read_exact
 
 LOCAL_HEADER_SIG = 0x04034B50
 CENTRAL_HEADER_SIG = 0x02014B50
@@ -110,7 +112,7 @@ def end_record(count: int, cd_size: int, cd_offset: int) -> bytes:
 
 
 @dataclass
-class ZipWriter:
+class ZipWriter(CountingOutput):
     """Writes stored members to a binary stream, in order, and closes with the central directory.
 
     The caller gives each member's CRC-32 and size up front (they go into the local header);
@@ -118,17 +120,8 @@ class ZipWriter:
     ``sink`` receives every byte written, e.g. a hash object's ``update``.
     """
 
-    out: BinaryIO
-    sink: Callable[[bytes | memoryview], object] | None = None
-    _offset: int = 0
     _central: list[bytes] | None = None
     _pending: int = 0
-
-    def _emit(self, data: bytes | memoryview) -> None:
-        self.out.write(data)
-        if self.sink is not None:
-            self.sink(data)
-        self._offset += len(data)
 
     def start_member(self, name: str, size: int, crc: int) -> None:
         if self._pending:
@@ -174,15 +167,7 @@ class Member:
 
 
 def _read_exact(stream: BinaryIO, n: int, what: str) -> bytes:
-    chunks = []
-    remaining = n
-    while remaining:
-        chunk = stream.read(remaining)
-        if not chunk:
-            raise ZipFormatError(f"truncated: stream ended inside {what}")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+    return read_exact(stream, n, what, ZipFormatError)
 
 
 def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member]:
