@@ -124,6 +124,8 @@ def test_parquet_columns_are_typed_as_the_card_declares(packed: dict[str, Path])
     assert str(schema.field("image").type) == "struct<bytes: binary, path: string>"
     assert str(schema.field("latitude").type) == "double" and str(schema.field("key").type) == "string"
     assert all(parquet.metadata.row_group(i).num_rows <= 100 for i in range(parquet.num_row_groups))
+    # datasets' features travel in the file too: a shard read on its own still decodes its images.
+    assert json.loads(schema.metadata[b"huggingface"])["info"]["features"]["image"] == {"_type": "Image"}
     column = parquet.metadata.row_group(0).column(0)
     assert column.path_in_schema == "image.bytes" and column.compression == "UNCOMPRESSED"
 

@@ -203,3 +203,38 @@ def test_python_api_takes_a_callable(packed_template: Path, tmp_path: Path) -> N
     rows = read_rows(tmp_path / "out")
     assert summary.rows_in == 300 and 0 < summary.rows_out == len(rows) < 300
     assert all(r["image"].size[0] > r["image"].size[1] for r in rows)
+
+
+def test_data_files_and_a_plain_hub_dataset_are_sources_too(tmp_path: Path) -> None:
+    """Parquet files named by a glob, and a Hub repo of Parquet files with no shards.json: datasets reads both."""
+    from tests.conftest import pack_example
+    from tests.hub_server import run_hub_server
+    from tests.test_push import hub_env
+
+    parquet = tmp_path / "parquet"
+    assert pack_example(parquet, "--format", "parquet", "-q").returncode == 0
+    summary = remux(f"{parquet}/data/*.parquet", tmp_path / "a" / "out", "--map", RESIZE)
+    assert summary["rows_out"] == 300 and summary["source_shards"] == 16
+    files_rows = read_rows(tmp_path / "a" / "out")
+    assert {r["image"].size for r in files_rows} == {SIZE}
+
+    plain = tmp_path / "plain"  # what another tool would publish: Parquet files and a card, nothing of shardkit's
+    (plain / "data").mkdir(parents=True)
+    for shard in (parquet / "data").iterdir():
+        shutil.copy(shard, plain / "data" / f"train-{shard.stem}.parquet")
+    upload = (
+        "import sys; from huggingface_hub import HfApi; api = HfApi();"
+        " api.create_repo('tester/plain', repo_type='dataset');"
+        " api.upload_folder(repo_id='tester/plain', repo_type='dataset', folder_path=sys.argv[1])"
+    )
+    with run_hub_server(tmp_path / "hub") as hub:
+        # huggingface_hub reads HF_HUB_DISABLE_XET at import: upload from a process that has it set.
+        up = subprocess.run(
+            [sys.executable, "-c", upload, str(plain)], env=hub_env(hub.url, tmp_path / "up"), capture_output=True
+        )
+        assert up.returncode == 0, up.stderr[-2000:]
+        env = hub_env(hub.url, tmp_path / "home", token=None)
+        args = ("--map", RESIZE, "--split", "train", "--config", "default")
+        summary = remux("tester/plain", tmp_path / "b" / "out", *args, env=env)
+    assert summary["rows_out"] == 300
+    assert tree_bytes(tmp_path / "b" / "out") == tree_bytes(tmp_path / "a" / "out")  # same rows, same bytes

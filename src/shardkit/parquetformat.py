@@ -43,10 +43,31 @@ def _arrow_type(feature: dict[str, Any]) -> pa.DataType:
     return pa.list_(_arrow_type(inner))
 
 
+def _hf_feature(feature: dict[str, Any]) -> Any:
+    """One feature in datasets' JSON form (what datasets reads from a Parquet file's metadata)."""
+    if "dtype" in feature:
+        dtype = feature["dtype"]
+        if dtype in ("image", "audio"):
+            return {"_type": dtype.capitalize()}
+        return {"dtype": dtype, "_type": "Value"}
+    if "struct" in feature:
+        return {f["name"]: _hf_feature(f) for f in feature["struct"]}
+    inner = feature["list"]
+    if isinstance(inner, str):
+        return [_hf_feature({"dtype": inner})]
+    if isinstance(inner, list):
+        return [_hf_feature({"struct": inner})]
+    return [_hf_feature(inner)]
+
+
 def arrow_schema(features: list[dict[str, Any]]) -> pa.Schema:
+    """The shard's schema, with datasets' features in its metadata so that a Parquet file read on
+    its own (``load_dataset("parquet", data_files=...)``) still decodes the image column."""
     import pyarrow as pa
 
-    return pa.schema([(f["name"], _arrow_type(f)) for f in features])
+    hf = {"info": {"features": {f["name"]: _hf_feature(f) for f in features}}}
+    metadata = {b"huggingface": json.dumps(hf, separators=(",", ":")).encode()}
+    return pa.schema([(f["name"], _arrow_type(f)) for f in features], metadata=metadata)
 
 
 class _Sink:

@@ -141,6 +141,8 @@ def derived_key(identity: str) -> str:
 
 def _is_shardkit(source: str, revision: str | None) -> bool:
     """Whether the source has a shards.json (then shardkit.stream reads it, one shard per file)."""
+    if data_files_builder(source) is not None:
+        return False
     if os.path.isdir(source):
         return os.path.exists(os.path.join(source, MANIFEST_NAME))
     from .reader import read_manifest_from, resolve_source
@@ -152,6 +154,15 @@ def _is_shardkit(source: str, revision: str | None) -> bool:
     return True
 
 
+#: Data files a source may name directly (a path, a glob or a URL), and the builder that reads them.
+DATA_FILE_BUILDERS = {".parquet": "parquet", ".tar": "webdataset", ".arrow": "arrow", ".jsonl": "json", ".csv": "csv"}
+
+
+def data_files_builder(source: str) -> str | None:
+    """The datasets builder for a source that names data files (``data/*.parquet``...), else None."""
+    return DATA_FILE_BUILDERS.get(os.path.splitext(source.split("?")[0])[1].lower())
+
+
 def open_source(config: RemuxConfig, shardkit_source: bool) -> Any:
     """The source as a streaming ``datasets.IterableDataset``, files not decoded yet."""
     import datasets
@@ -161,10 +172,15 @@ def open_source(config: RemuxConfig, shardkit_source: bool) -> Any:
 
         ds = stream(config.source, revision=config.revision, split=config.split)
     else:
+        builder = data_files_builder(config.source)
         try:
-            ds = datasets.load_dataset(
-                config.source, config.config_name, split=config.split, revision=config.revision, streaming=True
-            )
+            if builder is not None:
+                files = {config.split: config.source}
+                ds = datasets.load_dataset(builder, data_files=files, split=config.split, streaming=True)
+            else:
+                ds = datasets.load_dataset(
+                    config.source, config.config_name, split=config.split, revision=config.revision, streaming=True
+                )
         except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
             raise UsageError(f"cannot read {config.source!r} with datasets: {exc}") from None
     # Decoding happens here, in the batch, so the function sees what it asked for.
