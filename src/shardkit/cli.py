@@ -441,8 +441,9 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
 def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
     """Stream SOURCE through a per-batch function straight into new shards in OUT_DIR.
 
-    SOURCE is a Hub dataset id, a local dataset folder, or a shardkit output (folder or repo, read
-    one shard per file). Nothing is materialised: each source shard is read in streaming mode, in
+    SOURCE is a Hub dataset id, a local dataset folder, a shardkit output (folder or repo, read
+    one shard per file), or data files (a path, glob or URL ending in .parquet, .tar, .arrow,
+    .jsonl or .csv). Nothing is materialised: each source shard is read in streaming mode, in
     batches, by its own worker process. The function gets a dict of lists (images as PIL images)
     and returns one (it may change columns and the number of rows); with a second parameter it
     also gets one seed per row, derived from --seed and the row, so a rerun gives the same bytes.
