@@ -257,7 +257,7 @@ def _print_push(summary: PushSummary) -> None:
         click.echo(f"{summary.url} is up to date ({summary.skipped_files} files already there)")
     click.echo(f"commit: {summary.commit} ({summary.revision})")
     click.echo(f'stream it: load_dataset("{summary.repo_id}", streaming=True)')
-    click.echo(f'  or, one request per shard and one shard per ZIP: shardkit.stream("{summary.repo_id}")')
+    click.echo(f'  or, one datasets shard per shard file: shardkit.stream("{summary.repo_id}")')
     if summary.script_branch:
         click.echo(
             f'datasets 3.x: load_dataset("{summary.repo_id}", revision="{summary.script_branch}",'

@@ -263,9 +263,7 @@ def _prepare_batch(batch: dict[str, list[Any]], file_columns: list[str], decode:
     for column in file_columns:
         values = [_with_bytes(v) for v in batch[column]]
         if decode:
-            values = [
-                Image.open(io.BytesIO(v["bytes"])) if isinstance(v, dict) and v.get("bytes") else v for v in values
-            ]
+            values = [Image.open(io.BytesIO(v["bytes"])) if _has_bytes(v) else v for v in values]
         batch[column] = values
 
 
