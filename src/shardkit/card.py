@@ -19,7 +19,6 @@ import yaml
 from .formats import FORMATS, ZIP, ShardFormat
 from .manifest import write_atomic
 
-DATA_FILES_PATTERN = ZIP.data_files_pattern
 _PATTERNS = {f.data_files_pattern for f in FORMATS.values()}
 _FORMAT_WORDS = {"zip": "ZIP", "tar": "tar (webdataset)", "parquet": "Parquet"}
 

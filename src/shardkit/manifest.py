@@ -12,11 +12,10 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .formats import ZIP, ShardFormat, format_named, format_of_manifest
+from .formats import ShardFormat, format_named, format_of_manifest
 from .metadata import KEY_SCHEME
 
 MANIFEST_NAME = "shards.json"
-FORMAT = ZIP.manifest_format
 MEMBER_TEMPLATES = {
     "zip": "images/{key[0:3]}/{key[3:6]}/{key}{ext}",
     "tar": "{key}.json, then {key}{ext.lower()}",

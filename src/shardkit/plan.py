@@ -23,8 +23,6 @@ from .formats import ZIP, ShardFormat
 
 #: Bytes every ZIP shard has whatever its rows: the metadata.jsonl headers and the end record.
 SHARD_FIXED_BYTES = ZIP.fixed_bytes
-#: Rows a shard can hold: the ZIP member limit, less one for metadata.jsonl.
-MAX_ROWS_PER_SHARD = ZIP.max_rows
 MAX_PREFIX_LENGTH = 6
 
 DEFAULT_MAX_SHARD_BYTES = 1_000_000_000

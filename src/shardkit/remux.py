@@ -35,7 +35,6 @@ import importlib.util
 import inspect
 import io
 import json
-import logging
 import os
 import shutil
 import time
@@ -48,8 +47,6 @@ from .manifest import MANIFEST_NAME, write_atomic
 from .metadata import KEY_RE
 from .outdir import locked
 from .progress import NullProgress, Progress
-
-log = logging.getLogger(__name__)
 
 BatchFn = Callable[..., dict[str, list[Any]]]
 REMUX_DIR = "remux"
