@@ -1,22 +1,20 @@
 """A contact sheet for the dataset card: the first images of the first shards, with captions.
 
-Read the way every shardkit reader reads: each shard front to back. The sheet is a JPEG at the
-repo root (``preview.jpg``), embedded in README.md's shardkit section. Deterministic for a given
-Pillow version. Only for image datasets.
+Read the way every shardkit reader reads (:func:`shardkit.reader.iter_shard`): each shard front
+to back. The sheet is a JPEG at the repo root (``preview.jpg``), embedded in README.md's
+shardkit section. Deterministic for a given Pillow version. Only for image datasets.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
 import urllib.parse
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from .formats import ZIP, ShardFormat
-from .tarformat import iter_tar_members
-from .zipformat import iter_members
+from .reader import Source, iter_shard
 
 PREVIEW_NAME = "preview.jpg"
 CAPTION_COLUMNS = ("caption", "title", "text", "description", "label", "class", "category")
@@ -38,43 +36,15 @@ def caption_of(row: dict[str, Any]) -> str:
     return str(row.get("key", ""))[:12]
 
 
-def shard_rows(path: str, fmt: ShardFormat) -> Generator[tuple[bytes, dict[str, Any]], None, None]:
-    """(file bytes, metadata row) of a local shard, in order, read front to back."""
-    with open(path, "rb") as f:
-        if fmt.name == "zip":
-            rows: dict[str, dict[str, Any]] = {}
-            for member in iter_members(f):
-                if member.name == "metadata.jsonl":
-                    for line in member.data.decode("utf-8").splitlines():
-                        row = json.loads(line)
-                        rows[row["file_name"]] = row
-                    continue
-                yield member.data, rows.get(member.name, {})
-        elif fmt.name == "tar":
-            row = {}
-            for tar_member in iter_tar_members(f):
-                if tar_member.name.endswith(".json"):
-                    row = json.loads(tar_member.data)
-                else:
-                    yield tar_member.data, row
-        else:
-            import pyarrow.parquet as pq
-
-            parquet = pq.ParquetFile(f)
-            file_column = parquet.schema_arrow.names[0]
-            for batch in parquet.iter_batches(batch_size=16):
-                for record in batch.to_pylist():
-                    yield record.pop(file_column)["bytes"], record
-
-
 def _samples(out_dir: str, shard_files: list[str], limit: int, fmt: ShardFormat) -> Iterator[tuple[bytes, str]]:
     """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look."""
     quota = max(1, -(-limit // max(len(shard_files), 1)))
     taken = 0
+    source = Source(out_dir, remote=False)
     for shard in shard_files:
-        rows = shard_rows(os.path.join(out_dir, shard), fmt)
-        for from_this_shard, (data, row) in enumerate(rows, 1):
-            yield data, caption_of(row)
+        rows = iter_shard(source, shard, "image", fmt.name)
+        for from_this_shard, row in enumerate(rows, 1):
+            yield row.pop("image")["bytes"], caption_of(row)
             taken += 1
             if taken >= limit:
                 rows.close()

@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -131,7 +131,9 @@ def read_manifest_from(source: Source) -> Manifest:
         raise UsageError(f"{source.locate(MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
 
 
-def iter_shard(source: Source, shard: str, file_column: str, fmt_name: str = "zip") -> Iterator[dict[str, Any]]:
+def iter_shard(
+    source: Source, shard: str, file_column: str, fmt_name: str = "zip"
+) -> Generator[dict[str, Any], None, None]:
     """The rows of one shard, in order: metadata fields plus ``{file_column: {"bytes", "path"}}``."""
     if fmt_name == "tar":
         yield from _iter_tar_shard(source, shard, file_column)
