@@ -23,6 +23,7 @@ each names its file (and member), so one run lists everything wrong.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import itertools
@@ -31,6 +32,7 @@ import os
 import time
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
@@ -95,6 +97,21 @@ class _HashingReader:
     def drain(self) -> None:
         while self.read(1 << 20):
             pass
+
+
+@contextlib.contextmanager
+def _walking(
+    path: str, shard: ManifestShard, problems: list[Problem], error: type[ValueError]
+) -> Iterator[_HashingReader]:
+    """A hashing reader over the shard file; a format ``error`` raised while walking it becomes a
+    problem. Whatever the walk left unread is read too, so the sha256 covers the whole file."""
+    with open(path, "rb") as raw:
+        reader = _HashingReader(raw)
+        try:
+            yield reader
+        except error as exc:
+            problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
+        reader.drain()
 
 
 @dataclass
@@ -163,33 +180,25 @@ def _walk_zip(path: str, shard: ManifestShard, prefix: str, deep: bool, result: 
     keys: list[str] = []
     walked: list[tuple[str, int, int]] = []
     inner_metadata = b""
-    with open(path, "rb") as raw:
-        reader = _HashingReader(raw)
-        try:
-            for member in iter_members(reader, check_crc=False):  # type: ignore[arg-type]
-                walked.append((member.name, member.size, member.crc))
-                if zlib.crc32(member.data) != member.crc:
-                    problems.append(
-                        Problem(shard.file, "CRC mismatch: the bytes are not what was written", member.name)
-                    )
-                if rows is None:
-                    if member.name != METADATA_MEMBER:
-                        problems.append(Problem(shard.file, f"first member is {member.name!r}, not {METADATA_MEMBER}"))
-                        rows = {}
-                    else:
-                        inner_metadata = member.data
-                        text = member.data.decode("utf-8", "replace")
-                        rows = _check_rows(shard, text, prefix, problems, ZIP, METADATA_MEMBER)
-                        keys = sorted(rows.values())
-                        continue
-                if rows.pop(member.name, None) is None:
-                    problems.append(Problem(shard.file, "member has no row in metadata.jsonl", member.name))
-                if deep:
-                    _decode(result, shard, member.name, member.data)
-            reader.drain()
-        except ZipFormatError as exc:
-            problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
-            reader.drain()
+    with _walking(path, shard, problems, ZipFormatError) as reader:
+        for member in iter_members(reader, check_crc=False):  # type: ignore[arg-type]
+            walked.append((member.name, member.size, member.crc))
+            if zlib.crc32(member.data) != member.crc:
+                problems.append(Problem(shard.file, "CRC mismatch: the bytes are not what was written", member.name))
+            if rows is None:
+                if member.name != METADATA_MEMBER:
+                    problems.append(Problem(shard.file, f"first member is {member.name!r}, not {METADATA_MEMBER}"))
+                    rows = {}
+                else:
+                    inner_metadata = member.data
+                    text = member.data.decode("utf-8", "replace")
+                    rows = _check_rows(shard, text, prefix, problems, ZIP, METADATA_MEMBER)
+                    keys = sorted(rows.values())
+                    continue
+            if rows.pop(member.name, None) is None:
+                problems.append(Problem(shard.file, "member has no row in metadata.jsonl", member.name))
+            if deep:
+                _decode(result, shard, member.name, member.data)
     for name in sorted(rows or {}):
         problems.append(Problem(shard.file, "row in metadata.jsonl has no member", name))
 
@@ -209,31 +218,25 @@ def _walk_tar(path: str, shard: ManifestShard, prefix: str, deep: bool, result: 
     lines: list[bytes] = []
     files = 0
     expected: str | None = None  # the file_name the last .json announced
-    with open(path, "rb") as raw:
-        reader = _HashingReader(raw)
-        try:
-            for member in iter_tar_members(reader):  # type: ignore[arg-type]
-                if expected is None:
-                    if not member.name.endswith(".json"):
-                        problems.append(Problem(shard.file, "file member without its .json before it", member.name))
-                        files += 1
-                        continue
-                    lines.append(member.data)
-                    try:
-                        expected = str(json.loads(member.data)["file_name"])
-                    except (ValueError, KeyError, TypeError):
-                        expected = ""  # _check_rows reports the row itself
+    with _walking(path, shard, problems, TarFormatError) as reader:
+        for member in iter_tar_members(reader):  # type: ignore[arg-type]
+            if expected is None:
+                if not member.name.endswith(".json"):
+                    problems.append(Problem(shard.file, "file member without its .json before it", member.name))
+                    files += 1
                     continue
-                files += 1
-                if member.name != expected:
-                    problems.append(Problem(shard.file, f"follows the row for {expected!r}", member.name))
-                expected = None
-                if deep:
-                    _decode(result, shard, member.name, member.data)
-            reader.drain()
-        except TarFormatError as exc:
-            problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
-            reader.drain()
+                lines.append(member.data)
+                try:
+                    expected = str(json.loads(member.data)["file_name"])
+                except (ValueError, KeyError, TypeError):
+                    expected = ""  # _check_rows reports the row itself
+                continue
+            files += 1
+            if member.name != expected:
+                problems.append(Problem(shard.file, f"follows the row for {expected!r}", member.name))
+            expected = None
+            if deep:
+                _decode(result, shard, member.name, member.data)
     if expected is not None:
         problems.append(Problem(shard.file, f"the last row's file {expected!r} is missing"))
     text = b"\n".join(lines).decode("utf-8", "replace")
