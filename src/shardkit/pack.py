@@ -151,11 +151,12 @@ def pack(config: PackConfig, progress: Progress | None = None) -> PackSummary:
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
     out_dir = os.path.abspath(config.out_dir)
     with locked(out_dir) as work_dir:
-        return _pack_locked(config, out_dir, work_dir, progress, started)
+        return _pack_locked(config, fmt, out_dir, work_dir, progress, started)
 
 
-def _pack_locked(config: PackConfig, out_dir: str, work_dir: str, progress: Progress, started: float) -> PackSummary:
-    fmt = format_named(config.format)
+def _pack_locked(
+    config: PackConfig, fmt: ShardFormat, out_dir: str, work_dir: str, progress: Progress, started: float
+) -> PackSummary:
     tmp_dir = os.path.join(work_dir, "tmp")
     staging_dir = os.path.join(work_dir, "staging")
     shutil.rmtree(tmp_dir, ignore_errors=True)  # leftovers of a run that died

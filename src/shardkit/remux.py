@@ -306,11 +306,12 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
                 f"the map function failed on source shard {task.shard}, rows {first}..{rows_in - 1}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        for j, row in enumerate(_rows_of(out, task.shard, first)):
+        rows = _rows_of(out, task.shard, first)
+        same_rows = len(identities) == len(rows)
+        for j, row in enumerate(rows):
             file_column, encoded = _file_of(row, config, task.shard, first)
             data, ext = encoded
             key = row.get("key")
-            same_rows = len(identities) == _length(out)
             if not (isinstance(key, str) and KEY_RE.match(key)):
                 key = identities[j] if same_rows and KEY_RE.match(identities[j]) else None
             if key is None:
@@ -347,11 +348,8 @@ def _append(path: str, lines: list[bytes]) -> None:
         f.writelines(lines)
 
 
-def _length(batch: dict[str, list[Any]]) -> int:
-    return len(next(iter(batch.values()))) if batch else 0
-
-
-def _rows_of(out: Any, shard: int, first: int) -> Iterator[dict[str, Any]]:
+def _rows_of(out: Any, shard: int, first: int) -> list[dict[str, Any]]:
+    """The function's returned batch as rows, once checked to be a dict of equal-length lists."""
     where = f"source shard {shard}, batch from row {first}"
     if not isinstance(out, dict) or not all(isinstance(v, list) for v in out.values()):
         raise ShardkitError(f"the map function must return a dict of lists ({where}); it returned {type(out).__name__}")
@@ -359,8 +357,7 @@ def _rows_of(out: Any, shard: int, first: int) -> Iterator[dict[str, Any]]:
     if len(lengths) > 1:
         raise ShardkitError(f"the map function returned columns of different lengths {sorted(lengths)} ({where})")
     names = list(out)
-    for i in range(lengths.pop() if lengths else 0):
-        yield {name: out[name][i] for name in names}
+    return [{name: out[name][i] for name in names} for i in range(lengths.pop() if lengths else 0)]
 
 
 def _file_of(row: dict[str, Any], config: RemuxConfig, shard: int, first: int) -> tuple[str, tuple[bytes, str]]:
