@@ -251,15 +251,11 @@ def _pack(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
 def test_pushed_to_the_hub_both_datasets_versions_read_main(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
-    from tests.hub_server import run_hub_server
-    from tests.test_push import hub_env, local_files, push, remote_files
+    from tests.test_push import REPO, hub_env, local_files, pushed_copy, remote_files
 
-    folder = tmp_path / "yfcc-mini"
-    shutil.copytree(packed[fmt], folder, ignore=shutil.ignore_patterns("lock"))
-    repo = "tester/yfcc-mini"
-    with run_hub_server(tmp_path / "hub") as hub:
-        summary = push(folder, hub_env(hub.url, tmp_path / "home"), repo=repo)
-        assert remote_files(hub, repo=repo) == local_files(folder)
+    repo = REPO
+    with pushed_copy(packed[fmt], tmp_path) as (hub, summary):
+        assert remote_files(hub, repo=repo) == local_files(tmp_path / packed[fmt].name)
         assert summary["script_branch"] is None and "script" not in hub.refs(repo)  # builtin builders suffice
         env = hub_env(hub.url, tmp_path / "reader-home", token=None)
         column = FILE_COLUMN[fmt]

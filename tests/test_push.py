@@ -8,6 +8,7 @@ environment once, at import.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -66,6 +67,18 @@ def push(out_dir: Path, env: dict[str, str], *args: str, repo: str = REPO) -> di
     result = shardkit("push", str(out_dir), "--repo", repo, "--json", *args, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def pushed_copy(folder: Path, tmp_path: Path) -> Iterator[tuple[HubServer, dict[str, Any]]]:
+    """A copy of a packed ``folder`` (at ``tmp_path/<its name>``) pushed as REPO to a fresh Hub
+    server; yields the server, its log cleared, and the push summary."""
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("lock"))
+    with run_hub_server(tmp_path / "hub") as hub:
+        summary = push(copy, hub_env(hub.url, tmp_path / "home"))
+        hub.log.clear()
+        yield hub, summary
 
 
 def local_files(out_dir: Path) -> dict[str, bytes]:

@@ -105,14 +105,10 @@ print(json.dumps({"n_shards": ds.n_shards, "rows": sorted(rows)}))
 
 
 def test_from_the_hub_by_id_and_by_hf_url(packed_template: Path, tmp_path: Path) -> None:
-    from tests.hub_server import WRITE_TOKEN, run_hub_server
-    from tests.test_push import hub_env, push
+    from tests.hub_server import WRITE_TOKEN
+    from tests.test_push import hub_env, pushed_copy
 
-    repo = tmp_path / "yfcc-mini"
-    shutil.copytree(packed_template, repo, ignore=shutil.ignore_patterns("lock"))
-    with run_hub_server(tmp_path / "hub") as hub:
-        push(repo, hub_env(hub.url, tmp_path / "home"))
-        hub.log.clear()
+    with pushed_copy(packed_template, tmp_path) as (hub, _):
         env = hub_env(hub.url, tmp_path / "reader-home", token=WRITE_TOKEN)
         for args in (["tester/yfcc-mini"], ["hf://datasets/tester/yfcc-mini@script"]):
             result = subprocess.run(

@@ -86,14 +86,9 @@ def test_same_seed_gives_the_same_bytes_and_another_seed_other_flips(packed_temp
 
 
 def test_remux_from_the_loopback_hub(packed_template: Path, tmp_path: Path) -> None:
-    from tests.hub_server import run_hub_server
-    from tests.test_push import hub_env, push
+    from tests.test_push import hub_env, pushed_copy
 
-    repo = tmp_path / "yfcc-mini"
-    shutil.copytree(packed_template, repo, ignore=shutil.ignore_patterns("lock"))
-    with run_hub_server(tmp_path / "hub") as hub:
-        push(repo, hub_env(hub.url, tmp_path / "home"))
-        hub.log.clear()
+    with pushed_copy(packed_template, tmp_path) as (hub, _):
         env = hub_env(hub.url, tmp_path / "reader-home", token=None)
         summary = remux("tester/yfcc-mini", tmp_path / "out", "--map", RESIZE, "-j", "2", env=env)
         shard_gets = [e for e in hub.log.entries if e[1].endswith(".zip")]
