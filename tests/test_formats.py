@@ -253,14 +253,13 @@ def _pack(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def test_pushed_to_the_hub_both_datasets_versions_read_main(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
     from tests.test_push import REPO, hub_env, local_files, pushed_copy, remote_files
 
-    repo = REPO
     with pushed_copy(packed[fmt], tmp_path) as (hub, summary):
-        assert remote_files(hub, repo=repo) == local_files(tmp_path / packed[fmt].name)
-        assert summary["script_branch"] is None and "script" not in hub.refs(repo)  # builtin builders suffice
+        assert remote_files(hub, repo=REPO) == local_files(tmp_path / packed[fmt].name)
+        assert summary["script_branch"] is None and "script" not in hub.refs(REPO)  # builtin builders suffice
         env = hub_env(hub.url, tmp_path / "reader-home", token=None)
         column = FILE_COLUMN[fmt]
-        got = read_with(sys.executable, repo, True, tmp_path / "c5", env=env, column=column)
+        got = read_with(sys.executable, REPO, True, tmp_path / "c5", env=env, column=column)
         assert got["rows"] == expected_rows()
-        got = read_with(DS36_PYTHON, repo, True, tmp_path / "c36", env=env, column=column)
+        got = read_with(DS36_PYTHON, REPO, True, tmp_path / "c36", env=env, column=column)
         assert got["version"] == "3.6.0" and got["rows"] == expected_rows()
         assert hub.unknown == []
