@@ -19,6 +19,7 @@ import click
 
 from . import __version__
 from .errors import ShardkitError, UsageError
+from .formats import FORMAT_NAMES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 
 _UNITS = {
@@ -137,7 +138,7 @@ pack_options = [
     click.option(
         "--format",
         "shard_format",
-        type=click.Choice(["zip", "tar", "parquet"]),
+        type=click.Choice(FORMAT_NAMES),
         default="zip",
         show_default=True,
         help="zip: imagefolder, the datasets 3.x script and shardkit.stream read it. "
@@ -422,7 +423,7 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
 @click.option(
     "--format",
     "shard_format",
-    type=click.Choice(["zip", "tar", "parquet"]),
+    type=click.Choice(FORMAT_NAMES),
     default="zip",
     show_default=True,
     help="Output shard format, as for pack.",
