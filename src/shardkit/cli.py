@@ -125,6 +125,26 @@ push_options = [
 ]
 
 
+executor_options = [
+    click.option(
+        "--executor",
+        type=click.Choice(["local", "dask"]),
+        default="local",
+        show_default=True,
+        help="local: worker processes on this machine (--jobs). dask: one task per shard on the Dask cluster"
+        " at --scheduler; input and OUT_DIR must be on storage every worker sees at the same paths.",
+    ),
+    click.option(
+        "--scheduler",
+        metavar="ADDRESS|FILE",
+        envvar="DASK_SCHEDULER_ADDRESS",
+        default=None,
+        help="With --executor dask: the scheduler's address (tcp://HOST:PORT) or its scheduler file"
+        " [default: DASK_SCHEDULER_ADDRESS].",
+    ),
+]
+
+
 pack_options = [
     click.argument("images_dir", type=click.Path(exists=True, file_okay=False)),
     click.argument("meta_jsonl", type=click.Path(exists=True, dir_okay=False)),
@@ -172,7 +192,7 @@ pack_options = [
         type=click.IntRange(1),
         default=os.cpu_count() or 1,
         show_default="all cores",
-        help="Shards written at once, each in its own process.",
+        help="Shards written at once, each in its own process (--executor local).",
     ),
     click.option(
         "--read-threads",
@@ -209,6 +229,7 @@ pack_options = [
     ),
     click.option("--force", is_flag=True, help="Replace output in OUT_DIR that came from other input or options."),
     click.option("--dry-run", is_flag=True, help="Check the input and print the shard plan; write nothing."),
+    *executor_options,
     click.option(
         "--no-fsync", is_flag=True, help="Skip fsync before each shard's rename (faster, not power-loss safe)."
     ),
@@ -300,6 +321,8 @@ def _pack_command(**kw: Any) -> None:
         fsync=not kw["no_fsync"],
         check_images=kw["check_images"],
         format=kw["shard_format"],
+        executor=kw["executor"],
+        scheduler=kw["scheduler"],
     )
     progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
     summary = _run(lambda: pack(config, progress))
@@ -406,7 +429,7 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
     type=click.IntRange(1),
     default=os.cpu_count() or 1,
     show_default="all cores",
-    help="Source shards transformed at once, each in its own process.",
+    help="Source shards transformed at once, each in its own process (--executor local).",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the per-row seeds passed to the function."
@@ -437,6 +460,7 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
     is_flag=True,
     help="Start over when OUT_DIR holds other output or an unfinished remux with other settings.",
 )
+@_with_options(executor_options)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
 def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
@@ -472,6 +496,8 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
         max_shard_bytes=kw["max_shard_size"],
         target_shard_bytes=kw["target_shard_size"],
         force=kw["force"],
+        executor=kw["executor"],
+        scheduler=kw["scheduler"],
     )
     progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
     summary = _run(lambda: remux(config, progress))

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import jsonlines
 
 from .card import card_features, ensure_gitattributes, update_card, update_loaders
+from .cluster import Cluster, cluster_for
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError
 from .formats import SHARD_SUFFIXES, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
@@ -77,6 +78,8 @@ class PackConfig:
     fsync: bool = True
     check_images: bool = False  # decode every image (and WAV file) while checking
     format: Literal["zip", "tar", "parquet"] = "zip"
+    executor: Literal["local", "dask"] = "local"  # dask: each shard a task on the cluster at `scheduler`
+    scheduler: str | None = None  # tcp://HOST:PORT or a scheduler file; default $DASK_SCHEDULER_ADDRESS
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,12 @@ class ProblemLog:
             self._rejects.close()
 
 
-def pack(config: PackConfig, progress: Progress | None = None) -> PackSummary:
-    """Pack ``config.images_dir`` + ``config.metadata_path`` into shards under ``config.out_dir``."""
+def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = None) -> PackSummary:
+    """Pack ``config.images_dir`` + ``config.metadata_path`` into shards under ``config.out_dir``.
+
+    ``client``, a ``distributed.Client``, writes the shards on that Dask cluster (as does
+    ``config.executor="dask"`` with ``config.scheduler``); see :mod:`shardkit.cluster`.
+    """
     progress = progress or NullProgress()
     started = time.perf_counter()
     try:
@@ -150,12 +157,20 @@ def pack(config: PackConfig, progress: Progress | None = None) -> PackSummary:
     if not os.path.isdir(config.images_dir):
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
     out_dir = os.path.abspath(config.out_dir)
-    with locked(out_dir) as work_dir:
-        return _pack_locked(config, fmt, out_dir, work_dir, progress, started)
+    with cluster_for(config.executor, config.scheduler, client) as cluster, locked(out_dir) as work_dir:
+        if cluster is not None and not config.dry_run:  # before the check phase, which can take hours
+            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir)])
+        return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster)
 
 
 def _pack_locked(
-    config: PackConfig, fmt: ShardFormat, out_dir: str, work_dir: str, progress: Progress, started: float
+    config: PackConfig,
+    fmt: ShardFormat,
+    out_dir: str,
+    work_dir: str,
+    progress: Progress,
+    started: float,
+    cluster: Cluster | None = None,
 ) -> PackSummary:
     tmp_dir = os.path.join(work_dir, "tmp")
     staging_dir = os.path.join(work_dir, "staging")
@@ -236,7 +251,7 @@ def _pack_locked(
     progress.start("writing shards", total=sum(p.bytes for p in todo), unit="B")
     saved = time.monotonic()
     try:
-        for result in _run_jobs(jobs, config.jobs):
+        for result in _run_jobs(jobs, config.jobs, cluster):
             done[result.file] = result
             write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
             hashes.record(result.file, result.sha256)  # so a resume or the push need not read it again
@@ -271,6 +286,7 @@ def _pack_locked(
     if fmt.name == "zip":  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
         update_loaders(out_dir, staged.features)
     shutil.rmtree(staging_dir, ignore_errors=True)
+    shutil.rmtree(tmp_dir, ignore_errors=True)  # partial files of tasks whose worker died
     return summary(written=len(todo), manifest=manifest_path, total_bytes=sum(s.bytes for s in manifest.shards))
 
 
@@ -429,8 +445,12 @@ def _reconcile(
     return done
 
 
-def _run_jobs(jobs: list[ShardJob], workers: int) -> Iterator[ManifestShard]:
-    """Write shards, ``workers`` at a time in worker processes (in this process when 1)."""
+def _run_jobs(jobs: list[ShardJob], workers: int, cluster: Cluster | None = None) -> Iterator[ManifestShard]:
+    """Write shards: one task each on ``cluster``; else ``workers`` at a time in worker processes
+    (in this process when 1)."""
+    if cluster is not None:
+        yield from cluster.map_unordered(write_shard, jobs, [job.plan.stem for job in jobs], "write")
+        return
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
             yield write_shard(job)

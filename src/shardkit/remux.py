@@ -36,12 +36,14 @@ import inspect
 import io
 import json
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from .cluster import Cluster, cluster_for
 from .errors import ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, write_atomic
 from .metadata import KEY_RE
@@ -71,6 +73,8 @@ class RemuxConfig:
     max_shard_bytes: int | None = None
     target_shard_bytes: int | None = None
     force: bool = False
+    executor: Literal["local", "dask"] = "local"  # dask: each source shard, then each shard, a cluster task
+    scheduler: str | None = None  # as for PackConfig
 
 
 @dataclass(frozen=True)
@@ -289,6 +293,7 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
     os.makedirs(files_dir)
     rows_in = rows_out = 0
     lines: list[bytes] = []
+    partial = f"{part}.{secrets.token_hex(4)}.partial"  # this attempt's own (see writer.write_shard)
     for batch_rows in _batches(iter(ds), config.batch_size):
         first = rows_in
         identities = [
@@ -330,10 +335,10 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
             lines.append(text.encode("utf-8") + b"\n")
             rows_out += 1
         if len(lines) > 4096:  # keep memory flat: spill to the part file as it grows
-            _append(part + ".partial", lines)
+            _append(partial, lines)
             lines = []
-    _append(part + ".partial", lines)
-    os.replace(part + ".partial", part)
+    _append(partial, lines)
+    os.replace(partial, part)
     counts = json.dumps({"rows_in": rows_in, "rows_out": rows_out}).encode()
     write_atomic(_done_path(task.work_dir, task.shard), counts)  # the shard is done only now
     return task.shard, rows_in, rows_out
@@ -390,9 +395,17 @@ def _state(config: RemuxConfig) -> dict[str, Any]:
     }
 
 
-def remux(config: RemuxConfig, progress: Progress | None = None) -> RemuxSummary:
-    """Stream ``config.source`` through ``config.fn`` into shards under ``config.out_dir``."""
-    progress = progress or NullProgress()
+def remux(config: RemuxConfig, progress: Progress | None = None, *, client: Any = None) -> RemuxSummary:
+    """Stream ``config.source`` through ``config.fn`` into shards under ``config.out_dir``.
+
+    ``client``, a ``distributed.Client``, runs every source shard and then every output shard as
+    a task on that Dask cluster (as does ``config.executor="dask"`` with ``config.scheduler``).
+    """
+    with cluster_for(config.executor, config.scheduler, client) as cluster:
+        return _remux(config, progress or NullProgress(), cluster)
+
+
+def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> RemuxSummary:
     if config.batch_size < 1:
         raise UsageError(f"batch size must be at least 1, got {config.batch_size}")
     load_function(config.fn)  # a bad --map fails now, not in a worker
@@ -415,6 +428,9 @@ def remux(config: RemuxConfig, progress: Progress | None = None) -> RemuxSummary
             shutil.rmtree(remux_dir)
         os.makedirs(os.path.join(remux_dir, "parts"), exist_ok=True)
         write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
+        if cluster is not None:
+            local_source = [os.path.abspath(config.source)] if os.path.isdir(config.source) else []
+            cluster.check_workers(work_dir, local_source)
         parts = os.path.join(remux_dir, "parts")
         done: dict[int, dict[str, int]] = {}
         for name in os.listdir(parts):
@@ -428,7 +444,7 @@ def remux(config: RemuxConfig, progress: Progress | None = None) -> RemuxSummary
         rows_out = sum(c["rows_out"] for c in done.values())
         progress.start("transforming source shards", total=n_shards, unit="shards")
         progress.advance(len(done))
-        for _, shard_in, shard_out in _run_tasks(tasks, config.jobs):
+        for _, shard_in, shard_out in _run_tasks(tasks, config.jobs, cluster):
             rows_in += shard_in
             rows_out += shard_out
             progress.advance(1, rows=rows_out)
@@ -459,6 +475,7 @@ def remux(config: RemuxConfig, progress: Progress | None = None) -> RemuxSummary
             **kw,
         ),
         progress,
+        client=None if cluster is None else cluster.client,
     )
     shutil.rmtree(remux_dir, ignore_errors=True)  # packed: the staged files have served
     return RemuxSummary(
@@ -471,8 +488,12 @@ def remux(config: RemuxConfig, progress: Progress | None = None) -> RemuxSummary
     )
 
 
-def _run_tasks(tasks: list[ShardTask], jobs: int) -> Iterator[tuple[int, int, int]]:
-    """Each source shard in a worker process (``spawn``: datasets and HTTP clients hold threads)."""
+def _run_tasks(tasks: list[ShardTask], jobs: int, cluster: Cluster | None = None) -> Iterator[tuple[int, int, int]]:
+    """Each source shard a task on ``cluster``, else in a worker process (``spawn``: datasets and
+    HTTP clients hold threads)."""
+    if cluster is not None:
+        yield from cluster.map_unordered(transform_shard, tasks, [f"{t.shard:05d}" for t in tasks], "transform")
+        return
     if jobs <= 1 or len(tasks) <= 1:
         for task in tasks:
             yield transform_shard(task)

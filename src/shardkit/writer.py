@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import secrets
 import threading
 import zlib
 from collections import deque
@@ -335,8 +336,11 @@ def write_shard(job: ShardJob) -> ManifestShard:
     plan = job.plan
     fmt = format_named(job.format)
     os.makedirs(job.tmp_dir, exist_ok=True)
-    tmp_shard = os.path.join(job.tmp_dir, f"{plan.stem}{fmt.suffix}.partial")
-    tmp_meta = os.path.join(job.tmp_dir, f"{plan.stem}.jsonl.partial")
+    # Names of this attempt's own: a cluster may run a task again while a worker it gave up on
+    # still writes (both attempts write the same bytes, each renames a whole file into place).
+    attempt = secrets.token_hex(4)
+    tmp_shard = os.path.join(job.tmp_dir, f"{plan.stem}{fmt.suffix}.{attempt}.partial")
+    tmp_meta = os.path.join(job.tmp_dir, f"{plan.stem}.jsonl.{attempt}.partial")
     final_shard = os.path.join(job.out_dir, plan.name)
     meta_rel = metadata_path_for(plan)
     final_meta = os.path.join(job.out_dir, meta_rel)

@@ -1,0 +1,181 @@
+"""Run shard tasks on a Dask cluster: ``--executor dask --scheduler tcp://HOST:PORT``.
+
+The client (the machine running ``pack`` or ``remux``) does everything that needs the whole
+input at once: it checks the rows, sorts them and plans the shards, exactly as for a local run.
+Only the per-shard work goes to the cluster: one task per shard, the same function
+(:func:`shardkit.writer.write_shard`, or :func:`shardkit.remux.transform_shard`) that a local
+worker process runs, with the same arguments. The output is therefore byte for byte what a
+local run writes, and the client records each result as it arrives, so resuming works as it
+does locally.
+
+Workers read the inputs and write into OUT_DIR themselves, so OUT_DIR and the input folders
+must be on storage every worker sees at the same path (NFS, Lustre, a FUSE mount of an object
+store). :meth:`Cluster.check_workers` proves that before any task is sent: the client writes a
+random token under ``OUT_DIR/.shardkit`` and every worker must read it back.
+
+A worker that dies takes its running tasks with it; the scheduler sends them to another worker
+(up to ``distributed.scheduler.allowed-failures`` times, 3 by default). A shard is written
+under a name of its own in ``.shardkit/tmp`` and renamed into place only when whole, so a
+killed task leaves at most a partial file there, which the run removes when it ends.
+
+``distributed`` is imported only here and only when asked for: ``pip install 'shardkit[dask]'``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from . import __version__
+from .errors import ShardkitError, UsageError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+CONNECT_TIMEOUT_S = 30
+TOKEN_NAME = "cluster-token"
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError("--executor dask needs the Dask distributed scheduler: pip install 'shardkit[dask]'") from None
+    return distributed
+
+
+class Cluster:
+    """A Dask client, and the checks shardkit makes before it sends the cluster any work."""
+
+    def __init__(self, client: Any, *, owned: bool = False) -> None:
+        self.client = client
+        self._owned = owned  # connected by us, so closed by us
+
+    @classmethod
+    def connect(cls, scheduler: str) -> Cluster:
+        """Connect to ``tcp://HOST:PORT`` (any Dask address) or to the scheduler a JSON scheduler file names."""
+        distributed = _import_distributed()
+        try:
+            if os.path.isfile(scheduler):
+                client = distributed.Client(scheduler_file=scheduler, timeout=CONNECT_TIMEOUT_S)
+            else:
+                client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, ValueError, TypeError) as exc:
+            raise UsageError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+        return cls(client, owned=True)
+
+    def close(self) -> None:
+        if self._owned:
+            with contextlib.suppress(Exception):
+                self.client.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def scheduler_address(self) -> str:
+        return str(self.client.scheduler.address)
+
+    def check_workers(self, work_dir: str, read_dirs: Iterable[str]) -> int:
+        """Fail with a message naming the worker and path unless every worker can do the work.
+
+        Each connected worker must run this shardkit version (the bytes written depend on it),
+        read a token the client has just written under ``work_dir`` (so it sees the same OUT_DIR,
+        not a local folder of the same name) and see every folder in ``read_dirs``. Returns the
+        number of workers checked; with none connected yet, the tasks wait for workers to join.
+        """
+        token = secrets.token_hex(16)
+        token_path = os.path.join(work_dir, TOKEN_NAME)
+        with open(token_path, "w", encoding="utf-8") as f:
+            f.write(token)
+        try:
+            views: dict[str, Any] = self.client.run(worker_view, token_path, sorted(set(read_dirs)), on_error="return")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(token_path)
+        problems = []
+        for worker, view in sorted(views.items()):
+            if isinstance(view, BaseException):
+                problems.append(f"{worker}: cannot run shardkit: {type(view).__name__}: {view}")
+                continue
+            if view["version"] != __version__:
+                problems.append(f"{worker}: runs shardkit {view['version']}, this client {__version__}")
+            if view["token"] is None:
+                problems.append(f"{worker}: cannot read {token_path}, so it does not share OUT_DIR with this client")
+            elif view["token"] != token:
+                problems.append(f"{worker}: {token_path} holds another token: its OUT_DIR is not this client's")
+            problems.extend(f"{worker}: cannot see {path}" for path in view["missing"])
+        if problems:
+            raise UsageError(
+                "the Dask workers cannot do this work:\n  "
+                + "\n  ".join(problems[:20])
+                + "\nEvery worker needs shardkit (the same version) and the input and OUT_DIR at the same paths"
+                " on shared storage."
+            )
+        return len(views)
+
+    def map_unordered(self, fn: Callable[[T], R], items: list[T], names: list[str], what: str) -> Iterator[R]:
+        """Run ``fn`` on every item as a cluster task; yield results as they finish.
+
+        ``names`` name the tasks (shown on the Dask dashboard and in errors). The first failed
+        task stops the run: the tasks not yet finished are cancelled and its error is raised.
+        """
+        distributed = _import_distributed()
+        run = secrets.token_hex(4)
+        keys = [f"shardkit-{what}-{run}-{name}" for name in names]
+        name_of = dict(zip(keys, names, strict=True))
+        futures = self.client.map(fn, items, key=keys, pure=False)
+        pending = set(futures)
+        try:
+            for future in distributed.as_completed(futures):
+                pending.discard(future)
+                try:
+                    result = future.result()
+                except distributed.KilledWorker as exc:
+                    raise ShardkitError(
+                        f"{name_of.get(future.key, future.key)}: every worker that ran this task died ({exc});"
+                        " look at the workers' logs (out of memory?), then re-run to resume"
+                    ) from None
+                yield result
+        finally:
+            if pending:
+                with contextlib.suppress(Exception):
+                    self.client.cancel(list(pending))
+
+
+def worker_view(token_path: str, read_dirs: list[str]) -> dict[str, Any]:
+    """Run on each worker by :meth:`Cluster.check_workers`: what this worker sees."""
+    token: str | None = None
+    with contextlib.suppress(OSError), open(token_path, encoding="utf-8") as f:
+        token = f.read()
+    return {
+        "version": __version__,
+        "token": token,
+        "missing": [path for path in read_dirs if not os.path.isdir(path)],
+    }
+
+
+@contextlib.contextmanager
+def cluster_for(executor: str, scheduler: str | None, client: Any = None) -> Iterator[Cluster | None]:
+    """The cluster a run uses: ``client`` if given, else a connection to ``scheduler``, else None (local)."""
+    if client is not None:
+        yield Cluster(client)
+        return
+    if executor == "local":
+        if scheduler:
+            raise UsageError("--scheduler is for --executor dask")
+        yield None
+        return
+    if executor != "dask":
+        raise UsageError(f"unknown executor {executor!r}: use local or dask")
+    scheduler = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if not scheduler:
+        raise UsageError("--executor dask needs --scheduler tcp://HOST:PORT (or a scheduler file)")
+    with Cluster.connect(scheduler) as cluster:
+        yield cluster
