@@ -35,7 +35,6 @@ from .errors import ShardkitError, UsageError
 T = TypeVar("T")
 R = TypeVar("R")
 
-CONNECT_TIMEOUT_S = 30
 TOKEN_NAME = "cluster-token"
 
 
@@ -60,9 +59,9 @@ class Cluster:
         distributed = _import_distributed()
         try:
             if os.path.isfile(scheduler):
-                client = distributed.Client(scheduler_file=scheduler, timeout=CONNECT_TIMEOUT_S)
+                client = distributed.Client(scheduler_file=scheduler)
             else:
-                client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+                client = distributed.Client(scheduler)
         except (OSError, ValueError, TypeError) as exc:
             raise UsageError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
         return cls(client, owned=True)
