@@ -38,8 +38,10 @@ class DaskCluster:
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.scheduler = self._start(
             "scheduler",
-            [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
-            + ["--scheduler-file", str(self.scheduler_file)],
+            [
+                *(DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"),
+                *("--scheduler-file", str(self.scheduler_file)),
+            ],
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.scheduler_file.exists():
@@ -63,9 +65,11 @@ class DaskCluster:
     def start_worker(self, name: str) -> None:
         self.workers[name] = self._start(
             name,
-            [DASK, "worker", "--scheduler-file", str(self.scheduler_file), "--name", name]
-            + ["--nthreads", "1", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1"]
-            + ["--local-directory", str(self.root / f"{name}-space"), "--preload", "tests.dask_worker_preload"],
+            [
+                *(DASK, "worker", "--scheduler-file", str(self.scheduler_file), "--name", name),
+                *("--nthreads", "1", "--no-nanny", "--no-dashboard", "--host", "127.0.0.1"),
+                *("--local-directory", str(self.root / f"{name}-space"), "--preload", "tests.dask_worker_preload"),
+            ],
         )
 
     def client(self) -> Any:

@@ -134,9 +134,7 @@ def test_remux_on_the_cluster_matches_a_local_remux(
     assert not (out / ".shardkit" / "remux").exists()
 
 
-def test_a_cluster_that_cannot_do_the_work_is_refused_before_any_task(
-    cluster: DaskCluster, tmp_path: Path
-) -> None:
+def test_a_cluster_that_cannot_do_the_work_is_refused_before_any_task(cluster: DaskCluster, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
     no_scheduler = pack_example(tmp_path / "a", "--executor", "dask", env=env)
     assert no_scheduler.returncode == 2 and "--executor dask needs --scheduler" in no_scheduler.stderr
