@@ -63,8 +63,9 @@ def test_pack_on_the_cluster_is_byte_identical_to_a_local_run(
     # Both workers took shards (the preload logs each task on the worker that ran it).
     assert all(any(line.startswith("end data/") for line in cluster.tasks_of(w)) for w in ("w0", "w1"))
 
-    # Resuming through the cluster (found by its scheduler file this time) keeps every shard.
-    again = pack_example(out, "--executor", "dask", "--scheduler", str(cluster.scheduler_file), "--json")
+    # Resuming through the cluster (its scheduler file, from DASK_SCHEDULER_ADDRESS) keeps every shard.
+    env = {**os.environ, "DASK_SCHEDULER_ADDRESS": str(cluster.scheduler_file)}
+    again = pack_example(out, "--executor", "dask", "--json", env=env)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["resumed_shards"] == 16
     assert tree_bytes(out) == local_pack
@@ -138,6 +139,9 @@ def test_a_cluster_that_cannot_do_the_work_is_refused_before_any_task(cluster: D
     env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
     no_scheduler = pack_example(tmp_path / "a", "--executor", "dask", env=env)
     assert no_scheduler.returncode == 2 and "--executor dask needs --scheduler" in no_scheduler.stderr
+    forgot_executor = pack_example(tmp_path / "a", "--scheduler", cluster.address, env=env)
+    assert forgot_executor.returncode == 2 and "--scheduler is for --executor dask" in forgot_executor.stderr
+    assert not (tmp_path / "a" / "data").exists()
 
     unreachable = pack_example(
         tmp_path / "b",

@@ -137,7 +137,6 @@ executor_options = [
     click.option(
         "--scheduler",
         metavar="ADDRESS|FILE",
-        envvar="DASK_SCHEDULER_ADDRESS",
         default=None,
         help="With --executor dask: the scheduler's address (tcp://HOST:PORT) or its scheduler file"
         " [default: DASK_SCHEDULER_ADDRESS].",

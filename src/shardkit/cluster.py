@@ -24,6 +24,7 @@ killed task leaves at most a partial file there, which the run removes when it e
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,8 @@ from typing import Any, TypeVar
 
 from . import __version__
 from .errors import ShardkitError, UsageError
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -77,10 +80,6 @@ class Cluster:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @property
-    def scheduler_address(self) -> str:
-        return str(self.client.scheduler.address)
-
     def check_workers(self, work_dir: str, read_dirs: Iterable[str]) -> int:
         """Fail with a message naming the worker and path unless every worker can do the work.
 
@@ -98,6 +97,8 @@ class Cluster:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(token_path)
+        if not views:
+            log.warning("no Dask worker is connected yet: the tasks wait for workers to join, unchecked")
         problems = []
         for worker, view in sorted(views.items()):
             if isinstance(view, BaseException):
