@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from shardkit.metadata import SourceRecord, metadata_line
-from shardkit.staging import RunWriter, StagedEntries, format_staged, iter_staged, merge_runs
+from shardkit.staging import RunWriter, StagedEntries, format_staged, iter_staged, json_string, merge_runs
 
 
 def record(key: str, line: int) -> SourceRecord:
@@ -66,3 +70,9 @@ def test_fingerprint_ignores_row_order_but_not_content(tmp_path: Path) -> None:
     assert fingerprint(renumbered, "c") == base
     changed = [*rows[:-1], SourceRecord(50, rows[-1].key, rows[-1].source, 1, ".jpg", rows[-1].fields)]
     assert fingerprint(changed, "d") != base
+
+
+@given(st.text())
+def test_json_string_is_json_dumps_for_every_text(text: str) -> None:
+    # Staged lines feed the input fingerprint: the fast path must not change one byte.
+    assert json_string(text) == json.dumps(text, ensure_ascii=False)

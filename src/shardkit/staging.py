@@ -19,6 +19,7 @@ import heapq
 import json
 import os
 import posixpath
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -43,8 +44,16 @@ class StagedRow:
     offset: int = 0  # byte offset of this row in sorted.tsv
 
 
+_JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
+
+
+def json_string(text: str) -> str:
+    """``json.dumps(text, ensure_ascii=False)``, without its cost for the usual name that needs no escape."""
+    return json.dumps(text, ensure_ascii=False) if _JSON_ESCAPED.search(text) else f'"{text}"'
+
+
 def format_staged(record: SourceRecord, metadata_line: str) -> str:
-    source = json.dumps(record.source, ensure_ascii=False)
+    source = json_string(record.source)
     return f"{record.key}\t{record.line:012d}\t{record.size}\t{record.ext}\t{source}\t{metadata_line}\n"
 
 
@@ -185,8 +194,9 @@ def format_file_id(record: SourceRecord, metadata_line: str) -> str:
     Identity is the path, not the inode: hard or symbolic links are how some collections
     deduplicate files shared by distinct rows, and those rows are meant to stay.
     """
-    source = json.dumps(record.source, ensure_ascii=False)
-    path = json.dumps(posixpath.normpath(record.source), ensure_ascii=False)
+    source = json_string(record.source)
+    normal = posixpath.normpath(record.source)
+    path = source if normal == record.source else json_string(normal)
     return f"{path}\t{record.line:012d}\t{record.key}\t{source}\t{metadata_line}\n"
 
 
