@@ -27,14 +27,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-import jsonlines
-
 from .card import card_features, ensure_gitattributes, update_card, update_loaders
-from .cluster import Cluster, cluster_for
-from .errors import InputErrors, InputProblem, ShardkitError, UsageError
+from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs
+from .cluster import Cluster, cluster_for, run_tasks
+from .errors import InputErrors, ShardkitError, UsageError
 from .formats import SHARD_SUFFIXES, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
-from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
 from .outdir import HashCache, locked, shard_problem
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
@@ -48,15 +46,12 @@ from .plan import (
 )
 from .preview import write_preview
 from .progress import NullProgress, Progress
-from .schema import SchemaTracker
-from .staging import RunWriter, StagedEntries, format_file_id, format_staged, merge_runs, repeated_files
+from .staging import StagedEntries, merge_runs, repeated_files
 from .worker import WorkerPool
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
 log = logging.getLogger(__name__)
 
-SHOWN_PROBLEMS = 20
-FILE_RUN_BYTES = 2 << 20
 HASHES_SAVE_SECONDS = 10.0  # how often the hash cache is written while shards are written
 
 
@@ -78,6 +73,7 @@ class PackConfig:
     fsync: bool = True
     check_images: bool = False  # decode every image (and WAV file) while checking
     format: Literal["zip", "tar", "parquet"] = "zip"
+    check_range_bytes: int | None = None  # metadata bytes per check task (None: from the file's size)
     executor: Literal["local", "dask"] = "local"  # dask: each shard a task on the cluster at `scheduler`
     scheduler: str | None = None  # tcp://HOST:PORT or a scheduler file; default $DASK_SCHEDULER_ADDRESS
 
@@ -111,33 +107,6 @@ class PackSummary:
         return data
 
 
-class ProblemLog:
-    """Counts input problems, keeps the first few for the message, and writes rejects if asked."""
-
-    def __init__(self, rejects_path: str | None) -> None:
-        self.shown: list[InputProblem] = []
-        self.count = 0
-        self.rejects_path = rejects_path
-        self._rejects: jsonlines.Writer | None = None
-        if rejects_path is not None:  # a rejects file from an earlier run would mislead
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(rejects_path)
-
-    def add(self, problem: InputProblem) -> None:
-        self.count += 1
-        if len(self.shown) < SHOWN_PROBLEMS:
-            self.shown.append(problem)
-        if self.rejects_path is not None:
-            if self._rejects is None:
-                # Opened on the first problem and kept open across calls; close() ends it.
-                self._rejects = jsonlines.open(self.rejects_path, "w", compact=True)
-            self._rejects.write({"line": problem.line, "reason": problem.message, "row": problem.raw})
-
-    def close(self) -> None:
-        if self._rejects is not None:
-            self._rejects.close()
-
-
 def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = None) -> PackSummary:
     """Pack ``config.images_dir`` + ``config.metadata_path`` into shards under ``config.out_dir``.
 
@@ -158,8 +127,9 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
     out_dir = os.path.abspath(config.out_dir)
     with cluster_for(config.executor, config.scheduler, client) as cluster, locked(out_dir) as work_dir:
-        if cluster is not None and not config.dry_run:  # before the check phase, which can take hours
-            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir)])
+        if cluster is not None:  # before the check phase, which can take hours
+            metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
+            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir])
         return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster)
 
 
@@ -181,7 +151,7 @@ def _pack_locked(
     rejects_path = (config.rejects_path or os.path.join(work_dir, "rejects.jsonl")) if skip else None
     problems = ProblemLog(rejects_path)
     try:
-        staged = _check_and_stage(config, fmt, staging_dir, problems, progress)
+        staged = _check_and_stage(config, fmt, staging_dir, problems, progress, cluster)
     finally:
         problems.close()
     if problems.count and not skip:
@@ -302,76 +272,69 @@ class _Staged:
 
 
 def _check_and_stage(
-    config: PackConfig, fmt: ShardFormat, staging_dir: str, problems: ProblemLog, progress: Progress
+    config: PackConfig,
+    fmt: ShardFormat,
+    staging_dir: str,
+    problems: ProblemLog,
+    progress: Progress,
+    cluster: Cluster | None = None,
 ) -> _Staged:
-    schema = SchemaTracker()
-    audio_line = image_line = 0
-    extensions: set[str] = set()
-    runs = RunWriter(staging_dir)
-    files_dir = os.path.join(staging_dir, "files")
-    os.makedirs(files_dir)
-    # (file_name, line): rows naming one file meet when sorted. Smaller runs than the main sort's,
-    # so the two buffers together stay near the memory budget.
-    files = RunWriter(files_dir, run_bytes=FILE_RUN_BYTES)
-    progress.start("checking rows", total=None, unit="rows")
-    records = read_metadata(
-        config.metadata_path,
-        config.images_dir,
+    settings = CheckSettings(
+        metadata_path=os.path.abspath(config.metadata_path),
+        images_dir=os.path.abspath(config.images_dir),
+        format=fmt.name,
         max_file_bytes=max_file_bytes(config.max_shard_bytes, fmt),
         threads=max(config.read_threads, 1),
         decode=config.check_images,
     )
-    n = 0
-    for n, item in enumerate(records, 1):
-        if n % 1000 == 0:
-            progress.advance(1000)
-        if isinstance(item, InputProblem):
-            problems.add(item)
-            continue
-        if format_problem := fmt.key_problem(item.key, item.ext):
-            problems.add(InputProblem(item.line, f"{item.source!r}: {format_problem}", json.dumps(item.fields)))
-            continue
-        try:
-            line = metadata_line(item, fmt.member_name(item.key, item.ext))
-        except ValueError as exc:  # NaN or Infinity: not valid JSON out
-            problems.add(InputProblem(item.line, f"value not allowed in JSON: {exc}", json.dumps(item.fields)))
-            continue
-        conflict = schema.check(item.fields, item.line)
-        if conflict:
-            problems.add(InputProblem(item.line, conflict, line))
-            continue
-        is_audio = item.ext.lower() in AUDIO_EXTENSIONS
-        if (is_audio and image_line) or (not is_audio and audio_line):
-            other = image_line or audio_line
-            problems.add(
-                InputProblem(
-                    item.line, f"{item.source!r} mixes audio and image files in one dataset (see line {other})", line
-                )
-            )
-            continue
-        if is_audio:
-            audio_line = audio_line or item.line
-        else:
-            image_line = image_line or item.line
-        extensions.add(item.ext.lower())
-        runs.add(format_staged(item, line))
-        files.add(format_file_id(item, line))
-    progress.advance(n % 1000)
+    ranges_dir = os.path.join(staging_dir, "ranges")
+    skip = problems.rejects_path is not None
+    progress.start("checking rows", total=None, unit="rows")
+    jobs = range_jobs(settings, ranges_dir, skip, config.jobs, config.check_range_bytes)
+    parallel = len(jobs) > 1 and (config.jobs > 1 or cluster is not None)
+    combined = None
+    if parallel:
+        results = []
+        names = [f"{job.index:05d}" for job in jobs]
+        for result in run_tasks(check_range, jobs, names, "check", jobs=config.jobs, cluster=cluster):
+            results.append(result)
+            progress.advance(result.rows)
+        results.sort(key=lambda r: r.index)
+        combined = combine(results)
+        if combined is None:  # a type or modality conflict across ranges: one pass gives the exact verdicts
+            log.info("the ranges of %s disagree on column types; checking it again in one pass", config.metadata_path)
+            shutil.rmtree(ranges_dir)
+            progress.start("checking rows again, in one pass", total=None, unit="rows")
+    if combined is None:
+        whole = RangeJob(settings, 0, 0, None, 1, os.path.join(ranges_dir, "whole"), skip)
+        results = [check_range(whole, progress)]
+        combined = combine(results)
+        assert combined is not None  # one range cannot disagree with itself
     progress.finish()
-    repeats = repeated_files(files.finish())
+    for result in results:
+        problems.absorb(result.shown, result.problem_count, result.rejects_path)
+
+    repeats = repeated_files([run for r in results for run in r.file_runs])
     for problem in repeats.problems:
         problems.add(problem)
     problems.count += repeats.count - len(repeats.problems)
-    merged = merge_runs(runs.finish(), os.path.join(staging_dir, "sorted.tsv"), drop_lines=repeats.lines, fmt=fmt)
+    merged = merge_runs(
+        [run for r in results for run in r.runs],
+        os.path.join(staging_dir, "sorted.tsv"),
+        drop_lines=repeats.lines,
+        fmt=fmt,
+    )
     for problem in merged.duplicates:
         problems.add(problem)
     problems.count += merged.duplicate_count - len(merged.duplicates)
-    modality = "audio" if audio_line else "image"  # mixing the two is refused above
-    features = schema.features_yaml(modality, modality)
+    modality = "audio" if combined.audio_line else "image"  # mixing the two is refused above
+    features = combined.schema.features_yaml(modality, modality)
     fingerprint = hashlib.sha256(
         (merged.fingerprint + json.dumps(features, sort_keys=True)).encode("utf-8")
     ).hexdigest()
-    return _Staged(merged.path, merged.rows, merged.total_cost, fingerprint, modality, features, sorted(extensions))
+    return _Staged(
+        merged.path, merged.rows, merged.total_cost, fingerprint, modality, features, sorted(combined.extensions)
+    )
 
 
 def _done_record(work_dir: str, shard_file: str) -> str:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from .cluster import Cluster, cluster_for
+from .cluster import Cluster, cluster_for, run_tasks
 from .errors import ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, write_atomic
 from .metadata import KEY_RE
@@ -444,7 +444,10 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         rows_out = sum(c["rows_out"] for c in done.values())
         progress.start("transforming source shards", total=n_shards, unit="shards")
         progress.advance(len(done))
-        for _, shard_in, shard_out in _run_tasks(tasks, config.jobs, cluster):
+        names = [f"{t.shard:05d}" for t in tasks]
+        for _, shard_in, shard_out in run_tasks(
+            transform_shard, tasks, names, "transform", jobs=config.jobs, cluster=cluster
+        ):
             rows_in += shard_in
             rows_out += shard_out
             progress.advance(1, rows=rows_out)
@@ -486,28 +489,3 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         transform_seconds=transform_seconds,
         pack=packed,
     )
-
-
-def _run_tasks(tasks: list[ShardTask], jobs: int, cluster: Cluster | None = None) -> Iterator[tuple[int, int, int]]:
-    """Each source shard a task on ``cluster``, else in a worker process (``spawn``: datasets and
-    HTTP clients hold threads)."""
-    if cluster is not None:
-        yield from cluster.map_unordered(transform_shard, tasks, [f"{t.shard:05d}" for t in tasks], "transform")
-        return
-    if jobs <= 1 or len(tasks) <= 1:
-        for task in tasks:
-            yield transform_shard(task)
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=context) as pool:
-        futures = [pool.submit(transform_shard, task) for task in tasks]
-        try:
-            for future in as_completed(futures):
-                yield future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise

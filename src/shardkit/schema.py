@@ -137,12 +137,60 @@ class SchemaTracker:
             merge_value(columns.setdefault(name, Kind()), value, line)
         return None
 
+    def absorb(self, later: SchemaTracker) -> bool:
+        """Merge the types of rows that come after this tracker's; False (nothing merged) on a conflict."""
+        if any(
+            _kinds_conflict(self.columns[name], kind) for name, kind in later.columns.items() if name in self.columns
+        ):
+            return False
+        for name, kind in later.columns.items():
+            if name in self.columns:
+                _merge_kind(self.columns[name], kind)
+            else:
+                self.columns[name] = _copy(kind)
+        return True
+
     def features_yaml(self, base_column: str, base_dtype: str) -> list[dict[str, Any]]:
         """The card's ``dataset_info.features`` list: the file column, ``key``, then every column."""
         out: list[dict[str, Any]] = [{"name": base_column, "dtype": base_dtype}, {"name": "key", "dtype": "string"}]
         for name, kind in self.columns.items():
             out.append({"name": name, **_yaml_type(kind)})
         return out
+
+
+def _kinds_conflict(kind: Kind, later: Kind) -> bool:
+    """Whether some value of ``later`` would conflict with ``kind`` (see :func:`find_conflict`)."""
+    if "null" in (kind.name, later.name):
+        return False
+    if kind.name != later.name and {kind.name, later.name} != {"int64", "float64"}:
+        return True
+    if kind.name == "list" and kind.item is not None and later.item is not None:
+        return _kinds_conflict(kind.item, later.item)
+    if kind.name == "struct":
+        return any(_kinds_conflict(kind.fields[n], k) for n, k in later.fields.items() if n in kind.fields)
+    return False
+
+
+def _merge_kind(kind: Kind, later: Kind) -> None:
+    """Merge ``later`` into ``kind`` as its values would have merged; check :func:`_kinds_conflict` first."""
+    if later.name == "null":
+        return
+    if kind.name == "null":
+        copied = _copy(later)
+        kind.name, kind.first_line, kind.item, kind.fields = copied.name, copied.first_line, copied.item, copied.fields
+        return
+    if kind.name != later.name:
+        kind.name = "float64"  # int and float meet
+    if later.item is not None:
+        if kind.item is None:
+            kind.item = _copy(later.item)
+        else:
+            _merge_kind(kind.item, later.item)
+    for name, field_kind in later.fields.items():
+        if name in kind.fields:
+            _merge_kind(kind.fields[name], field_kind)
+        else:
+            kind.fields[name] = _copy(field_kind)
 
 
 def _yaml_type(kind: Kind) -> dict[str, Any]:

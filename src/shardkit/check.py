@@ -1,0 +1,295 @@
+"""Stage 1 of a pack: check every row of the metadata file and stage it for the sort.
+
+A large metadata file is checked in byte ranges of whole lines, one task per range, on worker
+processes (or on the Dask cluster with ``--executor dask``); each task writes its own sorted
+runs and rejects, and the caller merges them. The result is exactly that of one pass over the
+file, because of what each check needs:
+
+* row checks (JSON, columns, key, the file on disk) need the row alone;
+* duplicate keys and files named twice are found later, by the global merge of every run;
+* column types (:class:`SchemaTracker`) and audio-vs-image are the only order-dependent checks.
+  When each range's merged types agree with those of the ranges before it, every row gets the
+  verdict one pass gives it (by induction over the rows: types only widen, so a value that
+  conflicts with a range's own earlier rows conflicts with everything before it too, and a
+  value the range accepted is part of types that agree with the earlier ranges).
+  ``tests/test_check.py`` checks this property on random rows. When they disagree (the input
+  has a type conflict across ranges), or a range after the first rejects a row for its type or
+  modality (its message would name the first such line of that range, not of the file), the
+  whole file is checked again in one pass, so verdicts and messages are exactly one pass's.
+  Inputs without such conflicts, the ones that get packed, are checked once.
+
+Small files (under two ranges) are checked in one pass in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import IO
+
+import jsonlines
+
+from .errors import InputProblem
+from .formats import format_named
+from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
+from .progress import NullProgress, Progress
+from .schema import SchemaTracker
+from .staging import DEFAULT_RUN_BYTES, RunWriter, format_file_id, format_staged
+
+SHOWN_PROBLEMS = 20
+FILE_RUN_BYTES = 2 << 20
+MIN_RANGE_BYTES = 1 << 20
+MAX_RANGE_BYTES = 64 << 20
+RANGES_WANTED = 64  # ranges of a large file, for even load and progress (within the bounds above)
+
+
+class ProblemLog:
+    """Counts input problems, keeps the first few for the message, and writes rejects if asked."""
+
+    def __init__(self, rejects_path: str | None) -> None:
+        self.shown: list[InputProblem] = []
+        self.count = 0
+        self.rejects_path = rejects_path
+        self._rejects: jsonlines.Writer | None = None
+        if rejects_path is not None:  # a rejects file from an earlier run would mislead
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(rejects_path)
+
+    def add(self, problem: InputProblem) -> None:
+        self.count += 1
+        if len(self.shown) < SHOWN_PROBLEMS:
+            self.shown.append(problem)
+        if self.rejects_path is not None:
+            if self._rejects is None:
+                # Opened on the first problem and kept open across calls; close() ends it.
+                self._rejects = jsonlines.open(self.rejects_path, "a", compact=True)
+            self._rejects.write({"line": problem.line, "reason": problem.message, "row": problem.raw})
+
+    def absorb(self, shown: list[InputProblem], count: int, rejects_part: str | None) -> None:
+        """Take a range's problems, in input order after those already here."""
+        self.shown.extend(shown[: max(SHOWN_PROBLEMS - len(self.shown), 0)])
+        self.count += count
+        if self.rejects_path is not None and rejects_part is not None and os.path.exists(rejects_part):
+            self.close()
+            with open(rejects_part, "rb") as part, open(self.rejects_path, "ab") as out:
+                shutil.copyfileobj(part, out)
+
+    def close(self) -> None:
+        if self._rejects is not None:
+            self._rejects.close()
+            self._rejects = None
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    metadata_path: str
+    images_dir: str
+    format: str
+    max_file_bytes: int
+    threads: int
+    decode: bool
+
+
+@dataclass(frozen=True)
+class RangeJob:
+    """One byte range of the metadata file, whole lines; ``end`` None: to the end of the file."""
+
+    settings: CheckSettings
+    index: int
+    start: int
+    end: int | None
+    first_line: int
+    work_dir: str  # this range's own folder for runs and rejects
+    rejects: bool
+    run_bytes: int = DEFAULT_RUN_BYTES
+    file_run_bytes: int = FILE_RUN_BYTES
+
+
+@dataclass
+class RangeResult:
+    index: int
+    rows: int  # non-blank lines read
+    shown: list[InputProblem]
+    problem_count: int
+    rejects_path: str | None
+    schema: SchemaTracker
+    audio_line: int
+    image_line: int
+    order_dependent_problems: int = 0  # rows refused for their types or modality
+    extensions: set[str] = field(default_factory=set)
+    runs: list[str] = field(default_factory=list)
+    file_runs: list[str] = field(default_factory=list)
+
+
+def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
+    """Check the rows of one range and stage them: sorted runs by key, and by file name."""
+    progress = progress or NullProgress()
+    settings = job.settings
+    fmt = format_named(settings.format)
+    rejects_path = os.path.join(job.work_dir, "rejects.jsonl") if job.rejects else None
+    problems = ProblemLog(rejects_path)
+    schema = SchemaTracker()
+    audio_line = image_line = 0
+    extensions: set[str] = set()
+    runs = RunWriter(os.path.join(job.work_dir, "keys"), run_bytes=job.run_bytes)
+    # (file_name, line): rows naming one file meet when sorted.
+    files = RunWriter(os.path.join(job.work_dir, "files"), run_bytes=job.file_run_bytes)
+    os.makedirs(runs.workdir, exist_ok=True)
+    os.makedirs(files.workdir, exist_ok=True)
+    records = read_metadata(
+        settings.metadata_path,
+        settings.images_dir,
+        max_file_bytes=settings.max_file_bytes,
+        threads=settings.threads,
+        decode=settings.decode,
+        start=job.start,
+        end=job.end,
+        first_line=job.first_line,
+    )
+    n = order_dependent = 0
+    try:
+        for n, item in enumerate(records, 1):
+            if n % 1000 == 0:
+                progress.advance(1000)
+            if isinstance(item, InputProblem):
+                problems.add(item)
+                continue
+            if format_problem := fmt.key_problem(item.key, item.ext):
+                problems.add(InputProblem(item.line, f"{item.source!r}: {format_problem}", json.dumps(item.fields)))
+                continue
+            try:
+                line = metadata_line(item, fmt.member_name(item.key, item.ext))
+            except ValueError as exc:  # NaN or Infinity: not valid JSON out
+                problems.add(InputProblem(item.line, f"value not allowed in JSON: {exc}", json.dumps(item.fields)))
+                continue
+            conflict = schema.check(item.fields, item.line)
+            if conflict:
+                problems.add(InputProblem(item.line, conflict, line))
+                order_dependent += 1
+                continue
+            is_audio = item.ext.lower() in AUDIO_EXTENSIONS
+            if (is_audio and image_line) or (not is_audio and audio_line):
+                other = image_line or audio_line
+                mixed = f"{item.source!r} mixes audio and image files in one dataset (see line {other})"
+                problems.add(InputProblem(item.line, mixed, line))
+                order_dependent += 1
+                continue
+            if is_audio:
+                audio_line = audio_line or item.line
+            else:
+                image_line = image_line or item.line
+            extensions.add(item.ext.lower())
+            runs.add(format_staged(item, line))
+            files.add(format_file_id(item, line))
+    finally:
+        problems.close()
+    progress.advance(n % 1000)
+    return RangeResult(
+        index=job.index,
+        rows=n,
+        shown=problems.shown,
+        problem_count=problems.count,
+        rejects_path=rejects_path,
+        schema=schema,
+        audio_line=audio_line,
+        image_line=image_line,
+        order_dependent_problems=order_dependent,
+        extensions=extensions,
+        runs=runs.finish(),
+        file_runs=files.finish(),
+    )
+
+
+def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, int | None, int]]:
+    """(start, end, first line) of each range: whole lines, about ``range_bytes`` each.
+
+    By default the size depends on the file's size alone (about 64 ranges, 1 to 64 MiB each), so
+    the split, like everything else a pack does, is the same on every machine. A compressed file
+    is one range (it cannot be entered in the middle).
+    """
+    if path.endswith(".gz"):
+        return [(0, None, 1)]
+    size = os.path.getsize(path)
+    if range_bytes is None:
+        range_bytes = min(max(size // RANGES_WANTED, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
+    if size < 2 * range_bytes:
+        return [(0, None, 1)]
+    starts = [0]
+    with open(path, "rb") as f:
+        while starts[-1] + range_bytes < size:
+            f.seek(starts[-1] + range_bytes - 1)
+            f.readline()  # to the end of the line that crosses the boundary
+            if f.tell() >= size:
+                break
+            starts.append(f.tell())
+    ranges: list[tuple[int, int | None, int]] = []
+    line = 1
+    with open(path, "rb") as f:
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else None
+            ranges.append((start, end, line))
+            if end is not None:
+                line += _count_newlines(f, end - start)
+    return ranges
+
+
+def _count_newlines(f: IO[bytes], length: int) -> int:
+    count = 0
+    while length > 0:
+        block = f.read(min(length, 8 << 20))
+        if not block:
+            break
+        count += block.count(b"\n")
+        length -= len(block)
+    return count
+
+
+@dataclass
+class Combined:
+    schema: SchemaTracker
+    audio_line: int
+    image_line: int
+    extensions: set[str]
+
+
+def combine(results: list[RangeResult]) -> Combined | None:
+    """The ranges' types and modality merged in input order; None where one pass must decide (see above)."""
+    schema = SchemaTracker()
+    audio_line = image_line = 0
+    extensions: set[str] = set()
+    for r in sorted(results, key=lambda r: r.index):
+        if r.index > 0 and r.order_dependent_problems:
+            return None
+        if not schema.absorb(r.schema):
+            return None
+        audio_line = audio_line or r.audio_line
+        image_line = image_line or r.image_line
+        if audio_line and image_line:
+            return None
+        extensions |= r.extensions
+    return Combined(schema, audio_line, image_line, extensions)
+
+
+def range_jobs(
+    settings: CheckSettings, work_dir: str, rejects: bool, parts: int, range_bytes: int | None = None
+) -> list[RangeJob]:
+    """The range tasks for ``settings.metadata_path``; ``parts`` run at once (they share the sort buffer)."""
+    ranges = plan_ranges(settings.metadata_path, range_bytes)
+    share = max(len(ranges) and min(parts, len(ranges)), 1)
+    return [
+        RangeJob(
+            settings=settings,
+            index=i,
+            start=start,
+            end=end,
+            first_line=first_line,
+            work_dir=os.path.join(work_dir, f"range-{i:05d}"),
+            rejects=rejects,
+            run_bytes=DEFAULT_RUN_BYTES // share,
+            file_run_bytes=FILE_RUN_BYTES // share,
+        )
+        for i, (start, end, first_line) in enumerate(ranges)
+    ]
