@@ -1,7 +1,8 @@
 """Loaded into each test Dask worker (``dask worker --preload``); instruments shard writing.
 
-Tasks name ``shardkit.writer.write_shard`` by reference, so replacing the module attribute here
-makes the worker run the wrapper: it logs "start <shard>" / "end <shard>" to
+Tasks name ``shardkit.writer.write_shard`` and ``shardkit.check.check_range`` by reference, so
+replacing the module attributes here makes the worker run the wrappers: they log "check <range>",
+"start <shard>" and "end <shard>" to
 ``$SHARDKIT_TEST_TASK_LOG_DIR/<pid>.log``, and sleeps ``$SLOW_SHARD_SECONDS`` once the shard is
 written and before it is renamed into place, the moment a killed worker leaves a partial file.
 """
@@ -12,8 +13,9 @@ import os
 import time
 from typing import Any
 
-from shardkit import writer
+from shardkit import check, writer
 
+_check_range = check.check_range
 _write_shard = writer.write_shard
 _fsync_close = writer._fsync_close
 
@@ -30,11 +32,17 @@ def write_shard(job: Any) -> Any:
     return result
 
 
+def check_range(job: Any) -> Any:
+    _log(f"check {job.index}")
+    return _check_range(job)
+
+
 def slow_fsync_close(f: Any, fsync: bool) -> None:
     time.sleep(float(os.environ.get("SLOW_SHARD_SECONDS", "0")))
     _fsync_close(f, fsync)
 
 
+check.check_range = check_range
 writer.write_shard = write_shard
 writer._fsync_close = slow_fsync_close
 

@@ -78,8 +78,12 @@ def test_a_worker_killed_in_the_middle_of_a_shard_costs_nothing_but_time(
     cluster = DaskCluster(tmp_path / "dask", workers=2, env={"SLOW_SHARD_SECONDS": "0.3"})
     try:
         out = tmp_path / "out"
+        # Ranges of 4 KB: the rows are checked by tasks on the cluster too.
         config = PackConfig(
-            images_dir=str(EXAMPLE_DIR / "images"), metadata_path=str(EXAMPLE_DIR / "metadata.jsonl"), out_dir=str(out)
+            images_dir=str(EXAMPLE_DIR / "images"),
+            metadata_path=str(EXAMPLE_DIR / "metadata.jsonl"),
+            out_dir=str(out),
+            check_range_bytes=4096,
         )
         outcome: dict[str, object] = {}
 
@@ -108,6 +112,8 @@ def test_a_worker_killed_in_the_middle_of_a_shard_costs_nothing_but_time(
         if "error" in outcome:
             raise outcome["error"]  # type: ignore[misc]
 
+        checked = [line for w in ("w0", "w1") for line in cluster.tasks_of(w) if line.startswith("check ")]
+        assert len(checked) > 5  # the row checks ran as range tasks on the workers
         in_flight = started - ended
         assert in_flight and partial  # the kill did land in the middle of a shard
         assert cluster.worker_names() == ["w1"]
