@@ -191,7 +191,7 @@ pack_options = [
         type=click.IntRange(1),
         default=os.cpu_count() or 1,
         show_default="all cores",
-        help="Shards written at once, each in its own process (--executor local).",
+        help="Shards written (and metadata ranges checked) at once, each in its own process (--executor local).",
     ),
     click.option(
         "--read-threads",
