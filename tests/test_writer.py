@@ -108,7 +108,7 @@ def test_worker_killed_mid_job_is_reported_and_the_rerun_completes(
         return original(*args, **kw)
 
     monkeypatch.setattr(shardkit.pack, "_reconcile", swap_then_reconcile)
-    with pytest.raises(ShardkitError, match=r"the worker writing data/.*\.zip died \(exit code -9\); re-run"):
+    with pytest.raises(ShardkitError, match=r"the worker running data/.*\.zip died \(exit code -9\); re-run"):
         pack(config_for(corpus, out, jobs=2))
     assert killed.is_set()
     monkeypatch.undo()
@@ -122,4 +122,4 @@ def test_worker_killed_mid_job_is_reported_and_the_rerun_completes(
 
 def test_pool_with_no_jobs_closes_cleanly() -> None:
     with WorkerPool(2) as pool:
-        assert list(pool.map_unordered([])) == []
+        assert list(pool.map_unordered(str, [])) == []

@@ -153,7 +153,7 @@ def run_tasks(
     fn: Callable[[T], R], items: list[T], names: list[str], what: str, *, jobs: int, cluster: Cluster | None
 ) -> Iterator[R]:
     """``fn`` on every item, results as they finish: as tasks on ``cluster`` if given, else in
-    ``jobs`` worker processes (``spawn``: the callers hold threads), else (``jobs`` 1) here."""
+    ``jobs`` worker processes (:mod:`shardkit.worker`), else (``jobs`` 1) here."""
     if cluster is not None:
         yield from cluster.map_unordered(fn, items, names, what)
         return
@@ -161,19 +161,10 @@ def run_tasks(
         for item in items:
             yield fn(item)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from .worker import WorkerPool
 
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(jobs, len(items)), mp_context=context) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        try:
-            for future in as_completed(futures):
-                yield future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    with WorkerPool(min(jobs, len(items))) as pool:
+        yield from pool.map_unordered(fn, items, names)
 
 
 def worker_view(token_path: str, read_dirs: list[str]) -> dict[str, Any]:

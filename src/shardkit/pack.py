@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -47,7 +46,6 @@ from .plan import (
 from .preview import write_preview
 from .progress import NullProgress, Progress
 from .staging import StagedEntries, merge_runs, repeated_files
-from .worker import WorkerPool
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
 log = logging.getLogger(__name__)
@@ -221,7 +219,8 @@ def _pack_locked(
     progress.start("writing shards", total=sum(p.bytes for p in todo), unit="B")
     saved = time.monotonic()
     try:
-        for result in _run_jobs(jobs, config.jobs, cluster):
+        names = [job.plan.name for job in jobs]
+        for result in run_tasks(write_shard, jobs, names, "write", jobs=config.jobs, cluster=cluster):
             done[result.file] = result
             write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
             hashes.record(result.file, result.sha256)  # so a resume or the push need not read it again
@@ -406,17 +405,3 @@ def _reconcile(
         else:
             log.warning("%s: recorded as written but missing or changed; writing it again", p.name)
     return done
-
-
-def _run_jobs(jobs: list[ShardJob], workers: int, cluster: Cluster | None = None) -> Iterator[ManifestShard]:
-    """Write shards: one task each on ``cluster``; else ``workers`` at a time in worker processes
-    (in this process when 1)."""
-    if cluster is not None:
-        yield from cluster.map_unordered(write_shard, jobs, [job.plan.stem for job in jobs], "write")
-        return
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            yield write_shard(job)
-        return
-    with WorkerPool(min(workers, len(jobs))) as pool:
-        yield from pool.map_unordered(jobs)

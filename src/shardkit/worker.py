@@ -1,61 +1,76 @@
-"""Shard-writing worker processes: ``python -m shardkit.worker``, one JSON line per job.
+"""Worker processes for every local task: ``python -m shardkit.worker``, one task per line.
+
+Shards (:func:`shardkit.writer.write_shard`), metadata ranges (:func:`shardkit.check.check_range`)
+and remux source shards (:func:`shardkit.remux.transform_shard`) all run here when ``--jobs`` is
+over 1. A task is one line on the worker's stdin, base64 of the pickled ``(function, argument)``;
+the answer is one line on stdout, ``("ok", result)`` or ``("error", exception)``, pickled the
+same way. Functions travel by reference (module and name): the worker gets the parent's
+``sys.path`` in ``PYTHONPATH``, so whatever the parent can import, it can too.
 
 Why not ``concurrent.futures.ProcessPoolExecutor``: on Linux it brings a forkserver and a
-resource-tracker process (about 27 MB between them) and its workers import more than they
-need. A worker here imports only the writer (about 18 MB), takes a :class:`ShardJob` as one
-JSON line on stdin, and answers one JSON line on stdout: the :class:`ManifestShard`, or the error.
+resource-tracker process (about 27 MB between them), its spawned workers import the parent's
+``__main__`` (the CLI and huggingface_hub), and on Ctrl-C a worker takes the next queued task;
+terminating them instead makes the resource tracker warn about leaked semaphores. Here the
+first SIGINT or SIGTERM becomes an exception in the task (so a shard's partial files are
+removed) and the worker exits with 130.
 
-A worker that dies (killed, out of memory) is reported as an error naming the shard; its
+A worker that dies (killed, out of memory) is reported as an error naming its task; a shard's
 partial file sits under ``.shardkit/tmp`` and is cleaned by the next run.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
-import json
 import os
+import pickle
 import selectors
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict
-from typing import IO, Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any, TypeVar
 
 from .errors import ShardkitError
-from .manifest import ManifestShard
-from .plan import ShardPlan
-from .writer import ShardJob, SourceChanged, write_shard
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
-def job_to_json(job: ShardJob) -> str:
-    return json.dumps(asdict(job))
+def _encode(obj: object) -> str:
+    return base64.b64encode(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
 
 
-def job_from_json(text: str) -> ShardJob:
-    data = json.loads(text)
-    data["plan"] = ShardPlan(**data["plan"])
-    return ShardJob(**data)
+def _decode(line: str) -> Any:
+    return pickle.loads(base64.b64decode(line))
+
+
+def _answer(fn: Callable[[Any], Any], item: Any) -> str:
+    try:
+        return _encode(("ok", fn(item)))
+    except Exception as exc:
+        try:
+            return _encode(("error", exc))
+        except Exception:  # an exception that cannot be pickled: keep its message
+            return _encode(("error", ShardkitError(f"{type(exc).__name__}: {exc}")))
 
 
 def serve(stdin: IO[str], stdout: IO[str]) -> None:
-    """The worker loop: read a job, write the shard, answer; until stdin closes."""
+    """The worker loop: read a task, run it, answer; until stdin closes."""
     for line in stdin:
         try:
-            answer: dict[str, Any] = {"result": write_shard(job_from_json(line)).to_json()}
-        except SourceChanged as exc:
-            answer = {"error": str(exc), "kind": "input"}
-        except ShardkitError as exc:
-            answer = {"error": str(exc), "kind": "failure"}
-        except OSError as exc:
-            answer = {"error": f"{exc.filename or 'writing a shard'}: {exc.strerror or exc}", "kind": "failure"}
-        stdout.write(json.dumps(answer) + "\n")
+            fn, item = _decode(line)
+        except Exception as exc:  # e.g. the function's module does not import here
+            stdout.write(_encode(("error", ShardkitError(f"a worker could not load its task: {exc}"))) + "\n")
+        else:
+            stdout.write(_answer(fn, item) + "\n")
         stdout.flush()
 
 
 class WorkerPool:
-    """``size`` worker processes, each writing one shard at a time."""
+    """``size`` worker processes, each running one task at a time."""
 
     def __init__(self, size: int) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._procs = [
             subprocess.Popen(
                 [sys.executable, "-m", "shardkit.worker"],
@@ -63,53 +78,57 @@ class WorkerPool:
                 stdout=subprocess.PIPE,
                 text=True,
                 bufsize=1,
+                env=env,
             )
             for _ in range(size)
         ]
 
-    def map_unordered(self, jobs: Iterable[ShardJob]) -> Iterator[ManifestShard]:
-        """Run every job; yield results as they finish. Stops at the first failed job."""
-        queue = iter(jobs)
-        running: dict[int, tuple[subprocess.Popen[str], ShardJob]] = {}
+    def map_unordered(self, fn: Callable[[T], R], items: list[T], names: list[str] | None = None) -> Iterator[R]:
+        """Run ``fn`` on every item; yield results as they finish. Stops at the first failed task.
+
+        ``names`` name the tasks in the message when a worker dies.
+        """
+        queue = iter(zip(items, names or [str(item) for item in items], strict=True))
+        running: dict[int, str] = {}
         with selectors.DefaultSelector() as selector:
             for proc in self._procs:
-                job = next(queue, None)
-                if job is None:
+                task = next(queue, None)
+                if task is None:
                     break
-                self._send(proc, job)
-                running[proc.pid] = (proc, job)
+                self._send(proc, fn, task[0])
+                running[proc.pid] = task[1]
                 assert proc.stdout is not None
                 selector.register(proc.stdout, selectors.EVENT_READ, proc)
             while running:
                 # A timeout, so a signal delivered to another thread is still handled soon.
                 for key, _ in selector.select(timeout=0.25):
                     proc = key.data
-                    _, job = running.pop(proc.pid)
+                    name = running.pop(proc.pid)
                     assert proc.stdout is not None
                     line = proc.stdout.readline()
-                    yield self._result(proc, job, line)
+                    yield self._result(proc, name, line)
                     following = next(queue, None)
                     if following is None:
                         selector.unregister(proc.stdout)
                     else:
-                        self._send(proc, following)
-                        running[proc.pid] = (proc, following)
+                        self._send(proc, fn, following[0])
+                        running[proc.pid] = following[1]
 
     @staticmethod
-    def _send(proc: subprocess.Popen[str], job: ShardJob) -> None:
+    def _send(proc: subprocess.Popen[str], fn: Callable[[Any], Any], item: Any) -> None:
         assert proc.stdin is not None
-        proc.stdin.write(job_to_json(job) + "\n")
+        proc.stdin.write(_encode((fn, item)) + "\n")
         proc.stdin.flush()
 
     @staticmethod
-    def _result(proc: subprocess.Popen[str], job: ShardJob, line: str) -> ManifestShard:
+    def _result(proc: subprocess.Popen[str], name: str, line: str) -> Any:
         if not line:
             code = proc.wait()
-            raise ShardkitError(f"the worker writing {job.plan.name} died (exit code {code}); re-run to resume")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise (SourceChanged if answer["kind"] == "input" else ShardkitError)(answer["error"])
-        return ManifestShard(**answer["result"])
+            raise ShardkitError(f"the worker running {name} died (exit code {code}); re-run to resume")
+        status, value = _decode(line)
+        if status == "error":
+            raise value
+        return value
 
     def close(self) -> None:
         for proc in self._procs:
