@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -236,10 +242,6 @@ def test_shardkit_pack_is_the_same_command(corpus: Corpus, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path: Path, jobs: str) -> None:  # type: ignore[no-untyped-def]
-    import signal
-    import subprocess
-    import sys
-    import time
 
     corpus = make_corpus(20)
     out = tmp_path / "out"
@@ -327,3 +329,34 @@ def test_non_utf8_line_names_line_and_column(corpus: Corpus, tmp_path: Path) -> 
     code, _, stderr = run(corpus.images, meta, "-o", tmp_path / "out", "-j", "1")
     assert code == 1
     assert f"latin1.jsonl:2: line is not valid UTF-8 (byte 0xe9 at column {len(before) + 1})" in stderr
+
+
+def test_ctrl_c_while_metadata_ranges_are_checked_stops_every_process(corpus: Corpus, tmp_path: Path) -> None:
+    # 13 MB of metadata: checked in ranges by two worker processes, for several seconds.
+    with open(corpus.root / "big.jsonl", "w") as f:
+        for i in range(150_000):
+            f.write(json.dumps({"file_name": corpus.rows[i % 20]["file_name"], "key": f"{i:016x}", "n": i}) + "\n")
+    meta = corpus.root / "big.jsonl"
+    cmd = [str(Path(sys.executable).parent / "pack-shards"), str(corpus.images), str(meta), "-o", str(tmp_path / "o")]
+    proc = subprocess.Popen([*cmd, "-j", "2", "-q"], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        workers: list[psutil.Process] = []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            with contextlib.suppress(psutil.Error):
+                workers = [p for p in psutil.Process(proc.pid).children() if "shardkit.worker" in p.cmdline()]
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert len(workers) == 2 and proc.poll() is None  # still checking
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert time.monotonic() - started < 2
+    assert proc.returncode == 130, stderr
+    assert "interrupted; re-run the same command to resume" in stderr
+    gone = psutil.wait_procs(workers, timeout=5)[1] == []
+    assert gone  # no worker left behind, stuck or waiting for more work
