@@ -1,12 +1,14 @@
-"""Run shard tasks on a Dask cluster: ``--executor dask --scheduler tcp://HOST:PORT``.
+"""Run a pack's or remux's tasks on a Dask cluster: ``--executor dask --scheduler tcp://HOST:PORT``.
 
-The client (the machine running ``pack`` or ``remux``) does everything that needs the whole
-input at once: it checks the rows, sorts them and plans the shards, exactly as for a local run.
-Only the per-shard work goes to the cluster: one task per shard, the same function
-(:func:`shardkit.writer.write_shard`, or :func:`shardkit.remux.transform_shard`) that a local
-worker process runs, with the same arguments. The output is therefore byte for byte what a
-local run writes, and the client records each result as it arrives, so resuming works as it
-does locally.
+The work that a local run spreads over ``--jobs`` worker processes goes to the cluster instead,
+as tasks: the row checks, one task per byte range of the metadata file
+(:func:`shardkit.check.check_range`); the shards, one task each
+(:func:`shardkit.writer.write_shard`); for remux, the source shards
+(:func:`shardkit.remux.transform_shard`). Each is the function a local worker process runs,
+with the same arguments. The client (the machine running ``pack`` or ``remux``) keeps what needs
+the whole input at once: merging the sorted runs, finding duplicate keys, planning the shards,
+and recording each result as it arrives. The output is therefore byte for byte what a local run
+writes, and resuming works as it does locally.
 
 Workers read the inputs and write into OUT_DIR themselves, so OUT_DIR and the input folders
 must be on storage every worker sees at the same path (NFS, Lustre, a FUSE mount of an object

@@ -2,7 +2,8 @@
 
 The stages, each in its own module:
 
-1. :mod:`.metadata` reads and checks every row and the file it names (streaming);
+1. :mod:`.metadata` reads and checks every row and the file it names (streaming), in byte
+   ranges of the metadata file run by :mod:`.check` on worker processes (or a Dask cluster);
 2. :mod:`.staging` sorts the rows by key on disk and finds duplicate keys;
 3. :mod:`.plan` decides every shard's rows and exact size (pure);
 4. :mod:`.writer` writes shards in parallel, each atomically;
@@ -108,8 +109,9 @@ class PackSummary:
 def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = None) -> PackSummary:
     """Pack ``config.images_dir`` + ``config.metadata_path`` into shards under ``config.out_dir``.
 
-    ``client``, a ``distributed.Client``, writes the shards on that Dask cluster (as does
-    ``config.executor="dask"`` with ``config.scheduler``); see :mod:`shardkit.cluster`.
+    ``client``, a ``distributed.Client``, runs the row checks and the shard writes as tasks on
+    that Dask cluster (as does ``config.executor="dask"`` with ``config.scheduler``); see
+    :mod:`shardkit.cluster`.
     """
     progress = progress or NullProgress()
     started = time.perf_counter()
