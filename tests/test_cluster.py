@@ -159,6 +159,11 @@ def test_a_cluster_that_cannot_do_the_work_is_refused_before_any_task(cluster: D
     )
     assert unreachable.returncode == 2, unreachable.stderr
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in unreachable.stderr
+    not_a_scheduler_file = tmp_path / "scheduler.json"
+    not_a_scheduler_file.write_text("tcp://127.0.0.1:9")
+    bad_file = pack_example(tmp_path / "b", "--executor", "dask", "--scheduler", str(not_a_scheduler_file), env=env)
+    assert bad_file.returncode == 2, bad_file.stderr
+    assert f"{not_a_scheduler_file} is not a Dask scheduler file" in bad_file.stderr
 
     # One worker runs another shardkit version: its bytes could differ, so no task is sent.
     def set_version(version: str) -> None:

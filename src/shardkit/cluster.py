@@ -26,6 +26,7 @@ killed task leaves at most a partial file there, which the run removes when it e
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -62,11 +63,15 @@ class Cluster:
     def connect(cls, scheduler: str) -> Cluster:
         """Connect to ``tcp://HOST:PORT`` (any Dask address) or to the scheduler a JSON scheduler file names."""
         distributed = _import_distributed()
+        address = scheduler
+        if os.path.isfile(scheduler):  # what `dask scheduler --scheduler-file` writes
+            try:
+                with open(scheduler, encoding="utf-8") as f:
+                    address = json.load(f)["address"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise UsageError(f'{scheduler} is not a Dask scheduler file (JSON with an "address"): {exc}') from None
         try:
-            if os.path.isfile(scheduler):
-                client = distributed.Client(scheduler_file=scheduler)
-            else:
-                client = distributed.Client(scheduler)
+            client = distributed.Client(address)
         except (OSError, ValueError, TypeError) as exc:
             raise UsageError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
         return cls(client, owned=True)
