@@ -140,6 +140,12 @@ def test_remux_on_the_cluster_matches_a_local_remux(
     assert tree_bytes(out) == tree_bytes(local)
     assert not (out / ".shardkit" / "remux").exists()
 
+    by_cli = tmp_path / "cli" / "out"  # the command line's --executor dask takes the same path
+    dask = ("--executor", "dask", "--scheduler", cluster.address)
+    summary_cli = remux_cli(packed_template, by_cli, "--map", RESIZE, *dask)
+    assert summary_cli["rows_out"] == 300
+    assert tree_bytes(by_cli) == tree_bytes(local)
+
 
 def test_a_cluster_that_cannot_do_the_work_is_refused_before_any_task(cluster: DaskCluster, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
