@@ -276,9 +276,10 @@ def combine(results: list[RangeResult]) -> Combined | None:
 def range_jobs(
     settings: CheckSettings, work_dir: str, rejects: bool, parts: int, range_bytes: int | None = None
 ) -> list[RangeJob]:
-    """The range tasks for ``settings.metadata_path``; ``parts`` run at once (they share the sort buffer)."""
+    """The range tasks for ``settings.metadata_path``; ``parts`` of them run at once on this
+    machine, so they share its sort buffer."""
     ranges = plan_ranges(settings.metadata_path, range_bytes)
-    share = max(len(ranges) and min(parts, len(ranges)), 1)
+    share = max(min(parts, len(ranges)), 1)
     return [
         RangeJob(
             settings=settings,

@@ -291,7 +291,8 @@ def _check_and_stage(
     ranges_dir = os.path.join(staging_dir, "ranges")
     skip = problems.rejects_path is not None
     progress.start("checking rows", total=None, unit="rows")
-    jobs = range_jobs(settings, ranges_dir, skip, config.jobs, config.check_range_bytes)
+    at_once = 1 if cluster is not None else config.jobs  # range tasks sharing this machine's memory
+    jobs = range_jobs(settings, ranges_dir, skip, at_once, config.check_range_bytes)
     parallel = len(jobs) > 1 and (config.jobs > 1 or cluster is not None)
     combined = None
     if parallel:
