@@ -38,6 +38,11 @@ def _kind_of(value: Any) -> str:
     return _SCALARS.get(type(value), "unknown")
 
 
+def _clash(name: str, other: str) -> bool:
+    """Whether values of these two kinds cannot share a column (null fits anything; int and float meet)."""
+    return "null" not in (name, other) and name != other and {name, other} != {"int64", "float64"}
+
+
 def find_conflict(kind: Kind, value: Any, line: int, where: str) -> str | None:
     """Why ``value`` cannot merge into ``kind`` (None if it can). Never changes ``kind``."""
     new = _kind_of(value)
@@ -45,7 +50,7 @@ def find_conflict(kind: Kind, value: Any, line: int, where: str) -> str | None:
         return f"column {where!r} holds an unsupported value {value!r}"
     if new == "null":
         return None
-    if kind.name not in ("null", new) and {kind.name, new} != {"int64", "float64"}:
+    if _clash(kind.name, new):
         return (
             f"column {where!r} is {_article(new)} here but {_article(kind.name)} on line {kind.first_line};"
             " datasets needs one type per column"
@@ -160,10 +165,10 @@ class SchemaTracker:
 
 def _kinds_conflict(kind: Kind, later: Kind) -> bool:
     """Whether some value of ``later`` would conflict with ``kind`` (see :func:`find_conflict`)."""
+    if _clash(kind.name, later.name):
+        return True
     if "null" in (kind.name, later.name):
         return False
-    if kind.name != later.name and {kind.name, later.name} != {"int64", "float64"}:
-        return True
     if kind.name == "list" and kind.item is not None and later.item is not None:
         return _kinds_conflict(kind.item, later.item)
     if kind.name == "struct":
