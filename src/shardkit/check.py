@@ -256,11 +256,14 @@ class Combined:
 
 
 def combine(results: list[RangeResult]) -> Combined | None:
-    """The ranges' types and modality merged in input order; None where one pass must decide (see above)."""
+    """The ranges' types and modality merged; None where one pass must decide (see above).
+
+    ``results`` come in input order (by ``index``), as the caller also needs them for the problems.
+    """
     schema = SchemaTracker()
     audio_line = image_line = 0
     extensions: set[str] = set()
-    for r in sorted(results, key=lambda r: r.index):
+    for r in results:
         if r.index > 0 and r.order_dependent_problems:
             return None
         if not schema.absorb(r.schema):
