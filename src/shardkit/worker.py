@@ -49,8 +49,10 @@ def _answer(fn: Callable[[Any], Any], item: Any) -> str:
         return _encode(("ok", fn(item)))
     except Exception as exc:
         try:
-            return _encode(("error", exc))
-        except Exception:  # an exception that cannot be pickled: keep its message
+            answer = _encode(("error", exc))
+            _decode(answer)  # some exceptions pickle but do not unpickle (a custom __init__)
+            return answer
+        except Exception:  # an exception that cannot travel: keep its message
             return _encode(("error", ShardkitError(f"{type(exc).__name__}: {exc}")))
 
 
