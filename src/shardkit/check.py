@@ -18,7 +18,7 @@ file, because of what each check needs:
   whole file is checked again in one pass, so verdicts and messages are exactly one pass's.
   Inputs without such conflicts, the ones that get packed, are checked once.
 
-Small files (under two ranges) are checked in one pass in this process.
+Small files (under 8 MiB) are checked in one pass in this process.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ FILE_RUN_BYTES = 2 << 20
 MIN_RANGE_BYTES = 1 << 20
 MAX_RANGE_BYTES = 64 << 20
 RANGES_WANTED = 64  # ranges of a large file, for even load and progress (within the bounds above)
+#: A smaller file is checked in one pass: starting worker processes and merging their runs cost
+#: more than they save below about 60,000 rows (measured on 2 cores, see bench/bench_pack.py).
+MIN_SPLIT_BYTES = 8 << 20
 
 
 class ProblemLog:
@@ -206,14 +209,16 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
 def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, int | None, int]]:
     """(start, end, first line) of each range: whole lines, about ``range_bytes`` each.
 
-    By default the size depends on the file's size alone (about 64 ranges, 1 to 64 MiB each), so
-    the split, like everything else a pack does, is the same on every machine. A compressed file
-    is one range (it cannot be entered in the middle).
+    By default the size depends on the file's size alone (one range under ``MIN_SPLIT_BYTES``,
+    else about 64 ranges of 1 to 64 MiB each), so the split, like everything else a pack does, is
+    the same on every machine. A compressed file is one range (it cannot be entered in the middle).
     """
     if path.endswith(".gz"):
         return [(0, None, 1)]
     size = os.path.getsize(path)
     if range_bytes is None:
+        if size < MIN_SPLIT_BYTES:
+            return [(0, None, 1)]
         range_bytes = min(max(size // RANGES_WANTED, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
     if size < 2 * range_bytes:
         return [(0, None, 1)]

@@ -16,9 +16,9 @@ import gzip
 import hashlib
 import json
 import os
-import posixpath
 import re
 import stat
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
@@ -36,7 +36,7 @@ KEY_SCHEME = "hex: the row's 'key' (8-128 lowercase hex digits), else sha256(fil
 _HASH_CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SourceRecord:
     """One checked row: where its file is, what it weighs, and the fields to publish."""
 
@@ -63,7 +63,11 @@ def metadata_line(record: SourceRecord, file_name: str | None = None) -> str:
     if file_name is None:
         file_name = member_name(record.key, record.ext)
     row = {"file_name": file_name, "key": record.key, **record.fields}
-    return json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _PUBLISHED.encode(row)
+
+
+# json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False), made once
+_PUBLISHED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def sha256_file(path: str) -> str:
@@ -86,7 +90,7 @@ def open_metadata(path: str) -> IO[bytes]:
     return open(path, "rb")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Row:
     line: int
     raw: str
@@ -141,39 +145,63 @@ def _check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | 
     file_name = obj.get("file_name")
     if not isinstance(file_name, str) or not file_name:
         return "missing or empty 'file_name' (the file's path relative to IMAGES_DIR)"
-    for column in obj:
-        if column in RESERVED_COLUMNS:
-            return f"column {column!r} is reserved for the file itself in the published dataset; rename it"
-        if column.endswith(_FILE_COLUMN_SUFFIXES) and column != "file_name":
-            return f"column {column!r} ends in 'file_name': datasets would take it as a second file column; rename it"
+    columns = tuple(obj)
+    if columns not in _GOOD_COLUMNS:  # rows mostly share their columns: check each set once
+        if problem := _column_problem(columns):
+            return problem
+        if len(_GOOD_COLUMNS) > 1000:
+            _GOOD_COLUMNS.clear()
+        _GOOD_COLUMNS.add(columns)
     key = obj.get("key")
     if key is not None and (not isinstance(key, str) or not KEY_RE.match(key)):
         return (
             f"key {key!r} does not fit the key scheme (8 to 128 lowercase hex digits);"
             " drop the 'key' column to use content hashes"
         )
-    fields = {k: v for k, v in obj.items() if k not in ("file_name", "key")}
+    fields = obj.copy()
+    fields.pop("file_name")
+    fields.pop("key", None)
     return file_name, key, fields
 
 
+_GOOD_COLUMNS: set[tuple[str, ...]] = set()
+
+
+def _column_problem(columns: tuple[str, ...]) -> str | None:
+    for column in columns:
+        if column in RESERVED_COLUMNS:
+            return f"column {column!r} is reserved for the file itself in the published dataset; rename it"
+        if column.endswith(_FILE_COLUMN_SUFFIXES) and column != "file_name":
+            return f"column {column!r} ends in 'file_name': datasets would take it as a second file column; rename it"
+    return None
+
+
 def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
-    """Return (path, ext) for a safe relative path, or a problem."""
+    """Return (path, ext) for a safe relative path, or a problem.
+
+    ``images_root`` is absolute and ends in a separator.
+    """
     if "\x00" in file_name:
         return "file_name contains a NUL byte"
-    if file_name.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", file_name):
+    if file_name[0] == "/" or (file_name[1:2] == ":" and _DRIVE_RE.match(file_name)):
         return f"file_name {file_name!r} is absolute; give it relative to IMAGES_DIR"
-    if ".." in file_name.split("/"):
+    if ".." in file_name and ".." in file_name.split("/"):
         return f"file_name {file_name!r} contains '..'; paths must stay inside IMAGES_DIR"
-    ext = posixpath.splitext(posixpath.basename(file_name))[1]
+    base = file_name.rpartition("/")[2]
+    dot = base.rfind(".")
+    ext = base[dot:] if dot > 0 and base[:dot].strip(".") else ""  # as posixpath.splitext: not leading dots
     if not EXT_RE.match(ext):
         return (
             f"file_name {file_name!r} has no usable extension (need e.g. .jpg, .png, .flac);"
             " the extension tells loaders the file type"
         )
-    return os.path.join(images_root, file_name), ext
+    return images_root + file_name, ext
 
 
-@dataclass(frozen=True)
+_DRIVE_RE = re.compile(r"[A-Za-z]:[\\/]")
+
+
+@dataclass(slots=True)
 class _Pending:
     """A row whose file still needs its stat (and hash); checked on the thread pool."""
 
@@ -198,6 +226,8 @@ class _FileChecker:
         self.max_file_bytes = max_file_bytes
         self.decode = decode
         self._dirs: dict[str, str] = {}
+        self._fast = True  # the last batch checked inline was
+        self._batches = 0
 
     def _real_dir(self, directory: str) -> str:
         real = self._dirs.get(directory)
@@ -217,8 +247,28 @@ class _FileChecker:
     def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
         return [item if isinstance(item, InputProblem) else self.check(item) for item in batch]
 
+    def wants_inline(self, batch: list[_Pending | InputProblem]) -> bool:
+        """Whether to check this batch in the reading thread (:meth:`check_timed`), not on a thread.
+
+        Handing a batch to a thread costs more than the cached lstat each row needs, so while
+        stats are fast the reading thread does them itself. A batch whose stats turn out slow
+        (a cold cache, a network filesystem) sends the next ones to the threads, and every
+        ``PROBE_EVERY``-th batch is timed here again. Hashing (rows without a key) and decoding
+        always run on the threads, where they run in parallel.
+        """
+        self._batches += 1
+        if self.decode or not (self._fast or self._batches % PROBE_EVERY == 0):
+            return False
+        return all(isinstance(item, InputProblem) or item.key is not None for item in batch)
+
+    def check_timed(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
+        started = time.perf_counter()
+        out = self.check_batch(batch)
+        self._fast = time.perf_counter() - started <= INLINE_SECONDS_PER_ROW * len(batch)
+        return out
+
     def _stat(self, p: _Pending) -> tuple[int, str | None] | str:
-        directory, base = os.path.split(p.path)
+        directory, _, base = p.path.rpartition(os.sep)
         try:
             real = os.path.join(self._real_dir(directory), base)
             st = os.lstat(real)
@@ -276,6 +326,10 @@ def decode_problem(source: str | BinaryIO, ext: str) -> str | None:
 
 
 _BATCH = 64
+#: A batch checked in the reading thread that took longer than this per row (a cold cache, a
+#: network mount) sends the next batches to the thread pool; see _FileChecker.check_inline.
+INLINE_SECONDS_PER_ROW = 50e-6
+PROBE_EVERY = 16
 
 
 def read_metadata(
@@ -296,7 +350,7 @@ def read_metadata(
     every image (and WAV file) is decoded, and one that does not decode is a problem.
     ``start``, ``end`` and ``first_line`` read one range of whole lines (an uncompressed file).
     """
-    images_root = os.path.abspath(images_dir)
+    images_root = os.path.join(os.path.abspath(images_dir), "")  # ends in a separator
     checker = _FileChecker(os.path.realpath(images_root), max_file_bytes, decode)
     window: deque[Future[list[SourceRecord | InputProblem]]] = deque()
     batch: list[_Pending | InputProblem] = []
@@ -306,11 +360,17 @@ def read_metadata(
         lines: Iterable[bytes] = stream if end is None else _lines_until(stream, end - start)
         for row in _parse_rows(lines, first_line):
             batch.append(_pending_or_problem(row, images_root))
-            if len(batch) >= _BATCH:
+            if len(batch) < _BATCH:
+                continue
+            if checker.wants_inline(batch):
+                while window:  # earlier batches first, and no thread competes while it is timed
+                    yield from window.popleft().result()
+                yield from checker.check_timed(batch)
+            else:
                 window.append(pool.submit(checker.check_batch, batch))
-                batch = []
                 if len(window) > threads * 2:
                     yield from window.popleft().result()
+            batch = []
         if batch:
             window.append(pool.submit(checker.check_batch, batch))
         while window:

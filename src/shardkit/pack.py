@@ -92,6 +92,9 @@ class PackSummary:
     seconds: float
     dry_run: bool
     plan: list[ShardPlan]
+    # wall-clock seconds per phase: check (read, check and sort the metadata), plan, write, finish
+    # (manifest, card, preview); where a slow run spends its time
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def mb_per_s(self) -> float:
@@ -103,6 +106,7 @@ class PackSummary:
         data["plan"] = [asdict(p) for p in self.plan] if self.dry_run else None
         data["mb_per_s"] = round(self.mb_per_s, 1)
         data["seconds"] = round(self.seconds, 3)
+        data["phase_seconds"] = {k: round(v, 3) for k, v in self.phase_seconds.items()}
         return data
 
 
@@ -150,6 +154,7 @@ def _pack_locked(
     skip = config.on_error == "skip"
     rejects_path = (config.rejects_path or os.path.join(work_dir, "rejects.jsonl")) if skip else None
     problems = ProblemLog(rejects_path)
+    phases = _PhaseClock()
     try:
         staged = _check_and_stage(config, fmt, staging_dir, problems, progress, cluster)
     finally:
@@ -158,6 +163,7 @@ def _pack_locked(
         raise InputErrors(config.metadata_path, problems.shown, problems.count)
     if staged.rows == 0:
         raise ShardkitError(f"{config.metadata_path}: no rows to pack")
+    phases.end("check")
 
     prefix_length = config.prefix_length or choose_prefix_length(staged.total_cost, config.target_shard_bytes)
     try:
@@ -194,8 +200,10 @@ def _pack_locked(
             seconds=time.perf_counter() - started,
             dry_run=config.dry_run,
             plan=plan,
+            phase_seconds=dict(phases.seconds),
         )
 
+    phases.end("plan")
     if config.dry_run:
         return summary(written=0, manifest=None)
 
@@ -234,6 +242,7 @@ def _pack_locked(
     finally:
         hashes.save()
     progress.finish()
+    phases.end("write")
 
     manifest = Manifest(
         options=options,
@@ -258,7 +267,21 @@ def _pack_locked(
         update_loaders(out_dir, staged.features)
     shutil.rmtree(staging_dir, ignore_errors=True)
     shutil.rmtree(tmp_dir, ignore_errors=True)  # partial files of tasks whose worker died
+    phases.end("finish")
     return summary(written=len(todo), manifest=manifest_path, total_bytes=sum(s.bytes for s in manifest.shards))
+
+
+class _PhaseClock:
+    """Wall-clock seconds of consecutive phases, each measured from the end of the one before."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def end(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = now - self._last
+        self._last = now
 
 
 @dataclass(frozen=True)

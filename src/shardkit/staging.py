@@ -195,9 +195,16 @@ def format_file_id(record: SourceRecord, metadata_line: str) -> str:
     deduplicate files shared by distinct rows, and those rows are meant to stay.
     """
     source = json_string(record.source)
-    normal = posixpath.normpath(record.source)
+    normal = _normal_path(record.source)
     path = source if normal == record.source else json_string(normal)
     return f"{path}\t{record.line:012d}\t{record.key}\t{source}\t{metadata_line}\n"
+
+
+def _normal_path(name: str) -> str:
+    """``posixpath.normpath(name)``, skipped for the usual name it would leave as is."""
+    if "//" in name or "/." in name or name.startswith(".") or name.endswith("/"):
+        return posixpath.normpath(name)
+    return name
 
 
 @dataclass(frozen=True)

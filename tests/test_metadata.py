@@ -1,0 +1,128 @@
+"""The metadata reader's fast paths give what the plain code gives, and slow stats go to threads."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shardkit import metadata
+from shardkit.errors import InputProblem
+from shardkit.metadata import EXT_RE, SourceRecord, _check_path, _check_row, read_metadata
+from shardkit.staging import _normal_path
+from tests.conftest import write_jsonl
+
+ROOT = "/data/images/"
+
+
+def _plain_check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
+    """_check_path as first written, with os.path and a regex per row: the reference."""
+    if "\x00" in file_name:
+        return "file_name contains a NUL byte"
+    if file_name.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", file_name):
+        return f"file_name {file_name!r} is absolute; give it relative to IMAGES_DIR"
+    if ".." in file_name.split("/"):
+        return f"file_name {file_name!r} contains '..'; paths must stay inside IMAGES_DIR"
+    ext = posixpath.splitext(posixpath.basename(file_name))[1]
+    if not EXT_RE.match(ext):
+        return (
+            f"file_name {file_name!r} has no usable extension (need e.g. .jpg, .png, .flac);"
+            " the extension tells loaders the file type"
+        )
+    return os.path.join(images_root.rstrip("/"), file_name), ext
+
+
+path_text = st.text(alphabet="a./\\:C\x00j", min_size=1, max_size=12)
+
+
+@given(path_text)
+def test_check_path_decides_as_the_plain_code(file_name: str) -> None:
+    assert _check_path(ROOT, file_name) == _plain_check_path(ROOT, file_name)
+
+
+@given(st.text(alphabet="a./", min_size=1, max_size=12).filter(lambda s: not s.startswith("/")))
+def test_normal_path_is_normpath(name: str) -> None:
+    assert _normal_path(name) == posixpath.normpath(name)
+
+
+def test_column_checks_are_remembered_only_for_good_columns() -> None:
+    good = {"file_name": "a.jpg", "caption": "x"}
+    assert _check_row(good) == ("a.jpg", None, {"caption": "x"})
+    assert _check_row(dict(good)) == ("a.jpg", None, {"caption": "x"})  # the remembered column set
+    bad = {"file_name": "a.jpg", "image": "x"}
+    for _ in range(2):  # refused every time, not remembered as good
+        assert "reserved" in str(_check_row(bad))
+    assert "second file column" in str(_check_row({"file_name": "a.jpg", "thumb_file_name": "t.jpg"}))
+
+
+# --- where the stats run: the reading thread while they are fast, the thread pool once slow ----
+
+
+def _rows_and_files(tmp_path: Path, n: int, keyed: bool = True) -> tuple[Path, Path]:
+    images = tmp_path / "images"
+    images.mkdir()
+    rows = []
+    for i in range(n):
+        (images / f"{i:05d}.jpg").write_bytes(b"x" * (i % 7 + 1))
+        row: dict[str, Any] = {"file_name": f"{i:05d}.jpg", "n": i}
+        if keyed:
+            row["key"] = f"{i:032x}"
+        rows.append(row)
+    rows.insert(100, {"file_name": "missing.jpg", "key": "f" * 32})  # a problem, in its place
+    meta = tmp_path / "meta.jsonl"
+    write_jsonl(meta, rows)
+    return images, meta
+
+
+def _read_logging_threads(
+    images: Path, meta: Path, monkeypatch: pytest.MonkeyPatch, delay: float
+) -> tuple[list[SourceRecord | InputProblem], list[str]]:
+    threads: list[str] = []
+    real_lstat = os.lstat
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if str(path).endswith(".jpg"):  # a row's file, not a folder realpath() looks at
+            threads.append(threading.current_thread().name)
+        if delay:
+            time.sleep(delay)  # a network filesystem's stat
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(metadata.os, "lstat", lstat)
+    out = list(read_metadata(str(meta), str(images), max_file_bytes=1 << 20, threads=4))
+    monkeypatch.undo()
+    return out, threads
+
+
+def test_fast_stats_run_in_the_reading_thread_slow_ones_on_threads_same_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images, meta = _rows_and_files(tmp_path, 2000)
+    fast, fast_threads = _read_logging_threads(images, meta, monkeypatch, 0.0)
+    slow, slow_threads = _read_logging_threads(images, meta, monkeypatch, 0.0005)
+
+    assert fast == slow  # same records and problems, in input order
+    assert [r.line for r in fast] == list(range(1, 2002))
+    assert isinstance(fast[100], InputProblem) and "file not found" in fast[100].message
+    main = threading.main_thread().name
+    # Fast: every full batch in the reading thread (only the last, partial batch goes to a thread).
+    assert fast_threads.count(main) >= 1900
+    # Slow: after the first batch, on the pool, but for a probe now and then in the reading thread.
+    on_pool = sum(name.startswith("shardkit-check") for name in slow_threads)
+    assert on_pool >= 1700
+    assert 64 <= slow_threads.count(main) <= 64 * 3
+
+
+def test_rows_without_keys_are_hashed_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    images, meta = _rows_and_files(tmp_path, 300, keyed=False)
+    rows, threads = _read_logging_threads(images, meta, monkeypatch, 0.0)
+    assert all(name.startswith("shardkit-check") for name in threads)
+    keyed = [r for r in rows if isinstance(r, SourceRecord)]
+    assert len(keyed) == 300 and all(len(r.key) == 32 for r in keyed)
