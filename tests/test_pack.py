@@ -31,6 +31,8 @@ def test_layout_zip_members_metadata_and_manifest(corpus: Corpus, tmp_path: Path
     manifest = json.loads((out / "shards.json").read_text())
     assert summary.rows == 40 and manifest["totals"]["rows"] == 40
     assert manifest["prefix_length"] == 1
+    assert list(summary.phase_seconds) == ["check", "plan", "write", "finish"]
+    assert sum(summary.phase_seconds.values()) <= summary.seconds
     by_key: dict[str, dict[str, object]] = {}
     inputs = {hashlib.sha256((corpus.images / r["file_name"]).read_bytes()).hexdigest()[:32]: r for r in corpus.rows}
     for shard in manifest["shards"]:
@@ -200,6 +202,7 @@ def test_dry_run_writes_nothing(corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
     summary = pack(config_for(corpus, out, dry_run=True))
     assert summary.dry_run and summary.shards == len(summary.plan) and summary.rows == 40
+    assert list(summary.phase_seconds) == ["check", "plan"]
     assert not (out / "data").exists() and not (out / "shards.json").exists()
 
 
