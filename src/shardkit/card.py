@@ -183,9 +183,10 @@ def update_card(
     total_bytes: int,
     preview: str | None = None,
     fmt: ShardFormat = ZIP,
+    name: str | None = None,
 ) -> str:
     """Create README.md, or set ``configs`` (if absent), ``size_categories``, ``dataset_info.features``
-    and the stats section."""
+    and the stats section. ``name`` titles a new card (default: ``out_dir``'s folder name)."""
     path = os.path.join(out_dir, "README.md")
     section = stats_section(rows, shards, total_bytes, preview, fmt)
     try:
@@ -193,7 +194,7 @@ def update_card(
             data, body = split_front_matter(f.read())
         body = replace_stats(body, section)
     except FileNotFoundError:
-        data, body = {}, minimal_body(os.path.basename(os.path.abspath(out_dir)), section)
+        data, body = {}, minimal_body(name or os.path.basename(os.path.abspath(out_dir)), section)
     data["configs"] = _retarget_configs(data.get("configs"), fmt) or default_configs(fmt)
     data["size_categories"] = [size_category(rows)]
     info = data.get("dataset_info")

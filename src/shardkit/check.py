@@ -18,7 +18,7 @@ file, because of what each check needs:
   whole file is checked again in one pass, so verdicts and messages are exactly one pass's.
   Inputs without such conflicts, the ones that get packed, are checked once.
 
-Small files (under 8 MiB) are checked in one pass in this process.
+Small files (under 2 MiB, or 8 MiB when rows give keys) are checked in one pass in this process.
 """
 
 from __future__ import annotations
@@ -44,8 +44,11 @@ FILE_RUN_BYTES = 2 << 20
 MIN_RANGE_BYTES = 1 << 20
 MAX_RANGE_BYTES = 64 << 20
 RANGES_WANTED = 64  # ranges of a large file, for even load and progress (within the bounds above)
-#: A smaller file is checked in one pass: starting worker processes and merging their runs cost
-#: more than they save below about 60,000 rows (measured on 2 cores, see bench/bench_pack.py).
+#: A smaller file whose rows give their keys is checked in one pass: for a stat and a parse per
+#: row, starting worker processes and merging their runs cost more than they save below about
+#: 60,000 rows (measured on 2 cores). Rows without keys are hashed while checked, and ranges in
+#: separate processes hash twice as fast on 2 cores as threads in one, so those files are split
+#: from 2 MiB (two ranges) on.
 MIN_SPLIT_BYTES = 8 << 20
 
 
@@ -209,15 +212,15 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
 def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, int | None, int]]:
     """(start, end, first line) of each range: whole lines, about ``range_bytes`` each.
 
-    By default the size depends on the file's size alone (one range under ``MIN_SPLIT_BYTES``,
-    else about 64 ranges of 1 to 64 MiB each), so the split, like everything else a pack does, is
-    the same on every machine. A compressed file is one range (it cannot be entered in the middle).
+    By default the size depends on the file alone (one range under ``MIN_SPLIT_BYTES`` when the
+    rows give keys, else about 64 ranges of 1 to 64 MiB each), so the split, like everything
+    else a pack does, is the same on every machine. A compressed file is one range (it cannot be entered in the middle).
     """
     if path.endswith(".gz"):
         return [(0, None, 1)]
     size = os.path.getsize(path)
     if range_bytes is None:
-        if size < MIN_SPLIT_BYTES:
+        if size < MIN_SPLIT_BYTES and _first_row_has_key(path):
             return [(0, None, 1)]
         range_bytes = min(max(size // RANGES_WANTED, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
     if size < 2 * range_bytes:
@@ -239,6 +242,19 @@ def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, in
             if end is not None:
                 line += _count_newlines(f, end - start)
     return ranges
+
+
+def _first_row_has_key(path: str) -> bool:
+    """Whether the file's first non-blank line is a JSON object with a "key" (the rows give keys)."""
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                try:
+                    row = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
+                except ValueError:
+                    return False
+                return isinstance(row, dict) and "key" in row
+    return False
 
 
 def _count_newlines(f: IO[bytes], length: int) -> int:

@@ -21,6 +21,7 @@ from . import __version__
 from .errors import ShardkitError, UsageError
 from .formats import FORMAT_NAMES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
+from .store import is_url
 
 _UNITS = {
     "": 1,
@@ -52,6 +53,16 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
         if not match or match.group(2).lower() not in _UNITS:
             self.fail(f"{value!r} is not a size (examples: 1GB, 500MB, 256MiB, 1000000)", param, ctx)
         return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+class FolderOrUrl(click.Path):
+    """An existing folder, or an fsspec URL (s3://bucket/name) passed on as it is."""
+
+    def __init__(self) -> None:
+        super().__init__(exists=True, file_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value if isinstance(value, str) and is_url(value) else super().convert(value, param, ctx)
 
 
 def _run(action: Callable[[], Any]) -> Any:
@@ -144,6 +155,14 @@ executor_options = [
 ]
 
 
+work_dir_option = click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="With an OUT_DIR URL: the local folder for the run's working files and a copy of the"
+    " repo's small files; keep it to resume  [default: ~/.cache/shardkit/work/<hash of the URL>]",
+)
+
 pack_options = [
     click.argument("images_dir", type=click.Path(exists=True, file_okay=False)),
     click.argument("meta_jsonl", type=click.Path(exists=True, dir_okay=False)),
@@ -152,8 +171,10 @@ pack_options = [
         "--out-dir",
         required=True,
         type=click.Path(file_okay=False),
-        help="Dataset repo root to write data/, metadata/, shards.json and README.md into.",
+        help="Dataset repo root to write data/, metadata/, shards.json and README.md into: a folder,"
+        " or an fsspec URL such as s3://bucket/name (needs the protocol's package, e.g. s3fs).",
     ),
+    work_dir_option,
     click.option(
         "--format",
         "shard_format",
@@ -301,6 +322,11 @@ def _pack_command(**kw: Any) -> None:
 
     if kw["push_repo"]:
         _run(lambda: check_repo_id(kw["push_repo"]))  # before hours of packing, not after
+        if is_url(kw["out_dir"]):
+            click.echo(
+                "error: --push needs a local OUT_DIR; push the URL with `shardkit push URL --repo ...`", err=True
+            )
+            sys.exit(2)
 
     _setup_logging(kw["quiet"])
     config = PackConfig(
@@ -322,6 +348,7 @@ def _pack_command(**kw: Any) -> None:
         format=kw["shard_format"],
         executor=kw["executor"],
         scheduler=kw["scheduler"],
+        work_dir=kw["work_dir"],
     )
     progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
     summary = _run(lambda: pack(config, progress))
@@ -415,6 +442,7 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
 @main.command("remux")
 @click.argument("source")
 @click.argument("out_dir", type=click.Path(file_okay=False))
+@work_dir_option
 @click.option(
     "--map",
     "fn",
@@ -504,6 +532,7 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
         force=kw["force"],
         executor=kw["executor"],
         scheduler=kw["scheduler"],
+        work_dir=kw["work_dir"],
     )
     progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
     summary = _run(lambda: remux(config, progress))
@@ -530,12 +559,13 @@ SHOWN_PROBLEMS = 1000
 
 
 @main.command("verify")
-@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("out_dir", type=FolderOrUrl())
 @click.option("--deep", is_flag=True, help="Also decode every image (Pillow) and parse every WAV file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; problems and the summary still print.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout (every problem).")
 def verify_cmd(out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
-    """Check OUT_DIR against its shards.json: every shard's size, sha256, ZIP structure and CRCs;
+    """Check OUT_DIR (a folder, or the URL pack wrote to) against its shards.json: every shard's
+    size, sha256, ZIP structure and CRCs;
     metadata.jsonl inside each shard, metadata/ and the members agreeing one to one; the cap;
     keys unique and in their shard; nothing in data/ or metadata/ that the manifest does not name.
 

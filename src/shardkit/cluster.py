@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from . import __version__
 from .errors import ShardkitError, UsageError
+from .store import ShardStore, UrlStore, filesystem_for, is_url
 
 log = logging.getLogger(__name__)
 
@@ -87,23 +88,32 @@ class Cluster:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def check_workers(self, work_dir: str, read_dirs: Iterable[str]) -> int:
+    def check_workers(self, work_dir: str, read_dirs: Iterable[str], store: ShardStore | None = None) -> int:
         """Fail with a message naming the worker and path unless every worker can do the work.
 
         Each connected worker must run this shardkit version (the bytes written depend on it),
         read a token the client has just written under ``work_dir`` (so it sees the same OUT_DIR,
-        not a local folder of the same name) and see every folder in ``read_dirs``. Returns the
-        number of workers checked; with none connected yet, the tasks wait for workers to join.
+        not a local folder of the same name), or at an OUT_DIR URL ``store`` (so it can reach
+        it, with credentials), and see every folder in ``read_dirs``. Returns the number of
+        workers checked; with none connected yet, the tasks wait for workers to join.
         """
         token = secrets.token_hex(16)
-        token_path = os.path.join(work_dir, TOKEN_NAME)
-        with open(token_path, "w", encoding="utf-8") as f:
-            f.write(token)
+        remote_token = f".shardkit/{TOKEN_NAME}"
+        if isinstance(store, UrlStore):
+            token_path = f"{store.location}/{remote_token}"
+            store.write_bytes(remote_token, token.encode())
+        else:
+            token_path = os.path.join(work_dir, TOKEN_NAME)
+            with open(token_path, "w", encoding="utf-8") as f:
+                f.write(token)
         try:
             views: dict[str, Any] = self.client.run(worker_view, token_path, sorted(set(read_dirs)), on_error="return")
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(token_path)
+            if isinstance(store, UrlStore):
+                store.remove(remote_token)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(token_path)
         if not views:
             log.warning("no Dask worker is connected yet: the tasks wait for workers to join, unchecked")
         problems = []
@@ -115,6 +125,8 @@ class Cluster:
                 problems.append(f"{worker}: runs shardkit {view['version']}, this client {__version__}")
             if view["token"] is None:
                 problems.append(f"{worker}: cannot read {token_path}, so it does not share OUT_DIR with this client")
+                if view.get("error"):
+                    problems[-1] += f" ({view['error']})"
             elif view["token"] != token:
                 problems.append(f"{worker}: {token_path} holds another token: its OUT_DIR is not this client's")
             problems.extend(f"{worker}: cannot see {path}" for path in view["missing"])
@@ -122,8 +134,8 @@ class Cluster:
             raise UsageError(
                 "the Dask workers cannot do this work:\n  "
                 + "\n  ".join(problems[:20])
-                + "\nEvery worker needs shardkit (the same version) and the input and OUT_DIR at the same paths"
-                " on shared storage."
+                + "\nEvery worker needs shardkit (the same version), the input at the same paths on shared"
+                " storage, and OUT_DIR there too or, for an OUT_DIR URL, the credentials to reach it."
             )
         return len(views)
 
@@ -177,11 +189,20 @@ def run_tasks(
 def worker_view(token_path: str, read_dirs: list[str]) -> dict[str, Any]:
     """Run on each worker by :meth:`Cluster.check_workers`: what this worker sees."""
     token: str | None = None
-    with contextlib.suppress(OSError), open(token_path, encoding="utf-8") as f:
-        token = f.read()
+    error: str | None = None
+    try:
+        if is_url(token_path):  # an OUT_DIR URL: this worker's credentials and endpoint reach it
+            fs, path = filesystem_for(token_path)
+            token = fs.cat_file(path).decode()
+        else:
+            with open(token_path, encoding="utf-8") as f:
+                token = f.read()
+    except Exception as exc:  # whatever the filesystem raises: the worker cannot reach OUT_DIR
+        error = f"{type(exc).__name__}: {exc}"
     return {
         "version": __version__,
         "token": token,
+        "error": error,
         "missing": [path for path in read_dirs if not os.path.isdir(path)],
     }
 

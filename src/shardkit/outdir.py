@@ -13,8 +13,9 @@ import threading
 from collections.abc import Iterator
 
 from .errors import UsageError
-from .manifest import ManifestShard, write_atomic
+from .manifest import MANIFEST_NAME, ManifestShard, write_atomic
 from .metadata import sha256_file
+from .store import UrlStore
 
 WORK_DIR = ".shardkit"
 
@@ -107,4 +108,54 @@ def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None =
             return f"{rel} is missing"
         if digest != sha:
             return f"{rel} does not match the sha256 the manifest records"
+    return None
+
+
+# --- an OUT_DIR URL: the repo's small files travel between it and the local work folder -------
+
+
+def _small_files(folder: str) -> list[str]:
+    """The repo's top-level files in a local folder (card, manifest, .gitattributes, preview, script)."""
+    return sorted(
+        name
+        for name in os.listdir(folder)
+        if name != WORK_DIR and not name.endswith(".partial") and os.path.isfile(os.path.join(folder, name))
+    )
+
+
+def pull_small_files(store: UrlStore, local_dir: str) -> list[str]:
+    """Copy the top-level files at the URL (a card or loading script made by ``shardkit new``, an
+    earlier run's manifest) into the local work folder, which then edits them; return their names."""
+    names = [name for name in store.list("") if not name.endswith(".partial")]
+    for name in names:
+        data = store.read_bytes(name)
+        if data is not None:
+            write_atomic(os.path.join(local_dir, name), data)
+    return names
+
+
+def push_small_files(store: UrlStore, local_dir: str) -> list[str]:
+    """Upload the local work folder's top-level files to the URL, the manifest last (it says the
+    shards are complete); return their names."""
+    names = _small_files(local_dir)
+    names.sort(key=lambda name: name == MANIFEST_NAME)
+    for name in names:
+        with open(os.path.join(local_dir, name), "rb") as f:
+            store.write_bytes(name, f.read())
+    return names
+
+
+def url_shard_problem(store: UrlStore, shard: ManifestShard) -> str | None:
+    """Why a shard at the URL is not the one recorded as written; None if it is there at its size.
+
+    Sizes only: objects are uploaded whole, so a shard that is there at its size is the one
+    written (``shardkit verify URL`` reads and hashes everything).
+    """
+    size = store.size(shard.file)
+    if size is None:
+        return f"{shard.file} is missing"
+    if size != shard.bytes:
+        return f"{shard.file} is {size} bytes, the record says {shard.bytes}"
+    if store.size(shard.metadata) is None:
+        return f"{shard.metadata} is missing"
     return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from .cluster import Cluster, cluster_for, run_tasks
 from .errors import InputErrors, ShardkitError, UsageError
 from .formats import SHARD_SUFFIXES, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
-from .outdir import HashCache, locked, shard_problem
+from .outdir import HashCache, locked, pull_small_files, push_small_files, shard_problem, url_shard_problem
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
     DEFAULT_TARGET_SHARD_BYTES,
@@ -47,6 +48,7 @@ from .plan import (
 from .preview import write_preview
 from .progress import NullProgress, Progress
 from .staging import StagedEntries, merge_runs, repeated_files
+from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,9 @@ class PackConfig:
     check_range_bytes: int | None = None  # metadata bytes per check task (None: from the file's size)
     executor: Literal["local", "dask"] = "local"  # dask: each shard a task on the cluster at `scheduler`
     scheduler: str | None = None  # tcp://HOST:PORT or a scheduler file; default $DASK_SCHEDULER_ADDRESS
+    # With an OUT_DIR URL: the local folder for working files and the repo's small files
+    # (None: ~/.cache/shardkit/work/<hash of the URL>); see shardkit.store
+    work_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,12 +134,15 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
             raise UsageError(f"{what} {path!r} does not exist")
     if not os.path.isdir(config.images_dir):
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
-    out_dir = os.path.abspath(config.out_dir)
+    out_dir = run_folder(config.out_dir, config.work_dir)
+    store = UrlStore(config.out_dir) if is_url(config.out_dir) else LocalStore(out_dir)
     with cluster_for(config.executor, config.scheduler, client) as cluster, locked(out_dir) as work_dir:
         if cluster is not None:  # before the check phase, which can take hours
             metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
-            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir])
-        return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster)
+            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
+        if isinstance(store, UrlStore):
+            pull_small_files(store, out_dir)
+        return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store)
 
 
 def _pack_locked(
@@ -144,8 +152,11 @@ def _pack_locked(
     work_dir: str,
     progress: Progress,
     started: float,
-    cluster: Cluster | None = None,
+    cluster: Cluster | None,
+    store: ShardStore,
 ) -> PackSummary:
+    """Pack, holding the lock; ``out_dir`` is OUT_DIR, or for a URL the local work folder."""
+    remote = isinstance(store, UrlStore)
     tmp_dir = os.path.join(work_dir, "tmp")
     staging_dir = os.path.join(work_dir, "staging")
     shutil.rmtree(tmp_dir, ignore_errors=True)  # leftovers of a run that died
@@ -156,7 +167,8 @@ def _pack_locked(
     problems = ProblemLog(rejects_path)
     phases = _PhaseClock()
     try:
-        staged = _check_and_stage(config, fmt, staging_dir, problems, progress, cluster)
+        # With a URL, the range tasks' runs must land where this process reads them: here.
+        staged = _check_and_stage(config, fmt, staging_dir, problems, progress, None if remote else cluster)
     finally:
         problems.close()
     if problems.count and not skip:
@@ -187,7 +199,7 @@ def _pack_locked(
 
     def summary(*, written: int, manifest: str | None, total_bytes: int | None = None) -> PackSummary:
         return PackSummary(
-            out_dir=out_dir,
+            out_dir=store.location,
             manifest=manifest,
             rows=staged.rows,
             shards=len(plan),
@@ -207,22 +219,24 @@ def _pack_locked(
     if config.dry_run:
         return summary(written=0, manifest=None)
 
-    hashes = HashCache(out_dir)
-    done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force, hashes)
+    hashes = None if remote else HashCache(out_dir)
+    done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force, hashes, store)
     todo = [p for p in plan if p.name not in done]
+    slices = _staged_slices(staged.path, plan, todo) if remote else {}
     jobs = [
         ShardJob(
             plan=p,
             staging_path=staged.path,
             images_dir=os.path.abspath(config.images_dir),
-            out_dir=out_dir,
-            tmp_dir=tmp_dir,
+            out_dir=store.location,
+            tmp_dir="" if remote else tmp_dir,  # a worker writing to a URL uses its own temp folder
             read_threads=config.read_threads,
             prefetch_bytes=config.prefetch_bytes,
             fsync=config.fsync,
             format=fmt.name,
             max_shard_bytes=config.max_shard_bytes,
             features=staged.features,
+            staged=slices.get(p.name),
         )
         for p in todo
     ]
@@ -233,14 +247,16 @@ def _pack_locked(
         for result in run_tasks(write_shard, jobs, names, "write", jobs=config.jobs, cluster=cluster):
             done[result.file] = result
             write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
-            hashes.record(result.file, result.sha256)  # so a resume or the push need not read it again
-            hashes.record(result.metadata, result.metadata_sha256)
-            if time.monotonic() - saved > HASHES_SAVE_SECONDS:
-                hashes.save()
-                saved = time.monotonic()
+            if hashes is not None:  # so a resume or the push need not read the files again
+                hashes.record(result.file, result.sha256)
+                hashes.record(result.metadata, result.metadata_sha256)
+                if time.monotonic() - saved > HASHES_SAVE_SECONDS:
+                    hashes.save()
+                    saved = time.monotonic()
             progress.advance(result.bytes, shards=len(done), rows=result.rows)
     finally:
-        hashes.save()
+        if hashes is not None:
+            hashes.save()
     progress.finish()
     phases.end("write")
 
@@ -252,7 +268,10 @@ def _pack_locked(
         shards=[done[p.name] for p in plan],
     )
     manifest_path = write_manifest(out_dir, manifest)
-    preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt) if staged.modality == "image" else None
+    preview = None
+    if staged.modality == "image":
+        shards_at = store.location if remote else None
+        preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt, shards_at=shards_at)
     update_card(
         out_dir,
         features=card_features(fmt, staged.features, staged.extensions),
@@ -261,14 +280,32 @@ def _pack_locked(
         total_bytes=sum(s.bytes for s in manifest.shards),
         preview=preview,
         fmt=fmt,
+        name=store.location.rsplit("/", 1)[-1],
     )
     ensure_gitattributes(out_dir)
     if fmt.name == "zip":  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
         update_loaders(out_dir, staged.features)
+    if isinstance(store, UrlStore):
+        push_small_files(store, out_dir)
+        manifest_path = f"{store.location}/{MANIFEST_NAME}"
     shutil.rmtree(staging_dir, ignore_errors=True)
     shutil.rmtree(tmp_dir, ignore_errors=True)  # partial files of tasks whose worker died
     phases.end("finish")
     return summary(written=len(todo), manifest=manifest_path, total_bytes=sum(s.bytes for s in manifest.shards))
+
+
+def _staged_slices(path: str, plan: list[ShardPlan], todo: list[ShardPlan]) -> dict[str, bytes]:
+    """The staged rows of each shard in ``todo``, as bytes (the plan cuts sorted.tsv in order)."""
+    ends = {p.name: q.offset for p, q in itertools.pairwise(plan)}
+    wanted = {p.name for p in todo}
+    slices = {}
+    with open(path, "rb") as f:
+        for p in plan:
+            if p.name in wanted:
+                f.seek(p.offset)
+                end = ends.get(p.name)
+                slices[p.name] = f.read() if end is None else f.read(end - p.offset)
+    return slices
 
 
 class _PhaseClock:
@@ -373,9 +410,11 @@ def _reconcile(
     fingerprint: str,
     options: Options,
     force: bool,
-    hashes: HashCache | None = None,
+    hashes: HashCache | None,
+    store: ShardStore,
 ) -> dict[str, ManifestShard]:
     """Compare OUT_DIR with the plan: return the shards already done; refuse foreign output."""
+    where = store.location
     state_path = os.path.join(work_dir, "state.json")
     state = {"input_fingerprint": fingerprint, "options": asdict(options)}
     previous: dict[str, Any] | None = None
@@ -389,21 +428,20 @@ def _reconcile(
     foreign = sorted(
         f"{sub}/{name}"
         for sub, suffix in (("data", SHARD_SUFFIXES), ("metadata", (".jsonl",)))
-        if os.path.isdir(os.path.join(out_dir, sub))
-        for name in os.listdir(os.path.join(out_dir, sub))
+        for name in store.list(sub)
         if name.endswith(suffix)
     )
     same_run = previous == state
     if not same_run and (previous is not None or foreign) and not force:
         why = "different input or options" if previous is not None else "shards that no shardkit manifest describes"
         raise UsageError(
-            f"{out_dir} already holds output from {why}. Re-run with --force to replace it, or choose another OUT_DIR."
+            f"{where} already holds output from {why}. Re-run with --force to replace it, or choose another OUT_DIR."
         )
     unplanned = [rel for rel in foreign if rel not in planned]
     if same_run and unplanned and not force:  # never delete a file we did not write without being told
         shown = ", ".join(unplanned[:5]) + (" ..." if len(unplanned) > 5 else "")
         raise UsageError(
-            f"{out_dir} holds files this input does not produce ({shown}). Move them away, or re-run with"
+            f"{where} holds files this input does not produce ({shown}). Move them away, or re-run with"
             " --force to delete them."
         )
     done_dir = os.path.join(work_dir, "done")
@@ -411,9 +449,11 @@ def _reconcile(
         shutil.rmtree(done_dir, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(out_dir, MANIFEST_NAME))
+        if isinstance(store, UrlStore):
+            store.remove(MANIFEST_NAME)
     for rel in foreign:
         if rel not in planned or not same_run:
-            os.unlink(os.path.join(out_dir, rel))
+            store.remove(rel)
     os.makedirs(done_dir, exist_ok=True)
     write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
 
@@ -426,7 +466,11 @@ def _reconcile(
         except (FileNotFoundError, ValueError, TypeError):
             continue
         planned_size = p.bytes == result.bytes or not options.shard_format.exact
-        if planned_size and shard_problem(out_dir, result, hashes) is None:
+        if isinstance(store, UrlStore):  # reading terabytes back to hash them would cost as much as the pack
+            problem = url_shard_problem(store, result)
+        else:
+            problem = shard_problem(out_dir, result, hashes)
+        if planned_size and problem is None:
             done[p.name] = result
         else:
             log.warning("%s: recorded as written but missing or changed; writing it again", p.name)

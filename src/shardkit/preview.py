@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .formats import ZIP, ShardFormat
-from .reader import Source, iter_shard
+from .reader import Source, iter_shard, resolve_source
 
 PREVIEW_NAME = "preview.jpg"
 CAPTION_COLUMNS = ("caption", "title", "text", "description", "label", "class", "category")
@@ -36,11 +36,10 @@ def caption_of(row: dict[str, Any]) -> str:
     return str(row.get("key", ""))[:12]
 
 
-def _samples(out_dir: str, shard_files: list[str], limit: int, fmt: ShardFormat) -> Iterator[tuple[bytes, str]]:
+def _samples(source: Source, shard_files: list[str], limit: int, fmt: ShardFormat) -> Iterator[tuple[bytes, str]]:
     """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look."""
     quota = max(1, -(-limit // max(len(shard_files), 1)))
     taken = 0
-    source = Source(out_dir, remote=False)
     for shard in shard_files:
         rows = iter_shard(source, shard, "image", fmt.name)
         for from_this_shard, row in enumerate(rows, 1):
@@ -54,12 +53,16 @@ def _samples(out_dir: str, shard_files: list[str], limit: int, fmt: ShardFormat)
         rows.close()
 
 
-def write_preview(out_dir: str, shard_files: list[str], *, count: int = 12, fmt: ShardFormat = ZIP) -> str | None:
-    """Write ``preview.jpg`` from up to ``count`` images; return its name, or None if none decode."""
+def write_preview(
+    out_dir: str, shard_files: list[str], *, count: int = 12, fmt: ShardFormat = ZIP, shards_at: str | None = None
+) -> str | None:
+    """Write ``preview.jpg`` into ``out_dir`` from up to ``count`` images of the shards in
+    ``out_dir`` (or at the URL ``shards_at``); return its name, or None if none decode."""
     from PIL import Image, ImageDraw, ImageFont, ImageOps
 
+    source = resolve_source(shards_at) if shards_at else Source(out_dir, remote=False)
     tiles: list[tuple[Image.Image, str]] = []
-    for data, caption in _samples(out_dir, shard_files, count, fmt):
+    for data, caption in _samples(source, shard_files, count, fmt):
         try:
             with Image.open(io.BytesIO(data)) as img:
                 tile = ImageOps.pad(img.convert("RGB"), (_CELL, _CELL), color=(240, 240, 240))

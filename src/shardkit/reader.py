@@ -12,8 +12,9 @@ The shard list goes into ``gen_kwargs``, so ``n_shards`` is the number of ZIPs: 
 workers and ``split_dataset_by_node`` split the dataset by shard, and ``.shuffle(seed,
 buffer_size)`` shuffles the shard order plus a buffer of rows (``set_epoch`` reshuffles).
 
-Sources: a packed folder, an ``http(s)://`` URL of one, a Hub dataset id (``ns/name``), or
-``hf://datasets/ns/name[@revision]``. Hub reads go to ``HF_ENDPOINT`` with the token
+Sources: a packed folder, an ``http(s)://`` URL of one, a Hub dataset id (``ns/name``),
+``hf://datasets/ns/name[@revision]``, or another fsspec URL (``s3://bucket/ds``, where
+``pack -o URL`` writes; read through fsspec in 8 MiB blocks). Hub reads go to ``HF_ENDPOINT`` with the token
 huggingface_hub finds (``HF_TOKEN`` or the login), so private repos work.
 """
 
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import UsageError
 from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
+from .store import filesystem_for, is_url
 from .tarformat import TarFormatError, iter_tar_members
 from .zipformat import ZipFormatError, iter_members
 
@@ -51,6 +53,7 @@ class Source:
     base: str
     remote: bool
     hub: bool = False  # send the Hub token with requests
+    fsspec: bool = False  # another fsspec URL (s3://...): read through fsspec, not plain HTTP
 
     def locate(self, relative: str) -> str:
         return self.base + relative if self.remote else os.path.join(self.base, relative)
@@ -62,6 +65,8 @@ def resolve_source(source: str, revision: str | None = None) -> Source:
         return Source(os.path.abspath(source), remote=False)
     if source.startswith(("http://", "https://")):
         return Source(source.rstrip("/") + "/", remote=True)
+    if is_url(source) and not source.startswith("hf://"):  # s3://, gs://...: where `pack -o URL` writes
+        return Source(source.rstrip("/") + "/", remote=True, fsspec=True)
     match = _HF_URL.match(source)
     repo_id = match.group(1) if match else source if _REPO_ID.match(source) else None
     if repo_id is None:
@@ -114,6 +119,9 @@ class _HttpReader:
 
 
 def _open(source: Source, relative: str) -> Any:
+    if source.fsspec:  # one sequential read, in large blocks
+        fs, path = filesystem_for(source.locate(relative))
+        return fs.open(path, "rb", block_size=8 << 20, cache_type="readahead")
     if source.remote:
         return _HttpReader(source.locate(relative), source.hub)
     return open(source.locate(relative), "rb", buffering=_CHUNK)
@@ -194,7 +202,10 @@ def _iter_parquet_shard(source: Source, shard: str) -> Iterator[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     with contextlib.ExitStack() as stack:
-        if source.remote:
+        if source.fsspec:
+            fs, path = filesystem_for(source.locate(shard))
+            f = stack.enter_context(fs.open(path, "rb", block_size=8 << 20))
+        elif source.remote:
             import fsspec  # type: ignore[import-untyped]
             from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 

@@ -49,6 +49,7 @@ from .manifest import MANIFEST_NAME, write_atomic
 from .metadata import KEY_RE
 from .outdir import locked
 from .progress import NullProgress, Progress
+from .store import run_folder
 
 BatchFn = Callable[..., dict[str, list[Any]]]
 REMUX_DIR = "remux"
@@ -75,6 +76,7 @@ class RemuxConfig:
     force: bool = False
     executor: Literal["local", "dask"] = "local"  # dask: each source shard, then each shard, a cluster task
     scheduler: str | None = None  # as for PackConfig
+    work_dir: str | None = None  # as for PackConfig: with an OUT_DIR URL, where the staged files go
 
 
 @dataclass(frozen=True)
@@ -409,7 +411,8 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     if config.batch_size < 1:
         raise UsageError(f"batch size must be at least 1, got {config.batch_size}")
     load_function(config.fn)  # a bad --map fails now, not in a worker
-    out_dir = os.path.abspath(config.out_dir)
+    # With an OUT_DIR URL the transformed files are staged in the local work folder, as pack's own.
+    out_dir = run_folder(config.out_dir, config.work_dir)
     started = time.perf_counter()
     shardkit_source = _is_shardkit(config.source, config.revision)
     n_shards = open_source(config, shardkit_source).n_shards
@@ -471,7 +474,8 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         PackConfig(
             images_dir=os.path.join(remux_dir, "files"),
             metadata_path=metadata,
-            out_dir=out_dir,
+            out_dir=config.out_dir,
+            work_dir=config.work_dir,
             jobs=config.jobs,
             format=config.format,
             force=config.force,

@@ -34,13 +34,14 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 from .errors import UsageError
 from .formats import PARQUET, SHARD_SUFFIXES, TAR, ZIP, ShardFormat
-from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
+from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .metadata import can_decode, decode_problem
 from .progress import NullProgress, Progress
+from .store import LocalStore, ShardStore, store_for
 from .tarformat import TarFormatError, iter_tar_members
 from .threads import interruptible_pool
 from .zipformat import ZipFormatError, iter_members
@@ -85,12 +86,12 @@ class VerifyReport:
 class _HashingReader:
     """A forward-only reader that hashes everything read through it (one pass: walk + sha256)."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: IO[bytes]) -> None:
         self.raw = raw
         self.sha256 = hashlib.sha256()
 
     def read(self, n: int = -1) -> bytes:
-        data = self.raw.read(n)
+        data: bytes = self.raw.read(n)
         self.sha256.update(data)
         return data
 
@@ -101,11 +102,11 @@ class _HashingReader:
 
 @contextlib.contextmanager
 def _walking(
-    path: str, shard: ManifestShard, problems: list[Problem], error: type[ValueError]
+    store: ShardStore, shard: ManifestShard, problems: list[Problem], error: type[ValueError]
 ) -> Iterator[_HashingReader]:
     """A hashing reader over the shard file; a format ``error`` raised while walking it becomes a
     problem. Whatever the walk left unread is read too, so the sha256 covers the whole file."""
-    with open(path, "rb") as raw:
+    with store.open(shard.file) as raw:
         reader = _HashingReader(raw)
         try:
             yield reader
@@ -174,13 +175,13 @@ class _Walk:
     metadata: bytes | None  # the metadata lines the shard holds, to compare with metadata/; None: compared already
 
 
-def _walk_zip(path: str, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
+def _walk_zip(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
     problems = result.problems
     rows: dict[str, str] | None = None
     keys: list[str] = []
     walked: list[tuple[str, int, int]] = []
     inner_metadata = b""
-    with _walking(path, shard, problems, ZipFormatError) as reader:
+    with _walking(store, shard, problems, ZipFormatError) as reader:
         for member in iter_members(reader, check_crc=False):  # type: ignore[arg-type]
             walked.append((member.name, member.size, member.crc))
             if zlib.crc32(member.data) != member.crc:
@@ -203,7 +204,7 @@ def _walk_zip(path: str, shard: ManifestShard, prefix: str, deep: bool, result: 
         problems.append(Problem(shard.file, "row in metadata.jsonl has no member", name))
 
     try:  # the central directory must describe the members met walking front to back
-        with zipfile.ZipFile(path) as zf:
+        with store.open(shard.file) as raw, zipfile.ZipFile(raw) as zf:
             listed = [(i.filename, i.file_size, i.CRC) for i in zf.infolist()]
         if listed != walked:
             problems.append(Problem(shard.file, "the central directory does not list the members the file holds"))
@@ -212,13 +213,13 @@ def _walk_zip(path: str, shard: ManifestShard, prefix: str, deep: bool, result: 
     return _Walk(reader.sha256.hexdigest(), max(len(walked) - 1, 0), keys, inner_metadata)
 
 
-def _walk_tar(path: str, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
+def _walk_tar(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
     """``<key>.json`` then ``<key><ext>`` per row, the json naming the file that follows it."""
     problems = result.problems
     lines: list[bytes] = []
     files = 0
     expected: str | None = None  # the file_name the last .json announced
-    with _walking(path, shard, problems, TarFormatError) as reader:
+    with _walking(store, shard, problems, TarFormatError) as reader:
         for member in iter_tar_members(reader):  # type: ignore[arg-type]
             if expected is None:
                 if not member.name.endswith(".json"):
@@ -254,18 +255,17 @@ def _same_value(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _walk_parquet(path: str, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
+def _walk_parquet(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
     """Every row against its metadata line (values compared as typed), in order."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     problems = result.problems
-    with open(path, "rb") as raw:
+    with store.open(shard.file) as raw:
         reader = _HashingReader(raw)
         reader.drain()
-    meta_path = os.path.join(os.path.dirname(os.path.dirname(path)), shard.metadata)
     try:
-        with open(meta_path, "rb") as f:
+        with store.open(shard.metadata) as f:
             text = f.read().decode("utf-8", "replace")
     except FileNotFoundError:
         text = ""  # reported by the shared check
@@ -273,27 +273,17 @@ def _walk_parquet(path: str, shard: ManifestShard, prefix: str, deep: bool, resu
     lines = iter(text.splitlines())
     count = 0
     try:
-        parquet = pq.ParquetFile(path)
-        file_column = parquet.schema_arrow.names[0]
-        for batch in parquet.iter_batches(batch_size=64):
-            for record in batch.to_pylist():
-                count += 1
-                content = record.pop(file_column) or {}
-                name = str(content.get("path"))
-                line = next(lines, None)
-                try:
-                    expected = json.loads(line) if line is not None else None
-                except ValueError:
-                    expected = {}  # _check_rows reported it
-                if not isinstance(expected, dict):
-                    problems.append(Problem(shard.file, f"row {count} has no line in {shard.metadata}", name))
-                else:
-                    if expected.pop("file_name", None) != name:
-                        problems.append(Problem(shard.file, f"row {count}: path differs from {shard.metadata}", name))
-                    if not _same_value(expected, record):
-                        problems.append(Problem(shard.file, f"row {count}: fields differ from {shard.metadata}", name))
-                if deep and content.get("bytes") is not None:
-                    _decode(result, shard, name, content["bytes"])
+        with store.open(shard.file) as raw_file:
+            parquet = pq.ParquetFile(raw_file)
+            file_column = parquet.schema_arrow.names[0]
+            for batch in parquet.iter_batches(batch_size=64):
+                for record in batch.to_pylist():
+                    count += 1
+                    content = record.pop(file_column) or {}
+                    name = str(content.get("path"))
+                    _compare_parquet_row(shard, count, name, record, next(lines, None), problems)
+                    if deep and content.get("bytes") is not None:
+                        _decode(result, shard, name, content["bytes"])
     except (pa.ArrowException, OSError) as exc:
         problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
     if next(lines, None) is not None:
@@ -301,17 +291,32 @@ def _walk_parquet(path: str, shard: ManifestShard, prefix: str, deep: bool, resu
     return _Walk(reader.sha256.hexdigest(), count, sorted(rows.values()), None)
 
 
+def _compare_parquet_row(
+    shard: ManifestShard, count: int, name: str, record: dict[str, Any], line: str | None, problems: list[Problem]
+) -> None:
+    """A Parquet row (its path ``name`` and typed fields) against its line in metadata/."""
+    try:
+        expected = json.loads(line) if line is not None else None
+    except ValueError:
+        expected = {}  # _check_rows reported it
+    if not isinstance(expected, dict):
+        problems.append(Problem(shard.file, f"row {count} has no line in {shard.metadata}", name))
+        return
+    if expected.pop("file_name", None) != name:
+        problems.append(Problem(shard.file, f"row {count}: path differs from {shard.metadata}", name))
+    if not _same_value(expected, record):
+        problems.append(Problem(shard.file, f"row {count}: fields differ from {shard.metadata}", name))
+
+
 _WALKERS = {"zip": _walk_zip, "tar": _walk_tar, "parquet": _walk_parquet}
 
 
-def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
+def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
     result = _ShardResult()
     problems = result.problems
-    path = os.path.join(out_dir, shard.file)
     prefix = os.path.basename(shard.file).split(".")[0].split("-")[0]
-    try:
-        size = os.path.getsize(path)
-    except FileNotFoundError:
+    size = store.size(shard.file)
+    if size is None:
         problems.append(Problem(shard.file, "missing"))
         return result
     if size != shard.bytes:
@@ -319,7 +324,7 @@ def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool, fmt: 
     if size > cap:
         problems.append(Problem(shard.file, f"{size} bytes, over the cap of {cap}"))
 
-    walk = _WALKERS[fmt.name](path, shard, prefix, deep, result)
+    walk = _WALKERS[fmt.name](store, shard, prefix, deep, result)
     if walk.sha256 != shard.sha256:
         problems.append(Problem(shard.file, "sha256 differs from the manifest's"))
     result.rows = walk.members
@@ -335,9 +340,8 @@ def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool, fmt: 
                 )
             )
 
-    meta_path = os.path.join(out_dir, shard.metadata)
     try:
-        with open(meta_path, "rb") as f:
+        with store.open(shard.metadata) as f:
             outer = f.read()
         if walk.metadata is not None and outer != walk.metadata:
             inside = f"the {METADATA_MEMBER} inside" if fmt.name == "zip" else "the .json members of"
@@ -349,14 +353,12 @@ def _check_shard(out_dir: str, shard: ManifestShard, cap: int, deep: bool, fmt: 
     return result
 
 
-def _check_whole(out_dir: str, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
+def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
     for sub, suffix in (("data", SHARD_SUFFIXES), ("metadata", (".jsonl",))):
-        folder = os.path.join(out_dir, sub)
-        if os.path.isdir(folder):
-            for name in sorted(os.listdir(folder)):
-                if name.endswith(suffix) and f"{sub}/{name}" not in named:
-                    report.problems.append(Problem(f"{sub}/{name}", f"not named in {MANIFEST_NAME}"))
+        for name in store.list(sub):
+            if name.endswith(suffix) and f"{sub}/{name}" not in named:
+                report.problems.append(Problem(f"{sub}/{name}", f"not named in {MANIFEST_NAME}"))
     ranges = sorted((r.keys, s.file) for r, s in zip(results, manifest.shards, strict=True) if r.keys)
     for (a, file_a), (b, file_b) in itertools.pairwise(ranges):
         if b[0] <= a[1]:
@@ -369,16 +371,21 @@ def _check_whole(out_dir: str, manifest: Manifest, results: list[_ShardResult], 
 def verify(
     out_dir: str, *, deep: bool = False, threads: int | None = None, progress: Progress | None = None
 ) -> VerifyReport:
-    """Check OUT_DIR against its manifest; return every problem found (the report is ``ok`` if none)."""
+    """Check OUT_DIR (a folder, or the fsspec URL a pack wrote to) against its manifest; return
+    every problem found (the report is ``ok`` if none)."""
     progress = progress or NullProgress()
     started = time.perf_counter()
-    out_dir = os.path.abspath(out_dir)
-    if not os.path.isdir(out_dir):
+    store = store_for(out_dir)
+    out_dir = store.location
+    if isinstance(store, LocalStore) and not os.path.isdir(out_dir):
         raise UsageError(f"OUT_DIR {out_dir!r} is not a folder")
     try:
-        manifest = read_manifest(out_dir)
+        with store.open(MANIFEST_NAME) as f:
+            manifest: Manifest | None = Manifest.from_json(json.load(f))
+    except FileNotFoundError:
+        manifest = None
     except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{os.path.join(out_dir, MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
+        raise UsageError(f"{out_dir}/{MANIFEST_NAME} is not a shardkit manifest: {exc}") from None
     if manifest is None:
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
     report = VerifyReport(out_dir=out_dir, shards=len(manifest.shards), deep=deep)
@@ -390,7 +397,7 @@ def verify(
     with interruptible_pool(threads, "verify") as pool:
         for shard, result in zip(
             manifest.shards,
-            pool.map(lambda s: _check_shard(out_dir, s, cap, deep, fmt), manifest.shards),
+            pool.map(lambda s: _check_shard(store, s, cap, deep, fmt), manifest.shards),
             strict=True,
         ):
             results.append(result)
@@ -401,6 +408,6 @@ def verify(
             report.problems.extend(result.problems)
             progress.advance(shard.bytes, rows=result.rows, shards=len(results))
     progress.finish()
-    _check_whole(out_dir, manifest, results, report)
+    _check_whole(store, manifest, results, report)
     report.seconds = time.perf_counter() - started
     return report

@@ -9,7 +9,8 @@ thread pool within a byte budget; a file larger than the budget is copied in chu
 
 Everything is written under ``.shardkit/tmp`` and renamed into ``data/`` and ``metadata/`` only
 when complete (after fsync), so a run that dies never leaves a finished-looking shard that is
-not. The size is checked against the plan: a shard that is not exactly as planned is an error.
+not; for an OUT_DIR URL, the finished files are uploaded instead (:mod:`.store`). The size is
+checked against the plan: a shard that is not exactly as planned is an error.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import contextlib
 import hashlib
 import os
 import secrets
+import tempfile
 import threading
 import zlib
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from .errors import ShardkitError
@@ -31,6 +33,7 @@ from .formats import METADATA_MEMBER, PARQUET, TAR, ZIP, format_named
 from .manifest import ManifestShard
 from .plan import ShardPlan
 from .staging import StagedRow, iter_published_lines, iter_staged
+from .store import store_for
 from .tarformat import TarWriter
 from .threads import interruptible_pool
 from .zipformat import ZipWriter
@@ -59,14 +62,9 @@ class ShardJob:
     format: str = "zip"
     max_shard_bytes: int = 0  # checked on the written file where sizes are estimates (Parquet)
     features: list[dict[str, Any]] | None = None  # the card's features (Parquet types its columns by them)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # The shard's staged rows themselves, for an OUT_DIR URL: a worker then needs no access to
+    # the client's staging file (``staging_path`` is unused, ``plan.offset`` counts from 0).
+    staged: bytes | None = None
 
 
 def metadata_path_for(plan: ShardPlan) -> str:
@@ -335,16 +333,21 @@ def write_shard(job: ShardJob) -> ManifestShard:
     """Write one shard and its metadata file; return what the manifest records of it."""
     plan = job.plan
     fmt = format_named(job.format)
-    os.makedirs(job.tmp_dir, exist_ok=True)
+    store = store_for(job.out_dir)
+    tmp_dir = job.tmp_dir or os.path.join(tempfile.gettempdir(), "shardkit")  # "": this machine's own
+    os.makedirs(tmp_dir, exist_ok=True)
     # Names of this attempt's own: a cluster may run a task again while a worker it gave up on
     # still writes (both attempts write the same bytes, each renames a whole file into place).
     attempt = secrets.token_hex(4)
-    tmp_shard = os.path.join(job.tmp_dir, f"{plan.stem}{fmt.suffix}.{attempt}.partial")
-    tmp_meta = os.path.join(job.tmp_dir, f"{plan.stem}.jsonl.{attempt}.partial")
-    final_shard = os.path.join(job.out_dir, plan.name)
+    tmp_shard = os.path.join(tmp_dir, f"{plan.stem}{fmt.suffix}.{attempt}.partial")
+    tmp_meta = os.path.join(tmp_dir, f"{plan.stem}.jsonl.{attempt}.partial")
+    tmp_staged = os.path.join(tmp_dir, f"{plan.stem}.tsv.{attempt}.partial")
     meta_rel = metadata_path_for(plan)
-    final_meta = os.path.join(job.out_dir, meta_rel)
     try:
+        if job.staged is not None:
+            with open(tmp_staged, "wb") as f:
+                f.write(job.staged)
+            job = replace(job, staging_path=tmp_staged, plan=replace(plan, offset=0), staged=None)
         digest = hashlib.sha256()
         with open(tmp_shard, "wb", buffering=1 << 20) as out, open(tmp_meta, "wb", buffering=1 << 20) as meta_out:
             meta = _MetadataFile(meta_out)
@@ -359,13 +362,8 @@ def write_shard(job: ShardJob) -> ManifestShard:
                 f" (Parquet sizes are estimated before writing; the estimate was {plan.bytes})."
                 " Re-run with a smaller --target-shard-size."
             )
-        os.makedirs(os.path.dirname(final_meta), exist_ok=True)
-        os.makedirs(os.path.dirname(final_shard), exist_ok=True)
-        os.replace(tmp_meta, final_meta)
-        os.replace(tmp_shard, final_shard)  # the shard exists only once it is whole
-        if job.fsync:  # and the renames themselves survive a power loss
-            _fsync_dir(os.path.dirname(final_meta))
-            _fsync_dir(os.path.dirname(final_shard))
+        store.put(tmp_meta, meta_rel, fsync=job.fsync)
+        store.put(tmp_shard, plan.name, fsync=job.fsync)  # the shard exists only once it is whole
     except BaseException:
         # Reads still in flight may land in this ring after we leave: never reuse it.
         _local.ring = None
@@ -373,6 +371,9 @@ def write_shard(job: ShardJob) -> ManifestShard:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
         raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_staged)
     return ManifestShard(
         file=plan.name,
         metadata=meta_rel,
