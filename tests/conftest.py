@@ -108,7 +108,9 @@ def tree_bytes(out_dir: Path) -> dict[str, bytes]:
     return out
 
 
-def pack_example(out_dir: Path, *options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def pack_example(
+    out_dir: Path | str, *options: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `pack-shards` on the shipped example dataset into ``out_dir``, as a user would."""
     return subprocess.run(
         [

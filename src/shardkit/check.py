@@ -220,7 +220,8 @@ def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, in
         return [(0, None, 1)]
     size = os.path.getsize(path)
     if range_bytes is None:
-        if size < MIN_SPLIT_BYTES and _first_row_has_key(path):
+        # (A FIFO has size 0: it is never read here.)
+        if size < 2 * MIN_RANGE_BYTES or (size < MIN_SPLIT_BYTES and _first_row_has_key(path)):
             return [(0, None, 1)]
         range_bytes = min(max(size // RANGES_WANTED, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
     if size < 2 * range_bytes:

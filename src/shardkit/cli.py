@@ -284,6 +284,7 @@ def _push_config(out_dir: str, repo: str, kw: dict[str, Any]) -> PushConfig:
         token=kw["token"],
         script_branch=None if kw["no_script_branch"] else kw["script_branch"],
         files_per_commit=kw["files_per_commit"],
+        work_dir=kw.get("work_dir"),
     )
 
 
@@ -414,15 +415,18 @@ pack_cmd.help = _pack_command.__doc__
 
 
 @main.command("push")
-@click.argument("out_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("out_dir", type=FolderOrUrl())
+@work_dir_option
 @click.option("--repo", required=True, metavar="NAMESPACE/NAME", help="Dataset repo on the Hub (created if missing).")
 @_with_options(push_options)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary (errors still go to stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
 def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
-    """Upload OUT_DIR (packed by pack-shards) to a dataset repo on the Hugging Face Hub.
+    """Upload OUT_DIR (packed by pack-shards: a folder, or the URL it packed to) to a dataset repo
+    on the Hugging Face Hub.
 
-    Every shard is checked against shards.json first. Shards go up in commits of at most
+    Every shard is checked against shards.json first (at a URL: its size; the Hub checks each
+    upload's sha256, and shards pass through this machine's temp folder 8 at a time). Shards go up in commits of at most
     --files-per-commit files; the manifest and card go last, so the repo never names a shard it
     does not hold. Files the repo already has are skipped: re-run the same command to resume an
     interrupted push. Set HF_ENDPOINT to push to another Hub server.

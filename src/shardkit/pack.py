@@ -141,6 +141,7 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
             metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
             cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
         if isinstance(store, UrlStore):
+            store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
             pull_small_files(store, out_dir)
         return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store)
 
@@ -226,7 +227,7 @@ def _pack_locked(
     jobs = [
         ShardJob(
             plan=p,
-            staging_path=staged.path,
+            staging_path="" if remote else staged.path,  # with a URL the rows travel in the job
             images_dir=os.path.abspath(config.images_dir),
             out_dir=store.location,
             tmp_dir="" if remote else tmp_dir,  # a worker writing to a URL uses its own temp folder
@@ -259,6 +260,8 @@ def _pack_locked(
             hashes.save()
     progress.finish()
     phases.end("write")
+    if isinstance(store, UrlStore):
+        store.forget_listings()  # workers wrote what this process listed before (the preview reads it)
 
     manifest = Manifest(
         options=options,

@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import re
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -35,11 +36,12 @@ from typing import TYPE_CHECKING, Any
 from .card import LOADER_SUFFIX
 from .errors import ShardkitError, UsageError
 from .formats import SHARD_SUFFIXES
-from .manifest import MANIFEST_NAME, Manifest, read_manifest
+from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
 from .metadata import sha256_file
-from .outdir import WORK_DIR, HashCache, locked, shard_problem
+from .outdir import WORK_DIR, HashCache, locked, pull_small_files, shard_problem, url_shard_problem
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
+from .store import UrlStore, is_url, run_folder
 from .threads import interruptible_pool
 
 if TYPE_CHECKING:
@@ -58,7 +60,7 @@ REGULAR_FILE_LIMIT = 10_000_000  # bigger files are always LFS on the Hub
 @dataclass(frozen=True)
 class LocalFile:
     path: str  # path in the repo, with "/"
-    local: str  # absolute path on disk
+    local: str  # absolute path on disk, or the URL of a shard at an OUT_DIR URL
     size: int
     sha256: str | None = None  # known for shards and metadata files (the manifest records it)
 
@@ -94,6 +96,7 @@ class PushConfig:
     script_branch: str | None = SCRIPT_BRANCH  # None: do not publish the loading script
     files_per_commit: int = FILES_PER_COMMIT
     verify_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
+    work_dir: str | None = None  # for an OUT_DIR URL, as PackConfig.work_dir
 
 
 @dataclass(frozen=True)
@@ -153,15 +156,25 @@ def is_ignored(path: str, is_dir: bool, rules: list[str]) -> bool:
     return False
 
 
-def collect_files(out_dir: str, manifest: Manifest) -> tuple[list[LocalFile], list[LocalFile]]:
+def collect_files(
+    out_dir: str, manifest: Manifest, store: UrlStore | None = None
+) -> tuple[list[LocalFile], list[LocalFile]]:
     """The shard files (manifest order, each ZIP before its metadata file) and the other repo files.
 
     A shard file (``.zip``, ``.tar``, ``.parquet``) in ``data/`` or ``.jsonl`` in ``metadata/`` that
     the manifest does not name is an error: the card's ``data/*`` pattern would publish it as part
-    of the dataset (or it is left from a pack in another format).
+    of the dataset (or it is left from a pack in another format). With ``store`` (an OUT_DIR URL),
+    the shard files are those at the URL and ``out_dir`` is the local copy of the small files.
     """
     shard_files: list[LocalFile] = []
     for shard in manifest.shards:
+        if store is not None:
+            size = store.size(shard.metadata) or 0
+            shard_files.append(LocalFile(shard.file, f"{store.location}/{shard.file}", shard.bytes, shard.sha256))
+            shard_files.append(
+                LocalFile(shard.metadata, f"{store.location}/{shard.metadata}", size, shard.metadata_sha256)
+            )
+            continue
         shard_files.append(LocalFile(shard.file, os.path.join(out_dir, shard.file), shard.bytes, shard.sha256))
         meta = os.path.join(out_dir, shard.metadata)
         size = os.path.getsize(meta) if os.path.exists(meta) else 0
@@ -183,6 +196,15 @@ def collect_files(out_dir: str, manifest: Manifest) -> tuple[list[LocalFile], li
                 continue
             path = os.path.join(folder, name)
             other.append(LocalFile(rel, path, os.path.getsize(path)))
+    if store is not None:  # the files below the top level are at the URL only
+        for rel, size in sorted(store.find().items()):
+            name = rel.rsplit("/", 1)[-1]
+            if "/" not in rel or rel in named or is_ignored(rel, False, rules) or _ignored_folder(rel, rules):
+                continue
+            if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
+                strays.append(rel)
+                continue
+            other.append(LocalFile(rel, f"{store.location}/{rel}", size))
     if strays:
         shown = ", ".join(strays[:5]) + (" ..." if len(strays) > 5 else "")
         raise UsageError(
@@ -190,6 +212,12 @@ def collect_files(out_dir: str, manifest: Manifest) -> tuple[list[LocalFile], li
             " too. Move them away, or run the pack again to rebuild the folder."
         )
     return shard_files, other
+
+
+def _ignored_folder(rel: str, rules: list[str]) -> bool:
+    """Whether a folder on the way to ``rel`` is ignored (as os.walk prunes it for a local OUT_DIR)."""
+    parts = rel.split("/")[:-1]
+    return any(is_ignored("/".join(parts[: i + 1]), True, rules) for i in range(len(parts)))
 
 
 def check_hub_limits(files: list[LocalFile]) -> None:
@@ -216,6 +244,23 @@ def is_unchanged(local: LocalFile, remote: RemoteFile | None) -> bool:
         return False
     with open(local.local, "rb") as f:
         return git_blob_oid(f.read()) == remote.git_oid
+
+
+def _unchanged_check(store: UrlStore | None) -> Callable[[LocalFile, RemoteFile | None], bool]:
+    """:func:`is_unchanged`, reading a small file at an OUT_DIR URL through ``store``."""
+    if store is None:
+        return is_unchanged
+
+    def unchanged(local: LocalFile, remote: RemoteFile | None) -> bool:
+        if not is_url(local.local) or remote is None or remote.size != local.size:
+            return is_unchanged(local, remote)
+        if remote.sha256 is not None:
+            return local.sha256 == remote.sha256  # a shard or metadata file: the manifest has it
+        if local.size > REGULAR_FILE_LIMIT:
+            return False
+        return git_blob_oid(store.read_bytes(local.path) or b"") == remote.git_oid
+
+    return unchanged
 
 
 def plan_commits(
@@ -378,14 +423,19 @@ def _create_repo(api: HfApi, repo_id: str, private: bool) -> bool:
     )
 
 
-def _check_shards(config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress) -> None:
+def _check_shards(
+    config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, store: UrlStore | None
+) -> None:
     progress.start("checking shards", total=sum(s.bytes for s in manifest.shards), unit="B")
     problems = []
     hashes = HashCache(out_dir)  # files unchanged since pack (or the last push) hashed them are not read again
+
+    def problem_of(shard: ManifestShard) -> str | None:
+        # At a URL, sizes only: objects are uploaded whole, and the Hub checks each upload's sha256.
+        return url_shard_problem(store, shard) if store is not None else shard_problem(out_dir, shard, hashes)
+
     with interruptible_pool(config.verify_threads, "verify") as pool:
-        for shard, problem in zip(
-            manifest.shards, pool.map(lambda s: shard_problem(out_dir, s, hashes), manifest.shards), strict=True
-        ):
+        for shard, problem in zip(manifest.shards, pool.map(problem_of, manifest.shards), strict=True):
             progress.advance(shard.bytes)
             if problem:
                 problems.append(problem)
@@ -408,19 +458,35 @@ def _commit(
     message: str,
     parent: str,
     progress: Progress,
+    store: UrlStore | None = None,
 ) -> str:
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     adds = []
-    for f in files:
-        op = CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=f.local)
-        if f.sha256 is not None:  # checked against the manifest just before: no second read to hash
-            op.upload_info.sha256 = bytes.fromhex(f.sha256)
-        adds.append(op)
-    with hub_errors(f"uploading the files of {message!r}", repo_id):
-        for start in range(0, len(adds), UPLOAD_GROUP):
-            group = adds[start : start + UPLOAD_GROUP]
+    with hub_errors(f"uploading the files of {message!r}", repo_id), tempfile.TemporaryDirectory() as tmp:
+        for start in range(0, len(files), UPLOAD_GROUP):
+            group = []
+            fetched = []
+            for f in files[start : start + UPLOAD_GROUP]:
+                source: str | bytes = f.local
+                if store is not None and is_url(f.local):
+                    # From the URL through this machine, a group at a time: huggingface_hub
+                    # uploads paths and bytes (Xet takes nothing else). Small files as bytes,
+                    # since a commit reads non-LFS files again; big ones are always LFS.
+                    if f.size <= REGULAR_FILE_LIMIT:
+                        source = store.read_bytes(f.path) or b""
+                    else:
+                        source = os.path.join(tmp, f.path.replace("/", "__"))
+                        store.get(f.path, source)
+                        fetched.append(source)
+                op = CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=source)
+                if f.sha256 is not None:  # checked against the manifest just before: no second read to hash
+                    op.upload_info.sha256 = bytes.fromhex(f.sha256)
+                group.append(op)
             api.preupload_lfs_files(repo_id, additions=group, repo_type="dataset", revision=config.revision)
+            for path in fetched:  # uploaded: the commit needs only their sha256 and size now
+                os.unlink(path)
+            adds.extend(group)
             progress.advance(sum(f.size for f in files[start : start + UPLOAD_GROUP]))
     operations: list[Any] = [*adds, *(CommitOperationDelete(path_in_repo=p) for p in deletions)]
     with hub_errors(f"committing {message!r}", repo_id):
@@ -469,31 +535,35 @@ def push(config: PushConfig, progress: Progress | None = None) -> PushSummary:
     progress = progress or NullProgress()
     started = time.perf_counter()
     check_repo_id(config.repo_id)
-    out_dir = os.path.abspath(config.out_dir)
-    if not os.path.isdir(out_dir):
+    out_dir = run_folder(config.out_dir, config.work_dir)
+    store = UrlStore(config.out_dir) if is_url(config.out_dir) else None
+    if store is None and not os.path.isdir(out_dir):
         raise UsageError(f"OUT_DIR {config.out_dir!r} is not a folder")
-    manifest = read_manifest(out_dir)
-    if manifest is None:
-        raise UsageError(
-            f"{out_dir} has no {MANIFEST_NAME}: pack it first (pack-shards IMAGES_DIR META_JSONL -o OUT_DIR)"
-        )
+    os.makedirs(out_dir, exist_ok=True)
     with locked(out_dir):
-        return _push_locked(config, out_dir, manifest, progress, started)
+        if store is not None:  # the card, manifest and script, from the URL to the local work folder
+            pull_small_files(store, out_dir)
+        manifest = read_manifest(out_dir)
+        if manifest is None:
+            raise UsageError(
+                f"{config.out_dir} has no {MANIFEST_NAME}: pack it first (pack-shards IMAGES_DIR META_JSONL -o OUT_DIR)"
+            )
+        return _push_locked(config, out_dir, manifest, progress, started, store)
 
 
 def _push_locked(
-    config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, started: float
+    config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, started: float, store: UrlStore | None
 ) -> PushSummary:
     from huggingface_hub import HfApi
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
 
-    shard_files, other_files = collect_files(out_dir, manifest)
+    shard_files, other_files = collect_files(out_dir, manifest, store)
     check_hub_limits(shard_files + other_files)
     # The loading script reads ZIP shards; datasets 3.x reads tar and Parquet with its own builders.
     zip_shards = manifest.options.format == "zip"
     loader = find_loader(out_dir) if config.script_branch and zip_shards else None
     token = resolve_token(config.token)
-    _check_shards(config, out_dir, manifest, progress)
+    _check_shards(config, out_dir, manifest, progress, store)
 
     disable_progress_bars()  # one bar of our own instead of one per file
     api = HfApi(token=token)
@@ -513,7 +583,7 @@ def _push_locked(
         head = api.repo_info(repo_id, repo_type="dataset", revision=config.revision).sha
         remote = list_remote(api, repo_id, config.revision)
     assert head is not None
-    plan = plan_commits(shard_files, other_files, remote, config.files_per_commit)
+    plan = plan_commits(shard_files, other_files, remote, config.files_per_commit, _unchanged_check(store))
 
     uploads = plan.uploads
     total_bytes = sum(f.size for f in uploads)
@@ -524,12 +594,12 @@ def _push_locked(
     for number, batch in enumerate(plan.batches, 1):
         shards = [f.path for f in batch if f.path.startswith("data/")] or [batch[0].path]
         message = f"shardkit: shards {shards[0]} .. {shards[-1]} (commit {number} of {len(plan.batches)})"
-        head = _commit(api, config, repo_id, batch, [], message, head, progress)
+        head = _commit(api, config, repo_id, batch, [], message, head, progress, store)
         commits += 1
     if plan.final or plan.deletions:
         totals = manifest.to_json()["totals"]
         message = f"shardkit: manifest and card, {totals['rows']} rows in {totals['shards']} shards"
-        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress)
+        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress, store)
         commits += 1
     progress.finish()
     if commits:

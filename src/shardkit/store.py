@@ -150,6 +150,11 @@ class UrlStore(ShardStore):
             return []
         return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "file")
 
+    def find(self) -> dict[str, int]:
+        """Every file under the URL: repo-relative path -> size."""
+        found = self.fs.find(self.root, detail=True, withdirs=False)
+        return {name[len(self.root) + 1 :]: int(info["size"]) for name, info in found.items()}
+
     def size(self, rel: str) -> int | None:
         try:
             info = self.fs.info(self._path(rel), refresh=True)
@@ -163,6 +168,23 @@ class UrlStore(ShardStore):
 
     def open(self, rel: str) -> IO[bytes]:
         return self.fs.open(self._path(rel), "rb", block_size=8 << 20)  # type: ignore[no-any-return]
+
+    def forget_listings(self) -> None:
+        """Drop fsspec's cached listings: other processes (workers) have written since."""
+        self.fs.invalidate_cache()
+
+    def check_writable(self) -> None:
+        """Write and delete a small object, or fail with a message naming the URL and the cause."""
+        probe = f".shardkit/probe-{secrets.token_hex(4)}"
+        try:
+            self.write_bytes(probe, b"shardkit")
+            self.remove(probe)
+        except Exception as exc:  # each filesystem raises its own: name it, whatever it is
+            raise UsageError(f"cannot write to {self.location}: {type(exc).__name__}: {exc}") from None
+
+    def get(self, rel: str, local_file: str) -> None:
+        """Download ``rel`` to a local file."""
+        self.fs.get_file(self._path(rel), local_file)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         self.fs.pipe_file(self._path(rel), data)
