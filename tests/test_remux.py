@@ -29,7 +29,9 @@ SCRIPTS = Path(sys.executable).parent
 RESIZE = "tests.remux_functions:resize_and_flip"
 
 
-def remux(source: str | Path, out: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> Any:
+def remux(
+    source: str | Path, out: Path | str, *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> Any:
     env = {**(env or os.environ), "PYTHONPATH": str(REPO_ROOT)}
     result = subprocess.run(
         [str(SCRIPTS / "shardkit"), "remux", str(source), str(out), "--json", "-q", *args],

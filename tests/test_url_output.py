@@ -26,6 +26,8 @@ from tests.dask_cluster import DaskCluster
 from tests.hub_server import run_hub_server
 from tests.readback import expected_rows, read_with
 from tests.test_push import REPO, hub_env, remote_files
+from tests.test_remux import RESIZE
+from tests.test_remux import remux as remux_cli
 
 SCRIPTS = Path(sys.executable).parent
 
@@ -248,3 +250,34 @@ def test_url_mistakes_are_refused_before_any_work(
     assert message in result.stderr and "Traceback" not in result.stderr
     fs.invalidate_cache()
     assert fs.find("bkt") == []
+
+
+def test_remux_into_a_bucket_gives_the_bytes_of_a_local_remux(
+    s3: tuple[s3fs.S3FileSystem, dict[str, str]], packed_template: Path, tmp_path: Path
+) -> None:
+    fs, env = s3
+    local = tmp_path / "small"
+    remux_cli(packed_template, local, "--map", RESIZE)
+    summary = remux_cli(packed_template, "s3://bkt/small", "--map", RESIZE, "--work-dir", str(tmp_path / "w"), env=env)
+    assert summary["pack"]["out_dir"] == "s3://bkt/small" and summary["rows_out"] == 300
+    assert objects(fs, "bkt/small") == tree_bytes(local)
+    assert not (tmp_path / "w" / ".shardkit" / "remux").exists()  # the staged files are gone once packed
+
+
+def test_a_filesystem_with_folders_gets_each_file_by_upload_then_move(
+    local_yfcc: dict[str, bytes], tmp_path: Path
+) -> None:
+    # fsspec's local:// stands for filesystems whose uploads are not atomic (SFTP, WebDAV...):
+    # each file goes up under a temporary name and is moved into place.
+    target = tmp_path / "remote" / "yfcc-mini"
+    result = pack_example(f"local://{target}", "--work-dir", str(tmp_path / "work"), "-q")
+    assert result.returncode == 0, result.stderr
+    assert tree_bytes(target) == local_yfcc
+    assert sorted(p.name for p in target.iterdir()) == [
+        ".gitattributes",
+        "README.md",
+        "data",
+        "metadata",
+        "preview.jpg",
+        "shards.json",
+    ]

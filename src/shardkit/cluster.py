@@ -110,7 +110,7 @@ class Cluster:
             views: dict[str, Any] = self.client.run(worker_view, token_path, sorted(set(read_dirs)), on_error="return")
         finally:
             if isinstance(store, UrlStore):
-                store.remove(remote_token)
+                store.remove_working_file(remote_token)
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(token_path)

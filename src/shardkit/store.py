@@ -133,8 +133,13 @@ class UrlStore(ShardStore):
     def _path(self, rel: str) -> str:
         return f"{self.root}/{rel}"
 
+    def _parent(self, target: str) -> None:
+        if not self.atomic:  # a filesystem with real folders (an object store has none)
+            self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+
     def put(self, local_file: str, rel: str, *, fsync: bool = True) -> None:
         target = self._path(rel)
+        self._parent(target)
         if self.atomic:
             self.fs.put_file(local_file, target)
         else:
@@ -166,6 +171,13 @@ class UrlStore(ShardStore):
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._path(rel))
 
+    def remove_working_file(self, rel: str) -> None:
+        """Remove one of shardkit's own files (``.shardkit/...``), and its folder once empty."""
+        self.remove(rel)
+        if not self.atomic and "/" in rel:
+            with contextlib.suppress(OSError):  # not empty: another run's file is there
+                self.fs.rmdir(self._path(rel.rsplit("/", 1)[0]))
+
     def open(self, rel: str) -> IO[bytes]:
         return self.fs.open(self._path(rel), "rb", block_size=8 << 20)  # type: ignore[no-any-return]
 
@@ -178,7 +190,7 @@ class UrlStore(ShardStore):
         probe = f".shardkit/probe-{secrets.token_hex(4)}"
         try:
             self.write_bytes(probe, b"shardkit")
-            self.remove(probe)
+            self.remove_working_file(probe)
         except Exception as exc:  # each filesystem raises its own: name it, whatever it is
             raise UsageError(f"cannot write to {self.location}: {type(exc).__name__}: {exc}") from None
 
@@ -187,6 +199,7 @@ class UrlStore(ShardStore):
         self.fs.get_file(self._path(rel), local_file)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
+        self._parent(self._path(rel))
         self.fs.pipe_file(self._path(rel), data)
 
     def read_bytes(self, rel: str) -> bytes | None:
