@@ -237,6 +237,7 @@ def test_pack_to_s3_on_a_dask_cluster(
         ("s3://no-such-bucket/x", (), "cannot write to s3://no-such-bucket/x"),
         ("LOCAL", ("--work-dir", "WORK"), "--work-dir is for an OUT_DIR URL"),
         ("s3://bkt/x", ("--push", "tester/x"), "--push needs a local OUT_DIR"),
+        ("hf://datasets/tester/x", (), "run `shardkit push OUT_DIR"),
     ],
 )
 def test_url_mistakes_are_refused_before_any_work(

@@ -31,7 +31,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from . import __version__
 from .errors import ShardkitError, UsageError
@@ -40,9 +40,11 @@ from .store import ShardStore, UrlStore, filesystem_for, is_url
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 R = TypeVar("R")
 
 TOKEN_NAME = "cluster-token"
+MIN_TASK_WINDOW = 8  # tasks submitted ahead when the cluster has few (or no) worker threads yet
 
 
 def _import_distributed() -> Any:
@@ -139,37 +141,58 @@ class Cluster:
             )
         return len(views)
 
-    def map_unordered(self, fn: Callable[[T], R], items: list[T], names: list[str], what: str) -> Iterator[R]:
+    def map_unordered(self, fn: Callable[[T], R], items: Tasks[T], names: list[str], what: str) -> Iterator[R]:
         """Run ``fn`` on every item as a cluster task; yield results as they finish.
 
-        ``names`` name the tasks (shown on the Dask dashboard and in errors). The first failed
-        task stops the run: the tasks not yet finished are cancelled and its error is raised.
+        ``names`` name the tasks (shown on the Dask dashboard and in errors). Items are taken
+        from ``items`` only as tasks are submitted, a window ahead of the workers (twice their
+        threads), so a task's data (the rows of a shard written to a URL) is held for the tasks
+        in flight, not for all of them. The first failed task stops the run: the tasks not yet
+        finished are cancelled and its error is raised.
         """
         distributed = _import_distributed()
         run = secrets.token_hex(4)
-        keys = [f"shardkit-{what}-{run}-{name}" for name in names]
-        name_of = dict(zip(keys, names, strict=True))
-        futures = self.client.map(fn, items, key=keys, pure=False)
-        pending = set(futures)
+        queue = iter(zip(items, names, strict=True))
+        finished = distributed.as_completed()
+        pending: dict[str, tuple[Any, str]] = {}
+
+        def submit_next() -> None:
+            task = next(queue, None)
+            if task is not None:
+                future = self.client.submit(fn, task[0], key=f"shardkit-{what}-{run}-{task[1]}", pure=False)
+                pending[future.key] = (future, task[1])
+                finished.add(future)
+
+        for _ in range(max(2 * sum(self.client.nthreads().values()), MIN_TASK_WINDOW)):
+            submit_next()
         try:
-            for future in distributed.as_completed(futures):
-                pending.discard(future)
+            for future in finished:
+                _, name = pending.pop(future.key)
                 try:
                     result = future.result()
                 except distributed.KilledWorker as exc:
                     raise ShardkitError(
-                        f"{name_of.get(future.key, future.key)}: every worker that ran this task died ({exc});"
+                        f"{name}: every worker that ran this task died ({exc});"
                         " look at the workers' logs (out of memory?), then re-run to resume"
                     ) from None
                 yield result
+                submit_next()
         finally:
             if pending:
                 with contextlib.suppress(Exception):
-                    self.client.cancel(list(pending))
+                    self.client.cancel([future for future, _ in pending.values()])
+
+
+class Tasks(Protocol[T_co]):
+    """What :func:`run_tasks` takes: a list, or a sized iterable that makes each item when asked."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[T_co]: ...
 
 
 def run_tasks(
-    fn: Callable[[T], R], items: list[T], names: list[str], what: str, *, jobs: int, cluster: Cluster | None
+    fn: Callable[[T], R], items: Tasks[T], names: list[str], what: str, *, jobs: int, cluster: Cluster | None
 ) -> Iterator[R]:
     """``fn`` on every item, results as they finish: as tasks on ``cluster`` if given, else in
     ``jobs`` worker processes (:mod:`shardkit.worker`), else (``jobs`` 1) here."""

@@ -25,12 +25,13 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from .card import card_features, ensure_gitattributes, update_card, update_loaders
 from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs
-from .cluster import Cluster, cluster_for, run_tasks
+from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, ShardkitError, UsageError
 from .formats import SHARD_SUFFIXES, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
@@ -223,8 +224,7 @@ def _pack_locked(
     hashes = None if remote else HashCache(out_dir)
     done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force, hashes, store)
     todo = [p for p in plan if p.name not in done]
-    slices = _staged_slices(staged.path, plan, todo) if remote else {}
-    jobs = [
+    jobs: list[ShardJob] = [
         ShardJob(
             plan=p,
             staging_path="" if remote else staged.path,  # with a URL the rows travel in the job
@@ -237,15 +237,15 @@ def _pack_locked(
             format=fmt.name,
             max_shard_bytes=config.max_shard_bytes,
             features=staged.features,
-            staged=slices.get(p.name),
         )
         for p in todo
     ]
+    tasks: Tasks[ShardJob] = _JobsWithTheirRows(jobs, staged.path, plan) if remote else jobs
     progress.start("writing shards", total=sum(p.bytes for p in todo), unit="B")
     saved = time.monotonic()
     try:
         names = [job.plan.name for job in jobs]
-        for result in run_tasks(write_shard, jobs, names, "write", jobs=config.jobs, cluster=cluster):
+        for result in run_tasks(write_shard, tasks, names, "write", jobs=config.jobs, cluster=cluster):
             done[result.file] = result
             write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
             if hashes is not None:  # so a resume or the push need not read the files again
@@ -297,18 +297,26 @@ def _pack_locked(
     return summary(written=len(todo), manifest=manifest_path, total_bytes=sum(s.bytes for s in manifest.shards))
 
 
-def _staged_slices(path: str, plan: list[ShardPlan], todo: list[ShardPlan]) -> dict[str, bytes]:
-    """The staged rows of each shard in ``todo``, as bytes (the plan cuts sorted.tsv in order)."""
-    ends = {p.name: q.offset for p, q in itertools.pairwise(plan)}
-    wanted = {p.name for p in todo}
-    slices = {}
-    with open(path, "rb") as f:
-        for p in plan:
-            if p.name in wanted:
-                f.seek(p.offset)
-                end = ends.get(p.name)
-                slices[p.name] = f.read() if end is None else f.read(end - p.offset)
-    return slices
+class _JobsWithTheirRows:
+    """Shard jobs for an OUT_DIR URL, each given its staged rows (its slice of sorted.tsv) only
+    when it is sent: a worker then needs no access to this machine, and memory holds the rows of
+    the shards in flight, not of all of them."""
+
+    def __init__(self, jobs: list[ShardJob], staging_path: str, plan: list[ShardPlan]) -> None:
+        self.jobs = jobs
+        self.staging_path = staging_path
+        self.ends = {p.name: q.offset for p, q in itertools.pairwise(plan)}  # the plan cuts the file in order
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __iter__(self) -> Iterator[ShardJob]:
+        with open(self.staging_path, "rb") as f:
+            for job in self.jobs:
+                f.seek(job.plan.offset)
+                end = self.ends.get(job.plan.name)
+                rows = f.read() if end is None else f.read(end - job.plan.offset)
+                yield replace(job, staged=rows)
 
 
 class _PhaseClock:

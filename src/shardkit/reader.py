@@ -14,8 +14,8 @@ buffer_size)`` shuffles the shard order plus a buffer of rows (``set_epoch`` res
 
 Sources: a packed folder, an ``http(s)://`` URL of one, a Hub dataset id (``ns/name``),
 ``hf://datasets/ns/name[@revision]``, or another fsspec URL (``s3://bucket/ds``, where
-``pack -o URL`` writes; read through fsspec in 8 MiB blocks). Hub reads go to ``HF_ENDPOINT`` with the token
-huggingface_hub finds (``HF_TOKEN`` or the login), so private repos work.
+``pack -o URL`` writes; read through fsspec in 8 MiB blocks). Hub reads go to ``HF_ENDPOINT``
+with the token huggingface_hub finds (``HF_TOKEN`` or the login), so private repos work.
 """
 
 from __future__ import annotations

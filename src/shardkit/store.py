@@ -49,6 +49,11 @@ def default_work_dir(url: str) -> str:
 
 def run_folder(out_dir: str, work_dir: str | None) -> str:
     """The local folder a run keeps its working files in: OUT_DIR, or for a URL the work folder."""
+    if out_dir.startswith("hf://"):  # fsspec would make a commit per file
+        raise UsageError(
+            f"{out_dir}: OUT_DIR is where shards are packed (a folder or a bucket); to publish on the Hub,"
+            " pack there and run `shardkit push OUT_DIR --repo NAMESPACE/NAME` (or add --push)"
+        )
     if is_url(out_dir):
         return os.path.abspath(work_dir or default_work_dir(out_dir))
     if work_dir:

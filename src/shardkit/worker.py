@@ -27,7 +27,7 @@ import pickle
 import selectors
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, TypeVar
 
 from .errors import ShardkitError
@@ -85,12 +85,13 @@ class WorkerPool:
             for _ in range(size)
         ]
 
-    def map_unordered(self, fn: Callable[[T], R], items: list[T], names: list[str] | None = None) -> Iterator[R]:
+    def map_unordered(self, fn: Callable[[T], R], items: Iterable[T], names: list[str] | None = None) -> Iterator[R]:
         """Run ``fn`` on every item; yield results as they finish. Stops at the first failed task.
 
-        ``names`` name the tasks in the message when a worker dies.
+        ``names`` name the tasks in the message when a worker dies. Items are taken from
+        ``items`` one at a time, as workers become free.
         """
-        queue = iter(zip(items, names or [str(item) for item in items], strict=True))
+        queue = iter(zip(items, names, strict=True)) if names is not None else ((item, str(item)) for item in items)
         running: dict[int, str] = {}
         with selectors.DefaultSelector() as selector:
             for proc in self._procs:
