@@ -129,6 +129,14 @@ def pack_example(
     )
 
 
+def packed_example_bytes(tmp_path_factory: pytest.TempPathFactory, name: str) -> dict[str, bytes]:
+    """The example packed locally into a folder called ``name`` (the card's title), as tree_bytes."""
+    out = tmp_path_factory.mktemp("local") / name
+    result = pack_example(out, "-q")
+    assert result.returncode == 0, result.stderr
+    return tree_bytes(out)
+
+
 @pytest.fixture(scope="session")
 def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example dataset scaffolded with the template and packed into it: 16 shards. Copy it to change it."""

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from shardkit.cli import main
 from shardkit.pack import PackConfig, pack
 from shardkit.remux import RemuxConfig, remux
-from tests.conftest import EXAMPLE_DIR, pack_example, tree_bytes
+from tests.conftest import EXAMPLE_DIR, pack_example, packed_example_bytes, tree_bytes
 from tests.dask_cluster import DaskCluster
 from tests.test_remux import RESIZE
 from tests.test_remux import remux as remux_cli
@@ -37,10 +37,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskCluster]:
 
 @pytest.fixture(scope="module")
 def local_pack(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
-    out = tmp_path_factory.mktemp("local") / "out"
-    result = pack_example(out, "-q")
-    assert result.returncode == 0, result.stderr
-    return tree_bytes(out)
+    return packed_example_bytes(tmp_path_factory, "out")
 
 
 def _verify_deep(out: Path) -> dict[str, object]:

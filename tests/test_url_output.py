@@ -21,7 +21,7 @@ import s3fs
 from cookiecutter.main import cookiecutter
 from moto.server import ThreadedMotoServer
 
-from tests.conftest import REPO_ROOT, pack_example, tree_bytes
+from tests.conftest import REPO_ROOT, pack_example, packed_example_bytes, tree_bytes
 from tests.dask_cluster import DaskCluster
 from tests.hub_server import run_hub_server
 from tests.readback import expected_rows, read_with
@@ -78,10 +78,7 @@ def cli(name: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def local_yfcc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     """The example packed into a local folder named like the URL's last part (the card's title)."""
-    out = tmp_path_factory.mktemp("local") / "yfcc-mini"
-    result = pack_example(out, "-q")
-    assert result.returncode == 0, result.stderr
-    return tree_bytes(out)
+    return packed_example_bytes(tmp_path_factory, "yfcc-mini")
 
 
 def test_pack_to_s3_is_a_local_pack_byte_for_byte_resumes_verifies_and_streams(
