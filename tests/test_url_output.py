@@ -279,3 +279,21 @@ def test_a_filesystem_with_folders_gets_each_file_by_upload_then_move(
         "preview.jpg",
         "shards.json",
     ]
+
+
+def test_a_bucket_without_credentials_is_one_line_naming_the_url(
+    s3: tuple[s3fs.S3FileSystem, dict[str, str]], tmp_path: Path
+) -> None:
+    _, env = s3
+    blind = {k: v for k, v in env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    blind["AWS_EC2_METADATA_DISABLED"] = "true"  # no instance-metadata lookup on a test machine
+    for command in (
+        ("verify", "s3://bkt/x"),
+        ("push", "s3://bkt/x", "--repo", "tester/x", "--work-dir", str(tmp_path)),
+    ):
+        result = cli("shardkit", *command, env=blind)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip().splitlines()[-1] == (
+            "error: s3://bkt/x: NoCredentialsError: Unable to locate credentials"
+        )
+        assert "Traceback" not in result.stderr

@@ -24,7 +24,7 @@ import os
 import secrets
 from typing import IO, Any
 
-from .errors import UsageError
+from .errors import ShardkitError, UsageError
 
 #: fsspec protocols whose objects appear only when their upload completes.
 ATOMIC_UPLOAD_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
@@ -131,8 +131,9 @@ class UrlStore(ShardStore):
 
     def __init__(self, url: str) -> None:
         self.location = url.rstrip("/")
-        self.fs, self.root = filesystem_for(self.location)
-        self.root = self.root.rstrip("/")
+        fs, root = filesystem_for(self.location)
+        self.fs: Any = _NamedErrors(fs, self.location)
+        self.root = root.rstrip("/")
         self.atomic = bool(set(_protocols(self.fs)) & ATOMIC_UPLOAD_PROTOCOLS)
 
     def _path(self, rel: str) -> str:
@@ -196,7 +197,9 @@ class UrlStore(ShardStore):
         try:
             self.write_bytes(probe, b"shardkit")
             self.remove_working_file(probe)
-        except Exception as exc:  # each filesystem raises its own: name it, whatever it is
+        except ShardkitError as exc:  # the cause, already named
+            raise UsageError(f"cannot write to {exc}") from None
+        except OSError as exc:
             raise UsageError(f"cannot write to {self.location}: {type(exc).__name__}: {exc}") from None
 
     def get(self, rel: str, local_file: str) -> None:
@@ -212,6 +215,31 @@ class UrlStore(ShardStore):
             return bytes(self.fs.cat_file(self._path(rel)))
         except FileNotFoundError:
             return None
+
+
+class _NamedErrors:
+    """An fsspec filesystem whose failures other than OSError (a missing credential, a request
+    the server refused: each library raises its own) become a ShardkitError naming the URL, so
+    the CLI prints one line instead of a traceback."""
+
+    def __init__(self, fs: Any, location: str) -> None:
+        self._fs = fs
+        self._location = location
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._fs, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except OSError:  # FileNotFoundError and friends: the callers handle them
+                raise
+            except Exception as exc:
+                raise ShardkitError(f"{self._location}: {type(exc).__name__}: {exc}") from None
+
+        return call
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
