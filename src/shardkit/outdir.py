@@ -124,13 +124,16 @@ def _small_files(folder: str) -> list[str]:
 
 
 def pull_small_files(store: UrlStore, local_dir: str) -> list[str]:
-    """Copy the top-level files at the URL (a card or loading script made by ``shardkit new``, an
-    earlier run's manifest) into the local work folder, which then edits them; return their names."""
+    """Make the local work folder's top-level files those at the URL (a card or loading script
+    made by ``shardkit new``, an earlier run's manifest), which a run then edits; the URL is the
+    truth, so a file gone from it goes from the work folder too. Return their names."""
     names = [name for name in store.list("") if not name.endswith(".partial")]
     for name in names:
         data = store.read_bytes(name)
         if data is not None:
             write_atomic(os.path.join(local_dir, name), data)
+    for name in set(_small_files(local_dir)) - set(names):
+        os.unlink(os.path.join(local_dir, name))
     return names
 
 
