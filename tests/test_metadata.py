@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -112,12 +113,12 @@ def test_fast_stats_run_in_the_reading_thread_slow_ones_on_threads_same_results(
     assert [r.line for r in fast] == list(range(1, 2002))
     assert isinstance(fast[100], InputProblem) and "file not found" in fast[100].message
     main = threading.main_thread().name
-    # Fast: every full batch in the reading thread (only the last, partial batch goes to a thread).
-    assert fast_threads.count(main) >= 1900
-    # Slow: after the first batch, on the pool, but for a probe now and then in the reading thread.
-    on_pool = sum(name.startswith("shardkit-check") for name in slow_threads)
-    assert on_pool >= 1700
-    assert 64 <= slow_threads.count(main) <= 64 * 3
+    # Fast: after the first batch (timed on a thread), every full batch in the reading thread;
+    # the last, partial batch goes to a thread.
+    assert fast_threads[:64] == fast_threads[:1] * 64 and fast_threads[0].startswith("shardkit-check")
+    assert fast_threads[64:1984] == [main] * 1920
+    # Slow: every batch on the threads (a probe now and then, timed there), none in the reading thread.
+    assert main not in slow_threads and len(slow_threads) == 2001
 
 
 def test_rows_without_keys_are_hashed_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,3 +127,29 @@ def test_rows_without_keys_are_hashed_on_threads(tmp_path: Path, monkeypatch: py
     assert all(name.startswith("shardkit-check") for name in threads)
     keyed = [r for r in rows if isinstance(r, SourceRecord)]
     assert len(keyed) == 300 and all(len(r.key) == 32 for r in keyed)
+
+
+def test_ctrl_c_while_the_first_stat_hangs_stops_the_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A dead network mount: the first stat never returns. The reading thread waits for it on a
+    # thread (the first batch is always timed there), a wait that Ctrl-C interrupts.
+    images, meta = _rows_and_files(tmp_path, 200)
+    release = threading.Event()
+    real_lstat = os.lstat
+
+    def hung_lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if str(path).endswith(".jpg"):
+            release.wait(30)
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(metadata.os, "lstat", hung_lstat)
+    # SIGINT to the main thread, as a terminal's Ctrl-C reaches it (the pool's threads block it).
+    main = threading.main_thread().ident
+    assert main is not None
+    threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT)).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            list(read_metadata(str(meta), str(images), max_file_bytes=1 << 20, threads=2))
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()

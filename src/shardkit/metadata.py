@@ -226,7 +226,7 @@ class _FileChecker:
         self.max_file_bytes = max_file_bytes
         self.decode = decode
         self._dirs: dict[str, str] = {}
-        self._fast = True  # the last batch checked inline was
+        self._fast = False  # whether the last timed batch was fast; the first batch is timed on a thread
         self._batches = 0
 
     def _real_dir(self, directory: str) -> str:
@@ -247,19 +247,24 @@ class _FileChecker:
     def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
         return [item if isinstance(item, InputProblem) else self.check(item) for item in batch]
 
-    def wants_inline(self, batch: list[_Pending | InputProblem]) -> bool:
-        """Whether to check this batch in the reading thread (:meth:`check_timed`), not on a thread.
+    def how(self, batch: list[_Pending | InputProblem]) -> str:
+        """Where to check this batch: "inline" (the reading thread), "probe" (a thread, timed,
+        with the others idle) or "pool" (the threads, with others in flight).
 
         Handing a batch to a thread costs more than the cached lstat each row needs, so while
-        stats are fast the reading thread does them itself. A batch whose stats turn out slow
-        (a cold cache, a network filesystem) sends the next ones to the threads, and every
-        ``PROBE_EVERY``-th batch is timed here again. Hashing (rows without a key) and decoding
-        always run on the threads, where they run in parallel.
+        stats are fast the reading thread does them itself. The first batch, and every
+        ``PROBE_EVERY``-th while stats are slow (a cold cache, a network filesystem), is timed
+        on a thread while the reading thread waits (a wait Ctrl-C interrupts, should the very
+        first stat hang on a dead mount); an inline batch that turns out slow sends the next
+        ones back to the threads. Hashing (rows without a key) and decoding always run on the
+        threads, where they run in parallel.
         """
         self._batches += 1
-        if self.decode or not (self._fast or self._batches % PROBE_EVERY == 0):
-            return False
-        return all(isinstance(item, InputProblem) or item.key is not None for item in batch)
+        if self.decode or not all(isinstance(item, InputProblem) or item.key is not None for item in batch):
+            return "pool"
+        if self._fast:
+            return "inline"
+        return "probe" if self._batches % PROBE_EVERY == 1 else "pool"
 
     def check_timed(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
         started = time.perf_counter()
@@ -362,10 +367,14 @@ def read_metadata(
             batch.append(_pending_or_problem(row, images_root))
             if len(batch) < _BATCH:
                 continue
-            if checker.wants_inline(batch):
+            how = checker.how(batch)
+            if how != "pool":
                 while window:  # earlier batches first, and no thread competes while it is timed
                     yield from window.popleft().result()
-                yield from checker.check_timed(batch)
+                if how == "inline":
+                    yield from checker.check_timed(batch)
+                else:
+                    yield from pool.submit(checker.check_timed, batch).result()
             else:
                 window.append(pool.submit(checker.check_batch, batch))
                 if len(window) > threads * 2:
