@@ -130,13 +130,14 @@ def test_pack_to_s3_is_a_local_pack_byte_for_byte_resumes_verifies_and_streams(
         [sys.executable, "-c", code, url], capture_output=True, text=True, env=env, timeout=300, check=False
     )
     assert streamed.returncode == 0, streamed.stderr
+    first_key = min(json.loads(line)["key"] for line in local_yfcc["metadata/0.jsonl"].decode().splitlines())
+    assert streamed.stdout.split() == ["16", "300", first_key]
+
     # The URL is the truth: its manifest gone, the work folder's copy does not stand in for it.
     fs.rm_file("bkt/yfcc-mini/shards.json")
     pushed = cli("shardkit", "push", url, "--repo", "tester/x", "--work-dir", str(work), env=env)
     assert pushed.returncode == 2 and f"{url} has no shards.json" in pushed.stderr
     assert not (work / "shards.json").exists()
-    first_key = min(json.loads(line)["key"] for line in local_yfcc["metadata/0.jsonl"].decode().splitlines())
-    assert streamed.stdout.split() == ["16", "300", first_key]
 
 
 def test_a_template_repo_in_a_bucket_is_packed_in_place_then_pushed_from_there(
