@@ -143,7 +143,8 @@ executor_options = [
         default="local",
         show_default=True,
         help="local: worker processes on this machine (--jobs). dask: one task per shard on the Dask cluster"
-        " at --scheduler; input and OUT_DIR must be on storage every worker sees at the same paths.",
+        " at --scheduler; the input, and OUT_DIR unless it is a URL, must be on storage every worker sees"
+        " at the same paths.",
     ),
     click.option(
         "--scheduler",
