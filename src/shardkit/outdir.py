@@ -148,17 +148,18 @@ def push_small_files(store: UrlStore, local_dir: str) -> list[str]:
     return names
 
 
-def url_shard_problem(store: UrlStore, shard: ManifestShard) -> str | None:
+def url_shard_problem(sizes: dict[str, int], shard: ManifestShard) -> str | None:
     """Why a shard at the URL is not the one recorded as written; None if it is there at its size.
 
-    Sizes only: objects are uploaded whole, so a shard that is there at its size is the one
-    written (``shardkit verify URL`` reads and hashes everything).
+    ``sizes`` is one listing of the URL (:meth:`UrlStore.find`), not a request per shard. Sizes
+    only: objects are uploaded whole, so a shard that is there at its size is the one written
+    (``shardkit verify URL`` reads and hashes everything).
     """
-    size = store.size(shard.file)
+    size = sizes.get(shard.file)
     if size is None:
         return f"{shard.file} is missing"
     if size != shard.bytes:
         return f"{shard.file} is {size} bytes, the record says {shard.bytes}"
-    if store.size(shard.metadata) is None:
+    if shard.metadata not in sizes:
         return f"{shard.metadata} is missing"
     return None

@@ -468,6 +468,8 @@ def _reconcile(
     os.makedirs(done_dir, exist_ok=True)
     write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
 
+    # At a URL, one listing: reading terabytes back to hash them would cost as much as the pack.
+    sizes = store.find() if isinstance(store, UrlStore) else None
     done: dict[str, ManifestShard] = {}
     for p in plan:
         record_path = _done_record(work_dir, p.name)
@@ -477,10 +479,7 @@ def _reconcile(
         except (FileNotFoundError, ValueError, TypeError):
             continue
         planned_size = p.bytes == result.bytes or not options.shard_format.exact
-        if isinstance(store, UrlStore):  # reading terabytes back to hash them would cost as much as the pack
-            problem = url_shard_problem(store, result)
-        else:
-            problem = shard_problem(out_dir, result, hashes)
+        problem = url_shard_problem(sizes, result) if sizes is not None else shard_problem(out_dir, result, hashes)
         if planned_size and problem is None:
             done[p.name] = result
         else:

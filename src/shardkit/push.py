@@ -157,19 +157,21 @@ def is_ignored(path: str, is_dir: bool, rules: list[str]) -> bool:
 
 
 def collect_files(
-    out_dir: str, manifest: Manifest, store: UrlStore | None = None
+    out_dir: str, manifest: Manifest, store: UrlStore | None = None, listing: dict[str, int] | None = None
 ) -> tuple[list[LocalFile], list[LocalFile]]:
     """The shard files (manifest order, each ZIP before its metadata file) and the other repo files.
 
     A shard file (``.zip``, ``.tar``, ``.parquet``) in ``data/`` or ``.jsonl`` in ``metadata/`` that
     the manifest does not name is an error: the card's ``data/*`` pattern would publish it as part
     of the dataset (or it is left from a pack in another format). With ``store`` (an OUT_DIR URL),
-    the shard files are those at the URL and ``out_dir`` is the local copy of the small files.
+    the shard files are those at the URL (``listing``: its files and their sizes, from
+    :meth:`UrlStore.find`) and ``out_dir`` is the local copy of the small files.
     """
+    listing = listing or {}
     shard_files: list[LocalFile] = []
     for shard in manifest.shards:
         if store is not None:
-            size = store.size(shard.metadata) or 0
+            size = listing.get(shard.metadata, 0)
             shard_files.append(LocalFile(shard.file, f"{store.location}/{shard.file}", shard.bytes, shard.sha256))
             shard_files.append(
                 LocalFile(shard.metadata, f"{store.location}/{shard.metadata}", size, shard.metadata_sha256)
@@ -197,7 +199,7 @@ def collect_files(
             path = os.path.join(folder, name)
             other.append(LocalFile(rel, path, os.path.getsize(path)))
     if store is not None:  # the files below the top level are at the URL only
-        for rel, size in sorted(store.find().items()):
+        for rel, size in sorted(listing.items()):
             name = rel.rsplit("/", 1)[-1]
             if "/" not in rel or rel in named or is_ignored(rel, False, rules) or _ignored_folder(rel, rules):
                 continue
@@ -424,7 +426,7 @@ def _create_repo(api: HfApi, repo_id: str, private: bool) -> bool:
 
 
 def _check_shards(
-    config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, store: UrlStore | None
+    config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, listing: dict[str, int] | None
 ) -> None:
     progress.start("checking shards", total=sum(s.bytes for s in manifest.shards), unit="B")
     problems = []
@@ -432,7 +434,7 @@ def _check_shards(
 
     def problem_of(shard: ManifestShard) -> str | None:
         # At a URL, sizes only: objects are uploaded whole, and the Hub checks each upload's sha256.
-        return url_shard_problem(store, shard) if store is not None else shard_problem(out_dir, shard, hashes)
+        return url_shard_problem(listing, shard) if listing is not None else shard_problem(out_dir, shard, hashes)
 
     with interruptible_pool(config.verify_threads, "verify") as pool:
         for shard, problem in zip(manifest.shards, pool.map(problem_of, manifest.shards), strict=True):
@@ -557,13 +559,14 @@ def _push_locked(
     from huggingface_hub import HfApi
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
 
-    shard_files, other_files = collect_files(out_dir, manifest, store)
+    listing = store.find() if store is not None else None  # one listing of the URL serves both steps
+    shard_files, other_files = collect_files(out_dir, manifest, store, listing)
     check_hub_limits(shard_files + other_files)
     # The loading script reads ZIP shards; datasets 3.x reads tar and Parquet with its own builders.
     zip_shards = manifest.options.format == "zip"
     loader = find_loader(out_dir) if config.script_branch and zip_shards else None
     token = resolve_token(config.token)
-    _check_shards(config, out_dir, manifest, progress, store)
+    _check_shards(config, out_dir, manifest, progress, listing)
 
     disable_progress_bars()  # one bar of our own instead of one per file
     api = HfApi(token=token)
