@@ -72,10 +72,15 @@ _PUBLISHED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_n
 
 def sha256_file(path: str) -> str:
     """The hex sha256 of a file, read in 1 MiB chunks (several run at once on the check threads)."""
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
+        return sha256_stream(f)
+
+
+def sha256_stream(f: IO[bytes]) -> str:
+    """The hex sha256 of what is left in an open binary file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    while chunk := f.read(_HASH_CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
 
 

@@ -21,6 +21,7 @@ The planning (:func:`collect_files`, :func:`plan_commits`) is pure; :func:`push`
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import logging
 import os
@@ -37,7 +38,7 @@ from .card import LOADER_SUFFIX
 from .errors import ShardkitError, UsageError
 from .formats import SHARD_SUFFIXES
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
-from .metadata import sha256_file
+from .metadata import sha256_stream
 from .outdir import WORK_DIR, HashCache, locked, pull_small_files, shard_problem, url_shard_problem
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
@@ -236,33 +237,19 @@ def check_hub_limits(files: list[LocalFile]) -> None:
         raise UsageError(f"the repo would hold {len(files)} files; the Hub advises under {HUB_MAX_REPO_FILES}. {fix}")
 
 
-def is_unchanged(local: LocalFile, remote: RemoteFile | None) -> bool:
-    """Whether the repo already holds this file's content at this path (reads small files only)."""
+def is_unchanged(local: LocalFile, remote: RemoteFile | None, store: UrlStore | None = None) -> bool:
+    """Whether the repo already holds this file's content at this path (reads small files only,
+    and files whose sha256 is not known; a file whose ``local`` is a URL is read through ``store``)."""
     if remote is None or remote.size != local.size:
         return False
-    if remote.sha256 is not None:
-        return (local.sha256 or sha256_file(local.local)) == remote.sha256
-    if local.size > REGULAR_FILE_LIMIT:
+    if remote.sha256 is not None and local.sha256 is not None:
+        return local.sha256 == remote.sha256  # a shard or metadata file: the manifest has it
+    if remote.sha256 is None and local.size > REGULAR_FILE_LIMIT:
         return False
-    with open(local.local, "rb") as f:
-        return git_blob_oid(f.read()) == remote.git_oid
-
-
-def _unchanged_check(store: UrlStore | None) -> Callable[[LocalFile, RemoteFile | None], bool]:
-    """:func:`is_unchanged`, reading a small file at an OUT_DIR URL through ``store``."""
-    if store is None:
-        return is_unchanged
-
-    def unchanged(local: LocalFile, remote: RemoteFile | None) -> bool:
-        if not is_url(local.local) or remote is None or remote.size != local.size:
-            return is_unchanged(local, remote)
+    with store.open(local.path) if store is not None and is_url(local.local) else open(local.local, "rb") as f:
         if remote.sha256 is not None:
-            return local.sha256 == remote.sha256  # a shard or metadata file: the manifest has it
-        if local.size > REGULAR_FILE_LIMIT:
-            return False
-        return git_blob_oid(store.read_bytes(local.path) or b"") == remote.git_oid
-
-    return unchanged
+            return sha256_stream(f) == remote.sha256
+        return git_blob_oid(f.read()) == remote.git_oid
 
 
 def plan_commits(
@@ -586,7 +573,8 @@ def _push_locked(
         head = api.repo_info(repo_id, repo_type="dataset", revision=config.revision).sha
         remote = list_remote(api, repo_id, config.revision)
     assert head is not None
-    plan = plan_commits(shard_files, other_files, remote, config.files_per_commit, _unchanged_check(store))
+    unchanged = functools.partial(is_unchanged, store=store)
+    plan = plan_commits(shard_files, other_files, remote, config.files_per_commit, unchanged)
 
     uploads = plan.uploads
     total_bytes = sum(f.size for f in uploads)
