@@ -97,9 +97,10 @@ def test_sigkill_at_many_points_then_resume_gives_identical_output(
 
 
 # Runs pack-shards in this process (--jobs 1) with open() patched so that files written under
-# .shardkit/tmp/ fail with ENOSPC once BUDGET bytes have been written: a disk filling up.
+# .shardkit/tmp/ (and every os.pwrite, which only shard files use) fail with ENOSPC once BUDGET
+# bytes have been written: a disk filling up.
 DISK_FULL_WRAPPER = r"""
-import builtins, errno, sys
+import builtins, errno, os, sys
 budget = [int(sys.argv[1])]
 real_open = builtins.open
 
@@ -122,7 +123,16 @@ def patched_open(file, mode="r", *args, **kwargs):
     f = real_open(file, mode, *args, **kwargs)
     return FillingDisk(f, str(file)) if "w" in mode and "/.shardkit/tmp/" in str(file) else f
 
+real_pwrite = os.pwrite
+
+def patched_pwrite(fd, data, offset):  # how shardkit.shardfile writes shards
+    if len(data) > budget[0]:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    budget[0] -= len(data)
+    return real_pwrite(fd, data, offset)
+
 builtins.open = patched_open
+os.pwrite = patched_pwrite
 from shardkit.cli import pack_shards
 sys.argv = ["pack-shards", *sys.argv[2:]]
 pack_shards()

@@ -14,9 +14,10 @@ pyarrow is imported only here: ZIP and tar workers never load it.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from .formats import PARQUET_GROUP_BYTES, PARQUET_ROWS_PER_GROUP
+from .streamio import Output
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,18 +72,16 @@ def arrow_schema(features: list[dict[str, Any]]) -> pa.Schema:
 
 
 class _Sink:
-    """The file object pyarrow writes to: forwards to the shard file and counts and hashes."""
+    """The file object pyarrow writes to: forwards to the shard file and counts."""
 
-    def __init__(self, out: Any, update: Any) -> None:
+    def __init__(self, out: Any) -> None:
         self.out = out
-        self.update = update
         self.size = 0
         self.closed = False
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
         self.out.write(view)
-        self.update(view)
         self.size += len(view)
         return len(view)
 
@@ -99,7 +98,7 @@ class _Sink:
 class ParquetShardWriter:
     """Collects rows into row groups and writes them; :meth:`close` returns the file's size."""
 
-    def __init__(self, out: BinaryIO, update: Any, features: list[dict[str, Any]]) -> None:
+    def __init__(self, out: Output, features: list[dict[str, Any]]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -107,7 +106,7 @@ class ParquetShardWriter:
         self.schema = arrow_schema(features)
         self.file_column = features[0]["name"]
         others = [f["name"] for f in features[1:]]
-        self._sink = _Sink(out, update)
+        self._sink = _Sink(out)
         self._writer = pq.ParquetWriter(
             pa.PythonFile(self._sink, mode="w"),
             self.schema,

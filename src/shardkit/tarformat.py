@@ -64,7 +64,7 @@ def member_header(name: str, size: int) -> bytes:
 
 @dataclass
 class TarWriter(CountingOutput):
-    """Writes regular-file members in order; ``sink`` receives every byte (e.g. a hash's update)."""
+    """Writes regular-file members in order."""
 
     _pending: int = 0
     _padding: int = 0

@@ -31,7 +31,6 @@ import json
 import os
 import time
 import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
@@ -42,6 +41,7 @@ from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .metadata import can_decode, decode_problem
 from .progress import NullProgress, Progress
 from .store import LocalStore, ShardStore, store_for
+from .streamio import crc32
 from .tarformat import TarFormatError, iter_tar_members
 from .threads import interruptible_pool
 from .zipformat import ZipFormatError, iter_members
@@ -184,7 +184,7 @@ def _walk_zip(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
     with _walking(store, shard, problems, ZipFormatError) as reader:
         for member in iter_members(reader, check_crc=False):  # type: ignore[arg-type]
             walked.append((member.name, member.size, member.crc))
-            if zlib.crc32(member.data) != member.crc:
+            if crc32(member.data) != member.crc:
                 problems.append(Problem(shard.file, "CRC mismatch: the bytes are not what was written", member.name))
             if rows is None:
                 if member.name != METADATA_MEMBER:

@@ -7,9 +7,11 @@ not grow with rows per shard. A tar shard is ``<key>.json`` then ``<key><ext>`` 
 Parquet shard is row groups of rows (see :mod:`.parquetformat`). Files are read ahead on a
 thread pool within a byte budget; a file larger than the budget is copied in chunks.
 
-Everything is written under ``.shardkit/tmp`` and renamed into ``data/`` and ``metadata/`` only
-when complete (after fsync), so a run that dies never leaves a finished-looking shard that is
-not; for an OUT_DIR URL, the finished files are uploaded instead (:mod:`.store`). The size is
+The shard file itself goes through :class:`~shardkit.shardfile.ShardFile` (aligned chunks, hashed
+and written by a thread, ``O_DIRECT`` on local filesystems). Everything is written under
+``.shardkit/tmp`` and renamed into ``data/`` and ``metadata/`` only when complete (after fsync),
+so a run that dies never leaves a finished-looking shard that is not; for an OUT_DIR URL, the
+finished files are uploaded instead (:mod:`.store`). The size is
 checked against the plan: a shard that is not exactly as planned is an error.
 """
 
@@ -21,7 +23,6 @@ import os
 import secrets
 import tempfile
 import threading
-import zlib
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,8 +33,10 @@ from .errors import ShardkitError
 from .formats import METADATA_MEMBER, PARQUET, TAR, ZIP, format_named
 from .manifest import ManifestShard
 from .plan import ShardPlan
+from .shardfile import ShardFile
 from .staging import StagedRow, iter_published_lines, iter_staged
 from .store import store_for
+from .streamio import crc32
 from .tarformat import TarWriter
 from .threads import interruptible_pool
 from .zipformat import ZipWriter
@@ -152,11 +155,11 @@ def _read_into(path: str, row: StagedRow, region: memoryview | None) -> int:
                     size += n
                 if size == len(region) and f.read(1):
                     size += 1  # grew: reported below
-                crc = zlib.crc32(region[: min(size, len(region))])
+                crc = crc32(region[: min(size, len(region))])
             else:
                 while chunk := f.read(_COPY_CHUNK):
                     size += len(chunk)
-                    crc = zlib.crc32(chunk, crc)
+                    crc = crc32(chunk, crc)
     except OSError as exc:
         raise SourceChanged(f"{path} (metadata line {row.line}): cannot read: {exc.strerror}") from exc
     if size != row.size:
@@ -208,36 +211,10 @@ def _copy_streaming(zw: ZipWriter | TarWriter, path: str, row: StagedRow, crc: i
             if not chunk:
                 break
             zw.write_data(chunk)
-            check = zlib.crc32(chunk, check)
+            check = crc32(chunk, check)
             remaining -= len(chunk)
     if remaining or check != crc:
         raise SourceChanged(f"{path} (metadata line {row.line}): file changed while packing")
-
-
-WRITEBACK_BYTES = 32 << 20
-
-
-class _EarlyWriteback:
-    """A shard file that asks the kernel to start writing every 32 MiB, not all at the fsync.
-
-    ``posix_fadvise(DONTNEED)`` on a written range starts its writeback without waiting (and
-    lets the kernel drop the pages once they are on disk, so packing terabytes does not churn
-    the page cache). The fsync at the end then waits for the last few MiB, not the whole shard.
-    """
-
-    def __init__(self, f: BinaryIO) -> None:
-        self.f = f
-        self.written = 0
-        self.advised = 0
-
-    def write(self, data: bytes | memoryview) -> int:
-        n = self.f.write(data)
-        self.written += len(data)
-        if self.written - self.advised >= WRITEBACK_BYTES:
-            self.f.flush()
-            os.posix_fadvise(self.f.fileno(), self.advised, self.written - self.advised, os.POSIX_FADV_DONTNEED)
-            self.advised = self.written
-        return n
 
 
 def _fsync_close(f: BinaryIO, fsync: bool) -> None:
@@ -266,15 +243,15 @@ def _read_ahead(job: ShardJob) -> Iterator[Iterator[tuple[StagedRow, str, memory
         yield _prefetched(job, pool, _ring_for(job.prefetch_bytes))
 
 
-def _write_zip(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int:
+def _write_zip(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
     plan = job.plan
     # Pass 1: size and CRC of metadata.jsonl, which goes first and so must be known first.
     meta_crc = 0
     meta_size = 0
     for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
-        meta_crc = zlib.crc32(line, meta_crc)
+        meta_crc = crc32(line, meta_crc)
         meta_size += len(line)
-    zw = ZipWriter(out, sink=digest.update)
+    zw = ZipWriter(out)
     # Pass 2: metadata.jsonl inside the ZIP, and the same bytes in metadata/.
     zw.start_member(METADATA_MEMBER, meta_size, meta_crc)
     for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
@@ -291,8 +268,8 @@ def _write_zip(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int
     return zw.close()
 
 
-def _write_tar(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int:
-    tw = TarWriter(out, sink=digest.update)
+def _write_tar(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
+    tw = TarWriter(out)
     with _read_ahead(job) as files:
         for row, path, data, crc in files:
             line = row.metadata_line.encode("utf-8")
@@ -306,12 +283,12 @@ def _write_tar(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int
     return tw.close()
 
 
-def _write_parquet(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) -> int:
+def _write_parquet(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
     from .parquetformat import ParquetShardWriter
 
     if not job.features:
         raise ShardkitError(f"internal error: no features to type {job.plan.name}'s columns")
-    pw = ParquetShardWriter(out, digest.update, job.features)
+    pw = ParquetShardWriter(out, job.features)
     with _read_ahead(job) as files:
         for row, path, data, crc in files:
             if data is not None:
@@ -319,7 +296,7 @@ def _write_parquet(job: ShardJob, out: Any, digest: Any, meta: _MetadataFile) ->
             else:
                 with open(path, "rb") as f:
                     content = f.read()
-                if len(content) != row.size or zlib.crc32(content) != crc:
+                if len(content) != row.size or crc32(content) != crc:
                     raise SourceChanged(f"{path} (metadata line {row.line}): file changed while packing")
             pw.add(row.metadata_line, content)
             meta.write(row.metadata_line.encode("utf-8") + b"\n")
@@ -348,12 +325,15 @@ def write_shard(job: ShardJob) -> ManifestShard:
             with open(tmp_staged, "wb") as f:
                 f.write(job.staged)
             job = replace(job, staging_path=tmp_staged, plan=replace(plan, offset=0), staged=None)
-        digest = hashlib.sha256()
-        with open(tmp_shard, "wb", buffering=1 << 20) as out, open(tmp_meta, "wb", buffering=1 << 20) as meta_out:
+        with open(tmp_meta, "wb", buffering=1 << 20) as meta_out:
             meta = _MetadataFile(meta_out)
-            total = _WRITERS[fmt.name](job, _EarlyWriteback(out) if job.fsync else out, digest, meta)
+            out = ShardFile(tmp_shard, fsync=job.fsync)
+            try:
+                total = _WRITERS[fmt.name](job, out, meta)
+                shard_sha256 = out.close()
+            finally:
+                out.abort()  # a no-op after close
             _fsync_close(meta_out, job.fsync)
-            _fsync_close(out, job.fsync)
         if fmt.exact and total != plan.bytes:
             raise ShardkitError(f"internal error: {plan.name} has {total} bytes, the plan said {plan.bytes}")
         if not fmt.exact and job.max_shard_bytes and total > job.max_shard_bytes:
@@ -379,7 +359,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
         metadata=meta_rel,
         rows=plan.rows,
         bytes=total,
-        sha256=digest.hexdigest(),
+        sha256=shard_sha256,
         metadata_sha256=meta.digest.hexdigest(),
         first_key=plan.first_key,
         last_key=plan.last_key,

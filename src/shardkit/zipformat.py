@@ -19,12 +19,11 @@ script in the template) uses: one ``open()`` per shard, no seeking.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from .streamio import CountingOutput, read_exact
+from .streamio import CountingOutput, crc32, read_exact
 
 LOCAL_HEADER_SIG = 0x04034B50
 CENTRAL_HEADER_SIG = 0x02014B50
@@ -117,7 +116,6 @@ class ZipWriter(CountingOutput):
 
     The caller gives each member's CRC-32 and size up front (they go into the local header);
     the data may then be written in any number of pieces with :meth:`write_data`.
-    ``sink`` receives every byte written, e.g. a hash object's ``update``.
     """
 
     _central: list[bytes] | None = None
@@ -140,7 +138,7 @@ class ZipWriter(CountingOutput):
         self._pending -= len(data)
 
     def add(self, name: str, data: bytes) -> None:
-        self.start_member(name, len(data), zlib.crc32(data))
+        self.start_member(name, len(data), crc32(data))
         self.write_data(data)
 
     def close(self) -> int:
@@ -198,7 +196,7 @@ def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member
         if extra_len:
             _read_exact(stream, extra_len, "an extra field")
         data = _read_exact(stream, usize, f"member {name!r}")
-        if check_crc and zlib.crc32(data) != crc:
+        if check_crc and crc32(data) != crc:
             raise ZipFormatError(f"CRC mismatch in member {name!r} at offset {offset}")
         yield Member(name=name, offset=offset, size=usize, crc=crc, data=data)
         offset += LOCAL_HEADER_SIZE + name_len + extra_len + usize

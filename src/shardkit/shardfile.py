@@ -1,0 +1,219 @@
+"""The shard file being written: bytes gathered in aligned chunks, hashed and written by a thread.
+
+Writing a shard through the page cache costs more CPU than anything else the writer does: the
+kernel copies every byte into the cache, then its write-back walks it again (on a 2-core VM,
+2 GB cost 0.7 to 2.4 CPU-seconds that way, against 0.2 with ``O_DIRECT``). So
+:class:`ShardFile` copies what it is given into 4 MiB chunks of page-aligned memory, and a
+thread of its own hashes each full chunk (sha256, which frees the GIL) and writes it with
+``O_DIRECT`` straight to the device, while the caller fills the next chunk. The last chunk is
+written padded to the block size and the file truncated to its real length.
+
+``O_DIRECT`` is used only on local block filesystems known to honour it (ext2/3/4, XFS, btrfs,
+F2FS; read from ``/proc/self/mounts``). Elsewhere (NFS, FUSE, tmpfs, macOS) the same chunks go
+through the page cache, and each written chunk is handed to ``posix_fadvise(DONTNEED)`` so its
+write-back starts now rather than all at the fsync (and packing terabytes does not churn the
+page cache). If the kernel still refuses an ``O_DIRECT`` write, that chunk and the rest are
+written the buffered way.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import mmap
+import os
+import queue
+import threading
+from functools import lru_cache
+
+CHUNK_BYTES = 4 << 20
+CHUNKS = 3  # one being filled, up to two being hashed and written
+_ALIGN = 4096  # O_DIRECT needs offsets, lengths and addresses aligned to the device's block size
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+_DIRECT_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
+
+_local = threading.local()
+
+
+def filesystem_type(folder: str, mounts: str) -> str | None:
+    """The type of the filesystem holding ``folder``: its longest mount point in ``mounts``
+    (the text of ``/proc/self/mounts``: device, mount point, type, ... per line)."""
+    best: tuple[int, str] | None = None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ").replace("\\011", "\t")
+        inside = folder == point or folder.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= best[0]):  # a later mount over the same point wins
+            best = (len(point), fields[2])
+    return best[1] if best else None
+
+
+@lru_cache(maxsize=64)
+def _filesystem_type_here(folder: str) -> str | None:
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            return filesystem_type(folder, f.read())
+    except OSError:  # not Linux
+        return None
+
+
+def direct_io_for(folder: str) -> bool:
+    """Whether shard files in ``folder`` are written with O_DIRECT."""
+    if not _O_DIRECT or os.environ.get("SHARDKIT_NO_DIRECT_IO"):
+        return False
+    return _filesystem_type_here(os.path.realpath(folder)) in _DIRECT_FILESYSTEMS
+
+
+def _chunks() -> list[mmap.mmap]:
+    """This thread's chunk buffers, reused from shard to shard (page-aligned: anonymous mmaps)."""
+    chunks: list[mmap.mmap] | None = getattr(_local, "chunks", None)
+    if chunks is None:
+        chunks = _local.chunks = [mmap.mmap(-1, CHUNK_BYTES) for _ in range(CHUNKS)]
+    return chunks
+
+
+class ShardFile:
+    """A new file written in order through :meth:`write`; :meth:`close` returns its sha256.
+
+    On any error, call :meth:`abort` (the caller removes the file).
+    """
+
+    def __init__(self, path: str, *, fsync: bool) -> None:
+        self.path = path
+        self.fsync = fsync
+        self.size = 0
+        self.digest = hashlib.sha256()
+        self.direct = direct_io_for(os.path.dirname(os.path.abspath(path)))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        self._fd = -1
+        if self.direct:
+            try:
+                self._fd = os.open(path, flags | _O_DIRECT, 0o644)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self.direct = False  # the filesystem refuses O_DIRECT after all
+        if self._fd < 0:
+            self._fd = os.open(path, flags, 0o644)
+        self._free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
+        for chunk in _chunks():
+            self._free.put(memoryview(chunk))
+        self._full: queue.SimpleQueue[tuple[memoryview, int, int] | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._current = self._free.get()
+        self._fill = 0
+        self._handed = 0  # bytes handed to the thread
+        self._thread = threading.Thread(target=self._flush_chunks, name="shardkit-shard-file", daemon=True)
+        self._thread.start()
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        if isinstance(data, memoryview) and data.format != "B":
+            data = data.cast("B")
+        n = len(data)
+        if n <= CHUNK_BYTES - self._fill:  # the common case: fits the chunk being filled
+            self._current[self._fill : self._fill + n] = data
+            self._fill += n
+            if self._fill == CHUNK_BYTES:
+                self._hand_off()
+            return n
+        view = memoryview(data)
+        done = 0
+        while done < n:
+            take = min(CHUNK_BYTES - self._fill, n - done)
+            self._current[self._fill : self._fill + take] = view[done : done + take]
+            self._fill += take
+            done += take
+            if self._fill == CHUNK_BYTES:
+                self._hand_off()
+        return n
+
+    def _hand_off(self) -> None:
+        if self._error is not None:
+            raise self._error
+        self._full.put((self._current, self._fill, self._handed))
+        self._handed += self._fill
+        self._current = self._free.get()  # the thread always gives chunks back, even after an error
+        self._fill = 0
+
+    def _flush_chunks(self) -> None:
+        while (item := self._full.get()) is not None:
+            chunk, length, offset = item
+            try:
+                if self._error is None:
+                    self.digest.update(chunk[:length])
+                    self._write_at(chunk, length, offset)
+            except BaseException as exc:  # handed to the caller at its next write or close
+                self._error = self._named(exc)
+            finally:
+                self._free.put(chunk)
+
+    def _write_at(self, chunk: memoryview, length: int, offset: int) -> None:
+        if self.direct:
+            padded = -(-length // _ALIGN) * _ALIGN  # the last chunk: padding, truncated at close
+            try:
+                self._pwrite_all(chunk[:padded], offset)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self._stop_direct()  # the filesystem took the open but not the write: go buffered
+        self._pwrite_all(chunk[:length], offset)
+        if self.fsync and hasattr(os, "posix_fadvise"):  # start this chunk's write-back now
+            os.posix_fadvise(self._fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+    def _pwrite_all(self, data: memoryview, offset: int) -> None:
+        while data:
+            written = os.pwrite(self._fd, data, offset)
+            data = data[written:]
+            offset += written
+
+    def _stop_direct(self) -> None:
+        import fcntl
+
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~_O_DIRECT)
+        self.direct = False
+
+    def close(self) -> str:
+        """Write what is left, wait for the thread, truncate, fsync; return the sha256 (hex)."""
+        total = self._handed + self._fill
+        if self._fill:
+            self._full.put((self._current, self._fill, self._handed))
+            self._fill = 0
+        self._finish_thread()
+        try:
+            if self._error is not None:
+                raise self._error
+            try:
+                if os.fstat(self._fd).st_size != total:
+                    os.ftruncate(self._fd, total)  # drop the last chunk's padding
+                if self.fsync:
+                    os.fsync(self._fd)
+            except OSError as exc:
+                raise self._named(exc) from None
+        finally:
+            self._close_fd()
+        self.size = total
+        return self.digest.hexdigest()
+
+    def _named(self, exc: BaseException) -> BaseException:
+        """An OSError from a write on the descriptor, naming the file (as one from open() would)."""
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            return OSError(exc.errno, exc.strerror, self.path)
+        return exc
+
+    def abort(self) -> None:
+        """Stop the thread and close the file (what was written stays for the caller to remove)."""
+        self._finish_thread()
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    def _finish_thread(self) -> None:
+        if self._thread.is_alive():
+            self._full.put(None)
+            self._thread.join()
