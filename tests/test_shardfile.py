@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from shardkit import shardfile
-from shardkit.shardfile import CHUNK_BYTES, ShardFile, filesystem_type
+from shardkit.shardfile import CACHED_CHUNK, DIRECT_CHUNK, ShardFile, filesystem_type
 
-# Sizes around every boundary: empty, one block, a chunk, a chunk and a byte, several chunks.
-SIZES = [0, 1, 4095, 4096, 4097, CHUNK_BYTES - 1, CHUNK_BYTES, CHUNK_BYTES + 1, 3 * CHUNK_BYTES + 12345]
+BIG, SMALL = DIRECT_CHUNK[0], CACHED_CHUNK[0]
+# Sizes around every boundary: empty, one block, a chunk of either size and a byte either side,
+# more chunks than there are buffers.
+SIZES = [0, 1, 4095, 4096, 4097, SMALL - 1, SMALL, SMALL + 1, BIG - 1, BIG, BIG + 1, 3 * BIG + 12345]
 
 
 def pieces(total: int, seed: int) -> list[bytes]:
@@ -23,7 +25,7 @@ def pieces(total: int, seed: int) -> list[bytes]:
     data = rng.randbytes(total)
     out, at = [], 0
     while at < total:
-        n = rng.choice([1, 30, 4096, 100_000, CHUNK_BYTES + 7])
+        n = rng.choice([1, 30, 4096, 100_000, SMALL + 3, BIG + 7])
         out.append(data[at : at + n])
         at += n
     return out
@@ -37,7 +39,7 @@ def test_bytes_and_sha256_are_those_written(
     monkeypatch.setattr(shardfile, "direct_io_for", lambda folder: direct)
     data = pieces(total, total)
     path = tmp_path / "shard.zip.partial"
-    f = ShardFile(str(path), fsync=total == CHUNK_BYTES + 1)  # fsync costs seconds here; once is enough
+    f = ShardFile(str(path), fsync=total == BIG + 1)  # fsync costs seconds here; once is enough
     for piece in data:
         # bytes, and memoryviews of other formats, as pyarrow hands them
         assert f.write(memoryview(piece).cast("b") if len(piece) == 30 else piece) == len(piece)
@@ -53,6 +55,7 @@ def test_a_refused_direct_write_falls_back_to_buffered(tmp_path: Path, monkeypat
     """Some filesystems take O_DIRECT at open and refuse the write (EINVAL): the chunk is written
     again the buffered way, and so are the rest."""
     monkeypatch.setattr(shardfile, "direct_io_for", lambda folder: True)
+    monkeypatch.setattr(shardfile, "_O_DIRECT", 0)  # so the open succeeds on any filesystem
     real = ShardFile._pwrite_all
     refused: list[int] = []
 
@@ -63,7 +66,7 @@ def test_a_refused_direct_write_falls_back_to_buffered(tmp_path: Path, monkeypat
         real(self, data, offset)
 
     monkeypatch.setattr(ShardFile, "_pwrite_all", pwrite_all)
-    data = random.Random(1).randbytes(2 * CHUNK_BYTES + 5)
+    data = random.Random(1).randbytes(2 * BIG + 5)
     path = tmp_path / "shard"
     f = ShardFile(str(path), fsync=True)
     f.write(data)
@@ -79,7 +82,7 @@ def test_a_write_error_reaches_the_caller() -> None:
     f = ShardFile("/dev/full", fsync=False)
     with pytest.raises(OSError) as caught:
         for _ in range(4):
-            f.write(bytes(CHUNK_BYTES))
+            f.write(bytes(BIG))
         f.close()
     assert caught.value.errno == errno.ENOSPC
     f.abort()
@@ -90,9 +93,9 @@ def test_a_write_error_reaches_the_caller() -> None:
 def test_chunks_are_reused_after_an_aborted_file(tmp_path: Path) -> None:
     """A shard abandoned half-way (a source file changed) leaves the thread's chunks usable."""
     first = ShardFile(str(tmp_path / "a"), fsync=False)
-    first.write(os.urandom(CHUNK_BYTES + 10))
+    first.write(os.urandom(BIG + 10))
     first.abort()
-    data = os.urandom(2 * CHUNK_BYTES)
+    data = os.urandom(2 * BIG)
     second = ShardFile(str(tmp_path / "b"), fsync=False)
     second.write(data)
     second.close()
