@@ -123,3 +123,39 @@ def test_worker_killed_mid_job_is_reported_and_the_rerun_completes(
 def test_pool_with_no_jobs_closes_cleanly() -> None:
     with WorkerPool(2) as pool:
         assert list(pool.map_unordered(str, [])) == []
+
+
+def loaded(module: str) -> tuple[int, bool]:
+    """Run in a worker: its pid, and whether ``module`` was imported before any task asked for it."""
+    import sys
+
+    return os.getpid(), module in sys.modules
+
+
+def test_a_pool_preloads_and_serves_several_phases() -> None:
+    with WorkerPool(2, ["colorsys"]) as pool:  # a module nothing here imports
+        first = list(pool.map_unordered(loaded, ["colorsys"] * 4))
+        second = list(pool.map_unordered(loaded, ["colorsys"] * 4))
+    assert all(was_loaded for _, was_loaded in first + second)
+    assert {pid for pid, _ in second} <= {pid for pid, _ in first}  # the same processes, not new ones
+
+
+def test_pack_checks_and_writes_with_one_set_of_workers(
+    make_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The workers start before the check phase; they check its ranges and write the shards."""
+    import shardkit.worker
+
+    spawned: list[list[str]] = []
+    real_popen = shardkit.worker.subprocess.Popen
+
+    def counting_popen(args: list[str], **kw: Any) -> Any:
+        spawned.append(args)
+        return real_popen(args, **kw)
+
+    monkeypatch.setattr(shardkit.worker.subprocess, "Popen", counting_popen)
+    corpus = make_corpus(80)
+    summary = pack(config_for(corpus, tmp_path / "out", jobs=2, check_range_bytes=2048, target_shard_bytes=20_000))
+    assert summary.written_shards > 2
+    assert len(spawned) == 2
+    assert all(args[-2:] == ["shardkit.check", "shardkit.writer"] for args in spawned)

@@ -31,11 +31,14 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import __version__
 from .errors import ShardkitError, UsageError
 from .store import ShardStore, UrlStore, filesystem_for, is_url
+
+if TYPE_CHECKING:
+    from .worker import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -192,10 +195,18 @@ class Tasks(Protocol[T_co]):
 
 
 def run_tasks(
-    fn: Callable[[T], R], items: Tasks[T], names: list[str], what: str, *, jobs: int, cluster: Cluster | None
+    fn: Callable[[T], R],
+    items: Tasks[T],
+    names: list[str],
+    what: str,
+    *,
+    jobs: int,
+    cluster: Cluster | None,
+    pool: WorkerPool | None = None,
 ) -> Iterator[R]:
     """``fn`` on every item, results as they finish: as tasks on ``cluster`` if given, else in
-    ``jobs`` worker processes (:mod:`shardkit.worker`), else (``jobs`` 1) here."""
+    ``jobs`` worker processes (:mod:`shardkit.worker`; ``pool``'s if given, started earlier by the
+    caller), else (``jobs`` 1) here."""
     if cluster is not None:
         yield from cluster.map_unordered(fn, items, names, what)
         return
@@ -203,10 +214,13 @@ def run_tasks(
         for item in items:
             yield fn(item)
         return
+    if pool is not None:
+        yield from pool.map_unordered(fn, items, names)
+        return
     from .worker import WorkerPool
 
-    with WorkerPool(min(jobs, len(items))) as pool:
-        yield from pool.map_unordered(fn, items, names)
+    with WorkerPool(min(jobs, len(items))) as new_pool:
+        yield from new_pool.map_unordered(fn, items, names)
 
 
 def worker_view(token_path: str, read_dirs: list[str]) -> dict[str, Any]:

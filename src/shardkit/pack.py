@@ -50,11 +50,13 @@ from .preview import write_preview
 from .progress import NullProgress, Progress
 from .staging import StagedEntries, merge_runs, repeated_files
 from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
+from .worker import WorkerPool
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
 log = logging.getLogger(__name__)
 
 HASHES_SAVE_SECONDS = 10.0  # how often the hash cache is written while shards are written
+_WORKER_MODULES = ("shardkit.check", "shardkit.writer")  # what the local workers import at start
 
 
 @dataclass(frozen=True)
@@ -137,14 +139,21 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
     out_dir = run_folder(config.out_dir, config.work_dir)
     store = UrlStore(config.out_dir) if is_url(config.out_dir) else LocalStore(out_dir)
-    with cluster_for(config.executor, config.scheduler, client) as cluster, locked(out_dir) as work_dir:
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
+        work_dir = stack.enter_context(locked(out_dir))
+        # Local worker processes start now and import what they need while this one checks the
+        # metadata; the same processes check its ranges (if it is split) and write the shards.
+        pool = None
+        if cluster is None and config.jobs > 1:
+            pool = stack.enter_context(WorkerPool(config.jobs, _WORKER_MODULES))
         if cluster is not None:  # before the check phase, which can take hours
             metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
             cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
         if isinstance(store, UrlStore):
             store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
             pull_small_files(store, out_dir)
-        return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store)
+        return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, pool)
 
 
 def _pack_locked(
@@ -156,6 +165,7 @@ def _pack_locked(
     started: float,
     cluster: Cluster | None,
     store: ShardStore,
+    pool: WorkerPool | None,
 ) -> PackSummary:
     """Pack, holding the lock; ``out_dir`` is OUT_DIR, or for a URL the local work folder."""
     remote = isinstance(store, UrlStore)
@@ -170,7 +180,7 @@ def _pack_locked(
     phases = _PhaseClock()
     try:
         # With a URL, the range tasks' runs must land where this process reads them: here.
-        staged = _check_and_stage(config, fmt, staging_dir, problems, progress, None if remote else cluster)
+        staged = _check_and_stage(config, fmt, staging_dir, problems, progress, None if remote else cluster, pool)
     finally:
         problems.close()
     if problems.count and not skip:
@@ -245,7 +255,7 @@ def _pack_locked(
     saved = time.monotonic()
     try:
         names = [job.plan.name for job in jobs]
-        for result in run_tasks(write_shard, tasks, names, "write", jobs=config.jobs, cluster=cluster):
+        for result in run_tasks(write_shard, tasks, names, "write", jobs=config.jobs, cluster=cluster, pool=pool):
             done[result.file] = result
             write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
             if hashes is not None:  # so a resume or the push need not read the files again
@@ -350,6 +360,7 @@ def _check_and_stage(
     problems: ProblemLog,
     progress: Progress,
     cluster: Cluster | None = None,
+    pool: WorkerPool | None = None,
 ) -> _Staged:
     settings = CheckSettings(
         metadata_path=os.path.abspath(config.metadata_path),
@@ -369,7 +380,7 @@ def _check_and_stage(
     if parallel:
         results = []
         names = [f"{job.index:05d}" for job in jobs]
-        for result in run_tasks(check_range, jobs, names, "check", jobs=config.jobs, cluster=cluster):
+        for result in run_tasks(check_range, jobs, names, "check", jobs=config.jobs, cluster=cluster, pool=pool):
             results.append(result)
             progress.advance(result.rows)
         results.sort(key=lambda r: r.index)

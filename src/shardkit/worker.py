@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib
 import os
 import pickle
 import selectors
@@ -69,13 +70,18 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
 
 
 class WorkerPool:
-    """``size`` worker processes, each running one task at a time."""
+    """``size`` worker processes, each running one task at a time.
 
-    def __init__(self, size: int) -> None:
+    The processes start at once and import ``preload`` (module names) while the caller does
+    other work, so the first task does not wait for them. A pool may serve several
+    :meth:`map_unordered` calls (pack starts one before its check phase and writes with it too).
+    """
+
+    def __init__(self, size: int, preload: Iterable[str] = ()) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "shardkit.worker"],
+                [sys.executable, "-m", "shardkit.worker", *preload],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -181,6 +187,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
+        for module in sys.argv[1:]:  # the modules the tasks will need, imported while the pool waits
+            with contextlib.suppress(Exception):  # if it fails, the task that needs it says why
+                importlib.import_module(module)
         serve(sys.stdin, sys.stdout)
     except KeyboardInterrupt:
         # write_shard removed its partial files as the exception passed; a reader thread may
