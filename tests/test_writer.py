@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,22 +141,35 @@ def test_a_pool_preloads_and_serves_several_phases() -> None:
     assert {pid for pid, _ in second} <= {pid for pid, _ in first}  # the same processes, not new ones
 
 
-def test_pack_checks_and_writes_with_one_set_of_workers(
-    make_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("split_check", [False, True])
+def test_write_workers_start_before_a_check_in_this_process(
+    make_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split_check: bool
 ) -> None:  # type: ignore[no-untyped-def]
-    """The workers start before the check phase; they check its ranges and write the shards."""
+    """With the check in this process, the write phase's workers start (and import the writer)
+    before it; with the check split into range tasks, those have workers of their own, and the
+    writers start after them (so no worker carries check-phase memory into the write phase)."""
     import shardkit.worker
 
-    spawned: list[list[str]] = []
+    events: list[str] = []
     real_popen = shardkit.worker.subprocess.Popen
+    real_check_range = shardkit.pack.check_range
 
     def counting_popen(args: list[str], **kw: Any) -> Any:
-        spawned.append(args)
+        events.append("writer" if args[-1] == "shardkit.writer" else "worker")
         return real_popen(args, **kw)
 
+    def noting_check_range(*args: Any, **kw: Any) -> Any:
+        events.append("check here")
+        return real_check_range(*args, **kw)
+
     monkeypatch.setattr(shardkit.worker.subprocess, "Popen", counting_popen)
+    if not split_check:  # (range tasks are sent to workers by reference: keep the real one)
+        monkeypatch.setattr(shardkit.pack, "check_range", noting_check_range)
     corpus = make_corpus(80)
-    summary = pack(config_for(corpus, tmp_path / "out", jobs=2, check_range_bytes=2048, target_shard_bytes=20_000))
+    config = config_for(corpus, tmp_path / "out", jobs=2, target_shard_bytes=20_000)
+    summary = pack(replace(config, check_range_bytes=2048) if split_check else config)
     assert summary.written_shards > 2
-    assert len(spawned) == 2
-    assert all(args[-2:] == ["shardkit.check", "shardkit.writer"] for args in spawned)
+    if split_check:
+        assert events == ["worker", "worker", "writer", "writer"]
+    else:
+        assert events == ["writer", "writer", "check here"]

@@ -56,7 +56,27 @@ from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, meta
 log = logging.getLogger(__name__)
 
 HASHES_SAVE_SECONDS = 10.0  # how often the hash cache is written while shards are written
-_WORKER_MODULES = ("shardkit.check", "shardkit.writer")  # what the local workers import at start
+_WORKER_MODULES = ("shardkit.writer",)  # what the write phase's workers import as they start
+
+
+class _LocalWriters:
+    """The worker processes that write the shards on this machine (``jobs`` over 1, no cluster).
+
+    Started once, by the first call to :meth:`start`: before a check phase that runs in this
+    process, so they start and import while it runs; otherwise after the check (its range tasks
+    have workers of their own, and sharing them would carry each one's check-phase memory
+    into the write phase).
+    """
+
+    def __init__(self, stack: contextlib.ExitStack, jobs: int) -> None:
+        self._stack = stack
+        self._jobs = jobs
+        self._pool: WorkerPool | None = None
+
+    def start(self) -> WorkerPool | None:
+        if self._pool is None and self._jobs > 1:
+            self._pool = self._stack.enter_context(WorkerPool(self._jobs, _WORKER_MODULES))
+        return self._pool
 
 
 @dataclass(frozen=True)
@@ -142,18 +162,14 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
         work_dir = stack.enter_context(locked(out_dir))
-        # Local worker processes start now and import what they need while this one checks the
-        # metadata; the same processes check its ranges (if it is split) and write the shards.
-        pool = None
-        if cluster is None and config.jobs > 1:
-            pool = stack.enter_context(WorkerPool(config.jobs, _WORKER_MODULES))
+        writers = _LocalWriters(stack, config.jobs if cluster is None else 1)
         if cluster is not None:  # before the check phase, which can take hours
             metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
             cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
         if isinstance(store, UrlStore):
             store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
             pull_small_files(store, out_dir)
-        return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, pool)
+        return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, writers)
 
 
 def _pack_locked(
@@ -165,7 +181,7 @@ def _pack_locked(
     started: float,
     cluster: Cluster | None,
     store: ShardStore,
-    pool: WorkerPool | None,
+    writers: _LocalWriters,
 ) -> PackSummary:
     """Pack, holding the lock; ``out_dir`` is OUT_DIR, or for a URL the local work folder."""
     remote = isinstance(store, UrlStore)
@@ -180,7 +196,10 @@ def _pack_locked(
     phases = _PhaseClock()
     try:
         # With a URL, the range tasks' runs must land where this process reads them: here.
-        staged = _check_and_stage(config, fmt, staging_dir, problems, progress, None if remote else cluster, pool)
+        check_cluster = None if remote else cluster
+        staged = _check_and_stage(
+            config, fmt, staging_dir, problems, progress, check_cluster, None if config.dry_run else writers
+        )
     finally:
         problems.close()
     if problems.count and not skip:
@@ -255,6 +274,7 @@ def _pack_locked(
     saved = time.monotonic()
     try:
         names = [job.plan.name for job in jobs]
+        pool = writers.start() if len(tasks) > 1 else None
         for result in run_tasks(write_shard, tasks, names, "write", jobs=config.jobs, cluster=cluster, pool=pool):
             done[result.file] = result
             write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
@@ -360,7 +380,7 @@ def _check_and_stage(
     problems: ProblemLog,
     progress: Progress,
     cluster: Cluster | None = None,
-    pool: WorkerPool | None = None,
+    writers: _LocalWriters | None = None,
 ) -> _Staged:
     settings = CheckSettings(
         metadata_path=os.path.abspath(config.metadata_path),
@@ -380,7 +400,7 @@ def _check_and_stage(
     if parallel:
         results = []
         names = [f"{job.index:05d}" for job in jobs]
-        for result in run_tasks(check_range, jobs, names, "check", jobs=config.jobs, cluster=cluster, pool=pool):
+        for result in run_tasks(check_range, jobs, names, "check", jobs=config.jobs, cluster=cluster):
             results.append(result)
             progress.advance(result.rows)
         results.sort(key=lambda r: r.index)
@@ -390,6 +410,8 @@ def _check_and_stage(
             shutil.rmtree(ranges_dir)
             progress.start("checking rows again, in one pass", total=None, unit="rows")
     if combined is None:
+        if writers is not None:  # the write phase's workers start and import while this checks
+            writers.start()
         whole = RangeJob(settings, 0, 0, None, 1, os.path.join(ranges_dir, "whole"), skip)
         results = [check_range(whole, progress)]
         combined = combine(results)
