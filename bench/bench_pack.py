@@ -7,7 +7,8 @@ It generates a seeded corpus (JPEG-headed files of random bytes: the packer neve
 content does not matter for speed), warms the page cache, then times, on the same corpus (each
 timing starts after os.sync(), so no run pays for the write-back of the one before):
 
-* read limit    - every input file read with shardkit's concurrency (jobs x read threads);
+* read limit    - every input file read with shardkit's concurrency (jobs processes with read
+                  threads each);
 * write limit   - the same number of bytes written as `jobs` files in parallel, fsynced; once
                   through the page cache, once with O_DIRECT from 4 MiB aligned chunks (as
                   shardkit writes shards on local filesystems);
@@ -113,16 +114,26 @@ def list_files(images: Path) -> list[str]:
     return [os.path.join(d, f) for d, _, fs in os.walk(images) for f in fs]
 
 
-def read_limit(paths: list[str], threads: int) -> float:
-    def read(p: str) -> int:
-        with open(p, "rb") as f:
-            return len(f.read())
+def _read_file(path: str) -> int:
+    with open(path, "rb") as f:
+        return len(f.read())
 
+
+def _read_part(paths: list[str], threads: int) -> int:
+    with ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(_read_file, paths, chunksize=256))
+
+
+def read_limit(paths: list[str], jobs: int, threads: int) -> float:
+    """Read every file as shardkit does: ``jobs`` processes with ``threads`` readers each (the
+    clock includes starting them, as for the copy limit)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    parts = [paths[i::jobs] for i in range(jobs)]
     settle()
     t = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        for _ in pool.map(read, paths, chunksize=256):
-            pass
+    with ProcessPoolExecutor(jobs) as pool:
+        list(pool.map(_read_part, parts, [threads] * jobs))
     return time.perf_counter() - t
 
 
@@ -401,15 +412,14 @@ def main() -> None:
         file=sys.stderr,
     )
     paths = list_files(images)
-    read_limit(paths, args.jobs * args.read_threads)  # warm the page cache
+    read_limit(paths, args.jobs, args.read_threads)  # warm the page cache
     mb = total / 1e6
     files = len(paths)
-    threads = args.jobs * args.read_threads
     out = args.workdir / "out"
     runs: list[Callable[[], Result]] = []
     if not args.skip_baselines:
         runs += [
-            lambda: Result("read limit (parallel read)", read_limit(paths, threads), mb, len(paths)),
+            lambda: Result("read limit (parallel read)", read_limit(paths, args.jobs, args.read_threads), mb, files),
             lambda: Result(
                 "write limit (fsynced, page cache)", write_limit(total, args.jobs, args.workdir / "w", False), mb, files
             ),
