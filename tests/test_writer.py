@@ -147,7 +147,8 @@ def test_write_workers_start_before_a_check_in_this_process(
 ) -> None:  # type: ignore[no-untyped-def]
     """With the check in this process, the write phase's workers start (and import the writer)
     before it; with the check split into range tasks, those have workers of their own, and the
-    writers start after them (so no worker carries check-phase memory into the write phase)."""
+    writers start after them (so no worker carries check-phase memory into the write phase).
+    Either way the writers are gone before the finish phase (so its memory does not add to theirs)."""
     import shardkit.worker
 
     events: list[str] = []
@@ -162,7 +163,14 @@ def test_write_workers_start_before_a_check_in_this_process(
         events.append("check here")
         return real_check_range(*args, **kw)
 
+    real_preview = shardkit.pack.write_preview
+
+    def noting_preview(*args: Any, **kw: Any) -> Any:  # the finish phase: the writers are gone
+        events.append(f"preview beside {len(psutil.Process().children())} workers")
+        return real_preview(*args, **kw)
+
     monkeypatch.setattr(shardkit.worker.subprocess, "Popen", counting_popen)
+    monkeypatch.setattr(shardkit.pack, "write_preview", noting_preview)
     if not split_check:  # (range tasks are sent to workers by reference: keep the real one)
         monkeypatch.setattr(shardkit.pack, "check_range", noting_check_range)
     corpus = make_corpus(80)
@@ -170,6 +178,6 @@ def test_write_workers_start_before_a_check_in_this_process(
     summary = pack(replace(config, check_range_bytes=2048) if split_check else config)
     assert summary.written_shards > 2
     if split_check:
-        assert events == ["worker", "worker", "writer", "writer"]
+        assert events == ["worker", "worker", "writer", "writer", "preview beside 0 workers"]
     else:
-        assert events == ["writer", "writer", "check here"]
+        assert events == ["writer", "writer", "check here", "preview beside 0 workers"]

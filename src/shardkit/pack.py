@@ -65,18 +65,30 @@ class _LocalWriters:
     Started once, by the first call to :meth:`start`: before a check phase that runs in this
     process, so they start and import while it runs; otherwise after the check (its range tasks
     have workers of their own, and sharing them would carry each one's check-phase memory
-    into the write phase).
+    into the write phase). Closed by :meth:`finish` as soon as the shards are written (they
+    would otherwise sit beside the finish phase's preview, adding to the peak memory), or
+    terminated when ``stack`` unwinds on an error.
     """
 
     def __init__(self, stack: contextlib.ExitStack, jobs: int) -> None:
-        self._stack = stack
         self._jobs = jobs
         self._pool: WorkerPool | None = None
+        stack.callback(self._terminate)
 
     def start(self) -> WorkerPool | None:
         if self._pool is None and self._jobs > 1:
-            self._pool = self._stack.enter_context(WorkerPool(self._jobs, _WORKER_MODULES))
+            self._pool = WorkerPool(self._jobs, _WORKER_MODULES)
         return self._pool
+
+    def finish(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _terminate(self) -> None:
+        if self._pool is not None:  # not finished: an error (or Ctrl-C) left the write phase
+            self._pool.terminate()
+            self._pool = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +300,7 @@ def _pack_locked(
     finally:
         if hashes is not None:
             hashes.save()
+    writers.finish()
     progress.finish()
     phases.end("write")
     if isinstance(store, UrlStore):
