@@ -73,8 +73,8 @@ class WorkerPool:
     """``size`` worker processes, each running one task at a time.
 
     The processes start at once and import ``preload`` (module names) while the caller does
-    other work, so the first task does not wait for them. A pool may serve several
-    :meth:`map_unordered` calls (pack starts one before its check phase and writes with it too).
+    other work, so the first task does not wait for them (pack starts its writers before a check
+    phase that runs in its own process). A pool may serve several :meth:`map_unordered` calls.
     """
 
     def __init__(self, size: int, preload: Iterable[str] = ()) -> None:
