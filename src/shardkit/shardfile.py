@@ -33,7 +33,7 @@ from functools import lru_cache
 # the CPU's cache; 4 MiB pieces cost 3x the CPU).
 DIRECT_CHUNK = (2 << 20, 3)  # bytes per chunk, chunks: one being filled, two being hashed and written
 CACHED_CHUNK = (256 << 10, 8)
-WRITEBACK_BYTES = 32 << 20  # page cache only: how often write-back is started (per 4 MiB costs 3x the CPU)
+WRITEBACK_BYTES = 32 << 20  # page cache only: how often write-back is started (as the writer always did)
 _ALIGN = 4096  # O_DIRECT needs offsets, lengths and addresses aligned to the device's block size
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _DIRECT_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
