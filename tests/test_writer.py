@@ -1,4 +1,4 @@
-"""The shard writer's parts: the read-ahead ring and the worker processes."""
+"""The shard writer's parts: changed files and the worker processes."""
 
 from __future__ import annotations
 
@@ -13,44 +13,13 @@ from typing import Any
 
 import psutil
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import shardkit.pack
 from shardkit.errors import ShardkitError
+from shardkit.fetch import SourceChanged
 from shardkit.pack import PackConfig, pack
 from shardkit.worker import WorkerPool
-from shardkit.writer import SourceChanged, _Ring
 from tests.conftest import Corpus
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(16, 4096), st.lists(st.tuples(st.integers(1, 2048), st.booleans()), max_size=300))
-def test_ring_regions_never_overlap_and_come_back_in_order(capacity: int, ops: list[tuple[int, bool]]) -> None:
-    ring = _Ring(capacity)
-    live: list[tuple[int, int]] = []  # (start, size), oldest first, as the ring sees them
-    for size, release_first in ops:
-        if release_first and live:
-            ring.release_oldest()
-            live.pop(0)
-        size = min(size, capacity)
-        region = ring.take(size)
-        while region is None and live:  # the writer frees the oldest until there is room
-            ring.release_oldest()
-            live.pop(0)
-            region = ring.take(size)
-        assert region is not None and len(region) == size
-        start = _offset(ring, region)
-        for other_start, other_size in live:
-            assert start + size <= other_start or other_start + other_size <= start
-        live.append((start, size))
-
-
-def _offset(ring: _Ring, region: memoryview) -> int:
-    import ctypes
-
-    base = ctypes.addressof(ctypes.c_char.from_buffer(ring.buffer))
-    return ctypes.addressof(ctypes.c_char.from_buffer(region)) - base
 
 
 def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:

@@ -4,8 +4,9 @@ A ZIP shard is ``metadata.jsonl`` first (so a front-to-back reader knows every r
 first image), then one stored member per row in key order; its rows are read from the staging
 file in three streaming passes (CRC of metadata.jsonl, its bytes, the members), so memory does
 not grow with rows per shard. A tar shard is ``<key>.json`` then ``<key><ext>`` per row; a
-Parquet shard is row groups of rows (see :mod:`.parquetformat`). Files are read ahead on a
-thread pool within a byte budget; a file larger than the budget is copied in chunks.
+Parquet shard is row groups of rows (see :mod:`.parquetformat`). The files are read by
+:mod:`.fetch`: inline while they are in the page cache, else ahead on a thread pool within a
+byte budget; a file larger than the budget is copied in chunks.
 
 The shard file itself goes through :class:`~shardkit.shardfile.ShardFile` (aligned chunks, hashed
 and written by a thread, ``O_DIRECT`` on local filesystems). Everything is written under
@@ -22,14 +23,12 @@ import hashlib
 import os
 import secrets
 import tempfile
-import threading
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from .errors import ShardkitError
+from .fetch import COPY_CHUNK, Fetched, SourceChanged, forget_ring, read_in_order
 from .formats import METADATA_MEMBER, PARQUET, TAR, ZIP, format_named
 from .manifest import ManifestShard
 from .plan import ShardPlan
@@ -38,16 +37,10 @@ from .staging import StagedRow, iter_published_lines, iter_staged
 from .store import store_for
 from .streamio import crc32
 from .tarformat import TarWriter
-from .threads import interruptible_pool
 from .zipformat import ZipWriter
 
 DEFAULT_READ_THREADS = 8
 DEFAULT_PREFETCH_BYTES = 16 << 20
-_COPY_CHUNK = 4 << 20
-
-
-class SourceChanged(ShardkitError):
-    """A file changed between the check and the write."""
 
 
 @dataclass(frozen=True)
@@ -74,131 +67,10 @@ def metadata_path_for(plan: ShardPlan) -> str:
     return f"metadata/{plan.stem}.jsonl"
 
 
-def _rows(job: ShardJob) -> Iterator[StagedRow]:
-    return iter_staged(job.staging_path, job.plan.offset, job.plan.rows)
-
-
-class _Ring:
-    """A fixed buffer handed out in contiguous regions, freed in the order they were taken.
-
-    The prefetcher takes a region per file and the writer consumes files in order, so regions
-    come back first-in first-out. Reading into one long-lived buffer, instead of a new bytes
-    object per file, keeps memory flat and avoids a page fault storm per file.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.buffer = memoryview(bytearray(capacity))
-        self.capacity = capacity
-        self._regions: deque[tuple[int, int]] = deque()  # (start, size), oldest first
-        self._tail = 0
-
-    def take(self, size: int) -> memoryview | None:
-        """A region of ``size`` bytes, or None until older regions are released."""
-        if size > self.capacity:
-            return None
-        if not self._regions:
-            start = 0
-        else:
-            head = self._regions[0][0]
-            # Wrapped when the newest region starts before the oldest one. (Comparing tail with
-            # head cannot tell: after a wrap the tail can land exactly on the head.)
-            wrapped = self._regions[-1][0] < head
-            if not wrapped:  # free space is [tail, capacity) and [0, head)
-                if self._tail + size <= self.capacity:
-                    start = self._tail
-                elif size <= head:
-                    start = 0
-                else:
-                    return None
-            elif self._tail + size <= head:  # free space is [tail, head)
-                start = self._tail
-            else:
-                return None
-        self._regions.append((start, size))
-        self._tail = start + size
-        return self.buffer[start : start + size]
-
-    def release_oldest(self) -> None:
-        self._regions.popleft()
-
-    def reset(self) -> None:
-        self._regions.clear()
-        self._tail = 0
-
-
-_local = threading.local()
-
-
-def _ring_for(capacity: int) -> _Ring:
-    """This thread's ring, reused from shard to shard (allocating 32 MB per shard costs a second)."""
-    ring: _Ring | None = getattr(_local, "ring", None)
-    if ring is None or ring.capacity != capacity:
-        ring = _local.ring = _Ring(capacity)
-    ring.reset()
-    return ring
-
-
-def _read_into(path: str, row: StagedRow, region: memoryview | None) -> int:
-    """Read a file into its region (or, for a file too big to hold, only checksum it).
-
-    Returns the CRC-32. Checks the file still has the size it had when checked.
-    """
-    crc = 0
-    size = 0
-    try:
-        with open(path, "rb", buffering=0) as f:
-            if region is not None:
-                while size < len(region):
-                    n = f.readinto(region[size:])
-                    if not n:
-                        break
-                    size += n
-                if size == len(region) and f.read(1):
-                    size += 1  # grew: reported below
-                crc = crc32(region[: min(size, len(region))])
-            else:
-                while chunk := f.read(_COPY_CHUNK):
-                    size += len(chunk)
-                    crc = crc32(chunk, crc)
-    except OSError as exc:
-        raise SourceChanged(f"{path} (metadata line {row.line}): cannot read: {exc.strerror}") from exc
-    if size != row.size:
-        raise SourceChanged(
-            f"{path} (metadata line {row.line}): file changed while packing ({size} bytes, {row.size} when checked)"
-        )
-    return crc
-
-
-def _prefetched(
-    job: ShardJob, pool: ThreadPoolExecutor, ring: _Ring
-) -> Iterator[tuple[StagedRow, str, memoryview | None, int]]:
-    """Rows with their file bytes (a ring region) and CRC, read ahead, in order.
-
-    A yielded region stays valid until the next item is asked for.
-    """
-    window: deque[tuple[StagedRow, str, memoryview | None, Future[int]]] = deque()
-    big = max(ring.capacity // 2, 1)
-    # Bounded in bytes by the ring and in count here: tiny files would otherwise put tens of
-    # thousands of reads (and their bookkeeping) in flight.
-    max_in_flight = job.read_threads * 8
-    for row in _rows(job):
-        path = os.path.join(job.images_dir, row.source)
-        region = None
-        while window and (
-            len(window) >= max_in_flight or (row.size <= big and (region := ring.take(row.size)) is None)
-        ):
-            done_row, done_path, done_region, future = window.popleft()
-            yield done_row, done_path, done_region, future.result()
-            if done_region is not None:
-                ring.release_oldest()
-        if row.size <= big and region is None:
-            region = ring.take(row.size)  # the window is empty: the ring is free
-        window.append((row, path, region, pool.submit(_read_into, path, row, region)))
-    while window:
-        done_row, done_path, done_region, future = window.popleft()
-        yield done_row, done_path, done_region, future.result()
-        if done_region is not None:
-            ring.release_oldest()
+def _read_ahead(job: ShardJob) -> contextlib.AbstractContextManager[Iterator[Fetched]]:
+    """The shard's rows with their files' bytes and CRC-32, in order (see :mod:`.fetch`)."""
+    rows = iter_staged(job.staging_path, job.plan.offset, job.plan.rows)
+    return read_in_order(rows, job.images_dir, threads=job.read_threads, ring_bytes=job.prefetch_bytes)
 
 
 def _copy_streaming(zw: ZipWriter | TarWriter, path: str, row: StagedRow, crc: int) -> None:
@@ -207,7 +79,7 @@ def _copy_streaming(zw: ZipWriter | TarWriter, path: str, row: StagedRow, crc: i
     with open(path, "rb") as f:
         remaining = row.size
         while remaining:
-            chunk = f.read(min(_COPY_CHUNK, remaining))
+            chunk = f.read(min(COPY_CHUNK, remaining))
             if not chunk:
                 break
             zw.write_data(chunk)
@@ -234,13 +106,6 @@ class _MetadataFile:
     def write(self, line: bytes) -> None:
         self.f.write(line)
         self.digest.update(line)
-
-
-@contextlib.contextmanager
-def _read_ahead(job: ShardJob) -> Iterator[Iterator[tuple[StagedRow, str, memoryview | None, int]]]:
-    """The shard's rows with their files' bytes, read ahead on a thread pool into the ring buffer."""
-    with interruptible_pool(job.read_threads, "shardkit-read") as pool:
-        yield _prefetched(job, pool, _ring_for(job.prefetch_bytes))
 
 
 def _write_zip(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
@@ -346,7 +211,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
         store.put(tmp_shard, plan.name, fsync=job.fsync)  # the shard exists only once it is whole
     except BaseException:
         # Reads still in flight may land in this ring after we leave: never reuse it.
-        _local.ring = None
+        forget_ring()
         for leftover in (tmp_shard, tmp_meta):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
