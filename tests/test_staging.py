@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardkit.metadata import SourceRecord, metadata_line
-from shardkit.staging import RunWriter, StagedEntries, format_staged, iter_staged, json_string, merge_runs
+from shardkit.staging import (
+    RunWriter,
+    StagedEntries,
+    format_staged,
+    iter_staged,
+    json_string,
+    merge_runs,
+    parse_staged,
+)
 
 
 def record(key: str, line: int) -> SourceRecord:
@@ -76,3 +84,10 @@ def test_fingerprint_ignores_row_order_but_not_content(tmp_path: Path) -> None:
 def test_json_string_is_json_dumps_for_every_text(text: str) -> None:
     # Staged lines feed the input fingerprint: the fast path must not change one byte.
     assert json_string(text) == json.dumps(text, ensure_ascii=False)
+
+
+@given(st.text(min_size=1))
+def test_a_staged_file_name_reads_back_as_written(name: str) -> None:
+    # The reader takes the name between the quotes as is when it has no backslash.
+    staged = format_staged(SourceRecord(7, "ab" * 8, name, 10, ".jpg", {}), '{"k":1}')
+    assert parse_staged(staged).source == name

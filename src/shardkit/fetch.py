@@ -189,7 +189,7 @@ class _Reader:
         self, rows: Iterable[StagedRow], images_dir: str, pool: ThreadPoolExecutor, threads: int, ring: Ring
     ) -> None:
         self.rows = rows
-        self.images_dir = images_dir
+        self.images_root = os.path.join(images_dir, "")  # + a checked file_name: relative, no ".."
         self.pool = pool
         # Bounded in bytes by the ring and in count here: tiny files would otherwise put tens
         # of thousands of reads (and their bookkeeping) in flight.
@@ -248,7 +248,7 @@ class _Reader:
                     ring.release_oldest()
 
         for row in self.rows:
-            path = os.path.join(self.images_dir, row.source)
+            path = self.images_root + row.source
             if self.seen >= MODE_WINDOW or (inline and not self.nowait):  # choose the way for the next files
                 in_memory = self.misses <= MAX_MISSES and self.nowait
                 self.seen = self.misses = 0

@@ -33,7 +33,7 @@ DEFAULT_RUN_BYTES = 8 << 20
 MAX_FAN_IN = 64
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StagedRow:
     key: str
     line: int
@@ -59,7 +59,9 @@ def format_staged(record: SourceRecord, metadata_line: str) -> str:
 
 def parse_staged(text: str, offset: int = 0) -> StagedRow:
     key, line, size, ext, source, metadata_line = text.rstrip("\n").split("\t", 5)
-    return StagedRow(key, int(line), int(size), ext, json.loads(source), metadata_line, offset)
+    # As json_string wrote it: without a backslash, the name between the quotes is the name.
+    source = source[1:-1] if "\\" not in source else json.loads(source)
+    return StagedRow(key, int(line), int(size), ext, source, metadata_line, offset)
 
 
 class RunWriter:

@@ -55,7 +55,7 @@ class ZipFormatError(ValueError):
 
 def encode_name(name: str) -> bytes:
     """Encode a member name; refuses names a reader must not trust."""
-    if not name or name.startswith("/") or "\\" in name or ".." in name.split("/") or "\x00" in name:
+    if not name or name[0] == "/" or "\\" in name or "\x00" in name or (".." in name and ".." in name.split("/")):
         raise ZipFormatError(f"unsafe ZIP member name {name!r}")
     return name.encode("utf-8")
 
