@@ -34,6 +34,8 @@ class TqdmProgress(Progress):
         self._started = 0.0
 
     def start(self, phase: str, *, total: int | None, unit: str) -> None:
+        if self.disable:  # (importing tqdm alone costs 50 ms, a tenth of a small pack)
+            return
         from tqdm.auto import tqdm
 
         tqdm.monitor_interval = 0  # no monitor thread: one thread fewer to catch a Ctrl-C
