@@ -1,4 +1,4 @@
-"""The shard file: bytes in aligned chunks, hashed and written by a thread, O_DIRECT where it may."""
+"""The shard file: bytes in aligned chunks, hashed and written by threads, O_DIRECT where it may."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,40 @@ def test_a_refused_direct_write_falls_back_to_buffered(tmp_path: Path, monkeypat
     assert digest == hashlib.sha256(data).hexdigest()
 
 
+def test_a_chunk_is_hashed_while_the_one_before_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first chunk's write waits until the second chunk is hashed: one thread doing both would never get there."""
+    second_hashed = threading.Event()
+    waited: list[bool] = []
+    real_pwrite = os.pwrite
+
+    class CountingDigest:
+        def __init__(self) -> None:
+            self.inner = hashlib.sha256()
+            self.updates = 0
+
+        def update(self, data: memoryview) -> None:
+            self.inner.update(data)
+            self.updates += 1
+            if self.updates == 2:
+                second_hashed.set()
+
+        def hexdigest(self) -> str:
+            return self.inner.hexdigest()
+
+    def pwrite(fd: int, data: memoryview, offset: int) -> int:
+        if offset == 0 and not waited:
+            waited.append(second_hashed.wait(timeout=10))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    f = ShardFile(str(tmp_path / "shard"), fsync=False)
+    f.digest = CountingDigest()  # type: ignore[assignment]
+    data = os.urandom(2 * f.chunk_bytes + 10)
+    f.write(data)
+    assert f.close() == hashlib.sha256(data).hexdigest()
+    assert waited == [True]
+
+
 def test_a_write_error_reaches_the_caller() -> None:
     """/dev/full refuses every write (ENOSPC): the error the thread met is raised by write or close."""
     f = ShardFile("/dev/full", fsync=False)
@@ -87,7 +122,7 @@ def test_a_write_error_reaches_the_caller() -> None:
     assert caught.value.errno == errno.ENOSPC
     f.abort()
     assert f._fd == -1  # closed exactly once, thread gone
-    assert not f._thread.is_alive()
+    assert not any(thread.is_alive() for thread in f._threads)
 
 
 def test_chunks_are_reused_after_an_aborted_file(tmp_path: Path) -> None:
