@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.check import plan_ranges
+from shardkit.check import MIN_SPLIT_BYTES, plan_ranges, split_for_workers
 from shardkit.errors import InputErrors
 from shardkit.pack import PackConfig, pack
 from shardkit.schema import SchemaTracker
@@ -136,3 +137,25 @@ def test_type_conflicts_are_reported_as_one_pass_reports_them(make_corpus: Any, 
     assert "conflict.jsonl:181: column 'label' is a string here but an integer on line 1;" in errors[0]
     assert not (tmp_path / "out2" / "data").exists()
     assert "checking it again in one pass" in caplog.text
+
+
+def test_running_workers_split_a_file_of_rows_with_keys_from_2_mib(tmp_path: Path) -> None:
+    def meta(name: str, rows: int, key: bool, pad: int = 1000) -> str:
+        lines = [
+            {"file_name": f"{i}.jpg", **({"key": f"{i:032x}"} if key else {}), "x": "y" * pad} for i in range(rows)
+        ]
+        return str(write_jsonl(tmp_path / name, lines))
+
+    small = meta("small.jsonl", 1000, True)  # about 1 MB: the round trips would cost more
+    keyed = meta("keyed.jsonl", 3000, True)  # about 3 MB: one pass by the file alone
+    unkeyed = meta("unkeyed.jsonl", 3000, False)  # split by the file alone already
+    large = meta("large.jsonl", 9000, True)  # over MIN_SPLIT_BYTES: split by the file alone already
+    assert os.path.getsize(large) > MIN_SPLIT_BYTES
+    assert split_for_workers(small, 2) is None
+    assert split_for_workers(keyed, 1) is None
+    size = os.path.getsize(keyed)
+    assert split_for_workers(keyed, 2) == -(-size // 2)
+    thirds = plan_ranges(keyed, split_for_workers(keyed, 3))
+    assert len(thirds) == 3 and thirds[0][:2] == (0, thirds[1][0]) and thirds[2][1] is None
+    assert split_for_workers(unkeyed, 2) is None and len(plan_ranges(unkeyed)) > 1
+    assert split_for_workers(large, 2) is None and len(plan_ranges(large)) > 1

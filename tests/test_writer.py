@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -110,27 +111,33 @@ def test_a_pool_preloads_and_serves_several_phases() -> None:
     assert {pid for pid, _ in second} <= {pid for pid, _ in first}  # the same processes, not new ones
 
 
-@pytest.mark.parametrize("split_check", [False, True])
-def test_write_workers_start_before_a_check_in_this_process(
-    make_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split_check: bool
+@pytest.mark.parametrize("check", ["here", "on the writers", "own workers"])
+def test_write_workers_start_before_a_check_that_can_use_them(
+    make_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: str
 ) -> None:  # type: ignore[no-untyped-def]
-    """With the check in this process, the write phase's workers start (and import the writer)
-    before it; with the check split into range tasks, those have workers of their own, and the
-    writers start after them (so no worker carries check-phase memory into the write phase).
-    Either way the writers are gone before the finish phase (so its memory does not add to theirs)."""
+    """The write phase's workers start (and import the writer) before a check in this process,
+    or check a small file of rows with keys themselves, split between them; a large file's range
+    tasks have workers of their own, and the writers start after them (so no worker carries a
+    large check's memory into the write phase). Either way the writers are gone before the
+    finish phase (so its memory does not add to theirs)."""
     import shardkit.worker
 
     events: list[str] = []
     real_popen = shardkit.worker.subprocess.Popen
     real_check_range = shardkit.pack.check_range
+    real_run_tasks = shardkit.pack.run_tasks
 
     def counting_popen(args: list[str], **kw: Any) -> Any:
-        events.append("writer" if args[-1] == "shardkit.writer" else "worker")
+        events.append("writer" if "shardkit.writer" in args else "worker")
         return real_popen(args, **kw)
 
     def noting_check_range(*args: Any, **kw: Any) -> Any:
         events.append("check here")
         return real_check_range(*args, **kw)
+
+    def noting_run_tasks(fn: Any, items: Any, names: Any, what: str, **kw: Any) -> Any:
+        events.append(f"{len(items)} {what} tasks{' on the writers' if kw.get('pool') else ''}")
+        return real_run_tasks(fn, items, names, what, **kw)
 
     real_preview = shardkit.pack.write_preview
 
@@ -140,13 +147,30 @@ def test_write_workers_start_before_a_check_in_this_process(
 
     monkeypatch.setattr(shardkit.worker.subprocess, "Popen", counting_popen)
     monkeypatch.setattr(shardkit.pack, "write_preview", noting_preview)
-    if not split_check:  # (range tasks are sent to workers by reference: keep the real one)
+    monkeypatch.setattr(shardkit.pack, "run_tasks", noting_run_tasks)
+    if check == "here":  # (range tasks are sent to workers by reference: keep the real one)
         monkeypatch.setattr(shardkit.pack, "check_range", noting_check_range)
     corpus = make_corpus(80)
+    long = {"caption": "x" * 30_000} if check == "on the writers" else {}  # then 2.4 MB of metadata
+    keyed = [{**row, "key": hashlib.md5(row["file_name"].encode()).hexdigest(), **long} for row in corpus.rows]
+    corpus.write_meta(keyed)
     config = config_for(corpus, tmp_path / "out", jobs=2, target_shard_bytes=20_000)
-    summary = pack(replace(config, check_range_bytes=2048) if split_check else config)
-    assert summary.written_shards > 2
-    if split_check:
-        assert events == ["worker", "worker", "writer", "writer", "preview beside 0 workers"]
-    else:
-        assert events == ["writer", "writer", "check here", "preview beside 0 workers"]
+    summary = pack(replace(config, check_range_bytes=2048) if check == "own workers" else config)
+    assert summary.written_shards > 2 and summary.rows == 80
+    writes = f"{summary.written_shards} write tasks on the writers"
+    assert (
+        events
+        == {
+            "here": ["writer", "writer", "check here", writes, "preview beside 0 workers"],
+            "on the writers": ["writer", "writer", "2 check tasks on the writers", writes, "preview beside 0 workers"],
+            "own workers": [
+                f"{events[0].split()[0]} check tasks",
+                "worker",
+                "worker",
+                "writer",
+                "writer",
+                writes,
+                "preview beside 0 workers",
+            ],
+        }[check]
+    )

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from .card import card_features, ensure_gitattributes, update_card, update_loaders
-from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs
+from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs, split_for_workers
 from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, ShardkitError, UsageError
 from .formats import SHARD_SUFFIXES, ShardFormat, format_named
@@ -56,18 +56,19 @@ from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, meta
 log = logging.getLogger(__name__)
 
 HASHES_SAVE_SECONDS = 10.0  # how often the hash cache is written while shards are written
-_WORKER_MODULES = ("shardkit.writer",)  # what the write phase's workers import as they start
+_WORKER_MODULES = ("shardkit.writer", "shardkit.check")  # what the write workers import as they start
 
 
 class _LocalWriters:
     """The worker processes that write the shards on this machine (``jobs`` over 1, no cluster).
 
     Started once, by the first call to :meth:`start`: before a check phase that runs in this
-    process, so they start and import while it runs; otherwise after the check (its range tasks
-    have workers of their own, and sharing them would carry each one's check-phase memory
-    into the write phase). Closed by :meth:`finish` as soon as the shards are written (they
-    would otherwise sit beside the finish phase's preview, adding to the peak memory), or
-    terminated when ``stack`` unwinds on an error.
+    process, so they start and import while it runs, or that is a small file they split between
+    them (:func:`~shardkit.check.split_for_workers`); otherwise after the check (a large file's
+    range tasks have workers of their own: sharing them would carry each one's check-phase
+    memory, which grows with the file, into the write phase). Closed by :meth:`finish` as soon
+    as the shards are written (they would otherwise sit beside the finish phase's preview,
+    adding to the peak memory), or terminated when ``stack`` unwinds on an error.
     """
 
     def __init__(self, stack: contextlib.ExitStack, jobs: int) -> None:
@@ -407,13 +408,19 @@ def _check_and_stage(
     skip = problems.rejects_path is not None
     progress.start("checking rows", total=None, unit="rows")
     at_once = 1 if cluster is not None else config.jobs  # range tasks sharing this machine's memory
-    jobs = range_jobs(settings, ranges_dir, skip, at_once, config.check_range_bytes)
+    range_bytes = config.check_range_bytes
+    early = None  # the write phase's workers, started now to check a file they split
+    if range_bytes is None and cluster is None and writers is not None:
+        range_bytes = split_for_workers(settings.metadata_path, config.jobs)
+        early = writers.start() if range_bytes is not None else None
+    jobs = range_jobs(settings, ranges_dir, skip, at_once, range_bytes)
     parallel = len(jobs) > 1 and (config.jobs > 1 or cluster is not None)
     combined = None
     if parallel:
         results = []
         names = [f"{job.index:05d}" for job in jobs]
-        for result in run_tasks(check_range, jobs, names, "check", jobs=config.jobs, cluster=cluster):
+        tasks = run_tasks(check_range, jobs, names, "check", jobs=config.jobs, cluster=cluster, pool=early)
+        for result in tasks:
             results.append(result)
             progress.advance(result.rows)
         results.sort(key=lambda r: r.index)
