@@ -62,6 +62,7 @@ def memory(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[str], bool]],
 
 def read_all(rows: list[StagedRow], folder: Path, *, start_inline: bool) -> list[tuple[str, bytes | None, int]]:
     fetch._state.inline = start_inline
+    fetch._state.seen = fetch._state.misses = 0
     out = []
     with read_in_order(rows, str(folder), threads=4, ring_bytes=RING) as files:
         for row, path, data, crc in files:
@@ -100,6 +101,19 @@ def test_files_in_memory_are_read_inline_after_one_window(memory, tmp_path: Path
     assert set(inline_reads(reads)) >= set(names[-4 * MODE_WINDOW :])  # the first reads chose the way
     assert not set(inline_reads(reads)) & set(names[:MODE_WINDOW])  # read ahead until then
     assert fetch._state.inline  # and the next shard on this thread starts inline
+
+
+def test_the_choice_counts_files_across_small_shards(memory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    reads = memory(lambda name: True)
+    rows = make_rows(tmp_path / "files", [100] * (4 * MODE_WINDOW))
+    shards = [rows[i : i + 10] for i in range(0, len(rows), 10)]  # each far smaller than a window
+    assert read_all(shards[0], tmp_path / "files", start_inline=False) == expected(shards[0], tmp_path / "files")
+    for shard in shards[1:]:
+        with read_in_order(shard, str(tmp_path / "files"), threads=4, ring_bytes=RING) as files:
+            assert [(row.source, bytes(data or b""), crc) for row, _, data, crc in files] == expected(
+                shard, tmp_path / "files"
+            )
+    assert set(inline_reads(reads)) >= {row.source for row in rows[-MODE_WINDOW:]}
 
 
 def test_files_from_the_disk_are_read_ahead_again(memory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

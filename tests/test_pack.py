@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import shardkit.fetch
+import shardkit.pack
 from shardkit.errors import UsageError
 from shardkit.metadata import member_name
 from shardkit.pack import PackConfig, pack
@@ -67,20 +69,28 @@ def test_layout_zip_members_metadata_and_manifest(corpus: Corpus, tmp_path: Path
     assert "*.zip filter=lfs" in (out / ".gitattributes").read_text()
 
 
-def test_byte_identical_whatever_the_jobs_and_buffers(make_corpus, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    corpus = make_corpus(120)
+def test_byte_identical_whatever_the_jobs_buffers_and_ways_of_reading(
+    make_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    corpus = make_corpus(200)
     outputs = []
     for i, kw in enumerate(
         [
             {"jobs": 1},
             {"jobs": 2, "read_threads": 3},
             {"jobs": 2, "read_threads": 1, "prefetch_bytes": 600},  # every file past half the budget: streamed copy
+            {"jobs": 1, "read ahead only": True, "plan from the file": True},
         ]
     ):
-        out = tmp_path / f"run{i}" / "out"  # same name: the card's title comes from it
-        pack(config_for(corpus, out, target_shard_bytes=20_000, max_shard_bytes=40_000, **kw))
-        outputs.append(tree_bytes(out))
-    assert outputs[0] == outputs[1] == outputs[2]
+        with monkeypatch.context() as patch:
+            if kw.pop("read ahead only", False):  # as where the kernel cannot tell what is in memory
+                patch.setattr(shardkit.fetch, "_NOWAIT", 0)
+            if kw.pop("plan from the file", False):  # as for a large input
+                patch.setattr(shardkit.pack, "PLAN_IN_MEMORY_ROWS", 0)
+            out = tmp_path / f"run{i}" / "out"  # same name: the card's title comes from it
+            pack(config_for(corpus, out, target_shard_bytes=20_000, max_shard_bytes=40_000, **kw))
+            outputs.append(tree_bytes(out))
+    assert outputs[0] == outputs[1] == outputs[2] == outputs[3]
     assert len([k for k in outputs[0] if k.startswith("data/")]) >= 16
 
 

@@ -16,7 +16,8 @@ Reads ahead ask with ``RWF_NOWAIT`` first too, so the reader learns when the fil
 memory; every :data:`MODE_WINDOW` files it chooses its way by how many of the last ones were
 (see :data:`MAX_MISSES`). Where the kernel or the
 filesystem cannot answer (``RWF_NOWAIT`` unsupported: tmpfs, NFS, FUSE, macOS), every file is
-read ahead. The mode carries over from one shard to the next on the same thread.
+read ahead. The mode, and the count towards the next choice, carry over from one shard to the
+next on the same thread.
 """
 
 from __future__ import annotations
@@ -113,7 +114,10 @@ class Ring:
 
 class _ThreadState(threading.local):
     ring: Ring | None = None
-    inline = False  # how the last shard on this thread ended (its files were in memory)
+    # The reading mode and the evidence for the next choice carry over from shard to shard.
+    inline = False  # read inline: the files lately were in memory
+    seen = 0  # files of this mode window whose reads told whether they were in memory
+    misses = 0  # of those, the ones that were not
 
 
 _state = _ThreadState()
@@ -126,6 +130,13 @@ def _ring_for(capacity: int) -> Ring:
         ring = _state.ring = Ring(capacity)
     ring.reset()
     return ring
+
+
+def _note(cached: bool | None) -> None:
+    """Count a read's answer towards the next choice of mode (see MODE_WINDOW)."""
+    if cached is not None:
+        _state.seen += 1
+        _state.misses += not cached
 
 
 def forget_ring() -> None:
@@ -197,13 +208,6 @@ class _Reader:
         self.ring = ring
         self.big = max(ring.capacity // 2, 1)  # larger files are checksummed, then copied in chunks
         self.nowait = bool(_NOWAIT)
-        self.seen = 0  # files of this mode window whose reads told whether they were in memory
-        self.misses = 0  # of those, the ones that were not
-
-    def note(self, cached: bool | None) -> None:
-        if cached is not None:
-            self.seen += 1
-            self.misses += not cached
 
     def read(self, row: StagedRow, path: str, region: memoryview | None) -> tuple[int, bool | None]:
         """Read one file (on any thread); a filesystem without RWF_NOWAIT turns it off for good."""
@@ -234,7 +238,7 @@ class _Reader:
         def oldest() -> Fetched:
             done_row, done_path, done_region, future, i = window.popleft()
             crc, cached = future.result()[i]
-            self.note(cached)
+            _note(cached)
             return done_row, done_path, done_region, crc
 
         def drain() -> Iterator[Fetched]:
@@ -249,16 +253,16 @@ class _Reader:
 
         for row in self.rows:
             path = self.images_root + row.source
-            if self.seen >= MODE_WINDOW or (inline and not self.nowait):  # choose the way for the next files
-                in_memory = self.misses <= MAX_MISSES and self.nowait
-                self.seen = self.misses = 0
+            if _state.seen >= MODE_WINDOW or (inline and not self.nowait):  # choose the way for the next files
+                in_memory = _state.misses <= MAX_MISSES and self.nowait
+                _state.seen = _state.misses = 0
                 if in_memory and not inline:
                     yield from drain()  # what is in flight first, in order
                 inline = in_memory
             if inline:
                 region = ring.take(row.size) if row.size <= self.big else None  # the ring is empty
                 crc, cached = self.read(row, path, region)
-                self.note(cached)
+                _note(cached)
                 yield row, path, region, crc
                 if region is not None:
                     ring.release_oldest()
@@ -281,8 +285,6 @@ class _Reader:
             if batch_bytes >= READ_BATCH_BYTES or len(batch) >= READ_BATCH_ROWS:
                 send()
         yield from drain()
-        if self.seen >= MODE_WINDOW // 4:  # enough files to tell (else the last shard's verdict stands)
-            inline = self.misses * MODE_WINDOW <= MAX_MISSES * self.seen and self.nowait
         _state.inline = inline
 
 

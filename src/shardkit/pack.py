@@ -40,6 +40,7 @@ from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
     DEFAULT_TARGET_SHARD_BYTES,
     HUB_MAX_FOLDER_ENTRIES,
+    PlanEntry,
     ShardPlan,
     check_limits,
     choose_prefix_length,
@@ -55,6 +56,7 @@ from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, meta
 
 log = logging.getLogger(__name__)
 
+PLAN_IN_MEMORY_ROWS = 50_000  # up to this many rows (12 MB at most), the planner reads a list twice, not the file
 HASHES_SAVE_SECONDS = 10.0  # how often the hash cache is written while shards are written
 _WORKER_MODULES = ("shardkit.writer", "shardkit.check")  # what the write workers import as they start
 
@@ -222,9 +224,12 @@ def _pack_locked(
     phases.end("check")
 
     prefix_length = config.prefix_length or choose_prefix_length(staged.total_cost, config.target_shard_bytes)
+    entries: StagedEntries | list[PlanEntry] = StagedEntries(staged.path, fmt)
+    if staged.rows <= PLAN_IN_MEMORY_ROWS:  # read once, not once per planning pass
+        entries = list(entries)
     try:
         plan = plan_shards(
-            StagedEntries(staged.path, fmt),
+            entries,
             prefix_length=prefix_length,
             max_shard_bytes=config.max_shard_bytes,
             target_shard_bytes=config.target_shard_bytes,
