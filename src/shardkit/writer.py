@@ -9,7 +9,7 @@ Parquet shard is row groups of rows (see :mod:`.parquetformat`). The files are r
 byte budget; a file larger than the budget is copied in chunks.
 
 The shard file itself goes through :class:`~shardkit.shardfile.ShardFile` (aligned chunks, hashed
-and written by a thread, ``O_DIRECT`` on local filesystems). Everything is written under
+and written by threads, ``O_DIRECT`` on local filesystems). Everything is written under
 ``.shardkit/tmp`` and renamed into ``data/`` and ``metadata/`` only when complete (after fsync),
 so a run that dies never leaves a finished-looking shard that is not; for an OUT_DIR URL, the
 finished files are uploaded instead (:mod:`.store`). The size is checked against the plan: a
