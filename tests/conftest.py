@@ -7,6 +7,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -19,6 +20,13 @@ from PIL import Image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_DIR = REPO_ROOT / "example_datasets" / "yfcc-mini"
+
+# A shell without job control starts a background job (`bash .ci/run &`) with SIGINT ignored,
+# and every process the tests start inherits that: the Ctrl-C tests then meet a packer that
+# Ctrl-C cannot stop, and the in-process one waits forever. Take SIGINT back, as a terminal's
+# foreground job has it (a handled signal is reset to the default in a child, not ignored).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def tiny_image(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (24, 16)) -> bytes:
