@@ -189,6 +189,10 @@ def read_file(path: str, line: int, expected: int, region: memoryview | None, no
     return crc, cached
 
 
+_Wanted = tuple[StagedRow, str, "memoryview | None"]  # a row, its file's path, the region to read it into
+_Answer = tuple[int, "bool | None"]  # what read_file returns: the CRC-32, whether it came from memory
+
+
 class _NoWaitUnsupported(Exception):
     """The filesystem cannot say whether a read would wait (``RWF_NOWAIT``)."""
 
@@ -209,7 +213,7 @@ class _Reader:
         self.big = max(ring.capacity // 2, 1)  # larger files are checksummed, then copied in chunks
         self.nowait = bool(_NOWAIT)
 
-    def read(self, row: StagedRow, path: str, region: memoryview | None) -> tuple[int, bool | None]:
+    def read(self, row: StagedRow, path: str, region: memoryview | None) -> _Answer:
         """Read one file (on any thread); a filesystem without RWF_NOWAIT turns it off for good."""
         if self.nowait:
             try:
@@ -218,14 +222,14 @@ class _Reader:
                 self.nowait = False
         return read_file(path, row.line, row.size, region, False)
 
-    def read_batch(self, batch: list[tuple[StagedRow, str, memoryview | None]]) -> list[tuple[int, bool | None]]:
+    def read_batch(self, batch: list[_Wanted]) -> list[_Answer]:
         return [self.read(row, path, region) for row, path, region in batch]
 
     def __iter__(self) -> Iterator[Fetched]:
         ring = self.ring
         # (row, path, region, its batch's future, its place in the batch), oldest first
-        window: deque[tuple[StagedRow, str, memoryview | None, Future[list[tuple[int, bool | None]]], int]] = deque()
-        batch: list[tuple[StagedRow, str, memoryview | None]] = []  # not yet sent: newer than the window
+        window: deque[tuple[StagedRow, str, memoryview | None, Future[list[_Answer]], int]] = deque()
+        batch: list[_Wanted] = []  # not yet sent: newer than the window
         batch_bytes = 0
         inline = _state.inline and self.nowait
 
@@ -235,21 +239,21 @@ class _Reader:
             window.extend((row, path, region, future, i) for i, (row, path, region) in enumerate(batch))
             batch, batch_bytes = [], 0
 
-        def oldest() -> Fetched:
+        def oldest() -> Iterator[Fetched]:
+            """The oldest row in flight, once read (its region is free again once the next is asked for)."""
             done_row, done_path, done_region, future, i = window.popleft()
             crc, cached = future.result()[i]
             _note(cached)
-            return done_row, done_path, done_region, crc
+            yield done_row, done_path, done_region, crc
+            if done_region is not None:
+                ring.release_oldest()
 
         def drain() -> Iterator[Fetched]:
-            """Everything in flight, in order (a region is free again once the next is asked for)."""
+            """Everything in flight, in order."""
             if batch:
                 send()
             while window:
-                item = oldest()
-                yield item
-                if item[2] is not None:
-                    ring.release_oldest()
+                yield from oldest()
 
         for row in self.rows:
             path = self.images_root + row.source
@@ -274,10 +278,7 @@ class _Reader:
             ):
                 if batch:  # what is waited for must be on its way
                     send()
-                item = oldest()
-                yield item
-                if item[2] is not None:
-                    ring.release_oldest()
+                yield from oldest()
             if row.size <= self.big and region is None:
                 region = ring.take(row.size)  # nothing is in flight: the ring is free
             batch.append((row, path, region))

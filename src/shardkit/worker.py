@@ -74,7 +74,8 @@ class WorkerPool:
 
     The processes start at once and import ``preload`` (module names) while the caller does
     other work, so the first task does not wait for them (pack starts its writers before a check
-    phase that runs in its own process). A pool may serve several :meth:`map_unordered` calls.
+    phase that runs in its own process, or that they run themselves for a small metadata file).
+    A pool may serve several :meth:`map_unordered` calls.
     """
 
     def __init__(self, size: int, preload: Iterable[str] = ()) -> None:
