@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from datasets.distributed import split_dataset_by_node
 
 import shardkit
+from shardkit.reader import Source, iter_shard
 from shardkit.zipformat import ZipFormatError
 from tests.http_server import serve_directory
 from tests.readback import expected_rows
@@ -83,6 +85,56 @@ def test_a_damaged_shard_is_an_error_naming_it(packed_template: Path, tmp_path: 
     with pytest.raises(ZipFormatError, match=r"data/5.zip: CRC mismatch in member 'images/"):
         for _ in shardkit.stream(str(repo)):
             pass
+
+
+def _zip_shard(path: Path, rows: list[dict[str, Any]], members: list[str], tail: str = "") -> None:
+    """A stored ZIP: metadata.jsonl (the rows, then ``tail``), then a member per name in ``members``."""
+    metadata = "".join(json.dumps(row) + "\n" for row in rows) + tail
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("metadata.jsonl", metadata)
+        for name in members:
+            zf.writestr(name, name.encode() * 3)
+
+
+def _rows_of(tmp_path: Path, shard: str) -> list[tuple[str, Any]]:
+    rows = iter_shard(Source(str(tmp_path), remote=False), shard, "image")
+    return [(row["image"]["path"], row["n"]) for row in rows]
+
+
+def test_a_shard_whose_rows_are_in_another_order_than_its_members_still_pairs_them_by_name(
+    tmp_path: Path,
+) -> None:
+    names = [f"images/{i}.jpg" for i in range(5)]
+    rows = [{"file_name": name, "n": i} for i, name in enumerate(names)]
+    _zip_shard(tmp_path / "in-order.zip", rows, names)
+    _zip_shard(tmp_path / "swapped.zip", [rows[0], rows[2], rows[1], rows[4], rows[3]], names)
+    expected = [(name, i) for i, name in enumerate(names)]
+    assert _rows_of(tmp_path, "in-order.zip") == expected
+    assert _rows_of(tmp_path, "swapped.zip") == expected
+
+
+def test_a_member_without_its_row_or_a_row_without_its_member_is_an_error(tmp_path: Path) -> None:
+    names = [f"images/{i}.jpg" for i in range(3)]
+    rows = [{"file_name": name, "n": i} for i, name in enumerate(names)]
+    _zip_shard(tmp_path / "extra-member.zip", rows[:2], names)
+    _zip_shard(tmp_path / "extra-row.zip", rows, names[:2])
+    with pytest.raises(ZipFormatError, match=r"extra-member.zip: .*member 'images/2.jpg' has no row in metadata"):
+        _rows_of(tmp_path, "extra-member.zip")
+    with pytest.raises(ZipFormatError, match=r"extra-row.zip: .*1 row\(s\) in metadata.jsonl have no member"):
+        _rows_of(tmp_path, "extra-row.zip")
+
+
+def test_a_reader_that_stops_early_parses_only_the_rows_it_reads(tmp_path: Path) -> None:
+    """The card's preview reads the first rows of each shard: rows are parsed as their members
+    come (a broken last line shows only to a reader that gets there)."""
+    names = [f"images/{i}.jpg" for i in range(3)]
+    rows = [{"file_name": name, "n": i} for i, name in enumerate(names[:2])]
+    _zip_shard(tmp_path / "s.zip", rows, names, tail="{not json\n")
+    reader = iter_shard(Source(str(tmp_path), remote=False), "s.zip", "image")
+    assert next(reader)["n"] == 0
+    reader.close()
+    with pytest.raises(json.JSONDecodeError):
+        _rows_of(tmp_path, "s.zip")
 
 
 def test_unknown_source_is_a_usage_error() -> None:

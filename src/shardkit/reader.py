@@ -151,27 +151,55 @@ def iter_shard(
         return
     reader = _open(source, shard)
     try:
-        rows: dict[str, dict[str, Any]] | None = None
+        rows: _ZipRows | None = None
         for member in iter_members(reader):
             if rows is None:
                 if member.name != METADATA_MEMBER:
                     raise ZipFormatError(f"{shard}: the first member is {member.name!r}, not {METADATA_MEMBER}")
-                rows = {}
-                for line in member.data.decode("utf-8").splitlines():
-                    row = json.loads(line)
-                    rows[row.pop("file_name")] = row
+                rows = _ZipRows(member.data.decode("utf-8").splitlines())
                 continue
-            row = rows.pop(member.name, None)
+            row = rows.take(member.name)
             if row is None:
                 raise ZipFormatError(f"{shard}: member {member.name!r} has no row in {METADATA_MEMBER}")
             row[file_column] = {"bytes": member.data, "path": member.name}
             yield row
-        if rows:
-            raise ZipFormatError(f"{shard}: {len(rows)} row(s) in {METADATA_MEMBER} have no member")
+        if rows is not None and rows.left():
+            raise ZipFormatError(f"{shard}: {rows.left()} row(s) in {METADATA_MEMBER} have no member")
     except ZipFormatError as exc:
         raise ZipFormatError(f"{source.locate(shard)}: {exc}") from None
     finally:
         reader.close()
+
+
+class _ZipRows:
+    """The rows of a ZIP shard's ``metadata.jsonl``, handed out by member name.
+
+    shardkit writes the rows in the order of the members, so each row is parsed only when its
+    member comes (a reader that stops early, like the card's preview, parses a few of a
+    shard's rows, not all); rows in another order are matched by name.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines = lines
+        self._next = 0  # the next line, while the rows come in member order
+        self._by_name: dict[str, dict[str, Any]] | None = None  # once they do not
+
+    def take(self, name: str) -> dict[str, Any] | None:
+        if self._by_name is None and self._next < len(self._lines):
+            row: dict[str, Any] = json.loads(self._lines[self._next])
+            if row.get("file_name") == name:
+                self._next += 1
+                del row["file_name"]
+                return row
+            self._by_name = {}
+            for line in self._lines[self._next :]:
+                other: dict[str, Any] = json.loads(line)
+                self._by_name[other.pop("file_name")] = other
+        return self._by_name.pop(name, None) if self._by_name is not None else None
+
+    def left(self) -> int:
+        """How many rows no member has taken."""
+        return len(self._by_name) if self._by_name is not None else len(self._lines) - self._next
 
 
 def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
