@@ -104,12 +104,74 @@ def loaded(module: str) -> tuple[int, bool]:
     return os.getpid(), module in sys.modules
 
 
+def kill_self(signum: int) -> None:
+    """Run in a worker: die of ``signum``."""
+    os.kill(os.getpid(), signum)
+
+
 def test_a_pool_preloads_and_serves_several_phases() -> None:
     with WorkerPool(2, ["tabnanny"]) as pool:  # a module neither the worker nor this test module imports
         first = list(pool.map_unordered(loaded, ["tabnanny"] * 4))
         second = list(pool.map_unordered(loaded, ["tabnanny"] * 4))
     assert all(was_loaded for _, was_loaded in first + second)
     assert {pid for pid, _ in second} <= {pid for pid, _ in first}  # the same processes, not new ones
+
+
+FORK_SCRIPT = """
+import os, sys, threading
+import tabnanny  # imported here and nowhere else: a forked worker has it, a started one does not
+from shardkit.errors import ShardkitError
+from shardkit.worker import WorkerPool
+from tests.test_writer import kill_self, loaded
+
+if sys.argv[1] == "threaded":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+with WorkerPool(2, fork=True) as pool:
+    if sys.argv[1] == "killed":
+        try:
+            list(pool.map_unordered(kill_self, [9], ["the task"]))
+        except ShardkitError as exc:
+            print(exc)
+        raise SystemExit(0)
+    seen = sorted(set(pool.map_unordered(loaded, ["tabnanny"] * 6)))
+print(pool.forked, len(seen), all(has for _, has in seen), os.getpid() not in {pid for pid, _ in seen})
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("single", "True 2 True True"),  # forked: ready at once, with this process's modules
+        ("threaded", "False 2 False True"),  # another thread alive: started the plain way
+    ],
+)
+def test_a_pool_forks_its_workers_only_from_a_single_threaded_process(mode: str, expected: str) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, mode], cwd=root, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == expected
+
+
+def test_a_forked_worker_that_dies_is_an_error_naming_its_task() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, "killed"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "the worker running the task died (exit code -9); re-run to resume"
 
 
 @pytest.mark.parametrize("check", ["here", "on the writers", "own workers"])
@@ -132,6 +194,12 @@ def test_write_workers_start_before_a_check_that_can_use_them(
         events.append("writer" if "shardkit.writer" in args else "worker")
         return real_popen(args, **kw)
 
+    real_pool = shardkit.pack.WorkerPool
+
+    def noting_pool(size: int, preload: Any = (), *, fork: bool = False) -> Any:
+        events.append("writers, early" if fork else "writers, after the check")
+        return real_pool(size, preload, fork=fork)
+
     def noting_check_range(*args: Any, **kw: Any) -> Any:
         events.append("check here")
         return real_check_range(*args, **kw)
@@ -147,6 +215,8 @@ def test_write_workers_start_before_a_check_that_can_use_them(
         return real_preview(*args, **kw)
 
     monkeypatch.setattr(shardkit.worker.subprocess, "Popen", counting_popen)
+    monkeypatch.setattr(shardkit.worker, "can_fork", lambda: False)  # (pytest-timeout's thread forbids it anyway)
+    monkeypatch.setattr(shardkit.pack, "WorkerPool", noting_pool)
     monkeypatch.setattr(shardkit.pack, "write_preview", noting_preview)
     monkeypatch.setattr(shardkit.pack, "run_tasks", noting_run_tasks)
     if check == "here":  # (range tasks are sent to workers by reference: keep the real one)
@@ -162,12 +232,20 @@ def test_write_workers_start_before_a_check_that_can_use_them(
     assert (
         events
         == {
-            "here": ["writer", "writer", "check here", writes, "preview beside 0 workers"],
-            "on the writers": ["writer", "writer", "2 check tasks on the writers", writes, "preview beside 0 workers"],
+            "here": ["writers, early", "writer", "writer", "check here", writes, "preview beside 0 workers"],
+            "on the writers": [
+                "writers, early",
+                "writer",
+                "writer",
+                "2 check tasks on the writers",
+                writes,
+                "preview beside 0 workers",
+            ],
             "own workers": [
                 f"{len(plan_ranges(str(corpus.meta), 2048))} check tasks",
                 "worker",
                 "worker",
+                "writers, after the check",
                 "writer",
                 "writer",
                 writes,

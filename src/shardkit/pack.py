@@ -78,9 +78,11 @@ class _LocalWriters:
         self._pool: WorkerPool | None = None
         stack.callback(self._terminate)
 
-    def start(self) -> WorkerPool | None:
+    def start(self, *, early: bool = False) -> WorkerPool | None:
+        """The workers, started now unless they are running. ``early``: before the check phase,
+        while this process is small, so they are forked from it (ready at once) where they can be."""
         if self._pool is None and self._jobs > 1:
-            self._pool = WorkerPool(self._jobs, _WORKER_MODULES)
+            self._pool = WorkerPool(self._jobs, _WORKER_MODULES, fork=early)
         return self._pool
 
     def finish(self) -> None:
@@ -417,7 +419,7 @@ def _check_and_stage(
     early = None  # the write phase's workers, started now to check a file they split
     if range_bytes is None and cluster is None and writers is not None:
         range_bytes = split_for_workers(settings.metadata_path, config.jobs)
-        early = writers.start() if range_bytes is not None else None
+        early = writers.start(early=True) if range_bytes is not None else None
     jobs = range_jobs(settings, ranges_dir, skip, at_once, range_bytes)
     parallel = len(jobs) > 1 and (config.jobs > 1 or cluster is not None)
     combined = None
@@ -436,7 +438,7 @@ def _check_and_stage(
             progress.start("checking rows again, in one pass", total=None, unit="rows")
     if combined is None:
         if writers is not None:  # the write phase's workers start and import while this checks
-            writers.start()
+            writers.start(early=True)
         whole = RangeJob(settings, 0, 0, None, 1, os.path.join(ranges_dir, "whole"), skip)
         results = [check_range(whole, progress)]
         combined = combine(results)
