@@ -19,8 +19,8 @@ file, because of what each check needs:
   Inputs without such conflicts, the ones that get packed, are checked once.
 
 Small files (under 2 MiB, or 8 MiB when rows give keys) are checked in one pass in this process,
-except where workers are running already (a pack's write workers): then a file of rows with keys
-from 2 MiB up is split over them (:func:`split_for_workers`).
+except where workers are running already (a pack's write workers): then a file of 2 to 8 MiB is
+split over them, one range each (:func:`split_for_workers`).
 """
 
 from __future__ import annotations
@@ -248,18 +248,22 @@ def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, in
 
 
 def split_for_workers(path: str, workers: int) -> int | None:
-    """Range bytes that split a file :func:`plan_ranges` checks in one pass (rows with keys, under
-    ``MIN_SPLIT_BYTES``) over ``workers`` processes that are running already (a pack's write
-    workers, started early): without their start to pay for, two ranges beat one pass (on the
-    bench's 20,000 rows the check took 0.63-1.07 s, against 0.88-1.06 s in one pass). None for
-    a file under 2 MiB (the round trips cost more) or one that is split already, or cannot be.
+    """Range bytes that split a file of 2 to 8 MiB (``MIN_SPLIT_BYTES``) into one range for each
+    of ``workers`` processes that are running already (a pack's write workers, started early).
+
+    Without their start to pay for, two ranges beat one pass over rows with keys (on the bench's
+    20,000 rows the check took 0.63-1.07 s, against 0.88-1.06 s in one pass), and one range per
+    worker beats the 1 MiB ranges :func:`plan_ranges` gives rows without keys (three for the
+    bench's 2.2 MB: two workers hashed the files of two of them, then one the third). None for
+    a file under 2 MiB (the round trips cost more), a larger one (its range tasks get workers of
+    their own, as their check memory grows with the file), or one that cannot be split.
     """
     if workers < 2 or path.endswith(".gz"):
         return None
     size = os.path.getsize(path)  # (a FIFO has size 0: it is never read here)
-    if size < 2 * MIN_RANGE_BYTES or len(plan_ranges(path)) > 1:
+    if size < 2 * MIN_RANGE_BYTES or size >= MIN_SPLIT_BYTES:
         return None
-    return -(-size // workers)
+    return size // workers  # (an odd size rounded up was one range: plan_ranges splits from 2x on)
 
 
 def _first_row_has_key(path: str) -> bool:

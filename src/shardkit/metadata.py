@@ -18,6 +18,7 @@ import json
 import os
 import re
 import stat
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -71,9 +72,27 @@ _PUBLISHED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_n
 
 
 def sha256_file(path: str) -> str:
-    """The hex sha256 of a file, read in 1 MiB chunks (several run at once on the check threads)."""
-    with open(path, "rb") as f:
-        return sha256_stream(f)
+    """The hex sha256 of a file (several run at once on the check threads).
+
+    Read with ``readv`` into this thread's reused buffer: a buffered ``read`` allocated 1 MiB for
+    every file and copied it twice, and hashing the bench's 10,000 files of 100 KB took 1.9-2.2 s
+    that way on 8 threads against 1.4-1.5 s (one thread: 2.2 s, 1.5-1.8 s).
+    """
+    buffer: memoryview | None = getattr(_hash_buffers, "buffer", None)
+    if buffer is None:
+        buffer = _hash_buffers.buffer = memoryview(bytearray(_FILE_HASH_CHUNK))
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        while n := os.readv(fd, [buffer]):
+            digest.update(buffer[:n])
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
+_hash_buffers = threading.local()
+_FILE_HASH_CHUNK = 256 << 10  # per thread: 8 check threads hold 2 MiB
 
 
 def sha256_stream(f: IO[bytes]) -> str:
