@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import psutil
-from bench_pack import SCRIPTS, make_corpus, run_with_peak_rss
+from bench_pack import SCRIPTS, compile_shardkit, make_corpus, run_with_peak_rss
 
 
 def pack_seconds(images: Path, meta: Path, out: Path, *options: str) -> tuple[float, float, dict[str, object]]:
@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--target-rows", type=float, default=100e6)
     parser.add_argument("--target-bytes", type=float, default=2e12)
     args = parser.parse_args()
+    compile_shardkit()
 
     from distributed import LocalCluster
 

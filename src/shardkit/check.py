@@ -30,9 +30,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import IO
-
-import jsonlines
+from typing import IO, TYPE_CHECKING
 
 from .errors import InputProblem
 from .formats import format_named
@@ -40,6 +38,9 @@ from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
 from .progress import NullProgress, Progress
 from .schema import SchemaTracker
 from .staging import DEFAULT_RUN_BYTES, RunWriter, format_file_id, format_staged
+
+if TYPE_CHECKING:
+    import jsonlines
 
 SHOWN_PROBLEMS = 20
 FILE_RUN_BYTES = 2 << 20
@@ -73,6 +74,9 @@ class ProblemLog:
         if self.rejects_path is not None:
             if self._rejects is None:
                 # Opened on the first problem and kept open across calls; close() ends it.
+                # (Imported here: jsonlines and attrs cost a packer 25 ms to import.)
+                import jsonlines
+
                 self._rejects = jsonlines.open(self.rejects_path, "a", compact=True)
             self._rejects.write({"line": problem.line, "reason": problem.message, "row": problem.raw})
 
