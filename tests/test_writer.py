@@ -126,6 +126,23 @@ from tests.test_writer import kill_self, loaded
 
 if sys.argv[1] == "threaded":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
+if sys.argv[1] == "refused":  # the second fork fails: the first worker must not be left behind
+    import errno, shardkit.worker
+    real_fork, forks = os.fork, []
+    def failing_fork():
+        forks.append(1)
+        if len(forks) == 2:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real_fork()
+    shardkit.worker.os.fork = failing_fork
+    try:
+        WorkerPool(2, fork=True)
+    except OSError as exc:
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            print(exc.strerror, "and no worker left")
+    raise SystemExit(0)
 with WorkerPool(2, fork=True) as pool:
     if sys.argv[1] == "killed":
         try:
@@ -138,6 +155,18 @@ print(pool.forked, len(seen), all(has for _, has in seen), os.getpid() not in {p
 """
 
 
+def run_fork_script(mode: str) -> str:
+    """FORK_SCRIPT in a fresh process (one thread, unlike pytest's with its timeout thread)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-c", FORK_SCRIPT, mode]
+    run = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
 @pytest.mark.parametrize(
     ("mode", "expected"),
     [
@@ -146,32 +175,15 @@ print(pool.forked, len(seen), all(has for _, has in seen), os.getpid() not in {p
     ],
 )
 def test_a_pool_forks_its_workers_only_from_a_single_threaded_process(mode: str, expected: str) -> None:
-    import subprocess
-    import sys
+    assert run_fork_script(mode) == expected
 
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run(
-        [sys.executable, "-c", FORK_SCRIPT, mode], cwd=root, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == expected
+
+def test_a_fork_refused_midway_leaves_no_worker_behind() -> None:
+    assert run_fork_script("refused") == "Resource temporarily unavailable and no worker left"
 
 
 def test_a_forked_worker_that_dies_is_an_error_naming_its_task() -> None:
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run(
-        [sys.executable, "-c", FORK_SCRIPT, "killed"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "the worker running the task died (exit code -9); re-run to resume"
+    assert run_fork_script("killed") == "the worker running the task died (exit code -9); re-run to resume"
 
 
 @pytest.mark.parametrize("check", ["here", "on the writers", "own workers"])

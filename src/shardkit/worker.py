@@ -228,6 +228,9 @@ class WorkerPool:
                 for _ in range(size):
                     parent_ends = [fd for proc in self._procs if isinstance(proc, ForkedWorker) for fd in proc.fds()]
                     self._procs.append(ForkedWorker(parent_ends))
+            except BaseException:  # a fork refused (out of processes or memory): none left behind
+                self.terminate()
+                raise
             finally:
                 gc.unfreeze()  # (here only: each worker keeps its copy frozen)
             return
