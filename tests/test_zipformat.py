@@ -52,6 +52,24 @@ def test_zipfile_reads_every_member_stored_with_fixed_metadata() -> None:
             assert info.external_attr >> 16 == 0o100644
 
 
+def test_a_central_directory_over_1_mib_waits_in_a_file_and_comes_out_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """12,000 members make a 1.1 MB directory: past CENTRAL_IN_MEMORY_BYTES it is spooled to a
+    temporary file, and the shard is byte for byte the one an all-in-memory directory gives."""
+    import shardkit.zipformat
+
+    members = [(f"images/{i:03x}/{i:06x}/{i:032x}.jpg", i.to_bytes(4, "big")) for i in range(12_000)]
+    spooled = build(members)
+    central = len(spooled) - sum(len(n) + 30 + len(d) for n, d in members) - END_RECORD_SIZE
+    assert central > shardkit.zipformat.CENTRAL_IN_MEMORY_BYTES
+    monkeypatch.setattr(shardkit.zipformat, "CENTRAL_IN_MEMORY_BYTES", 64 << 20)
+    assert build(members) == spooled
+    with zipfile.ZipFile(io.BytesIO(spooled)) as zf:
+        assert zf.testzip() is None
+        assert [(i.filename, zf.read(i)) for i in zf.infolist()] == members
+
+
 def test_front_to_back_walk_matches_without_seeking() -> None:
     class ForwardOnly(io.RawIOBase):
         def __init__(self, data: bytes) -> None:
