@@ -9,7 +9,7 @@
 # The Hub here is the Hub-API server the tests use, on 127.0.0.1: the real one needs a token and
 # the network. To push to the real Hub: `hf auth login`, then `shardkit push OUT --repo you/name`.
 set -euo pipefail
-export SHARDKIT_SKIP_DS36=1  # the demo reads with current datasets only
+export SHARDKIT_SKIP_OLD_DATASETS=1  # the demo reads with current datasets only
 source "$(dirname "$0")/setup-venv.sh"
 cd "$ROOT"
 DEMO="${SHARDKIT_DEMO_DIR:-demo-output}"  # where the demo writes (the tests point it elsewhere)

@@ -12,13 +12,23 @@ fi
     -c "$ROOT/.ci/constraints.txt" -e "$ROOT[test,bench]"
 export PATH="$VENV/bin:$PATH"
 
-# A second environment with datasets 3.6, the last release that runs loading scripts: the tests
-# load the template's script with it (set SHARDKIT_SKIP_DS36=1 to skip building it, e.g. for the demo).
-if [ -z "${SHARDKIT_SKIP_DS36:-}" ]; then
+# Two more environments for the readers' compatibility tests (tests/test_compat.py): datasets 3.6,
+# the last release that runs loading scripts, with shardkit in it (shardkit.stream must work
+# there too), and datasets 4.0, the first without scripts. Both keep the other pins of
+# constraints.txt. Set SHARDKIT_SKIP_OLD_DATASETS=1 to skip them (the demo does).
+if [ -z "${SHARDKIT_SKIP_OLD_DATASETS:-}" ]; then
+    OLD_CONSTRAINTS="$VENV/old-datasets-constraints.txt"
+    grep -vE '^(datasets|fsspec)==' "$ROOT/.ci/constraints.txt" > "$OLD_CONSTRAINTS"
     VENV36="${SHARDKIT_VENV36:-$ROOT/.venv-ds36}"
-    if [ ! -x "$VENV36/bin/python" ]; then
-        "$PYTHON" -m venv "$VENV36"
-    fi
-    "$VENV36/bin/python" -m pip install --quiet --disable-pip-version-check "datasets==3.6.0" "pillow>=10"
-    export SHARDKIT_DS36_PYTHON="$VENV36/bin/python"
+    VENV40="${SHARDKIT_VENV40:-$ROOT/.venv-ds40}"
+    for venv in "$VENV36" "$VENV40"; do
+        if [ ! -x "$venv/bin/python" ]; then
+            "$PYTHON" -m venv "$venv"
+        fi
+    done
+    "$VENV36/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
+        "datasets==3.6.0" -e "$ROOT"
+    "$VENV40/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
+        "datasets==4.0.0" pillow soundfile
+    export SHARDKIT_DS36_PYTHON="$VENV36/bin/python" SHARDKIT_DS40_PYTHON="$VENV40/bin/python"
 fi

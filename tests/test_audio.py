@@ -70,4 +70,41 @@ def test_a_wav_that_does_not_parse_is_found_by_check_images_and_verify_deep(tmp_
     meta = write_jsonl(tmp_path / "meta.jsonl", [{"file_name": "good.wav"}, {"file_name": "bad.wav"}])
     result = CliRunner().invoke(pack_shards, [str(clips), str(meta), "-o", str(tmp_path / "ds"), "--check-images"])
     assert result.exit_code == 1
-    assert "meta.jsonl:2: " in result.stderr and "bad.wav: does not decode as WAV audio" in result.stderr
+    assert "meta.jsonl:2: " in result.stderr and "bad.wav: does not decode as audio" in result.stderr
+
+
+def test_float_wav_and_flac_decode_with_a_real_decoder(tmp_path: Path) -> None:
+    """IEEE-float WAV (format tag 3) and FLAC are valid audio: --check-images and verify --deep
+    decode them with soundfile, as datasets does, instead of refusing what Python's wave cannot parse."""
+    import numpy as np
+    import soundfile
+
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    samples = np.linspace(-0.5, 0.5, 400, dtype="float32")
+    soundfile.write(clips / "float.wav", samples, 8000, subtype="FLOAT")
+    soundfile.write(clips / "clip.flac", samples, 8000, subtype="PCM_16")
+    (clips / "int.wav").write_bytes(tone(3))
+    assert (clips / "float.wav").read_bytes()[20:22] == b"\x03\x00"  # WAVE_FORMAT_IEEE_FLOAT
+    meta = write_jsonl(tmp_path / "meta.jsonl", [{"file_name": n} for n in ("float.wav", "clip.flac", "int.wav")])
+    out = tmp_path / "ds"
+    packed = CliRunner().invoke(pack_shards, [str(clips), str(meta), "-o", str(out), "--check-images", "-q"])
+    assert packed.exit_code == 0, packed.stderr
+    checked = CliRunner().invoke(main, ["verify", str(out), "--deep", "--json", "-q"])
+    report = json.loads(checked.stdout)
+    assert checked.exit_code == 0 and report["decoded"] == 3 and report["not_decoded"] == 0
+
+
+def test_a_truncated_flac_is_refused_naming_file_and_line(tmp_path: Path) -> None:
+    import numpy as np
+    import soundfile
+
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    soundfile.write(clips / "good.flac", np.zeros(4000, dtype="float32") + 0.25, 8000)
+    (clips / "bad.flac").write_bytes((clips / "good.flac").read_bytes()[:60])
+    meta = write_jsonl(tmp_path / "meta.jsonl", [{"file_name": "good.flac"}, {"file_name": "bad.flac"}])
+    result = CliRunner().invoke(pack_shards, [str(clips), str(meta), "-o", str(tmp_path / "ds"), "--check-images"])
+    assert result.exit_code == 1
+    assert "meta.jsonl:2: " in result.stderr and "bad.flac: " in result.stderr
+    assert not (tmp_path / "ds" / "data").exists()

@@ -2,8 +2,9 @@
 
 The card's YAML front matter is what makes ``load_dataset(OUT_DIR)`` work without a script:
 ``configs`` points the builtin loader at ``data/*.zip`` (or ``*.tar``, ``*.parquet``; and away
-from ``metadata/`` and the manifest), and ``dataset_info.features`` declares every column's
-type as inferred from all rows. An existing card keeps its text and every other key; only
+from ``metadata/`` and the manifest) and declares every column's type as inferred from all rows
+(``features``, in the config, where every datasets version reads it, and in
+``dataset_info.features`` for the Hub). An existing card keeps its text and every other key; only
 those two keys are set (a ``configs`` path that is shardkit's pattern for another format is
 changed to this one's).
 """
@@ -70,6 +71,25 @@ def _retarget_configs(configs: Any, fmt: ShardFormat) -> Any:
         for entry in files if isinstance(files, list) else []:
             if isinstance(entry, dict) and entry.get("path") in _PATTERNS:
                 entry["path"] = fmt.data_files_pattern
+    return configs
+
+
+def _with_features(configs: Any, fmt: ShardFormat, features: list[dict[str, Any]]) -> Any:
+    """Declare ``features`` in every config that reads this format's shards.
+
+    datasets' folder builders (imagefolder, audiofolder) ignore ``dataset_info.features``: with
+    no features in the config they infer each column from ONE shard's metadata (a different
+    one from run to run), so a column null throughout that shard, or a float column written as
+    integers there, comes back with the wrong type or fails. Features given in the config
+    reach every builder in datasets 3.6 to 5.x.
+    """
+    if not isinstance(configs, list):
+        return configs
+    for config in configs:
+        files = config.get("data_files") if isinstance(config, dict) else None
+        paths = [e.get("path") if isinstance(e, dict) else e for e in (files if isinstance(files, list) else [files])]
+        if fmt.data_files_pattern in paths:
+            config["features"] = features
     return configs
 
 
@@ -195,7 +215,7 @@ def update_card(
         body = replace_stats(body, section)
     except FileNotFoundError:
         data, body = {}, minimal_body(name or os.path.basename(os.path.abspath(out_dir)), section)
-    data["configs"] = _retarget_configs(data.get("configs"), fmt) or default_configs(fmt)
+    data["configs"] = _with_features(_retarget_configs(data.get("configs"), fmt) or default_configs(fmt), fmt, features)
     data["size_categories"] = [size_category(rows)]
     info = data.get("dataset_info")
     if not isinstance(info, dict):

@@ -246,7 +246,8 @@ pack_options = [
     click.option(
         "--check-images",
         is_flag=True,
-        help="Decode every image (Pillow) and WAV file while checking; one that does not decode is a bad row.",
+        help="Decode every image (Pillow) and audio file (soundfile) while checking;"
+        " one that does not decode is a bad row.",
     ),
     click.option("--force", is_flag=True, help="Replace output in OUT_DIR that came from other input or options."),
     click.option("--dry-run", is_flag=True, help="Check the input and print the shard plan; write nothing."),
@@ -565,7 +566,7 @@ SHOWN_PROBLEMS = 1000
 
 @main.command("verify")
 @click.argument("out_dir", type=FolderOrUrl())
-@click.option("--deep", is_flag=True, help="Also decode every image (Pillow) and parse every WAV file.")
+@click.option("--deep", is_flag=True, help="Also decode every image (Pillow) and audio file (soundfile).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; problems and the summary still print.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout (every problem).")
 def verify_cmd(out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:

@@ -63,7 +63,11 @@ def metadata_line(record: SourceRecord, file_name: str | None = None) -> str:
     where a ZIP shard puts it), key, fields."""
     if file_name is None:
         file_name = member_name(record.key, record.ext)
-    row = {"file_name": file_name, "key": record.key, **record.fields}
+    return published_json({"file_name": file_name, "key": record.key, **record.fields})
+
+
+def published_json(row: dict[str, Any]) -> str:
+    """A row as shardkit publishes it in JSON: UTF-8 text, compact, no NaN or infinity."""
     return _PUBLISHED.encode(row)
 
 
@@ -324,22 +328,30 @@ class _FileChecker:
             return f"cannot read {p.path}: {exc.strerror}"
 
 
+#: Audio extensions -> the libsndfile format that decodes them (soundfile; datasets 3.x decodes
+#: audio with it too). Other audio (m4a, aac, wma) needs FFmpeg and is not decoded by the checks.
+_SOUNDFILE_FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG", ".opus": "OGG", ".mp3": "MP3", ".aiff": "AIFF"}
+_SOUNDFILE_FORMATS[".aif"] = "AIFF"
+
+
 def can_decode(ext: str) -> bool:
-    """Whether :func:`decode_problem` knows the type: images (Pillow) and WAV; other audio needs soundfile."""
+    """Whether :func:`decode_problem` can decode this type: images (Pillow), audio that libsndfile reads."""
     ext = ext.lower()
-    return ext == ".wav" or ext not in AUDIO_EXTENSIONS
+    if ext not in AUDIO_EXTENSIONS:
+        return True
+    import soundfile
+
+    return _SOUNDFILE_FORMATS.get(ext) in soundfile.available_formats()
 
 
 def decode_problem(source: str | BinaryIO, ext: str) -> str | None:
-    """Why a file (a path or an open binary file) does not decode as its extension says; None if it does."""
-    if ext.lower() == ".wav":
-        import wave
+    """Why a file (a path or an open binary file) does not decode as its extension says; None if it does.
 
-        try:
-            with wave.open(source) as w:
-                return None if w.getnframes() else "WAV file has no audio frames"
-        except (wave.Error, EOFError) as exc:
-            return f"does not decode as WAV audio: {exc}"
+    Real decoders decide, not a parser of our own: Pillow for images, soundfile (libsndfile)
+    for audio, which read what datasets' Image and Audio features read.
+    """
+    if ext.lower() in AUDIO_EXTENSIONS:
+        return _audio_problem(source)
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -352,6 +364,17 @@ def decode_problem(source: str | BinaryIO, ext: str) -> str | None:
             raise  # a read error, not a decode error
         return f"does not decode as an image: {exc}"
     return None
+
+
+def _audio_problem(source: str | BinaryIO) -> str | None:
+    import soundfile
+
+    try:
+        with soundfile.SoundFile(source) as sound:
+            frames = sum(len(block) for block in sound.blocks(blocksize=1 << 16))
+    except (RuntimeError, TypeError, ValueError) as exc:  # soundfile.LibsndfileError is a RuntimeError
+        return f"does not decode as audio: {exc}"
+    return None if frames else "audio file has no samples"
 
 
 _BATCH = 64
@@ -376,7 +399,7 @@ def read_metadata(
 
     ``max_file_bytes`` is the largest file that still fits in a shard on its own. Rows are
     parsed here and their files checked on ``threads`` threads, in batches. With ``decode``,
-    every image (and WAV file) is decoded, and one that does not decode is a problem.
+    every image and audio file is decoded, and one that does not decode is a problem.
     ``start``, ``end`` and ``first_line`` read one range of whole lines (an uncompressed file).
     """
     images_root = os.path.join(os.path.abspath(images_dir), "")  # ends in a separator

@@ -49,6 +49,7 @@ from .plan import (
 )
 from .preview import write_preview
 from .progress import NullProgress, Progress
+from .schema import float_retyper
 from .staging import StagedEntries, merge_runs, repeated_files
 from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
 from .worker import WorkerPool
@@ -451,17 +452,18 @@ def _check_and_stage(
     for problem in repeats.problems:
         problems.add(problem)
     problems.count += repeats.count - len(repeats.problems)
+    modality = "audio" if combined.audio_line else "image"  # mixing the two is refused above
+    features = combined.schema.features_yaml(modality, modality)
     merged = merge_runs(
         [run for r in results for run in r.runs],
         os.path.join(staging_dir, "sorted.tsv"),
         drop_lines=repeats.lines,
         fmt=fmt,
+        retype=float_retyper(features),
     )
     for problem in merged.duplicates:
         problems.add(problem)
     problems.count += merged.duplicate_count - len(merged.duplicates)
-    modality = "audio" if combined.audio_line else "image"  # mixing the two is refused above
-    features = combined.schema.features_yaml(modality, modality)
     fingerprint = hashlib.sha256(
         (merged.fingerprint + json.dumps(features, sort_keys=True)).encode("utf-8")
     ).hexdigest()

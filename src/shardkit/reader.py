@@ -258,9 +258,11 @@ def stream(source: str, *, revision: str | None = None, split: str = "train") ->
     manifest = read_manifest_from(where)
     features = datasets.Features._from_yaml_list(manifest.features) if manifest.features else None
     file_column = manifest.modality
-    if features is not None and file_column == "audio" and not datasets.config.TORCHCODEC_AVAILABLE:
-        # datasets' Audio feature needs torch and torchcodec even to pass bytes through.
-        log.warning("torchcodec is not installed: the 'audio' column holds the files' bytes, undecoded")
+    if features is not None and file_column == "audio" and not _audio_feature_usable(datasets):
+        log.warning(
+            "audio cannot be decoded here (datasets 4+ needs torchcodec, 3.x librosa and soundfile):"
+            " the 'audio' column holds each file's bytes and path"
+        )
         features[file_column] = {"bytes": datasets.Value("binary"), "path": datasets.Value("string")}
     return datasets.IterableDataset.from_generator(
         _generate,
@@ -273,3 +275,17 @@ def stream(source: str, *, revision: str | None = None, split: str = "train") ->
         },
         split=datasets.NamedSplit(split),
     )
+
+
+def _audio_feature_usable(datasets: Any) -> bool:
+    """Whether datasets' ``Audio`` feature can hold audio here.
+
+    datasets 4.0+ needs torchcodec (and torch) even to pass an audio file's bytes through
+    (``Audio.encode_example`` imports them); datasets 3.x has no ``TORCHCODEC_AVAILABLE`` flag
+    and decodes with soundfile and librosa.
+    """
+    if hasattr(datasets.config, "TORCHCODEC_AVAILABLE"):
+        return bool(datasets.config.TORCHCODEC_AVAILABLE)
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("soundfile", "librosa"))

@@ -12,8 +12,13 @@ element-wise. Columns that are only ever null are declared as strings.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .metadata import published_json
 
 _SCALARS = {bool: "bool", int: "int64", float: "float64", str: "string"}
 
@@ -211,3 +216,64 @@ def _yaml_type(kind: Kind) -> dict[str, Any]:
     if kind.name == "struct":
         return {"struct": [{"name": k, **_yaml_type(v)} for k, v in kind.fields.items()]}
     return {"dtype": "string" if kind.name == "null" else kind.name}
+
+
+# --- published lines: a float column's whole numbers written as floats -----------------------
+
+#: Where a feature holds float64 values: "float", ("list", spec) or ("struct", {name: spec}).
+_FloatSpec = Any
+
+
+def _float_spec(feature: dict[str, Any]) -> _FloatSpec | None:
+    """The float64 places inside one feature of the card's YAML list (None: it holds none)."""
+    if feature.get("dtype") == "float64":
+        return "float"
+    if "struct" in feature:
+        inner = {f["name"]: spec for f in feature["struct"] if (spec := _float_spec(f)) is not None}
+        return ("struct", inner) if inner else None
+    if "list" in feature:
+        item = feature["list"]
+        spec = _float_spec(
+            {"dtype": item} if isinstance(item, str) else {"struct": item} if isinstance(item, list) else item
+        )
+        return ("list", spec) if spec is not None else None
+    return None
+
+
+def _as_floats(value: Any, spec: _FloatSpec) -> Any:
+    if value is None:
+        return None
+    if spec == "float":
+        return float(value) if type(value) is int else value
+    kind, inner = spec
+    if kind == "list":
+        return [_as_floats(v, inner) for v in value]
+    return {k: _as_floats(v, inner[k]) if k in inner else v for k, v in value.items()}
+
+
+def float_retyper(features: list[dict[str, Any]]) -> Callable[[str], str] | None:
+    """A function that rewrites a published metadata line so that every value of a float64
+    column is a JSON float (``2`` -> ``2.0``); None when no column is float64.
+
+    Exports often write whole numbers as integers (``"score": 2`` beside ``"score": 2.5``).
+    shardkit declares the column float64, but a reader that infers types from one file (polars,
+    duckdb, datasets' folder builders without the card's features) would see integers there;
+    published floats look like floats everywhere. Lines without such an integer are returned
+    unchanged: a cheap search rules out most of them before any parsing.
+    """
+    specs = {f["name"]: spec for f in features if (spec := _float_spec(f)) is not None}
+    if not specs:
+        return None
+    scalars = [name for name, spec in specs.items() if spec == "float"]
+    nested = len(scalars) < len(specs)
+    names = "|".join(re.escape(json.dumps(name, ensure_ascii=False)) for name in scalars)
+    may_hold_int = re.compile(rf"(?:{names}):-?[0-9]+[,}}]").search if scalars else None
+
+    def retype(line: str) -> str:
+        if not nested and may_hold_int is not None and not may_hold_int(line):
+            return line
+        row = json.loads(line)
+        fixed = {k: _as_floats(v, specs[k]) if k in specs else v for k, v in row.items()}
+        return published_json(fixed)
+
+    return retype

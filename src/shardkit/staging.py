@@ -20,7 +20,7 @@ import json
 import os
 import posixpath
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .errors import InputProblem
@@ -154,11 +154,14 @@ def merge_runs(
     fan_in: int = MAX_FAN_IN,
     drop_lines: frozenset[int] = frozenset(),
     fmt: ShardFormat = ZIP,
+    retype: Callable[[str], str] | None = None,
 ) -> MergeResult:
     """Merge sorted runs into ``out_path``, dropping (and reporting) duplicate keys.
 
     Rows from the input lines in ``drop_lines`` (already reported elsewhere) are left out.
-    The runs are consumed: they are deleted once merged.
+    ``retype`` rewrites each published line once every row's type is known (see
+    :func:`~shardkit.schema.float_retyper`); sizes and the fingerprint are of the rewritten
+    line. The runs are consumed: they are deleted once merged.
     """
     fingerprint = hashlib.sha256()
     duplicates: list[InputProblem] = []
@@ -180,6 +183,10 @@ def merge_runs(
                     duplicates.append(InputProblem(line, f"duplicate key {key} (first used on line {prev_line})", raw))
                 continue
             prev_key, prev_line = key, line
+            if retype is not None:
+                head, published = rest.rsplit("\t", 1)  # published JSON escapes every tab
+                rest = f"{head}\t{retype(published[:-1])}\n"
+                text = f"{key}\t{line_text}\t{rest}"
             # The input line number is not part of the fingerprint: moving rows around in the
             # metadata file does not change what gets published.
             fingerprint.update(rest.encode("utf-8"))
