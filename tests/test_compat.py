@@ -250,3 +250,17 @@ def test_the_corpus_is_what_it_claims(packed: Packed) -> None:
     image_types = {p.suffix for p in (packed.root / "in-image" / "files").rglob("*.*")}
     audio_types = {p.parent.name for p in (packed.root / "in-audio" / "files").rglob("*.*")}
     assert image_types == {".jpg", ".png", ".webp"} and audio_types == {"wav16", "wavf32", "flac"}
+
+
+def test_whole_number_floats_are_published_as_floats_in_every_json_file(packed: Packed) -> None:
+    """Shard 0 was given ``"score": 2``: every JSON file shardkit publishes says 2.0, so a tool
+    that infers types from one file (polars, duckdb, a folder builder without the card) sees floats."""
+    import zipfile
+
+    for fmt in FORMATS:
+        text = (packed.folders["image", fmt] / "metadata" / "0.jsonl").read_text(encoding="utf-8")
+        scores = [json.loads(line)["score"] for line in text.splitlines()]
+        assert scores and all(type(s) is float and s.is_integer() for s in scores), (fmt, scores)
+    with zipfile.ZipFile(packed.folders["image", "zip"] / "data" / "0.zip") as z:
+        inside = z.read("metadata.jsonl").decode("utf-8")
+    assert inside == (packed.folders["image", "zip"] / "metadata" / "0.jsonl").read_text(encoding="utf-8")
