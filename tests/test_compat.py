@@ -27,7 +27,7 @@ import pytest
 from cookiecutter.main import cookiecutter
 
 from tests import compat_corpus
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
 from tests.readback import DS36_PYTHON
 
@@ -264,3 +264,40 @@ def test_whole_number_floats_are_published_as_floats_in_every_json_file(packed: 
     with zipfile.ZipFile(packed.folders["image", "zip"] / "data" / "0.zip") as z:
         inside = z.read("metadata.jsonl").decode("utf-8")
     assert inside == (packed.folders["image", "zip"] / "metadata" / "0.jsonl").read_text(encoding="utf-8")
+
+
+def test_pack_warns_when_datasets_would_pick_the_json_builder_and_says_so_in_the_card(tmp_path: Path) -> None:
+    """Four shards of one clip each, WAV and FLAC: each metadata.jsonl outnumbers both audio
+    extensions, so datasets' builtin loader opens the dataset as JSON. No card setting overrides
+    that (README.md, "Which reader"); pack says so, and shardkit.stream still reads every clip."""
+    import datasets
+
+    import shardkit
+
+    files, meta = compat_corpus.build(tmp_path / "in", "audio")
+    rows = [json.loads(line) for line in meta.read_text(encoding="utf-8").splitlines()]
+    few = [rows[0], rows[1], rows[3], rows[8]]  # keys 0..., 0..., 1..., 2...: WAV, FLAC, FLAC, WAV
+    write_jsonl(tmp_path / "few.jsonl", [{**r, "key": f"{i}{r['key'][1:]}"} for i, r in enumerate(few)])
+    out = tmp_path / "ds"
+    result = subprocess.run(
+        [str(SCRIPTS / "pack-shards"), str(files), str(tmp_path / "few.jsonl"), "-o", str(out), "--prefix-length", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "would open this dataset with its 'json' builder, not 'audiofolder'" in result.stderr
+    assert "would open this dataset with its 'json' builder" in (out / "README.md").read_text(encoding="utf-8")
+    assert datasets.load_dataset_builder(str(out)).name == "json"  # what datasets really does
+    got = {row["key"] for row in shardkit.stream(str(out))}
+    assert len(got) == 4
+
+
+def test_no_warning_when_datasets_picks_the_folder_builder(packed: Packed) -> None:
+    import datasets
+
+    for modality in MODALITIES:
+        out = packed.folders[modality, "zip"]
+        assert "builder" not in (out / "README.md").read_text(encoding="utf-8").split("<!-- /shardkit:stats -->")[0]
+        assert datasets.load_dataset_builder(str(out)).name == f"{modality}folder"

@@ -81,7 +81,8 @@ def _with_features(configs: Any, fmt: ShardFormat, features: list[dict[str, Any]
     no features in the config they infer each column from ONE shard's metadata (a different
     one from run to run), so a column null throughout that shard, or a float column written as
     integers there, comes back with the wrong type or fails. Features given in the config
-    reach every builder in datasets 3.6 to 5.x.
+    reach the folder and parquet builders in datasets 3.6 to 5.x (``dataset_info.features``,
+    when present, wins over them: the two are kept the same).
     """
     if not isinstance(configs, list):
         return configs
@@ -89,7 +90,10 @@ def _with_features(configs: Any, fmt: ShardFormat, features: list[dict[str, Any]
         files = config.get("data_files") if isinstance(config, dict) else None
         paths = [e.get("path") if isinstance(e, dict) else e for e in (files if isinstance(files, list) else [files])]
         if fmt.data_files_pattern in paths:
-            config["features"] = features
+            if fmt.config_features:
+                config["features"] = features
+            else:
+                config.pop("features", None)
     return configs
 
 
@@ -112,16 +116,58 @@ def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: 
     ]
 
 
+#: How many ZIPs, and members of each, datasets lists to choose the builder for ``data/*.zip``
+#: (``infer_module_for_data_files_list_in_archives``): 10 archives in 3.6 to 5.x; the first 200
+#: members of each (sorted) in 3.6 and 4.0, all of them in 5.x.
+_INFERENCE_ARCHIVES = 10
+_INFERENCE_MEMBER_LIMITS = (200, None)
+
+
+def builtin_zip_builder(shard_members: list[list[str]]) -> str:
+    """The builder ``load_dataset(repo)`` picks for ZIP shards, as datasets 3.6 to 5.x decide it.
+
+    ``shard_members``: each shard's member names, shards in name order. datasets counts every
+    dotted suffix of the member names of the first 10 ZIPs and takes the most common (on a tie,
+    the one seen first, members sorted by name); ``metadata.jsonl`` counts as ``.jsonl``, and no
+    card setting can override the choice. So a dataset whose media are spread over several
+    extensions, with few rows per shard, can be opened with the ``json`` builder. Returns
+    "json" if any of those versions would pick it, else "imagefolder" or "audiofolder".
+    """
+    from collections import Counter
+
+    from .metadata import AUDIO_EXTENSIONS
+
+    picks = set()
+    for limit in _INFERENCE_MEMBER_LIMITS:
+        counts: Counter[str] = Counter()
+        for members in shard_members[:_INFERENCE_ARCHIVES]:
+            for name in sorted(members)[:limit]:
+                counts.update("." + part.lower() for part in name.rsplit("/", 1)[-1].split(".")[1:])
+        if counts:
+            picks.add(counts.most_common(1)[0][0])
+    if ".jsonl" in picks:
+        return "json"
+    return "audiofolder" if picks & AUDIO_EXTENSIONS else "imagefolder"
+
+
 STATS_BEGIN = "<!-- shardkit:stats -->"
 STATS_END = "<!-- /shardkit:stats -->"
 
 
-def stats_section(rows: int, shards: int, total_bytes: int, preview: str | None = None, fmt: ShardFormat = ZIP) -> str:
+def stats_section(
+    rows: int,
+    shards: int,
+    total_bytes: int,
+    preview: str | None = None,
+    fmt: ShardFormat = ZIP,
+    builtin_loader_note: str | None = None,
+) -> str:
     """The card text shardkit owns: rewritten on every pack, between two HTML comments."""
     picture = f"\n![A sample of the images with their captions]({preview})\n" if preview else ""
+    note = f"\n**Note:** {builtin_loader_note}\n" if builtin_loader_note else ""
     return (
         f"{STATS_BEGIN}\n{rows:,} rows in {shards} {_FORMAT_WORDS[fmt.name]} shards ({total_bytes / 1e6:,.1f} MB),"
-        f" packed with shardkit.\n{picture}"
+        f" packed with shardkit.\n{note}{picture}"
         f"{STATS_END}"
     )
 
@@ -204,11 +250,12 @@ def update_card(
     preview: str | None = None,
     fmt: ShardFormat = ZIP,
     name: str | None = None,
+    builtin_loader_note: str | None = None,
 ) -> str:
     """Create README.md, or set ``configs`` (if absent), ``size_categories``, ``dataset_info.features``
     and the stats section. ``name`` titles a new card (default: ``out_dir``'s folder name)."""
     path = os.path.join(out_dir, "README.md")
-    section = stats_section(rows, shards, total_bytes, preview, fmt)
+    section = stats_section(rows, shards, total_bytes, preview, fmt, builtin_loader_note)
     try:
         with open(path, encoding="utf-8") as f:
             data, body = split_front_matter(f.read())

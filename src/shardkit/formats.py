@@ -39,6 +39,10 @@ class ShardFormat:
     fixed_bytes: int  # what a shard costs with no rows
     max_rows: int
     max_bytes: int  # the largest shard the container can describe
+    #: The card declares the features in the config too: the datasets builder for this format
+    #: reads them there (imagefolder/audiofolder, parquet); webdataset's config has no such
+    #: field (a warning), it reads ``dataset_info.features``.
+    config_features: bool = True
 
     @property
     def suffix(self) -> str:
@@ -113,7 +117,14 @@ ZIP = _Zip(
     max_rows=MAX_ZIP_MEMBERS - 1,  # one member is metadata.jsonl
     max_bytes=MAX_ZIP_BYTES,
 )
-TAR = _Tar("tar", exact=True, fixed_bytes=END_BYTES, max_rows=MAX_ZIP_MEMBERS - 1, max_bytes=MAX_ZIP_BYTES)
+TAR = _Tar(
+    "tar",
+    exact=True,
+    fixed_bytes=END_BYTES,
+    max_rows=MAX_ZIP_MEMBERS - 1,
+    max_bytes=MAX_ZIP_BYTES,
+    config_features=False,
+)
 PARQUET = _Parquet("parquet", exact=False, fixed_bytes=16 << 10, max_rows=MAX_ZIP_MEMBERS - 1, max_bytes=MAX_ZIP_BYTES)
 
 FORMATS = {f.name: f for f in (ZIP, TAR, PARQUET)}

@@ -29,11 +29,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from .card import card_features, ensure_gitattributes, update_card, update_loaders
+from .card import builtin_zip_builder, card_features, ensure_gitattributes, update_card, update_loaders
 from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs, split_for_workers
 from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, ShardkitError, UsageError
-from .formats import SHARD_SUFFIXES, ShardFormat, format_named
+from .formats import METADATA_MEMBER, SHARD_SUFFIXES, ZIP, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .outdir import HashCache, locked, pull_small_files, push_small_files, shard_problem, url_shard_problem
 from .plan import (
@@ -50,7 +50,7 @@ from .plan import (
 from .preview import write_preview
 from .progress import NullProgress, Progress
 from .schema import float_retyper
-from .staging import StagedEntries, merge_runs, repeated_files
+from .staging import StagedEntries, iter_staged, merge_runs, repeated_files
 from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
 from .worker import WorkerPool
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
@@ -327,8 +327,12 @@ def _pack_locked(
     if staged.modality == "image":
         shards_at = store.location if remote else None
         preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt, shards_at=shards_at)
+    loader_note = _builtin_loader_note(fmt, plan, staged)
+    if loader_note is not None:
+        log.warning("%s", loader_note)
     update_card(
         out_dir,
+        builtin_loader_note=loader_note,
         features=card_features(fmt, staged.features, staged.extensions),
         rows=staged.rows,
         shards=len(plan),
@@ -469,6 +473,28 @@ def _check_and_stage(
     ).hexdigest()
     return _Staged(
         merged.path, merged.rows, merged.total_cost, fingerprint, modality, features, sorted(combined.extensions)
+    )
+
+
+def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) -> str | None:
+    """Why ``load_dataset(repo)`` would open these ZIP shards with the wrong builder (None: it will not)."""
+    if fmt.name != "zip":
+        return None
+    first = sorted(plan, key=lambda p: p.name)[:10]
+    members = [
+        [METADATA_MEMBER, *(ZIP.member_name(row.key, row.ext) for row in iter_staged(staged.path, p.offset, p.rows))]
+        for p in first
+    ]
+    wanted = f"{staged.modality}folder"
+    picked = builtin_zip_builder(members)
+    if picked == wanted:
+        return None
+    return (
+        f"datasets' load_dataset(repo) would open this dataset with its {picked!r} builder, not {wanted!r}:"
+        " it picks the most common file extension inside the first 10 ZIP shards, and here each shard's"
+        " metadata.jsonl outnumbers every media extension (few rows per shard, several extensions)."
+        " Read it with shardkit.stream(repo), or pack it with --format parquet or --format tar,"
+        " whose builders datasets picks by the shard files' own extension."
     )
 
 
