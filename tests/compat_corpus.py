@@ -56,7 +56,7 @@ def _clip(seed: int, kind: str) -> bytes:
 def _row(shard: str, i: int, n: int) -> dict[str, Any]:
     whole = shard == "0"
     return {
-        "key": f"{shard}{n:03d}{hashlib.sha256(f'{shard}-{i}'.encode()).hexdigest()[:12]}",
+        "key": f"{shard}{hashlib.sha256(f'{shard}-{i}'.encode()).hexdigest()[:15]}",
         "caption": f"café ☕ 東京 🌸 n°{n}",
         "score": (2 + i) if whole else (2.5 + i),  # JSON "2" in shard 0, "2.5" elsewhere
         "note": None if shard == "1" else f"note {n}",
@@ -66,18 +66,22 @@ def _row(shard: str, i: int, n: int) -> dict[str, Any]:
     }
 
 
-def build(root: Path, modality: str = "image") -> tuple[Path, Path]:
-    """Write the corpus under ``root``; return (files folder, metadata file)."""
+def build(
+    root: Path, modality: str = "image", *, scale: int = 1, image_size: tuple[int, int] = (24, 16)
+) -> tuple[Path, Path]:
+    """Write the corpus under ``root``; return (files folder, metadata file).
+
+    ``scale`` repeats every shard's rows that many times (the bench reads a larger copy)."""
     files = root / "files"
     files.mkdir(parents=True)
     rows = []
     n = 0
     for shard, kinds in (IMAGE_SHARDS if modality == "image" else AUDIO_SHARDS).items():
-        for i, kind in enumerate(kinds):
+        for i, kind in enumerate(kinds * scale):
             name = f"{kind.lower()}/item_{n:03d}{_EXT[kind]}"
             path = files / name
             path.parent.mkdir(exist_ok=True)
-            path.write_bytes(tiny_image(n, kind) if modality == "image" else _clip(n, kind))
+            path.write_bytes(tiny_image(n, kind, image_size) if modality == "image" else _clip(n, kind))
             rows.append({"file_name": name, **_row(shard, i, n)})
             n += 1
     return files, write_jsonl(root / "meta.jsonl", rows)
