@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tests.compat_reader import typed
 from tests.conftest import tiny_image, write_jsonl
 
 #: Shard (first key digit) -> image formats of its rows, in order.
@@ -85,15 +86,6 @@ def build(
             rows.append({"file_name": name, **_row(shard, i, n)})
             n += 1
     return files, write_jsonl(root / "meta.jsonl", rows)
-
-
-def typed(value: Any) -> Any:
-    """A value with its Python type made explicit, so that 2 and 2.0 (or 1 and True) differ."""
-    if isinstance(value, dict):
-        return {k: typed(v) for k, v in sorted(value.items())}
-    if isinstance(value, list):
-        return ["list", [typed(v) for v in value]]
-    return [type(value).__name__, value]
 
 
 def expected_rows(files: Path, meta: Path) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 
 
 def typed(value: Any) -> Any:
-    """As tests/compat_corpus.py's ``typed`` (kept apart: this file runs in other venvs)."""
+    """A value with its Python type made explicit, so that 2 and 2.0 (or 1 and True) differ."""
     if isinstance(value, dict):
         return {k: typed(v) for k, v in sorted(value.items())}
     if isinstance(value, list):

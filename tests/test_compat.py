@@ -8,8 +8,9 @@ zip, tar and parquet and pushed to the Hub-API test server, then read by every r
 * ``shardkit.stream`` in datasets 3.6 and 5.x;
 
 each map-style and streaming (``shardkit.stream`` streams only), from the folder and from the
-Hub server, twice with a fresh cache. Every cell must give every row once, each file's bytes,
-and each field's value and Python type as packed. The readers run in subprocesses, one per venv
+Hub server (``shardkit.stream`` also from a plain http URL of the repo's files), twice with a
+fresh cache. Every cell must give every row once, each file's bytes, and each field's value
+and Python type as packed. The readers run in subprocesses, one per venv
 (tests/compat_reader.py), all cells of a venv in one process.
 """
 
@@ -121,13 +122,14 @@ def _cells(packed: Packed, venv: str) -> list[dict[str, Any]]:
         for fmt in FORMATS:
             folder = packed.folders[modality, fmt]
             places = {"local": str(folder), "hub": packed.repo(modality, fmt)}
+            url = f"{packed.hub_url}/datasets/{packed.repo(modality, fmt)}/resolve/main"  # a plain web folder
             readers = ["builtin"]
             if venv in ("3.6", "5.x"):
                 readers.append("shardkit")
             if venv == "3.6" and fmt == "zip":
                 readers.append("script")
             for reader in readers:
-                for where, path in places.items():
+                for where, path in places.items() if reader != "shardkit" else {**places, "url": url}.items():
                     revision = None
                     if reader == "script":  # the script, from the folder or the Hub's script branch
                         path = str(next(folder.glob("*_loader.py"))) if where == "local" else path
