@@ -303,3 +303,34 @@ def test_no_warning_when_datasets_picks_the_folder_builder(packed: Packed) -> No
         out = packed.folders[modality, "zip"]
         assert "builder" not in (out / "README.md").read_text(encoding="utf-8").split("<!-- /shardkit:stats -->")[0]
         assert datasets.load_dataset_builder(str(out)).name == f"{modality}folder"
+
+
+def test_metadata_table_reads_in_one_call_with_duckdb_polars_and_pyarrow_typed(packed: Packed) -> None:
+    """metadata.parquet: every row, typed as the card says, whatever each shard's JSON held
+    (a column null throughout a shard, whole-number floats), one call in each tool."""
+    import duckdb
+    import polars
+    import pyarrow.parquet as pq
+
+    from tests.compat_reader import typed
+
+    for modality in MODALITIES:
+        for fmt in FORMATS:
+            out = packed.folders[modality, fmt]
+            table = out / "metadata.parquet"
+            tables = {
+                "pyarrow": pq.read_table(table).to_pylist(),
+                "polars": polars.read_parquet(table).to_dicts(),
+                "duckdb": _duckdb_rows(duckdb.connect().execute(f"SELECT * FROM '{table}'")),
+            }
+            shards = {p.relative_to(out).as_posix() for p in (out / "data").glob(f"*.{fmt}")}
+            for tool, rows in tables.items():
+                assert {r["shard"] for r in rows} == shards, (tool, fmt)
+                got = {r["key"]: typed({k: v for k, v in r.items() if k not in ("shard", "file_name")}) for r in rows}
+                assert len(got) == len(rows)
+                assert got == {k: v["fields"] for k, v in packed.expected[modality].items()}, (tool, modality, fmt)
+
+
+def _duckdb_rows(cursor: Any) -> list[dict[str, Any]]:
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

@@ -178,3 +178,28 @@ def test_deep_reports_a_member_that_does_not_decode(repo_dir: Path) -> None:
 def test_verify_without_a_manifest_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["verify", str(tmp_path)])
     assert result.exit_code == 2 and "has no shards.json: nothing to verify" in result.stderr
+
+
+def test_metadata_table_missing_stale_or_damaged_is_a_problem(repo_dir: Path, tmp_path: Path) -> None:
+    """metadata.parquet must hold every shard's rows as the manifest records them."""
+    import pyarrow.parquet as pq
+
+    table = repo_dir / "metadata.parquet"
+    good = table.read_bytes()
+    rows = pq.read_table(table)
+    assert rows.num_rows == 300 and rows.column_names[:3] == ["shard", "file_name", "key"]
+
+    pq.write_table(rows.slice(0, 299), table)  # the last row gone: an older or edited table
+    code, out = verify(repo_dir)
+    assert code == 1 and "metadata.parquet: " in out and "rows of data/" in out
+
+    table.write_bytes(good[: len(good) // 2])
+    code, out = verify(repo_dir)
+    assert code == 1 and "metadata.parquet: cannot be read as Parquet" in out
+
+    table.unlink()
+    code, out = verify(repo_dir)
+    assert code == 1 and "metadata.parquet: missing" in out
+
+    table.write_bytes(good)
+    assert verify(repo_dir)[0] == 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from .formats import ShardFormat, format_named, format_of_manifest
 from .metadata import KEY_SCHEME
+from .table import TABLE_NAME
 
 MANIFEST_NAME = "shards.json"
 MEMBER_TEMPLATES = {
@@ -62,6 +63,8 @@ class Manifest:
     features: list[dict[str, Any]]
     shards: list[ManifestShard]
     key_scheme: str = KEY_SCHEME
+    #: Every row's metadata as one typed table (:mod:`.table`); None in manifests from before it.
+    metadata_table: str | None = TABLE_NAME
 
     def to_json(self) -> dict[str, Any]:
         fmt = self.options.shard_format
@@ -81,6 +84,7 @@ class Manifest:
                 "bytes": sum(s.bytes for s in self.shards),
             },
             "features": self.features,
+            **({"metadata_table": self.metadata_table} if self.metadata_table else {}),
             "shards": [asdict(s) for s in self.shards],
         }
 
@@ -93,7 +97,15 @@ class Manifest:
             modality=data["modality"],
             features=data["features"],
             shards=[ManifestShard(**s) for s in data["shards"]],
+            metadata_table=_table_name(data.get("metadata_table")),
         )
+
+
+def _table_name(value: Any) -> str | None:
+    """The manifest's ``metadata_table``: shardkit's one name, or absent (never a path to follow)."""
+    if value not in (None, TABLE_NAME):
+        raise ValueError(f"metadata_table must be {TABLE_NAME!r}, got {value!r}")
+    return value  # type: ignore[no-any-return]
 
 
 def dump_json(data: Any) -> bytes:

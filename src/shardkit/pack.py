@@ -50,8 +50,9 @@ from .plan import (
 from .preview import write_preview
 from .progress import NullProgress, Progress
 from .schema import float_retyper
-from .staging import StagedEntries, iter_staged, merge_runs, repeated_files
+from .staging import StagedEntries, iter_published_lines, iter_staged, merge_runs, repeated_files
 from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
+from .table import TABLE_NAME, write_metadata_table
 from .worker import WorkerPool
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
@@ -321,6 +322,11 @@ def _pack_locked(
         modality=staged.modality,
         features=staged.features,
         shards=[done[p.name] for p in plan],
+    )
+    write_metadata_table(
+        os.path.join(out_dir, TABLE_NAME),
+        ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
+        staged.features,
     )
     manifest_path = write_manifest(out_dir, manifest)
     preview = None

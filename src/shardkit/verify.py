@@ -9,15 +9,17 @@ For every ZIP shard the manifest names, in one front-to-back read of the file:
   each row's ``file_name`` is a member, each member has a row, keys are unique, ascending, in
   the shard's key prefix, within the recorded first/last key, and name their member;
 * ``metadata/<stem>.jsonl`` holds the same bytes as the ``metadata.jsonl`` inside;
-* with ``deep``, every image decodes (Pillow) and every WAV file parses (other audio is counted, not decoded).
+* with ``deep``, every image decodes (Pillow) and every audio file libsndfile reads decodes (soundfile;
+  other audio is counted, not decoded).
 
 A tar shard gets the same checks in its terms: ustar headers with valid checksums, each
 ``<key>.json`` followed by the file its ``file_name`` names, the .json members' bytes equal to
 ``metadata/<stem>.jsonl``. A Parquet shard is read row group by row group: each row's path and
 typed fields must equal its line in ``metadata/<stem>.jsonl``, keys as above.
 
-And for the whole: shards' key ranges do not overlap, totals add up, and ``data/`` and
-``metadata/`` hold nothing the manifest does not name. Problems are collected, not raised:
+And for the whole: shards' key ranges do not overlap, totals add up, ``data/`` and
+``metadata/`` hold nothing the manifest does not name, and ``metadata.parquet`` holds every
+shard's rows, in order, within its key range. Problems are collected, not raised:
 each names its file (and member), so one run lists everything wrong.
 """
 
@@ -42,6 +44,7 @@ from .metadata import can_decode, decode_problem
 from .progress import NullProgress, Progress
 from .store import LocalStore, ShardStore, store_for
 from .streamio import crc32
+from .table import table_problems
 from .tarformat import TarFormatError, iter_tar_members
 from .threads import interruptible_pool
 from .zipformat import ZipFormatError, iter_members
@@ -363,6 +366,14 @@ def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResu
     for (a, file_a), (b, file_b) in itertools.pairwise(ranges):
         if b[0] <= a[1]:
             report.problems.append(Problem(file_b, f"its keys overlap those of {file_a}: rows are not unique"))
+    if manifest.metadata_table is not None:
+        try:
+            with store.open(manifest.metadata_table) as f:
+                rows = [(s.file, s.rows, s.first_key, s.last_key) for s in manifest.shards]
+                for message in table_problems(f, rows):
+                    report.problems.append(Problem(manifest.metadata_table, message))
+        except FileNotFoundError:
+            report.problems.append(Problem(manifest.metadata_table, "missing"))
     totals = manifest.to_json()["totals"]
     if totals["rows"] != sum(s.rows for s in manifest.shards):
         report.problems.append(Problem(MANIFEST_NAME, "totals do not add up"))

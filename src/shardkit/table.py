@@ -1,0 +1,98 @@
+"""``metadata.parquet``: every row's metadata as one typed table, at the repo root.
+
+``metadata/<stem>.jsonl`` holds each shard's rows as the shard does; but a tool that reads
+those files together infers each file's types on its own: polars refuses a column that is
+null throughout one file, pyarrow's ``concat_tables`` needs permissive promotion, and a float
+column looks like integers in a file where every value was whole. This one file carries the
+card's types, so a consumer who filters rows without touching the files reads it in one call
+(``duckdb``: ``FROM 'metadata.parquet'``; ``polars.read_parquet``; ``pyarrow.parquet.read_table``).
+
+Columns: ``shard`` (the shard file, ``data/3f.zip``), ``file_name`` (the file's name inside
+it), ``key``, then every field. One row group per shard, shards in name order, rows in shard
+order. Written from the staged metadata lines at the end of a pack, one shard's lines in memory
+at a time; deterministic for a given pyarrow version. pyarrow is imported only here.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable
+from typing import IO, TYPE_CHECKING, Any
+
+from .parquetformat import arrow_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+TABLE_NAME = "metadata.parquet"
+#: The columns before the fields, with their card types.
+_LEADING = [{"name": "shard", "dtype": "string"}, {"name": "file_name", "dtype": "string"}]
+
+
+def table_schema(features: list[dict[str, Any]]) -> pa.Schema:
+    """The table's schema from the card's features (the first, the file column, is left out)."""
+    return arrow_schema([*_LEADING, *features[1:]])
+
+
+def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], features: list[dict[str, Any]]) -> int:
+    """Write the table to ``path`` atomically from (shard file, its metadata.jsonl bytes); return its rows."""
+    import pyarrow as pa
+    import pyarrow.json as pa_json
+    import pyarrow.parquet as pq
+
+    schema = table_schema(features)
+    line_schema = pa.schema([field for field in schema if field.name != "shard"])
+    tmp = f"{path}.partial"
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for shard, lines in shards:
+                if not lines:
+                    continue
+                table = pa_json.read_json(
+                    io.BytesIO(lines),
+                    # One block for the whole shard: a block boundary inside a line is an error.
+                    read_options=pa_json.ReadOptions(block_size=len(lines) + 1, use_threads=False),
+                    parse_options=pa_json.ParseOptions(explicit_schema=line_schema, unexpected_field_behavior="error"),
+                )
+                table = table.add_column(0, "shard", pa.array([shard] * table.num_rows, pa.string()))
+                writer.write_table(table.select(schema.names).cast(schema))
+                rows += table.num_rows
+        with open(tmp, "rb") as f:  # durable before it is named, as every file shardkit publishes
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return rows
+
+
+def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]]) -> list[str]:
+    """What is wrong with a metadata table against the manifest's shards, given as (file, rows,
+    first key, last key): every shard's rows there, in shard order, within its key range."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(open_table, columns=["shard", "key"])
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        return [f"cannot be read as Parquet: {exc}"]
+    found: dict[str, list[str]] = {}
+    order: list[str] = []
+    for shard, key in zip(table.column("shard").to_pylist(), table.column("key").to_pylist(), strict=True):
+        if shard not in found:
+            found[shard] = []
+            order.append(shard)
+        found[shard].append(key)
+    problems = []
+    expected = [file for file, *_ in shards]
+    if order != [file for file in expected if file in found] or set(found) - set(expected):
+        problems.append("its shards are not the manifest's, in the manifest's order")
+    for file, rows, first, last in shards:
+        keys = found.get(file, [])
+        if len(keys) != rows:
+            problems.append(f"{len(keys)} rows of {file}, the manifest says {rows}")
+        elif keys and (keys[0], keys[-1]) != (first, last):
+            problems.append(f"the rows of {file} run {keys[0]}..{keys[-1]}, the manifest says {first}..{last}")
+    return problems
