@@ -307,30 +307,46 @@ def test_no_warning_when_datasets_picks_the_folder_builder(packed: Packed) -> No
 
 def test_metadata_table_reads_in_one_call_with_duckdb_polars_and_pyarrow_typed(packed: Packed) -> None:
     """metadata.parquet: every row, typed as the card says, whatever each shard's JSON held
-    (a column null throughout a shard, whole-number floats), one call in each tool."""
-    import duckdb
-    import polars
-    import pyarrow.parquet as pq
-
-    from tests.compat_reader import typed
-
+    (a column null throughout a shard, whole-number floats), one call in each tool. The tools
+    run in a subprocess: polars replaces the process's SIGINT handler with its own, and later
+    Ctrl-C tests in this process would wait forever."""
+    tables = [str(packed.folders[m, f] / "metadata.parquet") for m in MODALITIES for f in FORMATS]
+    result = subprocess.run(
+        [sys.executable, "-c", TABLE_READER, *tables], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    read = json.loads(result.stdout)
     for modality in MODALITIES:
         for fmt in FORMATS:
             out = packed.folders[modality, fmt]
-            table = out / "metadata.parquet"
-            tables = {
-                "pyarrow": pq.read_table(table).to_pylist(),
-                "polars": polars.read_parquet(table).to_dicts(),
-                "duckdb": _duckdb_rows(duckdb.connect().execute(f"SELECT * FROM '{table}'")),
-            }
             shards = {p.relative_to(out).as_posix() for p in (out / "data").glob(f"*.{fmt}")}
-            for tool, rows in tables.items():
+            for tool, rows in read[str(out / "metadata.parquet")].items():
                 assert {r["shard"] for r in rows} == shards, (tool, fmt)
-                got = {r["key"]: typed({k: v for k, v in r.items() if k not in ("shard", "file_name")}) for r in rows}
+                got = {r["key"]: r["fields"] for r in rows}
                 assert len(got) == len(rows)
                 assert got == {k: v["fields"] for k, v in packed.expected[modality].items()}, (tool, modality, fmt)
 
 
-def _duckdb_rows(cursor: Any) -> list[dict[str, Any]]:
+TABLE_READER = r"""
+import json, sys
+import duckdb, polars, pyarrow.parquet as pq
+from tests.compat_reader import typed
+
+def rows(dicts):
+    out = []
+    for r in dicts:
+        fields = {k: v for k, v in r.items() if k not in ("shard", "file_name")}
+        out.append({"shard": r["shard"], "key": r["key"], "fields": typed(fields)})
+    return out
+
+out = {}
+for table in sys.argv[1:]:
+    cursor = duckdb.connect().execute(f"SELECT * FROM '{table}'")
     names = [column[0] for column in cursor.description]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    out[table] = {
+        "pyarrow": rows(pq.read_table(table).to_pylist()),
+        "polars": rows(polars.read_parquet(table).to_dicts()),
+        "duckdb": rows(dict(zip(names, row, strict=True)) for row in cursor.fetchall()),
+    }
+print(json.dumps(out))
+"""

@@ -22,7 +22,7 @@ def test_demo_scaffolds_packs_pushes_and_streams_every_row_back(tmp_path: Path) 
         assert step in out
     assert "packed 300 rows into 16 shards" in out
     assert "verified 16 shards, 300 rows, 1.7 MB, 300 files decoded in" in out
-    assert "pushed 39 files" in out and "/datasets/demo/yfcc-mini" in out
+    assert "pushed 40 files" in out and "/datasets/demo/yfcc-mini" in out
     assert "load_dataset: read 300 rows from 16 shards" in out
     assert "shardkit.stream: read 300 rows from 16 shards" in out
     # Run again: both steps resume, nothing is written or sent twice.
@@ -31,5 +31,5 @@ def test_demo_scaffolds_packs_pushes_and_streams_every_row_back(tmp_path: Path) 
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "16 shards kept from an earlier run" in again.stdout
-    assert "is up to date (39 files already there)" in again.stdout
+    assert "is up to date (40 files already there)" in again.stdout
     assert "read 300 rows from 16 shards" in again.stdout
