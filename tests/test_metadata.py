@@ -1,7 +1,8 @@
-"""The metadata reader's fast paths give what the plain code gives, and slow stats go to threads."""
+"""The metadata reader: its fast paths give what the plain code gives, fast or slow stats alike."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import re
@@ -64,7 +65,7 @@ def test_column_checks_are_remembered_only_for_good_columns() -> None:
     assert "second file column" in str(_check_row({"file_name": "a.jpg", "thumb_file_name": "t.jpg"}))
 
 
-# --- where the stats run: the reading thread while they are fast, the thread pool once slow ----
+# --- fast or slow stats, with or without keys: the same results in input order ----------------
 
 
 def _rows_and_files(tmp_path: Path, n: int, keyed: bool = True) -> tuple[Path, Path]:
@@ -83,15 +84,12 @@ def _rows_and_files(tmp_path: Path, n: int, keyed: bool = True) -> tuple[Path, P
     return images, meta
 
 
-def _read_logging_threads(
+def _read_with_stat_delay(
     images: Path, meta: Path, monkeypatch: pytest.MonkeyPatch, delay: float
-) -> tuple[list[SourceRecord | InputProblem], list[str]]:
-    threads: list[str] = []
+) -> list[SourceRecord | InputProblem]:
     real_lstat = os.lstat
 
     def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-        if str(path).endswith(".jpg"):  # a row's file, not a folder realpath() looks at
-            threads.append(threading.current_thread().name)
         if delay:
             time.sleep(delay)  # a network filesystem's stat
         return real_lstat(path, *args, **kwargs)
@@ -99,34 +97,32 @@ def _read_logging_threads(
     monkeypatch.setattr(metadata.os, "lstat", lstat)
     out = list(read_metadata(str(meta), str(images), max_file_bytes=1 << 20, threads=4))
     monkeypatch.undo()
-    return out, threads
+    return out
 
 
-def test_fast_stats_run_in_the_reading_thread_slow_ones_on_threads_same_results(
+def test_fast_and_slow_stats_give_the_same_results_in_input_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Whether the stats are fast (a warm cache) or slow (a network mount), and so wherever they
+    run, the reader gives the same records and problems, in input order."""
     images, meta = _rows_and_files(tmp_path, 2000)
-    fast, fast_threads = _read_logging_threads(images, meta, monkeypatch, 0.0)
-    slow, slow_threads = _read_logging_threads(images, meta, monkeypatch, 0.0005)
-
-    assert fast == slow  # same records and problems, in input order
+    fast = _read_with_stat_delay(images, meta, monkeypatch, 0.0)
+    slow = _read_with_stat_delay(images, meta, monkeypatch, 0.0005)
+    assert fast == slow
     assert [r.line for r in fast] == list(range(1, 2002))
     assert isinstance(fast[100], InputProblem) and "file not found" in fast[100].message
-    main = threading.main_thread().name
-    # Fast: after the first batch (timed on a thread), every full batch in the reading thread;
-    # the last, partial batch goes to a thread.
-    assert fast_threads[:64] == fast_threads[:1] * 64 and fast_threads[0].startswith("shardkit-check")
-    assert fast_threads[64:1984] == [main] * 1920
-    # Slow: every batch on the threads (a probe now and then, timed there), none in the reading thread.
-    assert main not in slow_threads and len(slow_threads) == 2001
+    records = [r for r in fast if isinstance(r, SourceRecord)]
+    assert [r.key for r in records] == [f"{i:032x}" for i in range(2000)]
+    assert [r.size for r in records] == [i % 7 + 1 for i in range(2000)]
 
 
-def test_rows_without_keys_are_hashed_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_without_keys_get_the_sha256_of_their_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     images, meta = _rows_and_files(tmp_path, 300, keyed=False)
-    rows, threads = _read_logging_threads(images, meta, monkeypatch, 0.0)
-    assert all(name.startswith("shardkit-check") for name in threads)
+    rows = _read_with_stat_delay(images, meta, monkeypatch, 0.0)
     keyed = [r for r in rows if isinstance(r, SourceRecord)]
-    assert len(keyed) == 300 and all(len(r.key) == 32 for r in keyed)
+    assert len(keyed) == 300
+    for record in keyed:
+        assert record.key == hashlib.sha256((images / record.source).read_bytes()).hexdigest()[:32]
 
 
 def test_ctrl_c_while_the_first_stat_hangs_stops_the_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
