@@ -225,6 +225,14 @@ def test_target_above_cap_is_a_usage_error(corpus: Corpus, tmp_path: Path) -> No
     assert "target shard size must be between 1 and the max shard size (1000000)" in stderr
 
 
+def test_a_smaller_cap_alone_is_enough_the_target_follows_it(corpus: Corpus, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    code, _, stderr = run(corpus.images, corpus.meta, "-o", out, "--max-shard-size", "3MB", "-q")
+    assert code == 0, stderr
+    manifest = json.loads((out / "shards.json").read_text())
+    assert (manifest["max_shard_bytes"], manifest["target_shard_bytes"]) == (3_000_000, 1_500_000)
+
+
 def test_empty_metadata_is_an_error(corpus: Corpus, tmp_path: Path) -> None:
     code, _, stderr, _ = pack_rows(corpus, [], tmp_path)
     assert code == 1

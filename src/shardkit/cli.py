@@ -20,6 +20,7 @@ import click
 from . import __version__
 from .errors import ShardkitError, UsageError
 from .formats import FORMAT_NAMES
+from .plan import default_target
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .store import is_url
 
@@ -197,8 +198,8 @@ pack_options = [
     click.option(
         "--target-shard-size",
         type=ByteSize(),
-        default="500MB",
-        show_default=True,
+        default=None,
+        show_default="half of --max-shard-size",
         help="Shards land near this size: the key prefix length is chosen from the total size.",
     ),
     click.option(
@@ -337,7 +338,7 @@ def _pack_command(**kw: Any) -> None:
         metadata_path=kw["meta_jsonl"],
         out_dir=kw["out_dir"],
         max_shard_bytes=kw["max_shard_size"],
-        target_shard_bytes=kw["target_shard_size"],
+        target_shard_bytes=kw["target_shard_size"] or default_target(kw["max_shard_size"]),
         prefix_length=kw["prefix_length"],
         jobs=kw["jobs"],
         read_threads=kw["read_threads"],
@@ -494,7 +495,9 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
 @click.option(
     "--max-shard-size", type=ByteSize(), default="1GB", show_default=True, help="Hard cap per shard, as for pack."
 )
-@click.option("--target-shard-size", type=ByteSize(), default="500MB", show_default=True, help="As for pack.")
+@click.option(
+    "--target-shard-size", type=ByteSize(), default=None, show_default="half of --max-shard-size", help="As for pack."
+)
 @click.option(
     "--force",
     is_flag=True,
@@ -534,7 +537,7 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
         quality=kw["quality"],
         format=kw["shard_format"],
         max_shard_bytes=kw["max_shard_size"],
-        target_shard_bytes=kw["target_shard_size"],
+        target_shard_bytes=kw["target_shard_size"] or default_target(kw["max_shard_size"]),
         force=kw["force"],
         executor=kw["executor"],
         scheduler=kw["scheduler"],

@@ -75,6 +75,12 @@ def choose_prefix_length(total_bytes: int, target_shard_bytes: int) -> int:
     return max(1, min(MAX_PREFIX_LENGTH, round(ideal)))
 
 
+def default_target(max_shard_bytes: int) -> int:
+    """The target shard size when none is given: half the cap (500 MB under the 1 GB default),
+    so shards land well inside the cap and a smaller cap alone is enough."""
+    return max(max_shard_bytes // 2, 1)
+
+
 def check_limits(max_shard_bytes: int, target_shard_bytes: int, fmt: ShardFormat = ZIP) -> None:
     if not fmt.fixed_bytes < max_shard_bytes <= fmt.max_bytes:
         raise ValueError(
