@@ -20,7 +20,7 @@ A worker that dies takes its running tasks with it; the scheduler sends them to 
 under a name of its own in ``.shardkit/tmp`` and renamed into place only when whole, so a
 killed task leaves at most a partial file there, which the run removes when it ends.
 
-``distributed`` is imported only here and only when asked for: ``pip install 'shardkit[dask]'``.
+``distributed`` is imported only here and only when asked for: ``pip install './shardkit[dask]'`` from a clone.
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ def _import_distributed() -> Any:
     try:
         import distributed
     except ImportError:
-        raise UsageError("--executor dask needs the Dask distributed scheduler: pip install 'shardkit[dask]'") from None
+        raise UsageError(
+            "--executor dask needs the Dask distributed scheduler: pip install './shardkit[dask]' (from a clone)"
+        ) from None
     return distributed
 
 
