@@ -47,3 +47,13 @@ def not_a_batch(batch: dict[str, list[Any]]) -> list[Any]:
 
 def two_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {**batch, "thumb": [Image.new("RGB", (4, 4)) for _ in batch["image"]]}
+
+
+def _check_label(label: Any) -> None:
+    raise ValueError(f"my bug: label {label!r}")
+
+
+def buggy(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Raises from a helper: the error must name the user's file and line."""
+    _check_label(batch["label"][0] if "label" in batch else None)
+    return batch

@@ -149,7 +149,15 @@ def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -
     assert wrong.returncode == 1 and "must return a dict of lists" in wrong.stderr and "source shard" in wrong.stderr
     two = remux(packed_template, tmp_path / "d", "--map", "tests.remux_functions:two_images", check=False)
     assert two.returncode == 1 and "exactly one image" in two.stderr and "thumb" in two.stderr
-    for name in "abcd":
+    bug = remux(packed_template, tmp_path / "e", "--map", "tests.remux_functions:buggy", check=False)
+    assert bug.returncode == 1 and "ValueError: my bug" in bug.stderr
+    functions = REPO_ROOT / "tests" / "remux_functions.py"
+    text = functions.read_text().splitlines()
+    raising = next(i for i, line in enumerate(text, 1) if 'raise ValueError(f"my bug' in line)
+    calling = next(i for i, line in enumerate(text, 1) if line.strip().startswith("_check_label(batch"))
+    assert f"(at {functions}:{raising} in _check_label)" in bug.stderr  # the user's file and line
+    assert f'{functions}", line {calling}, in buggy' in bug.stderr  # and the user's frames above it
+    for name in "abcde":
         assert not (tmp_path / name / "data").exists()  # nothing half-written where shards go
 
 

@@ -310,8 +310,8 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
             out = fn(batch, seeds) if with_seeds else fn(batch)
         except Exception as exc:
             raise ShardkitError(
-                f"the map function failed on source shard {task.shard}, rows {first}..{rows_in - 1}: "
-                f"{type(exc).__name__}: {exc}"
+                f"the map function failed on source shard {task.shard}, rows {first}..{rows_in - 1}:"
+                f" {type(exc).__name__}: {exc}{_where_raised(exc)}"
             ) from exc
         rows = _rows_of(out, task.shard, first)
         same_rows = len(identities) == len(rows)
@@ -353,6 +353,20 @@ def _done_path(work_dir: str, shard: int) -> str:
 def _append(path: str, lines: list[bytes]) -> None:
     with open(path, "ab") as f:
         f.writelines(lines)
+
+
+def _where_raised(exc: BaseException) -> str:
+    """Where the user's code raised ``exc``: its innermost frame outside shardkit, and the
+    traceback of the user's frames (the task may have run in another process, so as text)."""
+    import traceback
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not os.path.abspath(f.filename).startswith(here)]
+    if not frames:
+        return ""
+    last = frames[-1]
+    lines = "".join(traceback.format_list(frames)).rstrip()
+    return f" (at {last.filename}:{last.lineno} in {last.name})\nTraceback of the map function:\n{lines}"
 
 
 def _rows_of(out: Any, shard: int, first: int) -> list[dict[str, Any]]:
