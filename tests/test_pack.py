@@ -162,9 +162,9 @@ def test_other_input_is_refused_without_force(make_corpus, tmp_path: Path) -> No
     a, b = make_corpus(30), make_corpus(12, fmt="PNG")
     out = tmp_path / "out"
     pack(config_for(a, out, jobs=1))
-    with pytest.raises(UsageError, match=r"different input or options\. Re-run with --force"):
+    with pytest.raises(UsageError, match=r"from other input \(rows, files or fields changed\)\. Re-run with --force"):
         pack(config_for(b, out, jobs=1))
-    with pytest.raises(UsageError, match="different input or options"):
+    with pytest.raises(UsageError, match=r"other options \(target_shard_bytes: 500000000 -> 1000\)"):
         pack(config_for(a, out, jobs=1, target_shard_bytes=1000))
     pack(config_for(b, out, jobs=1, force=True))
     fresh = tmp_path / "fresh" / "out"
@@ -172,24 +172,36 @@ def test_other_input_is_refused_without_force(make_corpus, tmp_path: Path) -> No
     assert tree_bytes(out) == tree_bytes(fresh)  # stale shards of the first input are gone
 
 
-def test_a_stray_file_in_data_is_never_deleted_silently(corpus: Corpus, tmp_path: Path) -> None:
+def test_files_shardkit_did_not_write_are_never_deleted_even_with_force(corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
     pack(config_for(corpus, out, jobs=1))
-    stray = out / "data" / "mine.zip"
-    stray.write_bytes(b"PK mine")
-    with pytest.raises(UsageError, match=r"holds files this input does not produce \(data/mine\.zip\)"):
-        pack(config_for(corpus, out, jobs=1))
-    assert stray.read_bytes() == b"PK mine"
-    pack(config_for(corpus, out, jobs=1, force=True))
-    assert not stray.exists()
+    mine = {
+        out / "data" / "mine.zip": b"PK mine",
+        out / "data" / "my_results.csv": b"a,b\n",
+        out / "metadata" / "notes.jsonl": b"{}\n",
+    }
+    for path, data in mine.items():
+        path.write_bytes(data)
+    for force in (False, True):
+        with pytest.raises(
+            UsageError, match=r"shardkit did not write \(data/mine\.zip, data/my_results\.csv, metadata/notes\.jsonl\)"
+        ):
+            pack(config_for(corpus, out, jobs=1, force=force, target_shard_bytes=1000 if force else 500_000_000))
+        assert all(path.read_bytes() == data for path, data in mine.items())
+    for path in mine:
+        path.unlink()
+    pack(config_for(corpus, out, jobs=1))  # moved away: the same run goes on
 
 
-def test_unknown_shards_in_out_dir_are_refused(corpus: Corpus, tmp_path: Path) -> None:
+def test_unknown_shards_in_a_folder_shardkit_did_not_make_are_refused_before_anything_is_written(
+    corpus: Corpus, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     (out / "data").mkdir(parents=True)
     (out / "data" / "old.zip").write_bytes(b"PK")
-    with pytest.raises(UsageError, match="shards that no shardkit manifest describes"):
+    with pytest.raises(UsageError, match=r"not empty and not a shardkit dataset repo \(it holds data\)"):
         pack(config_for(corpus, out, jobs=1))
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["data", "data/old.zip"]
 
 
 def test_file_changed_after_checking_leaves_no_shard(corpus: Corpus, tmp_path: Path) -> None:

@@ -250,7 +250,17 @@ pack_options = [
         help="Decode every image (Pillow) and audio file (soundfile) while checking;"
         " one that does not decode is a bad row.",
     ),
-    click.option("--force", is_flag=True, help="Replace output in OUT_DIR that came from other input or options."),
+    click.option(
+        "--force",
+        is_flag=True,
+        help="Replace output in OUT_DIR that shardkit wrote from other input or options (never other files).",
+    ),
+    click.option(
+        "--adopt",
+        is_flag=True,
+        help="Pack into a repo shardkit did not make (e.g. a clone of a Hub dataset): only shardkit's keys and"
+        " section of README.md change, LFS lines are added to .gitattributes, other files stay as they are.",
+    ),
     click.option("--dry-run", is_flag=True, help="Check the input and print the shard plan; write nothing."),
     *executor_options,
     click.option(
@@ -346,6 +356,7 @@ def _pack_command(**kw: Any) -> None:
         on_error=kw["on_error"],
         rejects_path=kw["rejects"],
         force=kw["force"],
+        adopt=kw["adopt"],
         dry_run=kw["dry_run"],
         fsync=not kw["no_fsync"],
         check_images=kw["check_images"],
@@ -503,6 +514,7 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
     is_flag=True,
     help="Start over when OUT_DIR holds other output or an unfinished remux with other settings.",
 )
+@click.option("--adopt", is_flag=True, help="As for pack: OUT_DIR may be a repo shardkit did not make.")
 @_with_options(executor_options)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
@@ -539,6 +551,7 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
         max_shard_bytes=kw["max_shard_size"],
         target_shard_bytes=kw["target_shard_size"] or default_target(kw["max_shard_size"]),
         force=kw["force"],
+        adopt=kw["adopt"],
         executor=kw["executor"],
         scheduler=kw["scheduler"],
         work_dir=kw["work_dir"],

@@ -18,6 +18,87 @@ from .metadata import sha256_file
 from .store import UrlStore
 
 WORK_DIR = ".shardkit"
+#: What shardkit writes at a repo root (``*_loader.py`` too: the template's loading script), and
+#: ``.git`` (a clone), which it never touches. Anything else in OUT_DIR is the user's.
+SHARDKIT_ROOT_ENTRIES = frozenset(
+    {
+        WORK_DIR,
+        ".git",
+        ".gitattributes",
+        ".gitignore",
+        "README.md",
+        "shards.json",
+        "preview.jpg",
+        "metadata.parquet",
+        "data",
+        "metadata",
+    }
+)
+#: The card's section shardkit owns (also in :mod:`.card`); a card holding it was made by
+#: ``shardkit new`` or by an earlier pack.
+_CARD_MARKER = "<!-- shardkit:stats -->"
+
+
+def foreign_entries(out_dir: str) -> list[str]:
+    """What in an existing OUT_DIR shows it is not a shardkit repo: empty when the folder is empty,
+    or holds shardkit's earlier output (a manifest or work folder), or a card made by ``shardkit
+    new``; else its top-level entries that shardkit does not write, or ``README.md`` itself."""
+    try:
+        names = sorted(os.listdir(out_dir))
+    except FileNotFoundError:
+        return []
+    if not names or MANIFEST_NAME in names or WORK_DIR in names:
+        return []
+    try:
+        with open(os.path.join(out_dir, "README.md"), encoding="utf-8", errors="replace") as f:
+            if _CARD_MARKER in f.read():
+                return []
+    except FileNotFoundError:
+        pass
+    others = [name for name in names if name not in SHARDKIT_ROOT_ENTRIES and not name.endswith("_loader.py")]
+    return others or [name for name in names if name != ".git"]
+
+
+def check_out_dir(out_dir: str, *, adopt: bool) -> None:
+    """Refuse, before anything is written, an OUT_DIR that holds someone else's files, unless
+    ``adopt`` says to add a dataset to that repo (shardkit then edits only its own keys and
+    section of README.md, adds lines to .gitattributes, and writes its own files)."""
+    if adopt:
+        return
+    foreign = foreign_entries(out_dir)
+    if foreign:
+        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+        raise UsageError(
+            f"{out_dir} is not empty and not a shardkit dataset repo (it holds {shown}). Pack into an empty"
+            " folder or one made by `shardkit new`, or pass --adopt to add the dataset to this repo"
+            " (shardkit then changes only its own keys and section of README.md and adds LFS lines to"
+            " .gitattributes; your other files stay as they are)."
+        )
+
+
+class CreatedHere:
+    """Remembers whether a run created OUT_DIR or its work folder, to take them away again
+    when the run is refused or only a dry run: a run that writes nothing leaves no trace."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+        self.out_dir_existed = os.path.exists(out_dir)
+        self.work_dir_existed = os.path.exists(os.path.join(out_dir, WORK_DIR))
+        self.kept = False
+
+    def keep(self) -> None:
+        """The run has started to change OUT_DIR: keep what it made from now on."""
+        self.kept = True
+
+    def undo(self) -> None:
+        import shutil
+
+        if self.kept:
+            return
+        if not self.out_dir_existed:
+            shutil.rmtree(self.out_dir, ignore_errors=True)
+        elif not self.work_dir_existed:
+            shutil.rmtree(os.path.join(self.out_dir, WORK_DIR), ignore_errors=True)
 
 
 @contextlib.contextmanager

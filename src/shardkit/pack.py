@@ -33,9 +33,18 @@ from .card import builtin_zip_builder, card_features, ensure_gitattributes, upda
 from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs, split_for_workers
 from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, ShardkitError, UsageError
-from .formats import METADATA_MEMBER, SHARD_SUFFIXES, ZIP, ShardFormat, format_named
+from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
-from .outdir import HashCache, locked, pull_small_files, push_small_files, shard_problem, url_shard_problem
+from .outdir import (
+    CreatedHere,
+    HashCache,
+    check_out_dir,
+    locked,
+    pull_small_files,
+    push_small_files,
+    shard_problem,
+    url_shard_problem,
+)
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
     DEFAULT_TARGET_SHARD_BYTES,
@@ -112,6 +121,7 @@ class PackConfig:
     on_error: Literal["stop", "skip"] = "stop"
     rejects_path: str | None = None  # default: OUT_DIR/.shardkit/rejects.jsonl
     force: bool = False
+    adopt: bool = False  # OUT_DIR may hold a repo that shardkit did not make (see outdir.check_out_dir)
     dry_run: bool = False
     fsync: bool = True
     check_images: bool = False  # decode every image (and WAV file) while checking
@@ -178,17 +188,27 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
     out_dir = run_folder(config.out_dir, config.work_dir)
     store = UrlStore(config.out_dir) if is_url(config.out_dir) else LocalStore(out_dir)
-    with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
-        work_dir = stack.enter_context(locked(out_dir))
-        writers = _LocalWriters(stack, config.jobs if cluster is None else 1)
-        if cluster is not None:  # before the check phase, which can take hours
-            metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
-            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
-        if isinstance(store, UrlStore):
-            store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
-            pull_small_files(store, out_dir)
-        return _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, writers)
+    if not isinstance(store, UrlStore):
+        check_out_dir(out_dir, adopt=config.adopt)
+    created = CreatedHere(out_dir)
+    try:
+        with contextlib.ExitStack() as stack:
+            cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
+            work_dir = stack.enter_context(locked(out_dir))
+            writers = _LocalWriters(stack, config.jobs if cluster is None else 1)
+            if cluster is not None:  # before the check phase, which can take hours
+                metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
+                cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
+            if isinstance(store, UrlStore):
+                store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
+                pull_small_files(store, out_dir)
+            summary = _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, writers, created)
+    except BaseException:
+        created.undo()  # a refused run leaves no trace; one that began writing keeps its state to resume
+        raise
+    if config.dry_run:
+        created.undo()
+    return summary
 
 
 def _pack_locked(
@@ -201,6 +221,7 @@ def _pack_locked(
     cluster: Cluster | None,
     store: ShardStore,
     writers: _LocalWriters,
+    created: CreatedHere,
 ) -> PackSummary:
     """Pack, holding the lock; ``out_dir`` is OUT_DIR, or for a URL the local work folder."""
     remote = isinstance(store, UrlStore)
@@ -272,6 +293,7 @@ def _pack_locked(
     if config.dry_run:
         return summary(written=0, manifest=None)
 
+    created.keep()  # from here on OUT_DIR changes: its work folder is what a re-run resumes from
     hashes = None if remote else HashCache(out_dir)
     done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force, hashes, store)
     todo = [p for p in plan if p.name not in done]
@@ -504,6 +526,38 @@ def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Stage
     )
 
 
+#: Files a template puts in data/ and metadata/ so that git keeps the folders; never shards.
+PLACEHOLDERS = frozenset({".gitkeep"})
+
+
+def _recorded_files(out_dir: str, work_dir: str) -> set[str]:
+    """The data/ and metadata/ files that OUT_DIR's manifest or the done records name."""
+    files: set[str] = set()
+    manifest = read_manifest(out_dir)
+    if manifest is not None:
+        files.update(rel for s in manifest.shards for rel in (s.file, s.metadata))
+    done_dir = os.path.join(work_dir, "done")
+    for name in os.listdir(done_dir) if os.path.isdir(done_dir) else []:
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError), open(os.path.join(done_dir, name)) as f:
+            record = json.load(f)
+            files.update((str(record["file"]), str(record["metadata"])))
+    return files
+
+
+def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str:
+    """ "other input", "other options (format: zip -> tar)", or both, or an unknown run."""
+    if previous is None:
+        return "a run shardkit has no record of"
+    parts = []
+    if previous.get("input_fingerprint") != state["input_fingerprint"]:
+        parts.append("other input (rows, files or fields changed)")
+    old, new = previous.get("options") or {}, state["options"]
+    changed = [f"{k}: {old.get(k)} -> {new[k]}" for k in new if old.get(k) != new[k]]
+    if changed:
+        parts.append(f"other options ({', '.join(changed)})")
+    return " and ".join(parts) or "another run"
+
+
 def _done_record(work_dir: str, shard_file: str) -> str:
     return os.path.join(work_dir, "done", shard_file.replace("/", "__") + ".json")
 
@@ -530,24 +584,28 @@ def _reconcile(
         if manifest is not None:
             previous = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
     planned = {p.name for p in plan} | {metadata_path_for(p) for p in plan}
-    foreign = sorted(
-        f"{sub}/{name}"
-        for sub, suffix in (("data", SHARD_SUFFIXES), ("metadata", (".jsonl",)))
-        for name in store.list(sub)
-        if name.endswith(suffix)
-    )
     same_run = previous == state
-    if not same_run and (previous is not None or foreign) and not force:
-        why = "different input or options" if previous is not None else "shards that no shardkit manifest describes"
+    # What shardkit's own records say it wrote here: the manifest's files and the done records
+    # of a run that stopped part-way. Nothing else in data/ or metadata/ is ever deleted or
+    # overwritten, --force or not; a file at a planned name counts as ours only while a run of
+    # this same input and options is under way (killed between writing a shard and its record).
+    owned = _recorded_files(out_dir, work_dir)
+    present = sorted(
+        f"{sub}/{name}" for sub in ("data", "metadata") for name in store.list(sub) if name not in PLACEHOLDERS
+    )
+    unknown = [rel for rel in present if rel not in owned and not (same_run and rel in planned)]
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise UsageError(
-            f"{where} already holds output from {why}. Re-run with --force to replace it, or choose another OUT_DIR."
+            f"{where} holds files in data/ or metadata/ that shardkit did not write ({shown}): no manifest"
+            " or record of this folder names them. shardkit never deletes or overwrites them, --force or not:"
+            " move them out of data/ and metadata/, which hold a dataset's shards."
         )
-    unplanned = [rel for rel in foreign if rel not in planned]
-    if same_run and unplanned and not force:  # never delete a file we did not write without being told
-        shown = ", ".join(unplanned[:5]) + (" ..." if len(unplanned) > 5 else "")
+    ours = [rel for rel in present if rel in owned or rel in planned]
+    if not same_run and (previous is not None or ours) and not force:
         raise UsageError(
-            f"{where} holds files this input does not produce ({shown}). Move them away, or re-run with"
-            " --force to delete them."
+            f"{where} already holds shardkit output from {_what_differs(previous, state)}. Re-run with --force"
+            " to replace it (only files shardkit wrote), or choose another OUT_DIR."
         )
     done_dir = os.path.join(work_dir, "done")
     if not same_run:
@@ -556,7 +614,7 @@ def _reconcile(
             os.unlink(os.path.join(out_dir, MANIFEST_NAME))
         if isinstance(store, UrlStore):
             store.remove(MANIFEST_NAME)
-    for rel in foreign:
+    for rel in ours:
         if rel not in planned or not same_run:
             store.remove(rel)
     os.makedirs(done_dir, exist_ok=True)

@@ -47,9 +47,9 @@ from .cluster import Cluster, cluster_for, run_tasks
 from .errors import ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, write_atomic
 from .metadata import KEY_RE
-from .outdir import locked
+from .outdir import check_out_dir, locked
 from .progress import NullProgress, Progress
-from .store import run_folder
+from .store import is_url, run_folder
 
 BatchFn = Callable[..., dict[str, list[Any]]]
 REMUX_DIR = "remux"
@@ -74,6 +74,7 @@ class RemuxConfig:
     max_shard_bytes: int | None = None
     target_shard_bytes: int | None = None
     force: bool = False
+    adopt: bool = False  # as for PackConfig
     executor: Literal["local", "dask"] = "local"  # dask: each source shard, then each shard, a cluster task
     scheduler: str | None = None  # as for PackConfig
     work_dir: str | None = None  # as for PackConfig: with an OUT_DIR URL, where the staged files go
@@ -427,6 +428,8 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     load_function(config.fn)  # a bad --map fails now, not in a worker
     # With an OUT_DIR URL the transformed files are staged in the local work folder, as pack's own.
     out_dir = run_folder(config.out_dir, config.work_dir)
+    if not is_url(config.out_dir):
+        check_out_dir(out_dir, adopt=config.adopt)
     started = time.perf_counter()
     shardkit_source = _is_shardkit(config.source, config.revision)
     n_shards = open_source(config, shardkit_source).n_shards
@@ -493,6 +496,7 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
             jobs=config.jobs,
             format=config.format,
             force=config.force,
+            adopt=config.adopt,
             **kw,
         ),
         progress,

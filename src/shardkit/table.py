@@ -75,7 +75,9 @@ def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(open_table, columns=["shard", "key"])
+        # No pyarrow thread pool: started here, after verify's decode threads, it aborted the
+        # process at exit about one run in two ("terminate called without an active exception").
+        table = pq.read_table(open_table, columns=["shard", "key"], use_threads=False)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         return [f"cannot be read as Parquet: {exc}"]
     found: dict[str, list[str]] = {}
