@@ -282,6 +282,7 @@ def test_a_filesystem_with_folders_gets_each_file_by_upload_then_move(
         "README.md",
         "data",
         "metadata",
+        "metadata.parquet",
         "preview.jpg",
         "shards.json",
     ]

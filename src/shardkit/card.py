@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import yaml
@@ -53,9 +54,40 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     return {}, text
 
 
-def join_front_matter(data: dict[str, Any], body: str) -> str:
-    dumped = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
-    return f"---\n{dumped}---\n{body}"
+_TOP_LEVEL_KEY = re.compile(r"^([^\s#\-][^:]*):(?:\s|$)")
+
+
+def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
+    """Set top-level keys of a card's YAML front matter; every other line stays byte for byte.
+
+    A key's block (its line and the indented or ``- `` lines under it) is replaced by the new
+    value's YAML, or appended at the end of the front matter; comments and blank lines that end
+    a block stay. A card without front matter gets one in front of its text.
+    """
+    front, body = "", text
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 3)
+        if end == -1 and text.rstrip().endswith("\n---"):
+            end = text.rstrip().rfind("\n---")
+        if end != -1:
+            front, body = text[4 : end + 1], text[end + 5 :]
+    lines = front.splitlines(keepends=True)
+    for key, value in values.items():
+        dumped = yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=True, width=1000)
+        starts = [i for i, line in enumerate(lines) if (m := _TOP_LEVEL_KEY.match(line)) and m.group(1) == key]
+        if not starts:
+            lines.extend(dumped.splitlines(keepends=True))
+            continue
+        start = starts[0]
+        stop = next((i for i in range(start + 1, len(lines)) if _TOP_LEVEL_KEY.match(lines[i])), len(lines))
+        while stop > start + 1 and (not lines[stop - 1].strip() or lines[stop - 1].startswith("#")):
+            stop -= 1  # a comment or blank line before the next key is the user's
+        lines[start:stop] = dumped.splitlines(keepends=True)
+    new_front = "".join(lines)
+    data = yaml.safe_load(new_front)
+    if not isinstance(data, dict):
+        raise ValueError("README.md front matter is not a YAML mapping")
+    return f"---\n{new_front}---\n{body}"
 
 
 def default_configs(fmt: ShardFormat = ZIP) -> list[dict[str, Any]]:
@@ -263,18 +295,30 @@ def update_card(
     section = stats_section(rows, shards, total_bytes, preview, fmt, builtin_loader_note)
     try:
         with open(path, encoding="utf-8") as f:
-            data, body = split_front_matter(f.read())
-        body = replace_stats(body, section)
+            text = f.read()
     except FileNotFoundError:
-        data, body = {}, minimal_body(name or os.path.basename(os.path.abspath(out_dir)), section)
-    data["configs"] = _with_features(_retarget_configs(data.get("configs"), fmt) or default_configs(fmt), fmt, features)
-    data["size_categories"] = [size_category(rows)]
+        title = name or os.path.basename(os.path.abspath(out_dir))
+        text = minimal_body(title, section)  # set_front_matter_keys puts the front matter on
+    data, body = split_front_matter(text)
+    if STATS_BEGIN in body:
+        new_body = replace_stats(body, section)
+    else:  # a card shardkit did not write (--adopt): its text stays; shardkit's section goes after it
+        new_body = body + ("" if body.endswith("\n") or not body else "\n") + "\n" + section + "\n"
+    text = text[: len(text) - len(body)] + new_body  # body is what follows the front matter
     info = data.get("dataset_info")
-    if not isinstance(info, dict):
-        info = {}
+    info = dict(info) if isinstance(info, dict) else {}
     info["features"] = features
-    data["dataset_info"] = info
-    write_atomic(path, join_front_matter(data, body).encode("utf-8"))
+    text = set_front_matter_keys(
+        text,
+        {
+            "configs": _with_features(
+                _retarget_configs(data.get("configs"), fmt) or default_configs(fmt), fmt, features
+            ),
+            "size_categories": [size_category(rows)],
+            "dataset_info": info,
+        },
+    )
+    write_atomic(path, text.encode("utf-8"))
     return path
 
 

@@ -134,6 +134,13 @@ push_options = [
         show_default=True,
         help="Files per commit (the Hub advises under 100 for uploads over HTTP).",
     ),
+    click.option(
+        "--include",
+        multiple=True,
+        metavar="PATTERN",
+        help="Also publish these files of the folder (a path or pattern like 'docs/*.md'; repeatable). Only"
+        " shardkit's files go up otherwise: shards, metadata, card, .gitattributes, manifest, preview, loader.",
+    ),
 ]
 
 
@@ -298,6 +305,7 @@ def _push_config(out_dir: str, repo: str, kw: dict[str, Any]) -> PushConfig:
         script_branch=None if kw["no_script_branch"] else kw["script_branch"],
         files_per_commit=kw["files_per_commit"],
         work_dir=kw.get("work_dir"),
+        include=tuple(kw["include"]),
     )
 
 

@@ -9,9 +9,10 @@ names a shard not yet uploaded):
    skipped, which is what makes a re-run after an interruption resume;
 4. shards go up with their metadata files, at most ``files_per_commit`` files per commit (the
    Hub advises under 100), ``.gitattributes`` first so its LFS rules precede the LFS files;
-5. the last commit holds ``shards.json``, the card, the preview, the loader and any other repo
-   files, and deletes ``data/`` and ``metadata/`` files the manifest does not name (left by an
-   earlier push of other shards), so the switch to the new dataset is one commit;
+5. the last commit holds ``shards.json``, the card, the preview, the metadata table, the loader
+   and the files ``include`` names (no other file of the folder is published), and deletes
+   ``data/`` and ``metadata/`` files the manifest does not name (left by an earlier push of other
+   shards), so the switch to the new dataset is one commit;
 6. the ``script`` branch is (re)made from that commit plus the loading script as ``<name>.py``,
    for ``load_dataset(repo, revision="script", trust_remote_code=True)`` in datasets 3.6.
 
@@ -98,6 +99,7 @@ class PushConfig:
     files_per_commit: int = FILES_PER_COMMIT
     verify_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
     work_dir: str | None = None  # for an OUT_DIR URL, as PackConfig.work_dir
+    include: tuple[str, ...] = ()  # other files to publish: repo-relative paths or fnmatch patterns
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class PushSummary:
     commits: int
     created_repo: bool
     seconds: float
+    not_published: list[str] = field(default_factory=list)  # the folder's other files, left out
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -157,10 +160,33 @@ def is_ignored(path: str, is_dir: bool, rules: list[str]) -> bool:
     return False
 
 
+#: The files at a repo root that shardkit writes and so publishes (plus the ``*_loader.py``
+#: loading script); anything else is the user's and goes up only when named with ``include``.
+PUBLISHED_ROOT_FILES = frozenset(
+    {"README.md", ".gitattributes", ".gitignore", MANIFEST_NAME, "preview.jpg", "metadata.parquet", "data/.gitkeep"}
+)
+
+
+def is_published(rel: str, include: tuple[str, ...] = ()) -> bool:
+    """Whether a repo file other than a shard goes up: shardkit's own, or one ``include`` names
+    (a path or fnmatch pattern such as ``docs/*.md``, matched against the repo-relative path)."""
+    if rel in PUBLISHED_ROOT_FILES or ("/" not in rel and rel.endswith(LOADER_SUFFIX)):
+        return True
+    return any(fnmatch.fnmatchcase(rel, pattern.strip("/")) for pattern in include)
+
+
 def collect_files(
-    out_dir: str, manifest: Manifest, store: UrlStore | None = None, listing: dict[str, int] | None = None
+    out_dir: str,
+    manifest: Manifest,
+    store: UrlStore | None = None,
+    listing: dict[str, int] | None = None,
+    include: tuple[str, ...] = (),
+    left_out: list[str] | None = None,
 ) -> tuple[list[LocalFile], list[LocalFile]]:
-    """The shard files (manifest order, each ZIP before its metadata file) and the other repo files.
+    """The shard files (manifest order, each ZIP before its metadata file) and the other repo files:
+    shardkit's own (card, ``.gitattributes``, ``.gitignore``, manifest, preview, metadata table,
+    loading script) and those ``include`` names. The folder's other files are listed in
+    ``left_out`` and not published: shardkit publishes nothing it did not write without being told.
 
     A shard file (``.zip``, ``.tar``, ``.parquet``) in ``data/`` or ``.jsonl`` in ``metadata/`` that
     the manifest does not name is an error: the card's ``data/*`` pattern would publish it as part
@@ -197,6 +223,10 @@ def collect_files(
             if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
                 strays.append(rel)
                 continue
+            if not is_published(rel, include):
+                if left_out is not None:
+                    left_out.append(rel)
+                continue
             path = os.path.join(folder, name)
             other.append(LocalFile(rel, path, os.path.getsize(path)))
     if store is not None:  # the files below the top level are at the URL only
@@ -206,6 +236,10 @@ def collect_files(
                 continue
             if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
                 strays.append(rel)
+                continue
+            if not is_published(rel, include):
+                if left_out is not None:
+                    left_out.append(rel)
                 continue
             other.append(LocalFile(rel, f"{store.location}/{rel}", size))
     if strays:
@@ -547,7 +581,14 @@ def _push_locked(
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
 
     listing = store.find() if store is not None else None  # one listing of the URL serves both steps
-    shard_files, other_files = collect_files(out_dir, manifest, store, listing)
+    left_out: list[str] = []
+    shard_files, other_files = collect_files(out_dir, manifest, store, listing, config.include, left_out)
+    if left_out:
+        shown = ", ".join(left_out[:10]) + (f" and {len(left_out) - 10} more" if len(left_out) > 10 else "")
+        log.warning(
+            "not published: %s (files shardkit did not write; name them with --include PATTERN to publish them)",
+            shown,
+        )
     check_hub_limits(shard_files + other_files)
     # The loading script reads ZIP shards; datasets 3.x reads tar and Parquet with its own builders.
     zip_shards = manifest.options.format == "zip"
@@ -622,6 +663,7 @@ def _push_locked(
         commits=commits,
         created_repo=created,
         seconds=time.perf_counter() - started,
+        not_published=left_out,
     )
 
 

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from .errors import UsageError
-from .formats import PARQUET, SHARD_SUFFIXES, TAR, ZIP, ShardFormat
+from .formats import PARQUET, TAR, ZIP, ShardFormat
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .metadata import can_decode, decode_problem
 from .progress import NullProgress, Progress
@@ -358,9 +358,9 @@ def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, 
 
 def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
-    for sub, suffix in (("data", SHARD_SUFFIXES), ("metadata", (".jsonl",))):
+    for sub in ("data", "metadata"):  # a dataset's folders: anything else there is not the dataset
         for name in store.list(sub):
-            if name.endswith(suffix) and f"{sub}/{name}" not in named:
+            if name != ".gitkeep" and f"{sub}/{name}" not in named:
                 report.problems.append(Problem(f"{sub}/{name}", f"not named in {MANIFEST_NAME}"))
     ranges = sorted((r.keys, s.file) for r, s in zip(results, manifest.shards, strict=True) if r.keys)
     for (a, file_a), (b, file_b) in itertools.pairwise(ranges):

@@ -1,0 +1,134 @@
+"""Safe with the user's files (issue 19): shardkit changes, deletes or publishes nothing it did
+not write without being told, and a run that writes nothing leaves no trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shardkit.card import split_front_matter
+from tests.conftest import EXAMPLE_DIR, pack_example, tree_bytes, write_jsonl
+from tests.hub_server import run_hub_server
+from tests.test_push import REPO, hub_env, push, remote_files
+
+SCRIPTS = Path(sys.executable).parent
+
+USER_CARD = """---
+license: mit
+# the user's comment, kept
+pretty_name: "My: dataset"
+tags:
+- mine
+---
+
+# My dataset
+
+Text the user wrote, with *markdown*.
+"""
+USER_GITATTRIBUTES = "*.bin filter=lfs diff=lfs merge=lfs -text\n"
+
+
+def _user_repo(root: Path) -> dict[str, bytes]:
+    """A folder that is somebody's repo (a clone, say): a card, LFS rules, notes and code."""
+    files = {
+        "README.md": USER_CARD.encode(),
+        ".gitattributes": USER_GITATTRIBUTES.encode(),
+        "notes.txt": b"my notes\n",
+        "src/main.py": b"print('mine')\n",
+    }
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+def test_a_folder_shardkit_did_not_make_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _user_repo(repo)
+    before = tree_bytes(repo)
+    result = pack_example(repo)
+    assert result.returncode == 2
+    assert "is not empty and not a shardkit dataset repo (it holds notes.txt, src)" in result.stderr
+    assert "--adopt" in result.stderr
+    assert tree_bytes(repo) == before and not (repo / ".shardkit").exists()
+
+
+def test_adopt_keeps_the_users_text_and_files_and_push_publishes_only_shardkits(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    mine = _user_repo(repo)
+    result = pack_example(repo, "--adopt", "-q")
+    assert result.returncode == 0, result.stderr
+    assert (repo / "notes.txt").read_bytes() == mine["notes.txt"]
+    assert (repo / "src" / "main.py").read_bytes() == mine["src/main.py"]
+    assert (repo / ".gitattributes").read_text().startswith(USER_GITATTRIBUTES)  # rules added after theirs
+    card = (repo / "README.md").read_text(encoding="utf-8")
+    front, body = card.split("\n---\n", 1)
+    for line in ("license: mit", "# the user's comment, kept", 'pretty_name: "My: dataset"', "tags:", "- mine"):
+        assert line in front.splitlines()  # their keys, byte for byte
+    assert body.startswith("\n# My dataset\n\nText the user wrote, with *markdown*.\n")  # their text first
+    assert "<!-- shardkit:stats -->\n300 rows in 16 ZIP shards" in body  # shardkit's section after it
+    data, _ = split_front_matter(card)
+    assert data["configs"][0]["data_files"][0]["path"] == "data/*.zip" and data["configs"][0]["features"]
+    assert data["license"] == "mit" and data["pretty_name"] == "My: dataset"
+
+    again = pack_example(repo, "-q")  # now a shardkit repo: no --adopt needed, and nothing moves
+    assert again.returncode == 0, again.stderr
+    assert (repo / "README.md").read_text(encoding="utf-8") == card
+
+    with run_hub_server(tmp_path / "hub") as hub:
+        env = hub_env(hub.url, tmp_path / "home")
+        result = subprocess.run(
+            [str(SCRIPTS / "shardkit"), "push", str(repo), "--repo", REPO, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        assert summary["not_published"] == ["notes.txt", "src/main.py"]
+        assert "not published: notes.txt, src/main.py" in result.stderr
+        published = remote_files(hub)
+        assert "notes.txt" not in published and "src/main.py" not in published
+        assert {"README.md", ".gitattributes", "shards.json", "metadata.parquet", "preview.jpg"} <= set(published)
+        push(repo, env, "--include", "src/*.py")  # named: published
+        assert remote_files(hub)["src/main.py"] == mine["src/main.py"]
+        assert "notes.txt" not in remote_files(hub)
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_refused_run_and_a_dry_run_leave_no_trace(tmp_path: Path, existing: bool) -> None:
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"file_name": "nope.jpg"}, "{not json"])
+    for args in (
+        [str(EXAMPLE_DIR / "images"), str(bad)],
+        [str(EXAMPLE_DIR / "images"), str(EXAMPLE_DIR / "metadata.jsonl"), "--dry-run"],
+    ):
+        result = subprocess.run(
+            [str(SCRIPTS / "pack-shards"), *args, "-o", str(out), "-q"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == (0 if "--dry-run" in args else 1), result.stderr
+        assert out.exists() == existing
+        if existing:
+            assert list(out.iterdir()) == []
+
+
+def test_verify_names_files_in_data_and_metadata_that_the_manifest_does_not(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert pack_example(out, "-q").returncode == 0
+    (out / "data" / "my_results.csv").write_text("a,b\n")
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "verify", str(out), "-q"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1 and "data/my_results.csv: not named in shards.json" in result.stdout
