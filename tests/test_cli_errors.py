@@ -310,6 +310,7 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
 def test_os_error_while_writing_is_one_line_naming_the_path(corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
+    (out / ".shardkit").mkdir()  # a shardkit repo (an earlier run's work folder)
     (out / "data").write_text("a file where the data/ folder should be")  # a real OSError in the writer
     code, _, stderr = run(corpus.images, corpus.meta, "-o", out, "-j", "1")
     assert code == 1

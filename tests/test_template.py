@@ -100,16 +100,25 @@ def test_bad_names_are_refused_with_the_reason(tmp_path: Path, name: str) -> Non
     config.write_text("default_context: {}\n")
     out = tmp_path / "out"
     result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(out), f"dataset_name={name}"],
+        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(out), f"dataset_name={name}", "namespace=me"],
         capture_output=True,
         text=True,
         check=False,
         env={**os.environ, "COOKIECUTTER_CONFIG": str(config)},
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert BAD_NAMES[name] in result.stderr
-    assert "the answers were refused" in result.stderr
+    assert "nothing was created" in result.stderr
     assert not out.exists() or list(out.iterdir()) == []  # nothing created
+
+
+@pytest.mark.parametrize("name", ["a..b", "my dataset"])
+def test_the_templates_own_hook_refuses_bad_names_for_plain_cookiecutter(tmp_path: Path, name: str) -> None:
+    from cookiecutter.exceptions import FailedHookException
+
+    with pytest.raises(FailedHookException):
+        generate(tmp_path, dataset_name=name)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_namespace_is_refused(tmp_path: Path) -> None:
@@ -119,11 +128,59 @@ def test_bad_namespace_is_refused(tmp_path: Path) -> None:
         text=True,
         check=False,
     )
-    assert result.returncode == 1 and "namespace 'a b' contains ' '" in result.stderr
+    assert result.returncode == 2 and "namespace 'a b' contains ' '" in result.stderr
+
+
+ANSWER_PROBLEMS = {
+    "licence=mit": "unknown answer 'licence' (did you mean 'license'?)",
+    "license=cc-by-4": "license 'cc-by-4' is not a Hub license id (closest: cc-by-4.0",
+    "modality=video": "modality 'video' is not one of: image, audio",
+    "task_category=audio-classification": "task_category 'audio-classification' does not fit modality 'image'",
+}
+
+
+@pytest.mark.parametrize("answer", sorted(ANSWER_PROBLEMS))
+def test_wrong_answers_are_one_clear_line_each_and_nothing_is_created(tmp_path: Path, answer: str) -> None:
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(out), "namespace=me", answer],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"error: {ANSWER_PROBLEMS[answer]}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_no_input_needs_a_namespace_and_any_hub_license_is_taken(tmp_path: Path) -> None:
+    base = [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path)]
+    placeholder = subprocess.run([*base, "dataset_name=x1"], capture_output=True, text=True, check=False)
+    assert placeholder.returncode == 2 and "namespace: give the Hub user or organization" in placeholder.stderr
+    gpl = subprocess.run([*base, "dataset_name=x2", "namespace=me", "license=gpl"], capture_output=True, text=True)
+    assert gpl.returncode == 0, gpl.stderr
+    assert card_of(tmp_path / "x2")["license"] == "gpl"
+
+
+def test_audio_gets_an_audio_task_and_description(tmp_path: Path) -> None:
+    repo = generate(tmp_path, dataset_name="clips", modality="audio")
+    card = card_of(repo)
+    assert card["task_categories"] == ["audio-classification"]
+    assert "Audio clips with their metadata" in (repo / "README.md").read_text()
 
 
 def test_shardkit_new_takes_answers_and_refuses_to_overwrite(tmp_path: Path) -> None:
-    cmd = [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path), "dataset_name=yfcc-mini", "license=mit"]
+    cmd = [
+        str(SCRIPTS / "shardkit"),
+        "new",
+        "--no-input",
+        "-o",
+        str(tmp_path),
+        "namespace=me",
+        "dataset_name=yfcc-mini",
+    ]
+    cmd.append("license=mit")
     first = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == str(tmp_path / "yfcc-mini")

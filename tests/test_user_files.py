@@ -132,3 +132,19 @@ def test_verify_names_files_in_data_and_metadata_that_the_manifest_does_not(tmp_
         [str(SCRIPTS / "shardkit"), "verify", str(out), "-q"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1 and "data/my_results.csv: not named in shards.json" in result.stdout
+
+
+def test_a_wrong_images_dir_is_named_as_the_likely_cause(tmp_path: Path) -> None:
+    wrong = tmp_path / "elsewhere"
+    wrong.mkdir()
+    result = subprocess.run(
+        [str(SCRIPTS / "pack-shards"), str(wrong), str(EXAMPLE_DIR / "metadata.jsonl"), "-o", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert f"None of the files the metadata names is under IMAGES_DIR '{wrong}'" in result.stderr
+    assert "--on-error skip" not in result.stderr  # skipping every row is not the fix
+    assert not (tmp_path / "o").exists()

@@ -661,12 +661,29 @@ def new_cmd(
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
 
+    from .scaffold import answer_problems, load_questions, name_problems
+
     extra: dict[str, str] = {}
     for answer in answers:
         key, sep, value = answer.partition("=")
         if not sep or not key:
             raise click.UsageError(f"answers are KEY=VALUE, got {answer!r}")
         extra[key] = value
+    questions = load_questions(template, directory)
+    if questions is not None:  # a local template: check the answers before asking or writing anything
+        problems = answer_problems(questions, extra, no_input=no_input)
+        if problems:
+            for problem in problems:
+                click.echo(f"error: {problem}", err=True)
+            click.echo("nothing was created", err=True)
+            sys.exit(2)
+        if not no_input and "dataset_name" not in extra:  # the name first, checked, then the rest
+            while True:
+                name = click.prompt("dataset_name (repository name on the Hub)", default=questions["dataset_name"])
+                if not (wrong := name_problems(name, "dataset_name")):
+                    break
+                click.echo("\n".join(f"error: {w}" for w in wrong), err=True)
+            extra["dataset_name"] = name
     # cookiecutter logs a traceback when the hook refuses an answer; the hook's own message is enough.
     logging.getLogger("cookiecutter").setLevel(logging.CRITICAL)
     try:

@@ -28,7 +28,7 @@ class InputProblem:
 class InputErrors(ShardkitError):
     """The input has problems; nothing was written. Carries the first problems found."""
 
-    def __init__(self, source: str, problems: list[InputProblem], total: int) -> None:
+    def __init__(self, source: str, problems: list[InputProblem], total: int, hint: str | None = None) -> None:
         self.source = source
         self.problems = problems
         self.total = total
@@ -37,5 +37,5 @@ class InputErrors(ShardkitError):
         if more > 0:
             lines.append(f"... and {more} more problem(s)")
         head = f"{total} problem(s) in the input; no shard was written:"
-        tail = "Fix the rows above, or pass --on-error skip to pack the rest and list them in a rejects file."
+        tail = hint or "Fix the rows above, or pass --on-error skip to pack the rest and list them in a rejects file."
         super().__init__("\n".join([head, *lines, tail]))

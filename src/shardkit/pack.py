@@ -243,7 +243,9 @@ def _pack_locked(
     finally:
         problems.close()
     if problems.count and not skip:
-        raise InputErrors(config.metadata_path, problems.shown, problems.count)
+        raise InputErrors(
+            config.metadata_path, problems.shown, problems.count, _wrong_folder_hint(config, staged, problems)
+        )
     if staged.rows == 0:
         raise ShardkitError(f"{config.metadata_path}: no rows to pack")
     phases.end("check")
@@ -501,6 +503,16 @@ def _check_and_stage(
     ).hexdigest()
     return _Staged(
         merged.path, merged.rows, merged.total_cost, fingerprint, modality, features, sorted(combined.extensions)
+    )
+
+
+def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemLog) -> str | None:
+    """When no row's file was found, the folder is likely wrong, not every row: say so."""
+    if staged.rows or not all(p.message.startswith("file not found") for p in problems.shown):
+        return None
+    return (
+        f"None of the files the metadata names is under IMAGES_DIR {os.path.abspath(config.images_dir)!r}:"
+        " is that the folder every file_name is relative to? (Give it as the first argument.)"
     )
 
 

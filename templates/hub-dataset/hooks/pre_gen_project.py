@@ -2,7 +2,10 @@
 
 Hub repository names: 1 to 96 characters from letters, digits, '-', '_' and '.'; they may not
 start or end with '-' or '.', contain '--' or '..', or end in '.git'. Namespaces (users and
-organizations) follow the same rules. A bad answer exits non-zero with what is wrong.
+organizations) follow the same rules. The license must be one of the Hub's license ids
+(https://huggingface.co/docs/hub/repositories-licenses; the list is cookiecutter.json's
+``__licenses``), and the task one for the modality (``__tasks``). A bad answer exits non-zero
+with what is wrong.
 """
 
 import json
@@ -14,6 +17,21 @@ NAME = json.loads(r"""
 """)
 NAMESPACE = json.loads(r"""
 {{ cookiecutter.namespace | tojson }}
+""")
+LICENSE = json.loads(r"""
+{{ cookiecutter.license | tojson }}
+""")
+MODALITY = json.loads(r"""
+{{ cookiecutter.modality | tojson }}
+""")
+TASK = json.loads(r"""
+{{ cookiecutter.task_category | tojson }}
+""")
+LICENSES = json.loads(r"""
+{{ cookiecutter.__licenses | tojson }}
+""")
+TASKS = json.loads(r"""
+{{ cookiecutter.__tasks | tojson }}
 """)
 ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -37,8 +55,19 @@ def problems(value: str, what: str) -> list:
     return found
 
 
-errors = problems(NAME, "dataset_name") + problems(NAMESPACE, "namespace")
+def choice_problems() -> list:
+    found = []
+    if LICENSE not in LICENSES:
+        found.append(f"license {LICENSE!r} is not a Hub license id; use one of: {', '.join(LICENSES)}")
+    tasks = TASKS.get(MODALITY, []) + TASKS["any"]
+    if TASK not in tasks:
+        found.append(f"task_category {TASK!r} does not fit modality {MODALITY!r}; use one of: {', '.join(tasks)}")
+    return found
+
+
+errors = problems(NAME, "dataset_name") + problems(NAMESPACE, "namespace") + choice_problems()
 if errors:
     print("ERROR: " + "\nERROR: ".join(errors), file=sys.stderr)
-    print("Example of a valid name: yfcc-openai-subset", file=sys.stderr)
+    if any(e.startswith(("dataset_name", "namespace")) for e in errors):
+        print("Example of a valid name: yfcc-openai-subset", file=sys.stderr)
     sys.exit(1)

@@ -1,0 +1,90 @@
+"""``shardkit new``: check the answers for a dataset repo template before anything is generated.
+
+The template's own hook (``hooks/pre_gen_project.py``) checks the same rules, for people who run
+cookiecutter directly; it must be stdlib-only and runs after every question is answered, so
+shardkit checks what it can first: unknown keys (a typo such as ``licence=`` would otherwise be
+ignored silently), choices, the Hub's license ids, the task for the modality, the names, and
+that ``--no-input`` does not publish the template's placeholder namespace. The license and task
+lists live in the template's ``cookiecutter.json`` (``__licenses``, ``__tasks``), one place for both.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from typing import Any
+
+PLACEHOLDER_NAMESPACE = "your-username"
+_ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def load_questions(template_dir: str, directory: str | None = None) -> dict[str, Any] | None:
+    """The template's ``cookiecutter.json``, or None for a template that is not a local folder."""
+    path = os.path.join(template_dir, directory or "", "cookiecutter.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            loaded: dict[str, Any] = json.load(f)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return loaded
+
+
+def name_problems(value: str, what: str) -> list[str]:
+    """Why ``value`` is not a Hub repository or namespace name (the hook's rules)."""
+    if not value:
+        return [f"{what} is empty"]
+    found = []
+    if len(value) > 96:
+        found.append(f"{what} {value!r} is {len(value)} characters long; the Hub allows at most 96")
+    bad = sorted({c for c in value if not _ALLOWED.match(c)})
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        found.append(f"{what} {value!r} contains {shown}; use only letters, digits, '-', '_' and '.'")
+    if value[0] in "-." or value[-1] in "-.":
+        found.append(f"{what} {value!r} may not start or end with '-' or '.'")
+    if "--" in value or ".." in value:
+        found.append(f"{what} {value!r} may not contain '--' or '..'")
+    if value.lower().endswith(".git"):
+        found.append(f"{what} {value!r} may not end in '.git'")
+    return found
+
+
+def answer_problems(questions: dict[str, Any], answers: dict[str, str], *, no_input: bool) -> list[str]:
+    """Everything wrong with ``answers`` (KEY=VALUE given to ``shardkit new``), one line each."""
+    asked = [key for key in questions if not key.startswith("_")]
+    found = []
+    for key in answers:
+        if key not in asked:
+            close = difflib.get_close_matches(key, asked, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            found.append(f"unknown answer {key!r}{hint}; the questions are: {', '.join(asked)}")
+    for key, value in answers.items():
+        choices = questions.get(key)
+        if isinstance(choices, list) and value not in choices:
+            found.append(f"{key} {value!r} is not one of: {', '.join(map(str, choices))}")
+    for key, what in (("dataset_name", "dataset_name"), ("namespace", "namespace")):
+        if key in answers:
+            found.extend(name_problems(answers[key], what))
+    licenses = questions.get("__licenses")
+    if "license" in answers and isinstance(licenses, list) and answers["license"] not in licenses:
+        close = difflib.get_close_matches(answers["license"], licenses, n=3)
+        hint = f" (closest: {', '.join(close)})" if close else ""
+        found.append(f"license {answers['license']!r} is not a Hub license id{hint}; the ids: {', '.join(licenses)}")
+    tasks = questions.get("__tasks")
+    if "task_category" in answers and isinstance(tasks, dict):
+        modalities = questions.get("modality")
+        modality = answers.get("modality") or (modalities[0] if isinstance(modalities, list) else "")
+        fitting = [*tasks.get(modality, []), *tasks.get("any", [])]
+        if answers["task_category"] not in fitting:
+            found.append(
+                f"task_category {answers['task_category']!r} does not fit modality {modality!r};"
+                f" use one of: {', '.join(fitting)}"
+            )
+    if no_input and questions.get("namespace") == PLACEHOLDER_NAMESPACE and "namespace" not in answers:
+        found.append(
+            "namespace: give the Hub user or organization that will own the dataset (namespace=NAME);"
+            f" the placeholder {PLACEHOLDER_NAMESPACE!r} would be published in the card"
+        )
+    return found
