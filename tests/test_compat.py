@@ -321,7 +321,7 @@ def test_metadata_table_reads_in_one_call_with_duckdb_polars_and_pyarrow_typed(p
             out = packed.folders[modality, fmt]
             shards = {p.relative_to(out).as_posix() for p in (out / "data").glob(f"*.{fmt}")}
             for tool, rows in read[str(out / "metadata.parquet")].items():
-                assert {r["shard"] for r in rows} == shards, (tool, fmt)
+                assert {r["__shard__"] for r in rows} == shards, (tool, fmt)
                 got = {r["key"]: r["fields"] for r in rows}
                 assert len(got) == len(rows)
                 assert got == {k: v["fields"] for k, v in packed.expected[modality].items()}, (tool, modality, fmt)
@@ -335,8 +335,8 @@ from tests.compat_reader import typed
 def rows(dicts):
     out = []
     for r in dicts:
-        fields = {k: v for k, v in r.items() if k not in ("shard", "file_name")}
-        out.append({"shard": r["shard"], "key": r["key"], "fields": typed(fields)})
+        fields = {k: v for k, v in r.items() if k not in ("__shard__", "file_name")}
+        out.append({"__shard__": r["__shard__"], "key": r["key"], "fields": typed(fields)})
     return out
 
 out = {}

@@ -148,3 +148,43 @@ def test_a_wrong_images_dir_is_named_as_the_likely_cause(tmp_path: Path) -> None
     assert f"None of the files the metadata names is under IMAGES_DIR '{wrong}'" in result.stderr
     assert "--on-error skip" not in result.stderr  # skipping every row is not the fix
     assert not (tmp_path / "o").exists()
+
+
+def test_a_field_named_shard_packs_and_out_of_range_integers_are_input_problems(tmp_path: Path) -> None:
+    """A user's `shard` field is theirs (the table's column is `__shard__`, reserved); integers
+    that no int64 or float64 column can hold are refused with their line, before anything is written."""
+    images = EXAMPLE_DIR / "images"
+    rows = [json.loads(line) for line in (EXAMPLE_DIR / "metadata.jsonl").read_text().splitlines()[:3]]
+    ok = write_jsonl(tmp_path / "ok.jsonl", [{**r, "shard": i} for i, r in enumerate(rows)])
+    result = pack_example_rows(images, ok, tmp_path / "ok")
+    assert result.returncode == 0, result.stderr
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "ok" / "metadata.parquet")
+    assert sorted(table.column("shard").to_pylist()) == [0, 1, 2]  # the user's column, typed
+    bad_rows = [
+        {**rows[0], "big": 2**64},
+        {**rows[1], "score": 1.5},
+        {**rows[2], "score": 10**400},
+    ]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps(r) for r in bad_rows) + "\n")
+    result = pack_example_rows(images, bad, tmp_path / "bad")
+    assert result.returncode == 1
+    assert "bad.jsonl:1: column 'big' holds 18446744073709551616, outside the 64-bit integers" in result.stderr
+    assert "bad.jsonl:3: column 'score' holds 1000" in result.stderr  # 10**400: no float64 holds it either
+    assert not (tmp_path / "bad").exists()
+    reserved = write_jsonl(tmp_path / "reserved.jsonl", [{**rows[0], "__shard__": "x"}])
+    result = pack_example_rows(images, reserved, tmp_path / "reserved")
+    assert result.returncode == 1
+    assert "column '__shard__' is reserved for the metadata table's shard column" in result.stderr
+
+
+def pack_example_rows(images: Path, meta: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPTS / "pack-shards"), str(images), str(meta), "-o", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )

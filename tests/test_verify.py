@@ -187,7 +187,7 @@ def test_metadata_table_missing_stale_or_damaged_is_a_problem(repo_dir: Path, tm
     table = repo_dir / "metadata.parquet"
     good = table.read_bytes()
     rows = pq.read_table(table)
-    assert rows.num_rows == 300 and rows.column_names[:3] == ["shard", "file_name", "key"]
+    assert rows.num_rows == 300 and rows.column_names[:3] == ["__shard__", "file_name", "key"]
 
     pq.write_table(rows.slice(0, 299), table)  # the last row gone: an older or edited table
     code, out = verify(repo_dir)

@@ -130,7 +130,7 @@ _BOM = b"\xef\xbb\xbf"
 # datasets' folder builders take any column ending in these as another file column.
 _FILE_COLUMN_SUFFIXES = ("file_name", "file_names")
 #: Columns the loaders create from the file: a metadata column of that name would collide.
-RESERVED_COLUMNS = frozenset({"image", "audio"})
+RESERVED_COLUMNS = frozenset({"image", "audio", "__shard__"})  # __shard__: metadata.parquet's shard column
 
 
 def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
@@ -198,7 +198,8 @@ _GOOD_COLUMNS: set[tuple[str, ...]] = set()
 def _column_problem(columns: tuple[str, ...]) -> str | None:
     for column in columns:
         if column in RESERVED_COLUMNS:
-            return f"column {column!r} is reserved for the file itself in the published dataset; rename it"
+            what = "the metadata table's shard column" if column == "__shard__" else "the file itself"
+            return f"column {column!r} is reserved for {what} in the published dataset; rename it"
         if column.endswith(_FILE_COLUMN_SUFFIXES) and column != "file_name":
             return f"column {column!r} ends in 'file_name': datasets would take it as a second file column; rename it"
     return None

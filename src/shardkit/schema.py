@@ -48,6 +48,9 @@ def _clash(name: str, other: str) -> bool:
     return "null" not in (name, other) and name != other and {name, other} != {"int64", "float64"}
 
 
+_INT64 = range(-(2**63), 2**63)  # (every int64 converts to float64, so a float column is safe too)
+
+
 def find_conflict(kind: Kind, value: Any, line: int, where: str) -> str | None:
     """Why ``value`` cannot merge into ``kind`` (None if it can). Never changes ``kind``."""
     new = _kind_of(value)
@@ -55,6 +58,11 @@ def find_conflict(kind: Kind, value: Any, line: int, where: str) -> str | None:
         return f"column {where!r} holds an unsupported value {value!r}"
     if new == "null":
         return None
+    if new == "int64" and value not in _INT64:
+        return (
+            f"column {where!r} holds {value}, outside the 64-bit integers datasets and Arrow store;"
+            " write it as a string"
+        )
     if _clash(kind.name, new):
         return (
             f"column {where!r} is {_article(new)} here but {_article(kind.name)} on line {kind.first_line};"
@@ -119,8 +127,8 @@ _NULL = Kind()
 # Value types that merge into a settled kind without changing it.
 _FITS: dict[str, tuple[type, ...]] = {
     "string": (str, type(None)),
-    "int64": (int, type(None)),
-    "float64": (float, int, type(None)),
+    "int64": (type(None),),  # integers: range-checked in SchemaTracker.check
+    "float64": (float, type(None)),  # integers in a float column too (their size)
     "bool": (bool, type(None)),
 }
 
@@ -138,7 +146,10 @@ class SchemaTracker:
         for name, value in fields.items():
             # Fast path, the common case: a scalar that fits the column's settled type.
             kind = columns.get(name)
-            if kind is not None and type(value) in _FITS.get(kind.name, ()):
+            if kind is not None and (
+                type(value) in _FITS.get(kind.name, ())
+                or (type(value) is int and kind.name == "int64" and -(2**63) <= value < 2**63)
+            ):
                 continue
             if problem := find_conflict(kind or _NULL, value, line, name):
                 return problem

@@ -7,8 +7,9 @@ column looks like integers in a file where every value was whole. This one file 
 card's types, so a consumer who filters rows without touching the files reads it in one call
 (``duckdb``: ``FROM 'metadata.parquet'``; ``polars.read_parquet``; ``pyarrow.parquet.read_table``).
 
-Columns: ``shard`` (the shard file, ``data/3f.zip``), ``file_name`` (the file's name inside
-it), ``key``, then every field. One row group per shard, shards in name order, rows in shard
+Columns: ``__shard__`` (the shard file, ``data/3f.zip``; named like webdataset's ``__key__`` so
+that no field clashes with it: the name is reserved), ``file_name`` (the file's name inside it),
+``key``, then every field. One row group per shard, shards in name order, rows in shard
 order. Written from the staged metadata lines at the end of a pack, one shard's lines in memory
 at a time; deterministic for a given pyarrow version. pyarrow is imported only here.
 """
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 
 TABLE_NAME = "metadata.parquet"
 #: The columns before the fields, with their card types.
-_LEADING = [{"name": "shard", "dtype": "string"}, {"name": "file_name", "dtype": "string"}]
+SHARD_COLUMN = "__shard__"
+_LEADING = [{"name": SHARD_COLUMN, "dtype": "string"}, {"name": "file_name", "dtype": "string"}]
 
 
 def table_schema(features: list[dict[str, Any]]) -> pa.Schema:
@@ -42,7 +44,7 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
     import pyarrow.parquet as pq
 
     schema = table_schema(features)
-    line_schema = pa.schema([field for field in schema if field.name != "shard"])
+    line_schema = pa.schema([field for field in schema if field.name != SHARD_COLUMN])
     tmp = f"{path}.partial"
     rows = 0
     try:
@@ -56,7 +58,7 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
                     read_options=pa_json.ReadOptions(block_size=len(lines) + 1, use_threads=False),
                     parse_options=pa_json.ParseOptions(explicit_schema=line_schema, unexpected_field_behavior="error"),
                 )
-                table = table.add_column(0, "shard", pa.array([shard] * table.num_rows, pa.string()))
+                table = table.add_column(0, SHARD_COLUMN, pa.array([shard] * table.num_rows, pa.string()))
                 writer.write_table(table.select(schema.names).cast(schema))
                 rows += table.num_rows
         with open(tmp, "rb") as f:  # durable before it is named, as every file shardkit publishes
@@ -77,12 +79,12 @@ def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]
     try:
         # No pyarrow thread pool: started here, after verify's decode threads, it aborted the
         # process at exit about one run in two ("terminate called without an active exception").
-        table = pq.read_table(open_table, columns=["shard", "key"], use_threads=False)
+        table = pq.ParquetFile(open_table).read(columns=[SHARD_COLUMN, "key"], use_threads=False)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         return [f"cannot be read as Parquet: {exc}"]
     found: dict[str, list[str]] = {}
     order: list[str] = []
-    for shard, key in zip(table.column("shard").to_pylist(), table.column("key").to_pylist(), strict=True):
+    for shard, key in zip(table.column(SHARD_COLUMN).to_pylist(), table.column("key").to_pylist(), strict=True):
         if shard not in found:
             found[shard] = []
             order.append(shard)
