@@ -181,15 +181,34 @@ def test_verify_without_a_manifest_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_metadata_table_missing_stale_or_damaged_is_a_problem(repo_dir: Path, tmp_path: Path) -> None:
-    """metadata.parquet must hold every shard's rows as the manifest records them."""
+    """metadata.parquet must hold every shard's rows as the manifest records them, value for value."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = repo_dir / "metadata.parquet"
     good = table.read_bytes()
-    rows = pq.read_table(table)
-    assert rows.num_rows == 300 and rows.column_names[:3] == ["__shard__", "file_name", "key"]
+    source = pq.ParquetFile(table)
+    assert source.num_row_groups == 16 and source.schema_arrow.names[:3] == ["__shard__", "file_name", "key"]
+    schema = source.schema_arrow
+    original = [source.read_row_group(i) for i in range(source.num_row_groups)]
 
-    pq.write_table(rows.slice(0, 299), table)  # the last row gone: an older or edited table
+    def rewrite(change_first_title: bool, drop_last_row: bool) -> None:
+        groups = list(original)
+        if change_first_title:
+            rows = groups[0].to_pylist()
+            rows[0]["title"] = "not what was packed"
+            groups[0] = pa.Table.from_pylist(rows, schema=schema)
+        if drop_last_row:
+            groups[-1] = groups[-1].slice(0, groups[-1].num_rows - 1)
+        with pq.ParquetWriter(table, schema) as writer:
+            for group in groups:
+                writer.write_table(group, row_group_size=group.num_rows)
+
+    rewrite(change_first_title=True, drop_last_row=False)  # same keys, one value changed
+    code, out = verify(repo_dir)
+    assert code == 1 and "metadata.parquet: sha256 differs from the manifest's" in out
+
+    rewrite(change_first_title=False, drop_last_row=True)  # an older or edited table
     code, out = verify(repo_dir)
     assert code == 1 and "metadata.parquet: " in out and "rows of data/" in out
 

@@ -65,6 +65,7 @@ class Manifest:
     key_scheme: str = KEY_SCHEME
     #: Every row's metadata as one typed table (:mod:`.table`); None in manifests from before it.
     metadata_table: str | None = TABLE_NAME
+    metadata_table_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         fmt = self.options.shard_format
@@ -85,6 +86,7 @@ class Manifest:
             },
             "features": self.features,
             **({"metadata_table": self.metadata_table} if self.metadata_table else {}),
+            **({"metadata_table_sha256": self.metadata_table_sha256} if self.metadata_table_sha256 else {}),
             "shards": [asdict(s) for s in self.shards],
         }
 
@@ -98,6 +100,7 @@ class Manifest:
             features=data["features"],
             shards=[ManifestShard(**s) for s in data["shards"]],
             metadata_table=_table_name(data.get("metadata_table")),
+            metadata_table_sha256=data.get("metadata_table_sha256"),
         )
 
 

@@ -16,6 +16,7 @@ from .errors import UsageError
 from .manifest import MANIFEST_NAME, ManifestShard, write_atomic
 from .metadata import sha256_file
 from .store import UrlStore
+from .table import TABLE_NAME
 
 WORK_DIR = ".shardkit"
 #: What shardkit writes at a repo root (``*_loader.py`` too: the template's loading script), and
@@ -29,7 +30,7 @@ SHARDKIT_ROOT_ENTRIES = frozenset(
         "README.md",
         "shards.json",
         "preview.jpg",
-        "metadata.parquet",
+        TABLE_NAME,
         "data",
         "metadata",
     }
@@ -208,7 +209,8 @@ def pull_small_files(store: UrlStore, local_dir: str) -> list[str]:
     """Make the local work folder's top-level files those at the URL (a card or loading script
     made by ``shardkit new``, an earlier run's manifest), which a run then edits; the URL is the
     truth, so a file gone from it goes from the work folder too. Return their names."""
-    names = [name for name in store.list("") if not name.endswith(".partial")]
+    # Not the metadata table: every pack writes it anew, and it can be GBs.
+    names = [name for name in store.list("") if not name.endswith(".partial") and name != TABLE_NAME]
     for name in names:
         data = store.read_bytes(name)
         if data is not None:
@@ -224,8 +226,7 @@ def push_small_files(store: UrlStore, local_dir: str) -> list[str]:
     names = _small_files(local_dir)
     names.sort(key=lambda name: name == MANIFEST_NAME)
     for name in names:
-        with open(os.path.join(local_dir, name), "rb") as f:
-            store.write_bytes(name, f.read())
+        store.upload(os.path.join(local_dir, name), name)  # streamed: the metadata table can be GBs
     return names
 
 

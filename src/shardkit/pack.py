@@ -35,6 +35,7 @@ from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, ShardkitError, UsageError
 from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
+from .metadata import sha256_file
 from .outdir import (
     CreatedHere,
     HashCache,
@@ -295,9 +296,17 @@ def _pack_locked(
     if config.dry_run:
         return summary(written=0, manifest=None)
 
-    created.keep()  # from here on OUT_DIR changes: its work folder is what a re-run resumes from
+    # The metadata table now, in the work folder: a row it cannot hold stops the run before any
+    # shard is written, not after hours of writing.
+    table_tmp = os.path.join(staging_dir, TABLE_NAME)
+    write_metadata_table(
+        table_tmp,
+        ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
+        staged.features,
+    )
     hashes = None if remote else HashCache(out_dir)
     done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force, hashes, store)
+    created.keep()  # OUT_DIR changes from here on: its work folder is what a re-run resumes from
     todo = [p for p in plan if p.name not in done]
     jobs: list[ShardJob] = [
         ShardJob(
@@ -340,17 +349,15 @@ def _pack_locked(
     if isinstance(store, UrlStore):
         store.forget_listings()  # workers wrote what this process listed before (the preview reads it)
 
+    table_sha256 = sha256_file(table_tmp)
+    os.replace(table_tmp, os.path.join(out_dir, TABLE_NAME))
     manifest = Manifest(
         options=options,
         input_fingerprint=staged.fingerprint,
         modality=staged.modality,
         features=staged.features,
         shards=[done[p.name] for p in plan],
-    )
-    write_metadata_table(
-        os.path.join(out_dir, TABLE_NAME),
-        ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
-        staged.features,
+        metadata_table_sha256=table_sha256,
     )
     manifest_path = write_manifest(out_dir, manifest)
     preview = None

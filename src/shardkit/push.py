@@ -44,6 +44,7 @@ from .outdir import WORK_DIR, HashCache, locked, pull_small_files, shard_problem
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
 from .store import UrlStore, is_url, run_folder
+from .table import TABLE_NAME
 from .threads import interruptible_pool
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def is_ignored(path: str, is_dir: bool, rules: list[str]) -> bool:
 #: The files at a repo root that shardkit writes and so publishes (plus the ``*_loader.py``
 #: loading script); anything else is the user's and goes up only when named with ``include``.
 PUBLISHED_ROOT_FILES = frozenset(
-    {"README.md", ".gitattributes", ".gitignore", MANIFEST_NAME, "preview.jpg", "metadata.parquet", "data/.gitkeep"}
+    {"README.md", ".gitattributes", ".gitignore", MANIFEST_NAME, "preview.jpg", TABLE_NAME, "data/.gitkeep"}
 )
 
 
@@ -232,7 +233,10 @@ def collect_files(
     if store is not None:  # the files below the top level are at the URL only
         for rel, size in sorted(listing.items()):
             name = rel.rsplit("/", 1)[-1]
-            if "/" not in rel or rel in named or is_ignored(rel, False, rules) or _ignored_folder(rel, rules):
+            at_root_only_there = rel == TABLE_NAME  # the one root file not copied to the work folder
+            if rel in named or is_ignored(rel, False, rules) or _ignored_folder(rel, rules):
+                continue
+            if "/" not in rel and not at_root_only_there:
                 continue
             if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
                 strays.append(rel)

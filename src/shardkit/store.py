@@ -144,6 +144,11 @@ class UrlStore(ShardStore):
             self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
 
     def put(self, local_file: str, rel: str, *, fsync: bool = True) -> None:
+        self.upload(local_file, rel)
+        os.unlink(local_file)
+
+    def upload(self, local_file: str, rel: str) -> None:
+        """Copy a local file to ``rel``, streamed and atomically (the local file stays)."""
         target = self._path(rel)
         self._parent(target)
         if self.atomic:
@@ -152,7 +157,6 @@ class UrlStore(ShardStore):
             partial = f"{target}.{secrets.token_hex(4)}.partial"
             self.fs.put_file(local_file, partial)
             self.fs.mv(partial, target)
-        os.unlink(local_file)
 
     def list(self, folder: str) -> list[str]:
         try:

@@ -40,7 +40,7 @@ from typing import IO, Any
 from .errors import UsageError
 from .formats import PARQUET, TAR, ZIP, ShardFormat
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
-from .metadata import can_decode, decode_problem
+from .metadata import can_decode, decode_problem, sha256_stream
 from .progress import NullProgress, Progress
 from .store import LocalStore, ShardStore, store_for
 from .streamio import crc32
@@ -370,10 +370,15 @@ def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResu
         try:
             with store.open(manifest.metadata_table) as f:
                 rows = [(s.file, s.rows, s.first_key, s.last_key) for s in manifest.shards]
-                for message in table_problems(f, rows):
-                    report.problems.append(Problem(manifest.metadata_table, message))
+                found = table_problems(f, rows)
+            with store.open(manifest.metadata_table) as f:
+                digest = sha256_stream(f)
         except FileNotFoundError:
-            report.problems.append(Problem(manifest.metadata_table, "missing"))
+            found = ["missing"]
+        else:
+            if not found and manifest.metadata_table_sha256 not in (None, digest):
+                found = ["sha256 differs from the manifest's: it does not hold the packed rows"]
+        report.problems.extend(Problem(manifest.metadata_table, message) for message in found)
     totals = manifest.to_json()["totals"]
     if totals["rows"] != sum(s.rows for s in manifest.shards):
         report.problems.append(Problem(MANIFEST_NAME, "totals do not add up"))
