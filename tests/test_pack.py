@@ -264,3 +264,18 @@ def test_hash_cache_skips_unchanged_files_and_rehashes_changed_ones(
     shard.write_bytes(bytes(data))
     assert "does not match the sha256" in (shard_problem(str(out), manifest.shards[0], hashes) or "")
     assert reads == [str(shard)]
+
+
+def test_output_of_an_older_layout_is_refused_with_the_reason_then_rewritten_with_force(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    pack(config_for(corpus, out, jobs=1))
+    state = out / ".shardkit" / "state.json"
+    old = json.loads(state.read_text())
+    del old["layout"]  # what a shardkit from before layout 2 recorded
+    state.write_text(json.dumps(old))
+    with pytest.raises(UsageError, match=r"an older shardkit \(layout 1 -> 2: float columns' whole numbers"):
+        pack(config_for(corpus, out, jobs=1))
+    pack(config_for(corpus, out, jobs=1, force=True))
+    assert json.loads(state.read_text())["layout"] == 2

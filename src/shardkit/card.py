@@ -217,7 +217,8 @@ def minimal_body(title: str, section: str) -> str:
     return (
         f"\n# {title}\n\n{section}\n\n"
         "## Load it\n\n"
-        "Fastest, one shard per shard file for DataLoader workers, datasets 3.6 to 5.x (needs shardkit):\n\n"
+        "Fastest, one shard per shard file for DataLoader workers, datasets 3.6 and 5.x (needs shardkit,"
+        " which is not on PyPI: `pip install ./shardkit` from a clone of its repository):\n\n"
         f'```python\nimport shardkit\n\nds = shardkit.stream("<namespace>/{title}")\n```\n\n'
         "With datasets alone (the builtin loader; types as declared above):\n\n"
         "```python\nfrom datasets import load_dataset\n\n"

@@ -545,6 +545,9 @@ def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Stage
     )
 
 
+#: What a pack publishes, beyond the input and options: a new layout rewrites unchanged input.
+LAYOUT_VERSION = 2
+LAYOUT_CHANGES = "float columns' whole numbers are published as 2.0, and metadata.parquet is new"
 #: Files a template puts in data/ and metadata/ so that git keeps the folders; never shards.
 PLACEHOLDERS = frozenset({".gitkeep"})
 
@@ -567,6 +570,11 @@ def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str
     """ "other input", "other options (format: zip -> tar)", or both, or an unknown run."""
     if previous is None:
         return "a run shardkit has no record of"
+    if previous.get("layout") != state["layout"]:
+        return (
+            f"an older shardkit (layout {previous.get('layout')} -> {state['layout']}: {LAYOUT_CHANGES});"
+            " the same input packs to other bytes now"
+        )
     parts = []
     if previous.get("input_fingerprint") != state["input_fingerprint"]:
         parts.append("other input (rows, files or fields changed)")
@@ -594,14 +602,18 @@ def _reconcile(
     """Compare OUT_DIR with the plan: return the shards already done; refuse foreign output."""
     where = store.location
     state_path = os.path.join(work_dir, "state.json")
-    state = {"input_fingerprint": fingerprint, "options": asdict(options)}
+    state = {"input_fingerprint": fingerprint, "options": asdict(options), "layout": LAYOUT_VERSION}
     previous: dict[str, Any] | None = None
     with contextlib.suppress(FileNotFoundError), open(state_path, encoding="utf-8") as f:
         previous = json.load(f)
     if previous is None:
         manifest = read_manifest(out_dir)
         if manifest is not None:
+            layout = LAYOUT_VERSION if manifest.metadata_table_sha256 else 1
             previous = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
+            previous["layout"] = layout
+    if previous is not None:
+        previous.setdefault("layout", 1)
     planned = {p.name for p in plan} | {metadata_path_for(p) for p in plan}
     same_run = previous == state
     # What shardkit's own records say it wrote here: the manifest's files and the done records
