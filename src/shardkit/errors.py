@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def listed(items: list[str], most: int) -> str:
+    """``a, b, c and 4 more``: the first ``most`` items of a list a message names."""
+    more = len(items) - most
+    return ", ".join(items[:most]) + (f" and {more} more" if more > 0 else "")
+
+
 class ShardkitError(Exception):
     """Base class: a failure with a message meant for the user (exit code 1 in the CLI)."""
 

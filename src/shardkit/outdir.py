@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Iterator
 
-from .errors import UsageError
+from .errors import UsageError, listed
 from .manifest import MANIFEST_NAME, ManifestShard, write_atomic
 from .metadata import sha256_file
 from .store import UrlStore
@@ -68,7 +68,7 @@ def check_out_dir(out_dir: str, *, adopt: bool) -> None:
         return
     foreign = foreign_entries(out_dir)
     if foreign:
-        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+        shown = listed(foreign, 8)
         raise UsageError(
             f"{out_dir} is not empty and not a shardkit dataset repo (it holds {shown}). Pack into an empty"
             " folder or one made by `shardkit new`, or pass --adopt to add the dataset to this repo"

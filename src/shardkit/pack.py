@@ -32,7 +32,7 @@ from typing import Any, Literal
 from .card import builtin_zip_builder, card_features, ensure_gitattributes, update_card, update_loaders
 from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs, split_for_workers
 from .cluster import Cluster, Tasks, cluster_for, run_tasks
-from .errors import InputErrors, ShardkitError, UsageError
+from .errors import InputErrors, ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .metadata import sha256_file
@@ -626,7 +626,7 @@ def _reconcile(
     )
     unknown = [rel for rel in present if rel not in owned and not (same_run and rel in planned)]
     if unknown:
-        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        shown = listed(unknown, 5)
         raise UsageError(
             f"{where} holds files in data/ or metadata/ that shardkit did not write ({shown}): no manifest"
             " or record of this folder names them. shardkit never deletes or overwrites them, --force or not:"

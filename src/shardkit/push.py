@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX
-from .errors import ShardkitError, UsageError
+from .errors import ShardkitError, UsageError, listed
 from .formats import SHARD_SUFFIXES
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
 from .metadata import sha256_stream
@@ -247,7 +247,7 @@ def collect_files(
                 continue
             other.append(LocalFile(rel, f"{store.location}/{rel}", size))
     if strays:
-        shown = ", ".join(strays[:5]) + (" ..." if len(strays) > 5 else "")
+        shown = listed(strays, 5)
         raise UsageError(
             f"{out_dir} holds shard files that {MANIFEST_NAME} does not name ({shown}); the dataset would read them"
             " too. Move them away, or run the pack again to rebuild the folder."
@@ -588,7 +588,7 @@ def _push_locked(
     left_out: list[str] = []
     shard_files, other_files = collect_files(out_dir, manifest, store, listing, config.include, left_out)
     if left_out:
-        shown = ", ".join(left_out[:10]) + (f" and {len(left_out) - 10} more" if len(left_out) > 10 else "")
+        shown = listed(left_out, 10)
         log.warning(
             "not published: %s (files shardkit did not write; name them with --include PATTERN to publish them)",
             shown,
