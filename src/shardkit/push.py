@@ -65,7 +65,7 @@ class LocalFile:
     path: str  # path in the repo, with "/"
     local: str  # absolute path on disk, or the URL of a shard at an OUT_DIR URL
     size: int
-    sha256: str | None = None  # known for shards and metadata files (the manifest records it)
+    sha256: str | None = None  # known for shards, metadata files and the table (the manifest records it)
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,8 @@ def collect_files(
         size = os.path.getsize(meta) if os.path.exists(meta) else 0
         shard_files.append(LocalFile(shard.metadata, meta, size, shard.metadata_sha256))
     named = {f.path for f in shard_files}
+    # The table's sha256 too: an unchanged table (GBs, maybe at a URL) is not read to compare.
+    known = {TABLE_NAME: manifest.metadata_table_sha256} if manifest.metadata_table_sha256 else {}
     rules = _ignore_rules(out_dir)
     other: list[LocalFile] = []
     strays: list[str] = []
@@ -229,7 +231,7 @@ def collect_files(
                     left_out.append(rel)
                 continue
             path = os.path.join(folder, name)
-            other.append(LocalFile(rel, path, os.path.getsize(path)))
+            other.append(LocalFile(rel, path, os.path.getsize(path), known.get(rel)))
     if store is not None:  # the files below the top level are at the URL only
         for rel, size in sorted(listing.items()):
             name = rel.rsplit("/", 1)[-1]
@@ -245,7 +247,7 @@ def collect_files(
                 if left_out is not None:
                     left_out.append(rel)
                 continue
-            other.append(LocalFile(rel, f"{store.location}/{rel}", size))
+            other.append(LocalFile(rel, f"{store.location}/{rel}", size, known.get(rel)))
     if strays:
         shown = listed(strays, 5)
         raise UsageError(
