@@ -212,7 +212,7 @@ def test_changing_the_format_needs_force_and_then_replaces_the_shards(packed_tem
     folder = tmp_path / "repo"
     shutil.copytree(packed_template, folder, ignore=shutil.ignore_patterns("lock"))
     refused = pack_example(folder, "--format", "tar")
-    assert refused.returncode == 2 and "other options (format: zip -> tar)" in refused.stderr
+    assert refused.returncode == 2 and "from other options (--format zip -> tar)." in refused.stderr  # not "input"
     result = pack_example(folder, "--format", "tar", "--force")
     assert result.returncode == 0, result.stderr
     shards = [p for p in (folder / "data").iterdir() if p.name != ".gitkeep"]  # the template keeps data/ in git

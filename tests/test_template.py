@@ -133,7 +133,8 @@ def test_bad_namespace_is_refused(tmp_path: Path) -> None:
 
 ANSWER_PROBLEMS = {
     "licence=mit": "unknown answer 'licence' (did you mean 'license'?)",
-    "license=cc-by-4": "license 'cc-by-4' is not a Hub license id (closest: cc-by-4.0",
+    "license=cc-by-4": "license 'cc-by-4' is not a Hub license id (did you mean cc-by-4.0",
+    "license=GPL-3.0": "license 'GPL-3.0' is not a Hub license id (did you mean gpl-3.0?)",
     "modality=video": "modality 'video' is not one of: image, audio",
     "task_category=audio-classification": "task_category 'audio-classification' does not fit modality 'image'",
 }

@@ -188,3 +188,54 @@ def pack_example_rows(images: Path, meta: Path, out: Path) -> subprocess.Complet
         timeout=300,
         check=False,
     )
+
+
+CARDS_SHARDKIT_CANNOT_KEEP = {
+    "latin-1": (b"# Caf\xe9\n", "is not UTF-8 text (byte 0xe9 at offset 5)"),
+    "bad yaml": (b"---\nlicense: [mit\n---\n# x\n", "its YAML front matter does not parse"),
+    "other first config": (
+        b"---\nconfigs:\n- config_name: captions\n  data_files: captions/*.csv\n---\n# x\n",
+        "its first config ('captions') reads ['captions/*.csv'], not shardkit's",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CARDS_SHARDKIT_CANNOT_KEEP))
+def test_a_card_shardkit_cannot_keep_true_is_refused_before_anything_is_written(tmp_path: Path, case: str) -> None:
+    card, message = CARDS_SHARDKIT_CANNOT_KEEP[case]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_bytes(card)
+    result = pack_example(repo, "--adopt")
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert tree_bytes(repo) == {"README.md": card} and not (repo / ".shardkit").exists()
+
+
+def test_adopt_keeps_crlf_line_ends(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    card = USER_CARD.replace("\n", "\r\n").encode()
+    (repo / "README.md").write_bytes(card)
+    (repo / ".gitattributes").write_bytes(USER_GITATTRIBUTES.replace("\n", "\r\n").encode())
+    assert pack_example(repo, "--adopt", "-q").returncode == 0
+    text = (repo / "README.md").read_bytes()
+    assert b"\r\n" in text and text.count(b"\r\n") == text.count(b"\n")  # every line ends as the user's did
+    assert b"\r\n# My dataset\r\n\r\nText the user wrote, with *markdown*.\r\n" in text
+    attributes = (repo / ".gitattributes").read_bytes()
+    assert attributes.startswith(USER_GITATTRIBUTES.replace("\n", "\r\n").encode())
+    assert attributes.count(b"\r\n") == attributes.count(b"\n")
+
+
+def test_refusals_leave_no_staging_and_no_parent_folders(tmp_path: Path) -> None:
+    nested = tmp_path / "a" / "b" / "out"
+    assert pack_example(nested, "--dry-run", "-q").returncode == 0
+    assert not (tmp_path / "a").exists()
+    packed = tmp_path / "packed"
+    assert pack_example(packed, "-q").returncode == 0
+    before = tree_bytes(packed)
+    work = sorted(p.name for p in (packed / ".shardkit").iterdir())
+    refused = pack_example(packed, "--target-shard-size", "1MB")
+    assert refused.returncode == 2 and "--target-shard-size 500000000 -> 1000000" in refused.stderr
+    assert tree_bytes(packed) == before
+    assert sorted(p.name for p in (packed / ".shardkit").iterdir()) == work  # no staging left

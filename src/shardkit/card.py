@@ -12,6 +12,7 @@ changed to this one's).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from typing import Any
@@ -21,6 +22,7 @@ import yaml
 from .formats import FORMATS, ZIP, ShardFormat
 from .manifest import write_atomic
 
+log = logging.getLogger(__name__)
 _PATTERNS = {f.data_files_pattern for f in FORMATS.values()}
 _FORMAT_WORDS = {"zip": "ZIP", "tar": "tar (webdataset)", "parquet": "Parquet"}
 
@@ -295,12 +297,25 @@ def update_card(
     path = os.path.join(out_dir, "README.md")
     section = stats_section(rows, shards, total_bytes, preview, fmt, builtin_loader_note)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", newline="") as f:
             text = f.read()
     except FileNotFoundError:
         title = name or os.path.basename(os.path.abspath(out_dir))
         text = minimal_body(title, section)  # set_front_matter_keys puts the front matter on
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    text = text.replace("\r\n", "\n")  # edited with \n, written back with the card's own line ends
     data, body = split_front_matter(text)
+    modality = str(features[0].get("dtype")) if features else ""
+    other = {"image": "audio", "audio": "image"}.get(modality)
+    tags = data.get("tags")
+    if other and isinstance(tags, list) and other in tags and modality not in tags:
+        log.warning(
+            "%s says the dataset is %s (tags: %s) but the packed files are %s: edit its tags, task and description",
+            path,
+            other,
+            ", ".join(map(str, tags)),
+            modality,
+        )
     if STATS_BEGIN in body:
         new_body = replace_stats(body, section)
     else:  # a card shardkit did not write (--adopt): its text stays; shardkit's section goes after it
@@ -319,19 +334,58 @@ def update_card(
             "dataset_info": info,
         },
     )
-    write_atomic(path, text.encode("utf-8"))
+    write_atomic(path, (text.replace("\n", "\r\n") if crlf else text).encode("utf-8"))
     return path
 
 
 def ensure_gitattributes(out_dir: str) -> str:
-    """Add the LFS rules shardkit's files need to .gitattributes, keeping any lines already there."""
+    """Append the LFS rules shardkit's files need to .gitattributes; what is there stays byte for
+    byte (its line endings too)."""
     path = os.path.join(out_dir, ".gitattributes")
     try:
-        with open(path, encoding="utf-8") as f:
-            existing = f.read().splitlines()
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
-        existing = []
+        raw = b""
+    existing = raw.decode("utf-8", errors="surrogateescape").splitlines()
     missing = [line for line in GITATTRIBUTES_LINES if line not in existing]
     if missing:
-        write_atomic(path, ("\n".join([*existing, *missing]) + "\n").encode("utf-8"))
+        newline = b"\r\n" if b"\r\n" in raw else b"\n"
+        joined = newline.join(line.encode("utf-8") for line in missing) + newline
+        write_atomic(path, raw + (newline if raw and not raw.endswith(b"\n") else b"") + joined)
     return path
+
+
+def card_problem(out_dir: str) -> str | None:
+    """Why shardkit cannot keep OUT_DIR's README.md true (None if it can), checked before a pack
+    writes anything: it must be UTF-8 with YAML front matter that parses, and a ``configs``
+    list must read the shards first (datasets picks the builder of every config from the first
+    one's files, so shards behind another first config could not be loaded)."""
+    path = os.path.join(out_dir, "README.md")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+    try:
+        data, _ = split_front_matter(text.replace("\r\n", "\n"))
+    except (yaml.YAMLError, ValueError) as exc:
+        reason = str(exc).splitlines()[0]
+        return f"{path}: its YAML front matter does not parse ({reason}); fix it, then pack again"
+    configs = data.get("configs")
+    if isinstance(configs, list) and configs:
+        first = configs[0] if isinstance(configs[0], dict) else {}
+        files = first.get("data_files")
+        entries = files if isinstance(files, list) else [files]
+        paths = [e.get("path") if isinstance(e, dict) else e for e in entries]
+        if not any(p in _PATTERNS for p in paths):
+            return (
+                f"{path}: its first config ({first.get('config_name')!r}) reads {paths}, not shardkit's"
+                " data/*.<format>; datasets picks every config's builder from the first one's files, so the"
+                " shards could not be loaded. Put a config for the shards first, or remove `configs`."
+            )
+    return None

@@ -699,7 +699,8 @@ def new_cmd(
         click.echo("error: the answers were refused (see the reasons above); nothing was created", err=True)
         sys.exit(1)
     except OutputDirExistsException as exc:
-        click.echo(f"error: {exc}; pass --overwrite to write into it", err=True)
+        reason = str(exc).removeprefix("Error: ")
+        click.echo(f"error: {reason}; pass --overwrite to write into it", err=True)
         sys.exit(1)
     except CookiecutterException as exc:
         click.echo(f"error: {exc}", err=True)

@@ -78,12 +78,21 @@ def check_out_dir(out_dir: str, *, adopt: bool) -> None:
 
 
 class CreatedHere:
-    """Remembers whether a run created OUT_DIR or its work folder, to take them away again
-    when the run is refused or only a dry run: a run that writes nothing leaves no trace."""
+    """Remembers what of OUT_DIR a run created (the folder and missing parents, or its work
+    folder), to take it away again when the run is refused or only a dry run: a run that writes
+    nothing leaves no trace. In an existing work folder, the run's staging goes."""
 
     def __init__(self, out_dir: str) -> None:
-        self.out_dir = out_dir
-        self.out_dir_existed = os.path.exists(out_dir)
+        self.out_dir = os.path.abspath(out_dir)
+        top = None  # the highest folder on the way to OUT_DIR that does not exist yet
+        path = self.out_dir
+        while not os.path.exists(path):
+            top = path
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+        self.created_top = top
         self.work_dir_existed = os.path.exists(os.path.join(out_dir, WORK_DIR))
         self.kept = False
 
@@ -96,10 +105,13 @@ class CreatedHere:
 
         if self.kept:
             return
-        if not self.out_dir_existed:
-            shutil.rmtree(self.out_dir, ignore_errors=True)
+        if self.created_top is not None:
+            shutil.rmtree(self.created_top, ignore_errors=True)
         elif not self.work_dir_existed:
             shutil.rmtree(os.path.join(self.out_dir, WORK_DIR), ignore_errors=True)
+        else:  # an earlier run's work folder: only what this run staged goes
+            for name in ("staging", "tmp"):
+                shutil.rmtree(os.path.join(self.out_dir, WORK_DIR, name), ignore_errors=True)
 
 
 @contextlib.contextmanager

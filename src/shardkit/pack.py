@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from .card import builtin_zip_builder, card_features, ensure_gitattributes, update_card, update_loaders
+from .card import builtin_zip_builder, card_features, card_problem, ensure_gitattributes, update_card, update_loaders
 from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs, split_for_workers
 from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, ShardkitError, UsageError, listed
@@ -203,6 +203,8 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
             if isinstance(store, UrlStore):
                 store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
                 pull_small_files(store, out_dir)
+            if problem := card_problem(out_dir):  # a card shardkit cannot keep true: before hours of work
+                raise UsageError(problem)
             summary = _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, writers, created)
     except BaseException:
         created.undo()  # a refused run leaves no trace; one that began writing keeps its state to resume
@@ -576,13 +578,24 @@ def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str
             " the same input packs to other bytes now"
         )
     parts = []
-    if previous.get("input_fingerprint") != state["input_fingerprint"]:
-        parts.append("other input (rows, files or fields changed)")
     old, new = previous.get("options") or {}, state["options"]
-    changed = [f"{k}: {old.get(k)} -> {new[k]}" for k in new if old.get(k) != new[k]]
+    # A shard format names the files inside shards its own way, which the fingerprint covers:
+    # with another format, a changed fingerprint does not mean changed input.
+    if previous.get("input_fingerprint") != state["input_fingerprint"] and old.get("format") == new["format"]:
+        parts.append("other input (rows, files or fields changed)")
+    changed = [f"{_OPTION_FLAGS.get(k, k)} {old.get(k)} -> {new[k]}" for k in new if old.get(k) != new[k]]
     if changed:
         parts.append(f"other options ({', '.join(changed)})")
     return " and ".join(parts) or "another run"
+
+
+#: The options a run records, by the flag that sets them (sizes in bytes).
+_OPTION_FLAGS = {
+    "prefix_length": "--prefix-length",
+    "max_shard_bytes": "--max-shard-size",
+    "target_shard_bytes": "--target-shard-size",
+    "format": "--format",
+}
 
 
 def _done_record(work_dir: str, shard_file: str) -> str:

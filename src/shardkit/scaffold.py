@@ -69,9 +69,13 @@ def answer_problems(questions: dict[str, Any], answers: dict[str, str], *, no_in
             found.extend(name_problems(answers[key], what))
     licenses = questions.get("__licenses")
     if "license" in answers and isinstance(licenses, list) and answers["license"] not in licenses:
-        close = difflib.get_close_matches(answers["license"], licenses, n=3)
-        hint = f" (closest: {', '.join(close)})" if close else ""
-        found.append(f"license {answers['license']!r} is not a Hub license id{hint}; the ids: {', '.join(licenses)}")
+        given = answers["license"]
+        close = [given.lower()] if given.lower() in licenses else difflib.get_close_matches(given.lower(), licenses, 3)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        found.append(
+            f"license {given!r} is not a Hub license id{hint}; the ids are listed at"
+            " https://huggingface.co/docs/hub/repositories-licenses (other: license=other)"
+        )
     tasks = questions.get("__tasks")
     if "task_category" in answers and isinstance(tasks, dict):
         modalities = questions.get("modality")
