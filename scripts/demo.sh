@@ -18,7 +18,7 @@ EXAMPLE=example_datasets/yfcc-mini
 mkdir -p "$DEMO"
 
 if [ ! -d "$REPO_DIR" ]; then
-  echo "== shardkit new --no-input dataset_name=yfcc-mini namespace=demo -o $DEMO"
+  echo "== shardkit new --no-input dataset_name=yfcc-mini namespace=demo license=cc-by-4.0 -o $DEMO"
   shardkit new --no-input dataset_name=yfcc-mini namespace=demo license=cc-by-4.0 -o "$DEMO"
 fi
 
