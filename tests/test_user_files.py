@@ -239,3 +239,21 @@ def test_refusals_leave_no_staging_and_no_parent_folders(tmp_path: Path) -> None
     assert refused.returncode == 2 and "--target-shard-size 500000000 -> 1000000" in refused.stderr
     assert tree_bytes(packed) == before
     assert sorted(p.name for p in (packed / ".shardkit").iterdir()) == work  # no staging left
+
+
+def test_dry_run_with_skip_writes_no_rejects_file_of_its_own_and_a_missing_rejects_folder_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    lines = (EXAMPLE_DIR / "metadata.jsonl").read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([*lines[:5], "{not json", *lines[5:10]]) + "\n")
+    base = [str(SCRIPTS / "pack-shards"), str(EXAMPLE_DIR / "images"), str(bad), "--on-error", "skip", "-q"]
+    dry = subprocess.run([*base, "-o", str(tmp_path / "o"), "--dry-run"], capture_output=True, text=True, check=False)
+    assert dry.returncode == 0 and "skipped 1 bad rows (a dry run: --rejects FILE lists them)" in dry.stderr
+    assert not (tmp_path / "o").exists()
+    missing = tmp_path / "nope" / "rej.jsonl"
+    result = subprocess.run(
+        [*base, "-o", str(tmp_path / "o"), "--rejects", str(missing)], capture_output=True, text=True
+    )
+    assert result.returncode == 2 and f"--rejects {missing}: its folder does not exist" in result.stderr
+    assert not (tmp_path / "o").exists() and not (tmp_path / "nope").exists()

@@ -380,7 +380,8 @@ def _pack_command(**kw: Any) -> None:
         push_config = _push_config(kw["out_dir"], kw["push_repo"], kw)
         pushed = _run(lambda: push(push_config, progress))
     if summary.rejected_rows:  # on stderr whatever the format, so it is never missed
-        click.echo(f"skipped {summary.rejected_rows} bad rows; see {summary.rejects_file}", err=True)
+        where = f"; see {summary.rejects_file}" if summary.rejects_file else " (a dry run: --rejects FILE lists them)"
+        click.echo(f"skipped {summary.rejected_rows} bad rows{where}", err=True)
     if kw["as_json"]:
         data = summary.to_json()
         if pushed is not None:

@@ -182,6 +182,8 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
         check_limits(config.max_shard_bytes, config.target_shard_bytes, fmt)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if config.rejects_path and not os.path.isdir(os.path.dirname(os.path.abspath(config.rejects_path))):
+        raise UsageError(f"--rejects {config.rejects_path}: its folder does not exist")
     for path, what in ((config.images_dir, "IMAGES_DIR"), (config.metadata_path, "META_JSONL")):
         if not os.path.exists(path):
             raise UsageError(f"{what} {path!r} does not exist")
@@ -234,7 +236,9 @@ def _pack_locked(
     shutil.rmtree(staging_dir, ignore_errors=True)
     os.makedirs(staging_dir)
     skip = config.on_error == "skip"
-    rejects_path = (config.rejects_path or os.path.join(work_dir, "rejects.jsonl")) if skip else None
+    # A dry run writes no rejects file of its own (it leaves no work folder); one asked for is written.
+    default_rejects = None if config.dry_run else os.path.join(work_dir, "rejects.jsonl")
+    rejects_path = (config.rejects_path or default_rejects) if skip else None
     problems = ProblemLog(rejects_path)
     phases = _PhaseClock()
     try:
