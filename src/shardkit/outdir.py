@@ -94,7 +94,8 @@ class CreatedHere:
             path = parent
         self.created_top = top
         self.work_dir_existed = os.path.exists(os.path.join(out_dir, WORK_DIR))
-        self.kept = False
+        self.kept = False  # the run has begun to change OUT_DIR: nothing is undone
+        self.finished = False  # the run ended without an error
 
     def keep(self) -> None:
         """The run has started to change OUT_DIR: keep what it made from now on."""

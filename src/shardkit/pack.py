@@ -194,25 +194,24 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
     if not isinstance(store, UrlStore):
         check_out_dir(out_dir, adopt=config.adopt)
     created = CreatedHere(out_dir)
-    try:
-        with contextlib.ExitStack() as stack:
-            cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
-            work_dir = stack.enter_context(locked(out_dir))
-            writers = _LocalWriters(stack, config.jobs if cluster is None else 1)
-            if cluster is not None:  # before the check phase, which can take hours
-                metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
-                cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
-            if isinstance(store, UrlStore):
-                store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
-                pull_small_files(store, out_dir)
-            if problem := card_problem(out_dir):  # a card shardkit cannot keep true: before hours of work
-                raise UsageError(problem)
-            summary = _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, writers, created)
-    except BaseException:
-        created.undo()  # a refused run leaves no trace; one that began writing keeps its state to resume
-        raise
-    if config.dry_run:
-        created.undo()
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
+        work_dir = stack.enter_context(locked(out_dir))
+        # Runs after the write workers are gone and before the lock is released (LIFO): a refused
+        # run or a dry run takes away what it made, while no other run can be working here. A run
+        # refused the lock made nothing and undoes nothing.
+        stack.callback(lambda: created.undo() if not created.finished or config.dry_run else None)
+        writers = _LocalWriters(stack, config.jobs if cluster is None else 1)
+        if cluster is not None:  # before the check phase, which can take hours
+            metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
+            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
+        if isinstance(store, UrlStore):
+            store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
+            pull_small_files(store, out_dir)
+        if problem := card_problem(out_dir):  # a card shardkit cannot keep true: before hours of work
+            raise UsageError(problem)
+        summary = _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, writers, created)
+        created.finished = True
     return summary
 
 
