@@ -257,3 +257,44 @@ def test_dry_run_with_skip_writes_no_rejects_file_of_its_own_and_a_missing_rejec
     )
     assert result.returncode == 2 and f"--rejects {missing}: its folder does not exist" in result.stderr
     assert not (tmp_path / "o").exists() and not (tmp_path / "nope").exists()
+
+
+def test_undo_takes_away_only_empty_folders_it_made_never_anothers_files(tmp_path: Path) -> None:
+    """A dry run of runs/x while another run packs runs/y: undoing x must leave runs/y whole."""
+    from shardkit.outdir import WORK_DIR, CreatedHere
+
+    created = CreatedHere(str(tmp_path / "runs" / "x"))
+    (tmp_path / "runs" / "y").mkdir(parents=True)
+    (tmp_path / "runs" / "y" / "shards.json").write_text("{}")  # the other run's output
+    work = tmp_path / "runs" / "x" / WORK_DIR
+    work.mkdir(parents=True)
+    (work / "lock").touch()
+    created.locked()
+    (work / "staging").mkdir()
+    created.undo()
+    assert not (tmp_path / "runs" / "x").exists()
+    assert (tmp_path / "runs" / "y" / "shards.json").read_text() == "{}"
+
+
+def test_a_work_dir_for_a_url_keeps_the_users_files(tmp_path: Path) -> None:
+    """--work-dir is the user's choice of folder: only shardkit's own files there move or go."""
+    from shardkit.pack import PackConfig, pack
+
+    work = tmp_path / "wd"
+    work.mkdir()
+    (work / "important.csv").write_text("a,b\n")
+    for dry_run in (True, False):
+        config = PackConfig(
+            images_dir=str(EXAMPLE_DIR / "images"),
+            metadata_path=str(EXAMPLE_DIR / "metadata.jsonl"),
+            out_dir="memory://user-files-test/ds",
+            work_dir=str(work),
+            jobs=1,
+            dry_run=dry_run,
+        )
+        pack(config)
+        assert (work / "important.csv").read_text() == "a,b\n"
+    import fsspec
+
+    published = fsspec.filesystem("memory").ls("/user-files-test/ds", detail=False)
+    assert not any(name.endswith("important.csv") for name in published)

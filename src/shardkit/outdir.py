@@ -78,24 +78,29 @@ def check_out_dir(out_dir: str, *, adopt: bool) -> None:
 
 
 class CreatedHere:
-    """Remembers what of OUT_DIR a run created (the folder and missing parents, or its work
-    folder), to take it away again when the run is refused or only a dry run: a run that writes
-    nothing leaves no trace. In an existing work folder, the run's staging goes."""
+    """What of OUT_DIR a run made, to take away again when the run is refused or only a dry run:
+    a run that writes nothing leaves no trace.
+
+    Only what is certainly this run's goes: its staging, the work folder if it held nothing but
+    the lock when this run took it, and then OUT_DIR and its parents that did not exist before,
+    each removed only if empty (``os.rmdir``), so a file anyone else put there stops the undo.
+    """
 
     def __init__(self, out_dir: str) -> None:
         self.out_dir = os.path.abspath(out_dir)
-        top = None  # the highest folder on the way to OUT_DIR that does not exist yet
+        self.missing: list[str] = []  # OUT_DIR and the parents that do not exist yet, deepest first
         path = self.out_dir
-        while not os.path.exists(path):
-            top = path
-            parent = os.path.dirname(path)
-            if parent == path:
-                break
-            path = parent
-        self.created_top = top
-        self.work_dir_existed = os.path.exists(os.path.join(out_dir, WORK_DIR))
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            self.missing.append(path)
+            path = os.path.dirname(path)
+        self.work_dir_ours = False
         self.kept = False  # the run has begun to change OUT_DIR: nothing is undone
         self.finished = False  # the run ended without an error
+
+    def locked(self) -> None:
+        """Call once the lock is held: is the work folder this run's alone?"""
+        work = os.path.join(self.out_dir, WORK_DIR)
+        self.work_dir_ours = set(os.listdir(work)) <= {"lock", ".gitignore"}
 
     def keep(self) -> None:
         """The run has started to change OUT_DIR: keep what it made from now on."""
@@ -106,13 +111,17 @@ class CreatedHere:
 
         if self.kept:
             return
-        if self.created_top is not None:
-            shutil.rmtree(self.created_top, ignore_errors=True)
-        elif not self.work_dir_existed:
-            shutil.rmtree(os.path.join(self.out_dir, WORK_DIR), ignore_errors=True)
+        work = os.path.join(self.out_dir, WORK_DIR)
+        if self.work_dir_ours:
+            shutil.rmtree(work, ignore_errors=True)
         else:  # an earlier run's work folder: only what this run staged goes
             for name in ("staging", "tmp"):
-                shutil.rmtree(os.path.join(self.out_dir, WORK_DIR, name), ignore_errors=True)
+                shutil.rmtree(os.path.join(work, name), ignore_errors=True)
+        for folder in self.missing:
+            try:
+                os.rmdir(folder)
+            except OSError:  # not empty (someone else's files), or gone: stop here
+                break
 
 
 @contextlib.contextmanager
@@ -209,12 +218,20 @@ def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None =
 # --- an OUT_DIR URL: the repo's small files travel between it and the local work folder -------
 
 
+#: The top-level files of a repo that shardkit writes and moves between an OUT_DIR URL and its
+#: local work folder (with ``*_loader.py``). Only these: a work folder may hold other files
+#: (``--work-dir`` is the user's choice), which shardkit neither uploads nor deletes.
+SMALL_FILES = frozenset({"README.md", ".gitattributes", ".gitignore", MANIFEST_NAME, "preview.jpg", TABLE_NAME})
+
+
+def _is_small_file(name: str) -> bool:
+    return name in SMALL_FILES or name.endswith("_loader.py")
+
+
 def _small_files(folder: str) -> list[str]:
-    """The repo's top-level files in a local folder (card, manifest, .gitattributes, preview, script)."""
+    """shardkit's top-level files in a local folder (card, manifest, .gitattributes, preview, script)."""
     return sorted(
-        name
-        for name in os.listdir(folder)
-        if name != WORK_DIR and not name.endswith(".partial") and os.path.isfile(os.path.join(folder, name))
+        name for name in os.listdir(folder) if _is_small_file(name) and os.path.isfile(os.path.join(folder, name))
     )
 
 
@@ -223,7 +240,7 @@ def pull_small_files(store: UrlStore, local_dir: str) -> list[str]:
     made by ``shardkit new``, an earlier run's manifest), which a run then edits; the URL is the
     truth, so a file gone from it goes from the work folder too. Return their names."""
     # Not the metadata table: every pack writes it anew, and it can be GBs.
-    names = [name for name in store.list("") if not name.endswith(".partial") and name != TABLE_NAME]
+    names = [name for name in store.list("") if _is_small_file(name) and name != TABLE_NAME]
     for name in names:
         data = store.read_bytes(name)
         if data is not None:

@@ -197,6 +197,7 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
         work_dir = stack.enter_context(locked(out_dir))
+        created.locked()
         # Runs after the write workers are gone and before the lock is released (LIFO): a refused
         # run or a dry run takes away what it made, while no other run can be working here. A run
         # refused the lock made nothing and undoes nothing.
