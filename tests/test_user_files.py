@@ -298,3 +298,29 @@ def test_a_work_dir_for_a_url_keeps_the_users_files(tmp_path: Path) -> None:
 
     published = fsspec.filesystem("memory").ls("/user-files-test/ds", detail=False)
     assert not any(name.endswith("important.csv") for name in published)
+
+
+def test_adopt_with_a_bom_quoted_keys_or_shardkits_file_names_in_the_way(tmp_path: Path) -> None:
+    bom = tmp_path / "bom"
+    bom.mkdir()
+    card = '\ufeff---\nlicense: mit\n"configs": []\n---\n# Mine\n'.encode()
+    (bom / "README.md").write_bytes(card)
+    assert pack_example(bom, "--adopt", "-q").returncode == 0
+    text = (bom / "README.md").read_bytes()
+    assert text.startswith(b"\xef\xbb\xbf---\nlicense: mit\nconfigs:\n") and text.count(b"configs:") == 1
+    data, _ = split_front_matter(text.decode("utf-8").removeprefix("\ufeff"))
+    assert data["license"] == "mit" and data["configs"][0]["data_files"][0]["path"] == "data/*.zip"
+    ends = tmp_path / "ends"
+    ends.mkdir()
+    (ends / "README.md").write_text("---\nlicense: mit\n...\n---\n# x\n")
+    result = pack_example(ends, "--adopt")
+    assert result.returncode == 2 and "its YAML front matter does not parse" in result.stderr
+    assert not (ends / "data").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "preview.jpg").write_bytes(b"my picture")
+    result = pack_example(mine, "--adopt")
+    assert result.returncode == 2 and "holds preview.jpg, which shardkit writes itself" in result.stderr
+    assert (mine / "preview.jpg").read_bytes() == b"my picture" and sorted(p.name for p in mine.iterdir()) == [
+        "preview.jpg"
+    ]

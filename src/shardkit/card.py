@@ -56,7 +56,8 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     return {}, text
 
 
-_TOP_LEVEL_KEY = re.compile(r"^([^\s#\-][^:]*):(?:\s|$)")
+# A top-level key line: `key:`, `"key":`, `key :` (not a comment, list item or indented line).
+_TOP_LEVEL_KEY = re.compile(r"""^(["']?)([^\s#\-"'][^:"']*?)\1\s*:(?:\s|$)""")
 
 
 def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
@@ -76,7 +77,7 @@ def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
     lines = front.splitlines(keepends=True)
     for key, value in values.items():
         dumped = yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=True, width=1000)
-        starts = [i for i, line in enumerate(lines) if (m := _TOP_LEVEL_KEY.match(line)) and m.group(1) == key]
+        starts = [i for i, line in enumerate(lines) if (m := _TOP_LEVEL_KEY.match(line)) and m.group(2) == key]
         if not starts:
             lines.extend(dumped.splitlines(keepends=True))
             continue
@@ -302,6 +303,8 @@ def update_card(
     except FileNotFoundError:
         title = name or os.path.basename(os.path.abspath(out_dir))
         text = minimal_body(title, section)  # set_front_matter_keys puts the front matter on
+    bom = "\ufeff" if text.startswith("\ufeff") else ""  # Notepad's UTF-8 mark: kept, outside the YAML
+    text = text[len(bom) :]
     crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
     text = text.replace("\r\n", "\n")  # edited with \n, written back with the card's own line ends
     data, body = split_front_matter(text)
@@ -334,7 +337,7 @@ def update_card(
             "dataset_info": info,
         },
     )
-    write_atomic(path, (text.replace("\n", "\r\n") if crlf else text).encode("utf-8"))
+    write_atomic(path, (bom + (text.replace("\n", "\r\n") if crlf else text)).encode("utf-8"))
     return path
 
 
@@ -371,8 +374,13 @@ def card_problem(out_dir: str) -> str | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n")
     try:
-        data, _ = split_front_matter(text.replace("\r\n", "\n"))
+        data, _ = split_front_matter(text)
+        # shardkit's own edit, tried now on the values there: a card it cannot edit fails here,
+        # not after every shard is written.
+        keys: dict[str, Any] = {"configs": data.get("configs") or [], "size_categories": [], "dataset_info": {}}
+        set_front_matter_keys(text, keys)
     except (yaml.YAMLError, ValueError) as exc:
         reason = str(exc).splitlines()[0]
         return f"{path}: its YAML front matter does not parse ({reason}); fix it, then pack again"

@@ -64,9 +64,15 @@ def check_out_dir(out_dir: str, *, adopt: bool) -> None:
     """Refuse, before anything is written, an OUT_DIR that holds someone else's files, unless
     ``adopt`` says to add a dataset to that repo (shardkit then edits only its own keys and
     section of README.md, adds lines to .gitattributes, and writes its own files)."""
-    if adopt:
-        return
     foreign = foreign_entries(out_dir)
+    if adopt:
+        in_the_way = [n for n in ("preview.jpg", TABLE_NAME) if foreign and os.path.exists(os.path.join(out_dir, n))]
+        if in_the_way:
+            raise UsageError(
+                f"{out_dir} holds {', '.join(in_the_way)}, which shardkit writes itself; with --adopt it"
+                " replaces no file of yours: move it away, then pack again"
+            )
+        return
     if foreign:
         shown = listed(foreign, 8)
         raise UsageError(
