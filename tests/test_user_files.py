@@ -324,3 +324,30 @@ def test_adopt_with_a_bom_quoted_keys_or_shardkits_file_names_in_the_way(tmp_pat
     assert (mine / "preview.jpg").read_bytes() == b"my picture" and sorted(p.name for p in mine.iterdir()) == [
         "preview.jpg"
     ]
+
+
+def test_push_never_deletes_hub_files_that_no_shardkit_manifest_there_names(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    assert pack_example(out, "-q").returncode == 0
+    with run_hub_server(tmp_path / "hub") as hub:
+        env = hub_env(hub.url, tmp_path / "home")
+        upload = (
+            "from huggingface_hub import HfApi; api = HfApi();"
+            f"api.create_repo({REPO!r}, repo_type='dataset');"
+            f"api.upload_file(path_or_fileobj=b'theirs', path_in_repo='data/train-00000.parquet', repo_id={REPO!r},"
+            " repo_type='dataset')"
+        )
+        done = subprocess.run([sys.executable, "-c", upload], env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        result = subprocess.run(
+            [str(SCRIPTS / "shardkit"), "push", str(out), "--repo", REPO, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "left on the Hub: data/train-00000.parquet" in result.stderr
+        assert json.loads(result.stdout)["deleted_files"] == 0
+        assert remote_files(hub)["data/train-00000.parquet"] == b"theirs"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hashlib
+import json
 import logging
 import os
 import re
@@ -298,6 +299,7 @@ def plan_commits(
     remote: dict[str, RemoteFile],
     files_per_commit: int,
     unchanged: Callable[[LocalFile, RemoteFile | None], bool] = is_unchanged,
+    deletable: set[str] | None = None,
 ) -> CommitPlan:
     """Split the files that differ from the repo into commits; see the module docstring for the order."""
     if files_per_commit < 2:
@@ -322,8 +324,30 @@ def plan_commits(
     if batch and shard_todo:
         batches.append(batch)
     local_paths = {f.path for f in shard_files}
-    deletions = sorted(p for p in remote if p.startswith(SHARD_FOLDERS) and p not in local_paths and _is_shard(p))
+    deletions = sorted(
+        p
+        for p in remote
+        if p.startswith(SHARD_FOLDERS)
+        and p not in local_paths
+        and _is_shard(p)
+        and (deletable is None or p in deletable)
+    )
     return CommitPlan(batches=batches, final=final, deletions=deletions, skipped=skipped)
+
+
+def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[str, RemoteFile]) -> set[str]:
+    """The data/ and metadata/ files the repo's own shards.json names: the only ones a push may
+    delete (files another tool or person put there are left alone)."""
+    if MANIFEST_NAME not in remote:
+        return set()
+    with hub_errors(f"reading {MANIFEST_NAME} of {repo_id}", repo_id):
+        path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision)
+    try:
+        with open(path, encoding="utf-8") as f:
+            shards = json.load(f).get("shards", [])
+        return {str(s[key]) for s in shards for key in ("file", "metadata")}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()  # not a manifest shardkit can read: delete nothing
 
 
 def _is_shard(path: str) -> bool:
@@ -621,7 +645,15 @@ def _push_locked(
         remote = list_remote(api, repo_id, config.revision)
     assert head is not None
     unchanged = functools.partial(is_unchanged, store=store)
-    plan = plan_commits(shard_files, other_files, remote, config.files_per_commit, unchanged)
+    deletable = _published_by_shardkit(api, repo_id, head, remote)
+    plan = plan_commits(shard_files, other_files, remote, config.files_per_commit, unchanged, deletable)
+    local_paths = {f.path for f in shard_files}
+    kept = sorted(
+        p for p in remote if p.startswith(SHARD_FOLDERS) and _is_shard(p) and p not in deletable | local_paths
+    )
+    if kept:
+        shown = listed(kept, 10)
+        log.warning("left on the Hub: %s (no shardkit manifest there names them, so they are not removed)", shown)
 
     uploads = plan.uploads
     total_bytes = sum(f.size for f in uploads)
