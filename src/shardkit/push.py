@@ -11,8 +11,9 @@ names a shard not yet uploaded):
    Hub advises under 100), ``.gitattributes`` first so its LFS rules precede the LFS files;
 5. the last commit holds ``shards.json``, the card, the preview, the metadata table, the loader
    and the files ``include`` names (no other file of the folder is published), and deletes
-   ``data/`` and ``metadata/`` files the manifest does not name (left by an earlier push of other
-   shards), so the switch to the new dataset is one commit;
+   ``data/`` and ``metadata/`` files that the repo's own previous ``shards.json`` named and the
+   new one does not (left by an earlier push of other shards), so the switch to the new dataset
+   is one commit; files another tool put there are never deleted;
 6. the ``script`` branch is (re)made from that commit plus the loading script as ``<name>.py``,
    for ``load_dataset(repo, revision="script", trust_remote_code=True)`` in datasets 3.6.
 
