@@ -81,15 +81,7 @@ def test_adopt_keeps_the_users_text_and_files_and_push_publishes_only_shardkits(
 
     with run_hub_server(tmp_path / "hub") as hub:
         env = hub_env(hub.url, tmp_path / "home")
-        result = subprocess.run(
-            [str(SCRIPTS / "shardkit"), "push", str(repo), "--repo", REPO, "--json"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr
+        result = push_with_stderr(repo, env)
         summary = json.loads(result.stdout)
         assert summary["not_published"] == ["notes.txt", "src/main.py"]
         assert "not published: notes.txt, src/main.py" in result.stderr
@@ -339,15 +331,21 @@ def test_push_never_deletes_hub_files_that_no_shardkit_manifest_there_names(tmp_
         )
         done = subprocess.run([sys.executable, "-c", upload], env=env, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
-        result = subprocess.run(
-            [str(SCRIPTS / "shardkit"), "push", str(out), "--repo", REPO, "--json"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr
+        result = push_with_stderr(out, env)
         assert "left on the Hub: data/train-00000.parquet" in result.stderr
         assert json.loads(result.stdout)["deleted_files"] == 0
         assert remote_files(hub)["data/train-00000.parquet"] == b"theirs"
+
+
+def push_with_stderr(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`shardkit push FOLDER --repo REPO --json`, which must succeed; stderr kept for its warnings."""
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "push", str(folder), "--repo", REPO, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
