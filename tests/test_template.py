@@ -265,6 +265,14 @@ def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
         name = members[1][0].encode()
         data[data.index(name, data.index(name) + 1) + len(name) + 100] ^= 0xFF
         shard.write_bytes(bytes(data))
+    elif damage.startswith("manifest"):  # shards.json naming a file outside data/, or a shard twice
+        manifest = json.loads((repo / "shards.json").read_text())
+        (tmp_path / "outside.zip").write_bytes(shard.read_bytes())
+        if damage == "manifest escape":
+            manifest["shards"][0]["file"] = "../outside.zip"
+        else:
+            manifest["shards"].append(manifest["shards"][0])
+        (repo / "shards.json").write_text(json.dumps(manifest))
     else:  # a member that would land outside the extraction folder
         with zipfile.ZipFile(shard, "w", zipfile.ZIP_STORED) as zf:
             for name, data in [members[0], ("../../escape.jpg", b"x"), *members[1:]]:
@@ -277,6 +285,8 @@ def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
     [
         ("crc", "data/3.zip: CRC mismatch in member 'images/"),
         ("unsafe name", "data/3.zip: refusing unsafe member name '../../escape.jpg'"),
+        ("manifest escape", "shards.json names '../outside.zip', not a shard"),
+        ("manifest twice", "shards.json names a shard twice"),
     ],
 )
 def test_loading_script_refuses_damaged_shards_instead_of_yielding_bad_bytes(

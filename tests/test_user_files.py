@@ -4,6 +4,7 @@ not write without being told, and a run that writes nothing leaves no trace."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -349,3 +350,37 @@ def push_with_stderr(folder: Path, env: dict[str, str]) -> subprocess.CompletedP
     )
     assert result.returncode == 0, result.stderr
     return result
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("escape", "shard '../outside.zip' is not data/<hex prefix>.zip"),
+        ("absolute", "shard '/etc/passwd' is not data/<hex prefix>.zip"),
+        ("twice", "is named twice"),
+        ("metadata", "has metadata '../x.jsonl'"),
+    ],
+)
+def test_readers_follow_no_manifest_entry_outside_the_dataset(tmp_path: Path, change: str, message: str) -> None:
+    import shardkit
+    from shardkit.errors import UsageError
+
+    out = tmp_path / "ds"
+    assert pack_example(out, "-q").returncode == 0
+    manifest = json.loads((out / "shards.json").read_text())
+    first = manifest["shards"][0]
+    if change == "escape":
+        first["file"] = "../outside.zip"
+    elif change == "absolute":
+        first["file"] = "/etc/passwd"
+    elif change == "twice":
+        manifest["shards"].append(dict(first))
+    else:
+        first["metadata"] = "../x.jsonl"
+    (out / "shards.json").write_text(json.dumps(manifest))
+    with pytest.raises(UsageError, match=re.escape(message)):
+        shardkit.stream(str(out))
+    verify = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "verify", str(out)], capture_output=True, text=True, check=False
+    )
+    assert verify.returncode == 2 and message in verify.stderr and "Traceback" not in verify.stderr

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .errors import UsageError
 from .formats import ShardFormat, format_named, format_of_manifest
 from .metadata import KEY_SCHEME
 from .table import TABLE_NAME
@@ -98,10 +100,32 @@ class Manifest:
             input_fingerprint=data["input_fingerprint"],
             modality=data["modality"],
             features=data["features"],
-            shards=[ManifestShard(**s) for s in data["shards"]],
+            shards=_checked_shards([ManifestShard(**s) for s in data["shards"]], fmt),
             metadata_table=_table_name(data.get("metadata_table")),
             metadata_table_sha256=data.get("metadata_table_sha256"),
         )
+
+
+#: A shard's name as the planner makes it: ``data/<hex prefix>[-<part>]<suffix>``. Readers follow
+#: nothing else: a manifest naming ``../elsewhere.zip`` or an absolute path would make them read
+#: (and publish) files outside the dataset.
+_SHARD_NAME = re.compile(r"^data/([0-9a-f]{1,16}(?:-[0-9]{1,6})?)\.(zip|tar|parquet)$")
+
+
+def _checked_shards(shards: list[ManifestShard], fmt: ShardFormat) -> list[ManifestShard]:
+    seen: set[str] = set()
+    for shard in shards:
+        match = _SHARD_NAME.match(shard.file)
+        if match is None or match.group(2) != fmt.name:
+            raise ValueError(f"shard {shard.file!r} is not data/<hex prefix>{fmt.suffix}")
+        if shard.metadata != f"metadata/{match.group(1)}.jsonl":
+            raise ValueError(
+                f"shard {shard.file!r} has metadata {shard.metadata!r}, not metadata/{match.group(1)}.jsonl"
+            )
+        if shard.file in seen:
+            raise ValueError(f"shard {shard.file!r} is named twice")
+        seen.add(shard.file)
+    return shards
 
 
 def _table_name(value: Any) -> str | None:
@@ -138,3 +162,5 @@ def read_manifest(out_dir: str) -> Manifest | None:
             return Manifest.from_json(json.load(f))
     except FileNotFoundError:
         return None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path} is not a shardkit manifest: {exc}") from None

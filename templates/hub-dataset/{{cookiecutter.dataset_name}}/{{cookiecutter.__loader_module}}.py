@@ -17,6 +17,7 @@ workers and `split_dataset_by_node` split the dataset by shard.
 
 import json
 import os
+import re
 import struct
 import zlib
 
@@ -35,6 +36,7 @@ _FEATURES_JSON = r"""
 """
 # shardkit:features-end
 
+_SHARD_NAME = re.compile(r"^data/[0-9a-f]{1,16}(-[0-9]{1,6})?\.zip$")
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_SIG = 0x04034B50
 _END_SIGS = (0x02014B50, 0x06054B50)  # central directory, end record: no more members
@@ -107,6 +109,11 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
         with open(manifest_file, encoding="utf-8") as f:
             manifest = json.load(f)
         names = [shard["file"] for shard in manifest["shards"]]
+        for name in names:  # follow nothing but shardkit's own shard names (no "../", no URL)
+            if not _SHARD_NAME.match(name):
+                raise ValueError(f"shards.json names {name!r}, not a shard (data/<hex prefix>.zip)")
+        if len(set(names)) != len(names):
+            raise ValueError("shards.json names a shard twice")
         paths = dl_manager.download([self._location(name) for name in names])
         # Two lists of equal length: datasets makes one shard of work per ZIP.
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"paths": paths, "names": names})]
