@@ -384,3 +384,35 @@ def test_readers_follow_no_manifest_entry_outside_the_dataset(tmp_path: Path, ch
         [str(SCRIPTS / "shardkit"), "verify", str(out)], capture_output=True, text=True, check=False
     )
     assert verify.returncode == 2 and message in verify.stderr and "Traceback" not in verify.stderr
+
+
+HOSTILE_LINES = {
+    '{"file_name": "X", "c": 1, "c": 2}': "key 'c' appears twice in one object; keep one",
+    '{"file_name": "X", "c": "\\ud800"}': "column 'c' holds a lone surrogate",
+    '{"file_name": "X", "\\udc00": 1}': "a column name (\\udc00) holds a lone surrogate",
+    '{"file_name": "X", "c": ' + "[" * 400 + "]" * 400 + "}": "JSON nested 401 deep; at most 64 levels",
+    '{"file_name": "X", "c": ' + "[" * 100_000 + "]" * 100_000 + "}": "JSON nested 100001 deep",
+}
+
+
+@pytest.mark.parametrize("line", sorted(HOSTILE_LINES), ids=lambda line: line[:40])
+def test_hostile_json_lines_are_refused_naming_the_line(tmp_path: Path, line: str) -> None:
+    first = (EXAMPLE_DIR / "metadata.jsonl").read_text().splitlines()[0]
+    name = json.loads(first)["file_name"]
+    meta = tmp_path / "meta.jsonl"
+    meta.write_text(first + "\n" + line.replace('"X"', json.dumps(name)) + "\n")
+    result = pack_example_rows(EXAMPLE_DIR / "images", meta, tmp_path / "o")
+    assert result.returncode == 1
+    assert f"meta.jsonl:2: {HOSTILE_LINES[line]}" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()
+
+
+def test_surrogate_pairs_and_ordinary_nesting_are_fine(tmp_path: Path) -> None:
+    first = json.loads((EXAMPLE_DIR / "metadata.jsonl").read_text().splitlines()[0])
+    meta = tmp_path / "meta.jsonl"
+    row = {**first, "emoji": "x", "nested": [[1, 2], [3]]}
+    meta.write_text(json.dumps(row).replace('"x"', '"\\ud83d\\ude00"') + "\n")  # an escaped pair: one emoji
+    assert pack_example_rows(EXAMPLE_DIR / "images", meta, tmp_path / "o").returncode == 0
+    assert (
+        "\U0001f600" in (tmp_path / "o" / "metadata" / next((tmp_path / "o" / "metadata").iterdir()).name).read_text()
+    )

@@ -155,8 +155,14 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
             continue
         if not text.strip():
             continue
+        if (deep := _nesting(text)) > MAX_NESTING:
+            yield _Row(lineno, text, problem=f"JSON nested {deep} deep; at most {MAX_NESTING} levels are packed")
+            continue
         try:
-            obj = json.loads(text)
+            obj = _DECODER.decode(text)
+        except _DuplicateKey as exc:
+            yield _Row(lineno, text, problem=f"key {exc.args[0]!r} appears twice in one object; keep one")
+            continue
         except ValueError as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             column = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
@@ -165,7 +171,81 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
         if not isinstance(obj, dict):
             yield _Row(lineno, text, problem=f"line is not a JSON object (found {type(obj).__name__})")
             continue
+        if _SURROGATE_ESCAPE.search(text) and (bad := _lone_surrogate(obj)):
+            yield _Row(
+                lineno, text, problem=f"{bad} holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text"
+            )
+            continue
         yield _Row(lineno, "", obj=obj)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook: a key given twice is an error, not "the last one wins" silently."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+#: Deeper JSON is refused: Python's parser overflows its stack near 1,000 levels, and the type
+#: checks and Arrow nest once per level.
+MAX_NESTING = 64
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def _nesting(text: str) -> int:
+    """How deep the line's arrays and objects nest (brackets inside strings counted too: an
+    upper bound, exact for ordinary lines; only worked out when there are many brackets)."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return 0
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _lone_surrogate(value: Any, where: str = "the line") -> str | None:
+    """Where a decoded value holds a lone UTF-16 surrogate (valid pairs were joined by json)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if found := _lone_surrogate(key, f"a column name ({key.encode('utf-8', 'backslashreplace').decode()})"):
+                return found
+            if found := _lone_surrogate(item, f"column {str(key)!r}"):
+                return found
+    if isinstance(value, list):
+        for item in value:
+            if found := _lone_surrogate(item, where):
+                return found
+    return None
 
 
 def _check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | str:
