@@ -416,3 +416,20 @@ def test_surrogate_pairs_and_ordinary_nesting_are_fine(tmp_path: Path) -> None:
     assert (
         "\U0001f600" in (tmp_path / "o" / "metadata" / next((tmp_path / "o" / "metadata").iterdir()).name).read_text()
     )
+
+
+def test_stream_refuses_a_parquet_row_whose_file_path_leaves_the_dataset(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    import shardkit
+    from shardkit.errors import ShardkitError
+
+    out = tmp_path / "ds"
+    assert pack_example(out, "--format", "parquet", "-q").returncode == 0
+    shard = sorted((out / "data").glob("*.parquet"))[0]
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    rows[0]["image"]["path"] = "../../../etc/passwd"
+    pq.write_table(type(table).from_pylist(rows, schema=table.schema), shard)
+    with pytest.raises(ShardkitError, match=r"names its file '\.\./\.\./\.\./etc/passwd', not <key><ext>"):
+        list(shardkit.stream(str(out)))

@@ -29,7 +29,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import ShardkitError, UsageError
 from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
 from .store import filesystem_for, is_url
@@ -147,7 +147,7 @@ def iter_shard(
         yield from _iter_tar_shard(source, shard, file_column)
         return
     if fmt_name == "parquet":
-        yield from _iter_parquet_shard(source, shard)
+        yield from _iter_parquet_shard(source, shard, file_column)
         return
     reader = _open(source, shard)
     try:
@@ -226,7 +226,11 @@ def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[di
         reader.close()
 
 
-def _iter_parquet_shard(source: Source, shard: str) -> Iterator[dict[str, Any]]:
+#: A Parquet row's file path as shardkit writes it: ``<key><ext>`` (never a path to follow).
+_PARQUET_PATH = re.compile(r"^([0-9a-f]{8,128})\.[A-Za-z0-9]{1,16}$")
+
+
+def _iter_parquet_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     with contextlib.ExitStack() as stack:
@@ -242,7 +246,14 @@ def _iter_parquet_shard(source: Source, shard: str) -> Iterator[dict[str, Any]]:
         else:
             f = stack.enter_context(open(source.locate(shard), "rb"))
         for batch in pq.ParquetFile(f).iter_batches(batch_size=16):
-            yield from batch.to_pylist()
+            for row in batch.to_pylist():
+                file_path = (row.get(file_column) or {}).get("path")
+                match = _PARQUET_PATH.match(file_path) if isinstance(file_path, str) else None
+                if match is None or match.group(1) != row.get("key"):
+                    raise ShardkitError(
+                        f"{source.locate(shard)}: row {row.get('key')!r} names its file {file_path!r}, not <key><ext>"
+                    )
+                yield row
 
 
 def _generate(shards: list[str], source: Source, file_column: str, fmt_name: str) -> Iterator[dict[str, Any]]:
