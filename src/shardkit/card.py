@@ -42,18 +42,26 @@ GITATTRIBUTES_LINES = [
 ]
 
 
+def _front_matter_end(text: str) -> int:
+    """Where a card's YAML front matter ends: the index of the newline before its closing
+    ``---`` (the YAML is ``text[4:end]``, the body ``text[end + 5:]``); -1 if it has none."""
+    if not text.startswith("---\n"):
+        return -1
+    end = text.find("\n---\n", 3)
+    if end == -1 and text.rstrip().endswith("\n---"):
+        end = text.rstrip().rfind("\n---")
+    return end
+
+
 def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     """Split a card into its YAML mapping and the text after it."""
-    if text.startswith("---\n"):
-        end = text.find("\n---\n", 4)
-        if end == -1 and text.rstrip().endswith("\n---"):
-            end = text.rstrip().rfind("\n---")
-        if end != -1:
-            data = yaml.safe_load(text[4:end]) or {}
-            if not isinstance(data, dict):
-                raise ValueError("README.md front matter is not a YAML mapping")
-            return data, text[end + 5 :]
-    return {}, text
+    end = _front_matter_end(text)
+    if end == -1:
+        return {}, text
+    data = yaml.safe_load(text[4:end]) or {}
+    if not isinstance(data, dict):
+        raise ValueError("README.md front matter is not a YAML mapping")
+    return data, text[end + 5 :]
 
 
 # A top-level key line: `key:`, `"key":`, `key :` (not a comment, list item or indented line).
@@ -67,13 +75,8 @@ def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
     value's YAML, or appended at the end of the front matter; comments and blank lines that end
     a block stay. A card without front matter gets one in front of its text.
     """
-    front, body = "", text
-    if text.startswith("---\n"):
-        end = text.find("\n---\n", 3)
-        if end == -1 and text.rstrip().endswith("\n---"):
-            end = text.rstrip().rfind("\n---")
-        if end != -1:
-            front, body = text[4 : end + 1], text[end + 5 :]
+    end = _front_matter_end(text)
+    front, body = (text[4 : end + 1], text[end + 5 :]) if end != -1 else ("", text)
     lines = front.splitlines(keepends=True)
     for key, value in values.items():
         dumped = yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=True, width=1000)
@@ -97,13 +100,23 @@ def default_configs(fmt: ShardFormat = ZIP) -> list[dict[str, Any]]:
     return [{"config_name": "default", "data_files": [{"split": "train", "path": fmt.data_files_pattern}]}]
 
 
+def _config_entries(config: Any) -> list[Any]:
+    """A ``configs`` entry's ``data_files`` as a list of entries (dicts with ``path``, or paths)."""
+    files = config.get("data_files") if isinstance(config, dict) else None
+    return files if isinstance(files, list) else [files]
+
+
+def _config_paths(config: Any) -> list[Any]:
+    """The paths a ``configs`` entry reads."""
+    return [e.get("path") if isinstance(e, dict) else e for e in _config_entries(config)]
+
+
 def _retarget_configs(configs: Any, fmt: ShardFormat) -> Any:
     """Point data_files entries that are shardkit's pattern for another format at ``fmt``'s."""
     if not isinstance(configs, list):
         return configs
     for config in configs:
-        files = config.get("data_files") if isinstance(config, dict) else None
-        for entry in files if isinstance(files, list) else []:
+        for entry in _config_entries(config):
             if isinstance(entry, dict) and entry.get("path") in _PATTERNS:
                 entry["path"] = fmt.data_files_pattern
     return configs
@@ -122,9 +135,7 @@ def _with_features(configs: Any, fmt: ShardFormat, features: list[dict[str, Any]
     if not isinstance(configs, list):
         return configs
     for config in configs:
-        files = config.get("data_files") if isinstance(config, dict) else None
-        paths = [e.get("path") if isinstance(e, dict) else e for e in (files if isinstance(files, list) else [files])]
-        if fmt.data_files_pattern in paths:
+        if fmt.data_files_pattern in _config_paths(config):
             if fmt.config_features:
                 config["features"] = features
             else:
@@ -387,9 +398,7 @@ def card_problem(out_dir: str) -> str | None:
     configs = data.get("configs")
     if isinstance(configs, list) and configs:
         first = configs[0] if isinstance(configs[0], dict) else {}
-        files = first.get("data_files")
-        entries = files if isinstance(files, list) else [files]
-        paths = [e.get("path") if isinstance(e, dict) else e for e in entries]
+        paths = _config_paths(first)
         if not any(p in _PATTERNS for p in paths):
             return (
                 f"{path}: its first config ({first.get('config_name')!r}) reads {paths}, not shardkit's"

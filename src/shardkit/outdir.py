@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Iterator
 
+from .card import LOADER_SUFFIX, STATS_BEGIN
 from .errors import UsageError, listed
 from .manifest import MANIFEST_NAME, ManifestShard, write_atomic
 from .metadata import sha256_file
@@ -19,25 +20,19 @@ from .store import UrlStore
 from .table import TABLE_NAME
 
 WORK_DIR = ".shardkit"
-#: What shardkit writes at a repo root (``*_loader.py`` too: the template's loading script), and
-#: ``.git`` (a clone), which it never touches. Anything else in OUT_DIR is the user's.
-SHARDKIT_ROOT_ENTRIES = frozenset(
-    {
-        WORK_DIR,
-        ".git",
-        ".gitattributes",
-        ".gitignore",
-        "README.md",
-        "shards.json",
-        "preview.jpg",
-        TABLE_NAME,
-        "data",
-        "metadata",
-    }
-)
-#: The card's section shardkit owns (also in :mod:`.card`); a card holding it was made by
-#: ``shardkit new`` or by an earlier pack.
-_CARD_MARKER = "<!-- shardkit:stats -->"
+#: The top-level files of a repo that shardkit writes (with the ``*_loader.py`` loading script):
+#: what pack edits, what moves between an OUT_DIR URL and its work folder, what push publishes.
+SMALL_FILES = frozenset({"README.md", ".gitattributes", ".gitignore", MANIFEST_NAME, "preview.jpg", TABLE_NAME})
+#: Files a template puts in data/ and metadata/ so that git keeps the folders; never shards.
+PLACEHOLDERS = frozenset({".gitkeep"})
+#: What may be at the root of a shardkit repo: its files and folders, and ``.git`` (a clone),
+#: which shardkit never touches. Anything else in OUT_DIR is the user's.
+SHARDKIT_ROOT_ENTRIES = SMALL_FILES | {WORK_DIR, ".git", "data", "metadata"}
+
+
+def is_small_file(name: str) -> bool:
+    """Whether a top-level file name is one shardkit writes."""
+    return name in SMALL_FILES or name.endswith(LOADER_SUFFIX)
 
 
 def foreign_entries(out_dir: str) -> list[str]:
@@ -52,11 +47,11 @@ def foreign_entries(out_dir: str) -> list[str]:
         return []
     try:
         with open(os.path.join(out_dir, "README.md"), encoding="utf-8", errors="replace") as f:
-            if _CARD_MARKER in f.read():
+            if STATS_BEGIN in f.read():
                 return []
     except FileNotFoundError:
         pass
-    others = [name for name in names if name not in SHARDKIT_ROOT_ENTRIES and not name.endswith("_loader.py")]
+    others = [name for name in names if name not in SHARDKIT_ROOT_ENTRIES and not is_small_file(name)]
     return others or [name for name in names if name != ".git"]
 
 
@@ -224,20 +219,10 @@ def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None =
 # --- an OUT_DIR URL: the repo's small files travel between it and the local work folder -------
 
 
-#: The top-level files of a repo that shardkit writes and moves between an OUT_DIR URL and its
-#: local work folder (with ``*_loader.py``). Only these: a work folder may hold other files
-#: (``--work-dir`` is the user's choice), which shardkit neither uploads nor deletes.
-SMALL_FILES = frozenset({"README.md", ".gitattributes", ".gitignore", MANIFEST_NAME, "preview.jpg", TABLE_NAME})
-
-
-def _is_small_file(name: str) -> bool:
-    return name in SMALL_FILES or name.endswith("_loader.py")
-
-
 def _small_files(folder: str) -> list[str]:
     """shardkit's top-level files in a local folder (card, manifest, .gitattributes, preview, script)."""
     return sorted(
-        name for name in os.listdir(folder) if _is_small_file(name) and os.path.isfile(os.path.join(folder, name))
+        name for name in os.listdir(folder) if is_small_file(name) and os.path.isfile(os.path.join(folder, name))
     )
 
 
@@ -246,7 +231,7 @@ def pull_small_files(store: UrlStore, local_dir: str) -> list[str]:
     made by ``shardkit new``, an earlier run's manifest), which a run then edits; the URL is the
     truth, so a file gone from it goes from the work folder too. Return their names."""
     # Not the metadata table: every pack writes it anew, and it can be GBs.
-    names = [name for name in store.list("") if _is_small_file(name) and name != TABLE_NAME]
+    names = [name for name in store.list("") if is_small_file(name) and name != TABLE_NAME]
     for name in names:
         data = store.read_bytes(name)
         if data is not None:

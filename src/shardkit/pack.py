@@ -35,8 +35,8 @@ from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
-from .metadata import sha256_file
 from .outdir import (
+    PLACEHOLDERS,
     CreatedHere,
     HashCache,
     check_out_dir,
@@ -305,7 +305,7 @@ def _pack_locked(
     # The metadata table now, in the work folder: a row it cannot hold stops the run before any
     # shard is written, not after hours of writing.
     table_tmp = os.path.join(staging_dir, TABLE_NAME)
-    write_metadata_table(
+    table_sha256 = write_metadata_table(
         table_tmp,
         ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
         staged.features,
@@ -355,7 +355,6 @@ def _pack_locked(
     if isinstance(store, UrlStore):
         store.forget_listings()  # workers wrote what this process listed before (the preview reads it)
 
-    table_sha256 = sha256_file(table_tmp)
     os.replace(table_tmp, os.path.join(out_dir, TABLE_NAME))
     manifest = Manifest(
         options=options,
@@ -554,14 +553,11 @@ def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Stage
 #: What a pack publishes, beyond the input and options: a new layout rewrites unchanged input.
 LAYOUT_VERSION = 2
 LAYOUT_CHANGES = "float columns' whole numbers are published as 2.0, and metadata.parquet is new"
-#: Files a template puts in data/ and metadata/ so that git keeps the folders; never shards.
-PLACEHOLDERS = frozenset({".gitkeep"})
 
 
-def _recorded_files(out_dir: str, work_dir: str) -> set[str]:
+def _recorded_files(manifest: Manifest | None, work_dir: str) -> set[str]:
     """The data/ and metadata/ files that OUT_DIR's manifest or the done records name."""
     files: set[str] = set()
-    manifest = read_manifest(out_dir)
     if manifest is not None:
         files.update(rel for s in manifest.shards for rel in (s.file, s.metadata))
     done_dir = os.path.join(work_dir, "done")
@@ -573,7 +569,7 @@ def _recorded_files(out_dir: str, work_dir: str) -> set[str]:
 
 
 def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str:
-    """ "other input", "other options (format: zip -> tar)", or both, or an unknown run."""
+    """What differs from the recorded run: an older layout, other input, other options, or both."""
     if previous is None:
         return "a run shardkit has no record of"
     if previous.get("layout") != state["layout"]:
@@ -623,21 +619,20 @@ def _reconcile(
     previous: dict[str, Any] | None = None
     with contextlib.suppress(FileNotFoundError), open(state_path, encoding="utf-8") as f:
         previous = json.load(f)
-    if previous is None:
-        manifest = read_manifest(out_dir)
-        if manifest is not None:
-            layout = LAYOUT_VERSION if manifest.metadata_table_sha256 else 1
-            previous = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
-            previous["layout"] = layout
+    manifest = read_manifest(out_dir)
+    if previous is None and manifest is not None:  # a folder packed without its work folder (a clone)
+        layout = LAYOUT_VERSION if manifest.metadata_table_sha256 else 1
+        previous = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
+        previous["layout"] = layout
     if previous is not None:
-        previous.setdefault("layout", 1)
+        previous.setdefault("layout", 1)  # state from before layout versions
     planned = {p.name for p in plan} | {metadata_path_for(p) for p in plan}
     same_run = previous == state
     # What shardkit's own records say it wrote here: the manifest's files and the done records
     # of a run that stopped part-way. Nothing else in data/ or metadata/ is ever deleted or
     # overwritten, --force or not; a file at a planned name counts as ours only while a run of
     # this same input and options is under way (killed between writing a shard and its record).
-    owned = _recorded_files(out_dir, work_dir)
+    owned = _recorded_files(manifest, work_dir)
     present = sorted(
         f"{sub}/{name}" for sub in ("data", "metadata") for name in store.list(sub) if name not in PLACEHOLDERS
     )

@@ -42,7 +42,16 @@ from .errors import ShardkitError, UsageError, listed
 from .formats import SHARD_SUFFIXES
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
 from .metadata import sha256_stream
-from .outdir import WORK_DIR, HashCache, locked, pull_small_files, shard_problem, url_shard_problem
+from .outdir import (
+    PLACEHOLDERS,
+    WORK_DIR,
+    HashCache,
+    is_small_file,
+    locked,
+    pull_small_files,
+    shard_problem,
+    url_shard_problem,
+)
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
 from .store import UrlStore, is_url, run_folder
@@ -85,6 +94,7 @@ class CommitPlan:
     final: list[LocalFile]
     deletions: list[str]
     skipped: list[LocalFile]
+    kept_remote: list[str] = field(default_factory=list)  # shard-like files on the Hub not shardkit's to delete
 
     @property
     def uploads(self) -> list[LocalFile]:
@@ -163,17 +173,12 @@ def is_ignored(path: str, is_dir: bool, rules: list[str]) -> bool:
     return False
 
 
-#: The files at a repo root that shardkit writes and so publishes (plus the ``*_loader.py``
-#: loading script); anything else is the user's and goes up only when named with ``include``.
-PUBLISHED_ROOT_FILES = frozenset(
-    {"README.md", ".gitattributes", ".gitignore", MANIFEST_NAME, "preview.jpg", TABLE_NAME, "data/.gitkeep"}
-)
-
-
 def is_published(rel: str, include: tuple[str, ...] = ()) -> bool:
-    """Whether a repo file other than a shard goes up: shardkit's own, or one ``include`` names
-    (a path or fnmatch pattern such as ``docs/*.md``, matched against the repo-relative path)."""
-    if rel in PUBLISHED_ROOT_FILES or ("/" not in rel and rel.endswith(LOADER_SUFFIX)):
+    """Whether a repo file other than a shard goes up: shardkit's own (a root file it writes, a
+    template's placeholder in data/), or one ``include`` names (a path or fnmatch pattern such as
+    ``docs/*.md``, matched against the repo-relative path)."""
+    folder, _, name = rel.rpartition("/")
+    if (not folder and is_small_file(name)) or (folder == "data" and name in PLACEHOLDERS):
         return True
     return any(fnmatch.fnmatchcase(rel, pattern.strip("/")) for pattern in include)
 
@@ -325,15 +330,10 @@ def plan_commits(
     if batch and shard_todo:
         batches.append(batch)
     local_paths = {f.path for f in shard_files}
-    deletions = sorted(
-        p
-        for p in remote
-        if p.startswith(SHARD_FOLDERS)
-        and p not in local_paths
-        and _is_shard(p)
-        and (deletable is None or p in deletable)
-    )
-    return CommitPlan(batches=batches, final=final, deletions=deletions, skipped=skipped)
+    gone = sorted(p for p in remote if p.startswith(SHARD_FOLDERS) and p not in local_paths and _is_shard(p))
+    deletions = [p for p in gone if deletable is None or p in deletable]
+    kept = [p for p in gone if p not in deletions]
+    return CommitPlan(batches=batches, final=final, deletions=deletions, skipped=skipped, kept_remote=kept)
 
 
 def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[str, RemoteFile]) -> set[str]:
@@ -345,10 +345,10 @@ def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[s
         path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision)
     try:
         with open(path, encoding="utf-8") as f:
-            shards = json.load(f).get("shards", [])
-        return {str(s[key]) for s in shards for key in ("file", "metadata")}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            published = Manifest.from_json(json.load(f))
+    except (OSError, ValueError, TypeError, KeyError):
         return set()  # not a manifest shardkit can read: delete nothing
+    return {rel for shard in published.shards for rel in (shard.file, shard.metadata)}
 
 
 def _is_shard(path: str) -> bool:
@@ -648,12 +648,8 @@ def _push_locked(
     unchanged = functools.partial(is_unchanged, store=store)
     deletable = _published_by_shardkit(api, repo_id, head, remote)
     plan = plan_commits(shard_files, other_files, remote, config.files_per_commit, unchanged, deletable)
-    local_paths = {f.path for f in shard_files}
-    kept = sorted(
-        p for p in remote if p.startswith(SHARD_FOLDERS) and _is_shard(p) and p not in deletable | local_paths
-    )
-    if kept:
-        shown = listed(kept, 10)
+    if plan.kept_remote:
+        shown = listed(plan.kept_remote, 10)
         log.warning("left on the Hub: %s (no shardkit manifest there names them, so they are not removed)", shown)
 
     uploads = plan.uploads

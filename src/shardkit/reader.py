@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ShardkitError, UsageError
 from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
+from .metadata import EXT_RE, KEY_RE
 from .store import filesystem_for, is_url
 from .tarformat import TarFormatError, iter_tar_members
 from .zipformat import ZipFormatError, iter_members
@@ -226,10 +227,6 @@ def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[di
         reader.close()
 
 
-#: A Parquet row's file path as shardkit writes it: ``<key><ext>`` (never a path to follow).
-_PARQUET_PATH = re.compile(r"^([0-9a-f]{8,128})\.[A-Za-z0-9]{1,16}$")
-
-
 def _iter_parquet_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
     import pyarrow.parquet as pq
 
@@ -247,9 +244,15 @@ def _iter_parquet_shard(source: Source, shard: str, file_column: str) -> Iterato
             f = stack.enter_context(open(source.locate(shard), "rb"))
         for batch in pq.ParquetFile(f).iter_batches(batch_size=16):
             for row in batch.to_pylist():
-                file_path = (row.get(file_column) or {}).get("path")
-                match = _PARQUET_PATH.match(file_path) if isinstance(file_path, str) else None
-                if match is None or match.group(1) != row.get("key"):
+                # The path as shardkit writes it, <key><ext> (never a path to follow).
+                file_path, key = (row.get(file_column) or {}).get("path"), row.get("key")
+                if not (
+                    isinstance(file_path, str)
+                    and isinstance(key, str)
+                    and KEY_RE.match(key)
+                    and file_path.startswith(key)
+                    and EXT_RE.match(file_path[len(key) :])
+                ):
                     raise ShardkitError(
                         f"{source.locate(shard)}: row {row.get('key')!r} names its file {file_path!r}, not <key><ext>"
                     )

@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
+from .metadata import sha256_stream
 from .parquetformat import arrow_schema
 
 if TYPE_CHECKING:
@@ -37,8 +38,9 @@ def table_schema(features: list[dict[str, Any]]) -> pa.Schema:
     return arrow_schema([*_LEADING, *features[1:]])
 
 
-def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], features: list[dict[str, Any]]) -> int:
-    """Write the table to ``path`` atomically from (shard file, its metadata.jsonl bytes); return its rows."""
+def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], features: list[dict[str, Any]]) -> str:
+    """Write the table to ``path`` atomically from (shard file, its metadata.jsonl bytes); return
+    its sha256 (the manifest records it)."""
     import pyarrow as pa
     import pyarrow.json as pa_json
     import pyarrow.parquet as pq
@@ -46,7 +48,6 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
     schema = table_schema(features)
     line_schema = pa.schema([field for field in schema if field.name != SHARD_COLUMN])
     tmp = f"{path}.partial"
-    rows = 0
     try:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             for shard, lines in shards:
@@ -60,15 +61,15 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
                 )
                 table = table.add_column(0, SHARD_COLUMN, pa.array([shard] * table.num_rows, pa.string()))
                 writer.write_table(table.select(schema.names).cast(schema), row_group_size=table.num_rows)
-                rows += table.num_rows
         with open(tmp, "rb") as f:  # durable before it is named, as every file shardkit publishes
             os.fsync(f.fileno())
+            sha256 = sha256_stream(f)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return rows
+    return sha256
 
 
 def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]]) -> list[str]:

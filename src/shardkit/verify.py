@@ -41,6 +41,7 @@ from .errors import UsageError
 from .formats import PARQUET, TAR, ZIP, ShardFormat
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .metadata import can_decode, decode_problem, sha256_stream
+from .outdir import PLACEHOLDERS
 from .progress import NullProgress, Progress
 from .store import LocalStore, ShardStore, store_for
 from .streamio import crc32
@@ -360,7 +361,7 @@ def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResu
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
     for sub in ("data", "metadata"):  # a dataset's folders: anything else there is not the dataset
         for name in store.list(sub):
-            if name != ".gitkeep" and f"{sub}/{name}" not in named:
+            if name not in PLACEHOLDERS and f"{sub}/{name}" not in named:
                 report.problems.append(Problem(f"{sub}/{name}", f"not named in {MANIFEST_NAME}"))
     ranges = sorted((r.keys, s.file) for r, s in zip(results, manifest.shards, strict=True) if r.keys)
     for (a, file_a), (b, file_b) in itertools.pairwise(ranges):
