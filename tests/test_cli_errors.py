@@ -254,8 +254,8 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
     corpus = make_corpus(20)
     out = tmp_path / "out"
     # 3000 rows (keys given) over the 20 files; the highest key, alone in the last shard written,
-    # names a file that becomes a FIFO after the check: a read that never returns, like a file
-    # on a hung network mount.
+    # names a file whose read never returns, like a file on a hung network mount (see
+    # tests/hang_on_read).
     target = corpus.images / "target.jpg"
     target.write_bytes(b"\xff\xd8 target")
     for i in range(3000):  # distinct file_names (one file may not be published twice), cheap to make
@@ -276,30 +276,31 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
         jobs,
         "-q",
     ]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    hang = {**os.environ, "PYTHONPATH": str(Path(__file__).parent / "hang_on_read")}
+    proc = subprocess.Popen(
+        cmd,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**hang, "SHARDKIT_TEST_HANG_ON_READ": target.name},
+    )
     try:
         deadline = time.monotonic() + 30
-        while not (out / ".shardkit" / "state.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.002)
-        target.unlink()
-        os.mkfifo(target)
         while len(shard_files(out)) < 15 and time.monotonic() < deadline:  # all but the last shard
             time.sleep(0.01)
         time.sleep(0.3)
-        assert proc.poll() is None and not (out / "shards.json").exists()  # stuck on the FIFO
+        assert proc.poll() is None and not (out / "shards.json").exists()  # stuck on the read
         started = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
         _, stderr = proc.communicate(timeout=20)
     finally:
-        if proc.poll() is None:  # a failed assertion must not leave a packer blocked on the FIFO
+        if proc.poll() is None:  # a failed assertion must not leave a packer blocked
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert time.monotonic() - started < 2
     assert proc.returncode == 130, stderr
     assert "interrupted; re-run the same command to resume" in stderr
     assert list((out / ".shardkit" / "tmp").glob("*.partial")) == []
-    target.unlink()
-    target.write_bytes(b"\xff\xd8 target")
     rerun = subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=False)
     assert rerun.returncode == 0, rerun.stderr
     summary = json.loads(rerun.stdout)

@@ -1,11 +1,15 @@
 """Reading a shard's files for the writer, in row order, with their CRC-32.
 
+Every file is opened through :func:`~shardkit.inputfile.open_inside` and compared with what the
+check saw, so a file rewritten or swapped since (for a symlink to a file outside IMAGES_DIR, say)
+is refused, never published.
+
 Two ways, and the reader moves between them as it goes:
 
 * **read ahead**: a thread pool reads the files ahead, in batches of consecutive rows, into a
   fixed ring buffer (:class:`Ring`), so a cold cache or a network filesystem has many reads in
   flight. Memory is the ring's, whatever the files weigh; a file larger than half the ring is
-  only checksummed here and copied in chunks by the writer.
+  copied in chunks by the writer at its turn (:class:`BigFile`).
 * **inline**: the writer's own thread reads each file when its turn comes. While the files are
   in the page cache (a warm cache, files just made), a read is a memory copy, and handing it to
   another thread costs more CPU than the copy (on the bench's 2-core VM, 1 GB of warm 100 KB
@@ -24,13 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
-from .errors import ShardkitError
+from .inputfile import OutsideImagesDir, SourceChanged, open_inside, stamp
 from .staging import StagedRow
 from .streamio import crc32
 from .threads import interruptible_pool
@@ -48,16 +54,6 @@ MODE_WINDOW = 64
 MAX_MISSES = 4
 
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # Linux 4.14+
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
-
-class SourceChanged(ShardkitError):
-    """A file changed between the check and the write."""
-
-
-#: What the reader gives the writer per row: the row, its file's path, the file's bytes (a ring
-#: region, valid until the next item is asked for; None for a file too big for the ring) and CRC.
-Fetched = tuple[StagedRow, str, "memoryview | None", int]
 
 
 class Ring:
@@ -144,49 +140,134 @@ def forget_ring() -> None:
     _state.ring = None
 
 
-def read_file(path: str, line: int, expected: int, region: memoryview | None, nowait: bool) -> tuple[int, bool | None]:
-    """Read a file into its region (or, for a file too big to hold, only checksum it).
+#: What the reader gives the writer per row: the row, its file's path, and either the file's
+#: bytes (a ring region, valid until the next item is asked for) with their CRC-32, or, for a file
+#: too big for the ring, a :class:`BigFile` to copy at its turn (and 0).
+Fetched = tuple[StagedRow, str, "memoryview | BigFile", int]
+
+
+def _opened(row: StagedRow, path: str, inside: str) -> int:
+    """The row's file, open through a descriptor inside IMAGES_DIR, as the check saw it."""
+    try:
+        fd, st = open_inside(path, inside)
+    except OutsideImagesDir as exc:
+        raise SourceChanged(f"{exc} (metadata line {row.line}): refused") from None
+    except OSError as exc:
+        raise SourceChanged(f"{path} (metadata line {row.line}): cannot read: {exc.strerror}") from exc
+    if row.stamp and stamp(st) != row.stamp:
+        os.close(fd)
+        how = f"{st.st_size} bytes, {row.size} when checked" if st.st_size != row.size else "modified since"
+        raise _changed(row, path, how)
+    return fd
+
+
+def _changed(row: StagedRow, path: str, how: str) -> SourceChanged:
+    return SourceChanged(
+        f"{path} (metadata line {row.line}): file changed since it was checked ({how}); nothing of it was"
+        " published: re-run to pack it as it is now"
+    )
+
+
+def _check_key(row: StagedRow, path: str, digest: str) -> None:
+    """A row keyed by its file's hash: the bytes written must be the bytes hashed."""
+    if row.content_keyed and not digest.startswith(row.key):
+        raise _changed(row, path, f"its bytes no longer hash to its key {row.key}")
+
+
+def read_file(row: StagedRow, path: str, inside: str, region: memoryview, nowait: bool) -> tuple[int, bool | None]:
+    """Read a file into its region, through one descriptor inside IMAGES_DIR (``inside``).
 
     Returns the CRC-32 and whether the file came whole from memory (None: not known, without
-    ``nowait`` or a region). Checks the file still has the size it had when checked: the read
-    asks for one byte more than that, so a grown file shows without another read (a regular
-    file's read comes back short only at its end).
+    ``nowait``). Checks the file is still as checked: its stamp, its size (the read asks for
+    one byte more, so a grown file shows without another read: a regular file's read comes
+    back short only at its end) and, for a content key, the hash of the bytes read.
     """
-    crc = 0
     size = 0
     cached = None
+    fd = _opened(row, path, inside)
     try:
-        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
-        try:
-            if region is not None:
-                spare = bytearray(1)
-                want = len(region)
-                if nowait:
-                    cached = False
-                    with contextlib.suppress(BlockingIOError):  # not all in memory: read it the slow way
-                        size = os.preadv(fd, [region, spare], 0, _NOWAIT)
-                        cached = size >= want
-                while size < want:  # one call per file, unless a read comes back short before the end
-                    n = os.preadv(fd, [region[size:], spare], size)
-                    size += n
-                    if not n:
-                        break
-                crc = crc32(region[: min(size, want)])
-            else:
-                while chunk := os.read(fd, COPY_CHUNK):
-                    size += len(chunk)
-                    crc = crc32(chunk, crc)
-        finally:
-            os.close(fd)
+        spare = bytearray(1)
+        want = len(region)
+        if nowait:
+            cached = False
+            with contextlib.suppress(BlockingIOError):  # not all in memory: read it the slow way
+                size = os.preadv(fd, [region, spare], 0, _NOWAIT)
+                cached = size >= want
+        while size < want:  # one call per file, unless a read comes back short before the end
+            n = os.preadv(fd, [region[size:], spare], size)
+            size += n
+            if not n:
+                break
     except OSError as exc:
         if exc.errno == errno.EOPNOTSUPP and nowait:
             raise _NoWaitUnsupported from None
-        raise SourceChanged(f"{path} (metadata line {line}): cannot read: {exc.strerror}") from exc
-    if size != expected:
-        raise SourceChanged(
-            f"{path} (metadata line {line}): file changed while packing ({size} bytes, {expected} when checked)"
-        )
-    return crc, cached
+        raise SourceChanged(f"{path} (metadata line {row.line}): cannot read: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    if size != row.size:
+        raise _changed(row, path, f"{size} bytes, {row.size} when checked")
+    if row.content_keyed:
+        _check_key(row, path, hashlib.sha256(region).hexdigest())
+    return crc32(region), cached
+
+
+class BigFile:
+    """A file too big for the ring, copied at its turn in chunks through one descriptor.
+
+    Read twice through that descriptor: once for the CRC-32 (which a ZIP member's header
+    carries before its data), once to copy, checking the copied bytes have that CRC (and, for
+    a content key, hash to the key), so what is published is what the header describes.
+    """
+
+    def __init__(self, row: StagedRow, path: str, inside: str) -> None:
+        self.row, self.path, self.inside = row, path, inside
+        self._fd = -1
+        self.crc = 0
+
+    def __enter__(self) -> BigFile:
+        self._fd = _opened(self.row, self.path, self.inside)
+        try:
+            self.crc = self._pass(None)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)
+
+    def copy_to(self, write: Callable[[bytes], object]) -> None:
+        digest = hashlib.sha256() if self.row.content_keyed else None
+        if self._pass(write, digest) != self.crc:
+            raise _changed(self.row, self.path, "rewritten while it was copied")
+        if digest is not None:
+            _check_key(self.row, self.path, digest.hexdigest())
+
+    def read_all(self) -> bytes:
+        chunks: list[bytes] = []
+        self.copy_to(chunks.append)
+        return b"".join(chunks)
+
+    def _pass(self, write: Callable[[bytes], object] | None, digest: Any = None) -> int:
+        crc = 0
+        offset = 0
+        try:
+            while offset < self.row.size:
+                chunk = os.pread(self._fd, min(COPY_CHUNK, self.row.size - offset), offset)
+                if not chunk:
+                    break
+                crc = crc32(chunk, crc)
+                if digest is not None:
+                    digest.update(chunk)
+                if write is not None:
+                    write(chunk)
+                offset += len(chunk)
+            grown = offset == self.row.size and os.pread(self._fd, 1, offset)
+        except OSError as exc:
+            raise SourceChanged(f"{self.path} (metadata line {self.row.line}): cannot read: {exc.strerror}") from exc
+        if offset != self.row.size or grown:
+            raise _changed(self.row, self.path, "its size changed while it was copied")
+        return crc
 
 
 _Wanted = tuple[StagedRow, str, "memoryview | None"]  # a row, its file's path, the region to read it into
@@ -205,22 +286,29 @@ class _Reader:
     ) -> None:
         self.rows = rows
         self.images_root = os.path.join(images_dir, "")  # + a checked file_name: relative, no ".."
+        self.inside = os.path.join(os.path.realpath(images_dir), "")  # where every file read must be
         self.pool = pool
         # Bounded in bytes by the ring and in count here: tiny files would otherwise put tens
         # of thousands of reads (and their bookkeeping) in flight.
         self.max_in_flight = threads * 2 * READ_BATCH_ROWS
         self.ring = ring
-        self.big = max(ring.capacity // 2, 1)  # larger files are checksummed, then copied in chunks
+        self.big = max(ring.capacity // 2, 1)  # larger files are copied in chunks at their turn (BigFile)
         self.nowait = bool(_NOWAIT)
 
     def read(self, row: StagedRow, path: str, region: memoryview | None) -> _Answer:
-        """Read one file (on any thread); a filesystem without RWF_NOWAIT turns it off for good."""
+        """Read one file (on any thread); a filesystem without RWF_NOWAIT turns it off for good.
+        A file too big for the ring (no region) is read by the writer, at its turn."""
+        if region is None:
+            return 0, None
         if self.nowait:
             try:
-                return read_file(path, row.line, row.size, region, True)
+                return read_file(row, path, self.inside, region, True)
             except _NoWaitUnsupported:
                 self.nowait = False
-        return read_file(path, row.line, row.size, region, False)
+        return read_file(row, path, self.inside, region, False)
+
+    def fetched(self, row: StagedRow, path: str, region: memoryview | None, crc: int) -> Fetched:
+        return row, path, region if region is not None else BigFile(row, path, self.inside), crc
 
     def read_batch(self, batch: list[_Wanted]) -> list[_Answer]:
         return [self.read(row, path, region) for row, path, region in batch]
@@ -244,7 +332,7 @@ class _Reader:
             done_row, done_path, done_region, future, i = window.popleft()
             crc, cached = future.result()[i]
             _note(cached)
-            yield done_row, done_path, done_region, crc
+            yield self.fetched(done_row, done_path, done_region, crc)
             if done_region is not None:
                 ring.release_oldest()
 
@@ -267,7 +355,7 @@ class _Reader:
                 region = ring.take(row.size) if row.size <= self.big else None  # the ring is empty
                 crc, cached = self.read(row, path, region)
                 _note(cached)
-                yield row, path, region, crc
+                yield self.fetched(row, path, region, crc)
                 if region is not None:
                     ring.release_oldest()
                 continue

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 
 from .errors import InputProblem
+from .inputfile import OutsideImagesDir, open_inside, stamp
 from .threads import interruptible_pool
 
 KEY_RE = re.compile(r"^[0-9a-f]{8,128}$")
@@ -47,6 +48,9 @@ class SourceRecord:
     size: int  # bytes of the file
     ext: str  # extension kept from the source name, e.g. ".jpg"
     fields: dict[str, Any]  # every other column, in input order, without file_name and key
+    #: The file as the check saw it (:func:`~shardkit.inputfile.stamp`), for the writer to compare.
+    stamp: str = ""
+    content_keyed: bool = False  # the key is the hash of the file's bytes (the row gave none)
 
 
 def member_name(key: str, ext: str) -> str:
@@ -76,22 +80,26 @@ _PUBLISHED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_n
 
 
 def sha256_file(path: str) -> str:
-    """The hex sha256 of a file (several run at once on the check threads).
+    """The hex sha256 of a file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        return sha256_fd(fd)
+    finally:
+        os.close(fd)
 
-    Read with ``readv`` into this thread's reused buffer: a buffered ``read`` allocated 1 MiB for
-    every file and copied it twice, and hashing the bench's 10,000 files of 100 KB took 1.9-2.2 s
-    that way on 8 threads against 1.4-1.5 s (one thread: 2.2 s, 1.5-1.8 s).
+
+def sha256_fd(fd: int) -> str:
+    """The hex sha256 of what is left to read in an open file (several run at once on the check threads).
+
+    Read with ``readv`` into this thread's reused buffer: a buffered ``read`` would allocate
+    a chunk for every file and copy it twice.
     """
     buffer: memoryview | None = getattr(_hash_buffers, "buffer", None)
     if buffer is None:
         buffer = _hash_buffers.buffer = memoryview(bytearray(_FILE_HASH_CHUNK))
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        while n := os.readv(fd, [buffer]):
-            digest.update(buffer[:n])
-    finally:
-        os.close(fd)
+    while n := os.readv(fd, [buffer]):
+        digest.update(buffer[:n])
     return digest.hexdigest()
 
 
@@ -107,8 +115,9 @@ def sha256_stream(f: IO[bytes]) -> str:
     return digest.hexdigest()
 
 
-def content_key(path: str) -> str:
-    return sha256_file(path)[:CONTENT_KEY_HEX_DIGITS]
+def content_key_of(sha256_hex: str) -> str:
+    """A row's key when it gives none: the first hex digits of its file's sha256."""
+    return sha256_hex[:CONTENT_KEY_HEX_DIGITS]
 
 
 def open_metadata(path: str) -> IO[bytes]:
@@ -350,8 +359,9 @@ class _FileChecker:
         outcome = self._stat(p)
         if isinstance(outcome, str):
             return InputProblem(p.row.line, outcome, _dump(p.row.obj))
-        size, hashed = outcome
-        return SourceRecord(p.row.line, p.key or hashed or "", p.file_name, size, p.ext, p.fields)
+        st, hashed = outcome
+        key = p.key or content_key_of(hashed or "")
+        return SourceRecord(p.row.line, key, p.file_name, st.st_size, p.ext, p.fields, stamp(st), p.key is None)
 
     def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
         return [item if isinstance(item, InputProblem) else self.check(item) for item in batch]
@@ -381,7 +391,8 @@ class _FileChecker:
         self._fast = time.perf_counter() - started <= INLINE_SECONDS_PER_ROW * len(batch)
         return out
 
-    def _stat(self, p: _Pending) -> tuple[int, str | None] | str:
+    def _stat(self, p: _Pending) -> tuple[os.stat_result, str | None] | str:
+        """The file's stat and, for a row without a key, its sha256; or a problem."""
         directory, _, base = p.path.rpartition(os.sep)
         try:
             real = os.path.join(self._real_dir(directory), base)
@@ -397,16 +408,38 @@ class _FileChecker:
             return f"file_name {p.file_name!r} resolves outside IMAGES_DIR (a symlink to {real!r}?)"
         if not stat.S_ISREG(st.st_mode):
             return f"not a regular file: {p.path}"
+        if problem := self._size_problem(p, st):
+            return problem
+        hashing = p.key is None
+        decoding = self.decode and can_decode(p.ext)
+        if not (hashing or decoding):
+            return st, None
+        # Hashed and decoded through one descriptor that cannot leave IMAGES_DIR (see .inputfile).
+        try:
+            fd, st = open_inside(p.path, self.prefix)
+        except OutsideImagesDir as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"cannot read {p.path}: {exc.strerror}"
+        with os.fdopen(fd, "rb") as f:
+            try:
+                if problem := self._size_problem(p, st):
+                    return problem
+                hashed = sha256_fd(fd) if hashing else None
+                if decoding:
+                    f.seek(0)
+                    if problem := decode_problem(f, p.ext):
+                        return f"{p.path}: {problem}"
+            except OSError as exc:
+                return f"cannot read {p.path}: {exc.strerror}"
+        return st, hashed
+
+    def _size_problem(self, p: _Pending, st: os.stat_result) -> str | None:
         if st.st_size == 0:
             return f"empty file: {p.path}"
         if st.st_size > self.max_file_bytes:
             return f"file is {st.st_size} bytes, more than fits in one shard ({self.max_file_bytes} bytes): {p.path}"
-        try:
-            if self.decode and can_decode(p.ext) and (problem := decode_problem(real, p.ext)):
-                return f"{p.path}: {problem}"
-            return st.st_size, None if p.key is not None else content_key(real)
-        except OSError as exc:
-            return f"cannot read {p.path}: {exc.strerror}"
+        return None
 
 
 #: Audio extensions -> the libsndfile format that decodes them (soundfile; datasets 3.x decodes

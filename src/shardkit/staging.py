@@ -8,7 +8,11 @@ when any key, file size, source path or published field changes.
 
 A staged line::
 
-    key \\t line(12 digits) \\t size \\t ext \\t json(source) \\t metadata.jsonl line
+    key \\t line(12 digits) \\t size \\t ext \\t check \\t json(source) \\t metadata.jsonl line
+
+``check`` is what the writer compares the file with: the check's stamp of it
+(:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, else ``:k``.
+It is not part of the fingerprint: touching a file does not change what gets published.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class StagedRow:
     source: str
     metadata_line: str
     offset: int = 0  # byte offset of this row in sorted.tsv
+    stamp: str = ""  # the file as the check saw it; "" compares nothing (rows made by hand, in tests)
+    content_keyed: bool = False  # the key is the hash of the file's bytes: the writer hashes them again
 
 
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
@@ -54,14 +60,16 @@ def json_string(text: str) -> str:
 
 def format_staged(record: SourceRecord, metadata_line: str) -> str:
     source = json_string(record.source)
-    return f"{record.key}\t{record.line:012d}\t{record.size}\t{record.ext}\t{source}\t{metadata_line}\n"
+    check = f"{record.stamp}:{'h' if record.content_keyed else 'k'}"
+    return f"{record.key}\t{record.line:012d}\t{record.size}\t{record.ext}\t{check}\t{source}\t{metadata_line}\n"
 
 
 def parse_staged(text: str, offset: int = 0) -> StagedRow:
-    key, line, size, ext, source, metadata_line = text.rstrip("\n").split("\t", 5)
+    key, line, size, ext, check, source, metadata_line = text.rstrip("\n").split("\t", 6)
     # As json_string wrote it: without a backslash, the name between the quotes is the name.
     source = source[1:-1] if "\\" not in source else json.loads(source)
-    return StagedRow(key, int(line), int(size), ext, source, metadata_line, offset)
+    file_stamp, _, how = check.rpartition(":")
+    return StagedRow(key, int(line), int(size), ext, source, metadata_line, offset, file_stamp, how == "h")
 
 
 class RunWriter:
@@ -179,7 +187,7 @@ def merge_runs(
             if key == prev_key:
                 duplicate_count += 1
                 if len(duplicates) < keep_problems:
-                    raw = rest.split("\t", 3)[3].rstrip("\n")
+                    raw = rest.split("\t", 4)[4].rstrip("\n")
                     duplicates.append(InputProblem(line, f"duplicate key {key} (first used on line {prev_line})", raw))
                 continue
             prev_key, prev_line = key, line
@@ -187,9 +195,11 @@ def merge_runs(
                 head, published = rest.rsplit("\t", 1)  # published JSON escapes every tab
                 rest = f"{head}\t{retype(published[:-1])}\n"
                 text = f"{key}\t{line_text}\t{rest}"
-            # The input line number is not part of the fingerprint: moving rows around in the
-            # metadata file does not change what gets published.
-            fingerprint.update(rest.encode("utf-8"))
+            # Neither the input line number nor the file's stamp is part of the fingerprint:
+            # moving rows around in the metadata file, or touching a file, does not change
+            # what gets published.
+            size, ext, _, source_published = rest.split("\t", 3)
+            fingerprint.update(f"{size}\t{ext}\t{source_published}".encode())
             fingerprint.update(key.encode("ascii"))
             out.write(text)
             rows += 1
@@ -254,7 +264,7 @@ def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = 
 
 def _cost(fmt: ShardFormat, key: str, rest: str) -> int:
     """A staged row's shard cost from its text after "key\tline\t"."""
-    size, ext, _, published = rest.split("\t", 3)
+    size, ext, _, _, published = rest.split("\t", 4)
     return fmt.row_cost(len(key), len(ext), int(size), len(published.encode("utf-8")) - 1)
 
 
@@ -278,7 +288,7 @@ def iter_published_lines(path: str, offset: int, count: int) -> Iterator[bytes]:
     Sliced from the staged bytes as they are: nothing is decoded or re-encoded.
     """
     for _, raw in _raw_rows(path, offset, count):
-        yield raw.split(b"\t", 5)[5]
+        yield raw.split(b"\t", 6)[6]
 
 
 def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterator[StagedRow]:
@@ -300,6 +310,6 @@ class StagedEntries:
     def __iter__(self) -> Iterator[PlanEntry]:
         row_cost = self.fmt.row_cost
         for offset, raw in _raw_rows(self.path, 0, None):
-            key, _, size, ext, _, published = raw.split(b"\t", 5)
+            key, _, size, ext, _, _, published = raw.split(b"\t", 6)
             cost = row_cost(len(key), len(ext), int(size), len(published) - 1)  # the line without "\n"
             yield PlanEntry(key.decode("ascii"), cost, offset)

@@ -28,12 +28,12 @@ from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from .errors import ShardkitError
-from .fetch import COPY_CHUNK, Fetched, SourceChanged, forget_ring, read_in_order
+from .fetch import BigFile, Fetched, forget_ring, read_in_order
 from .formats import METADATA_MEMBER, PARQUET, TAR, ZIP, format_named
 from .manifest import ManifestShard
 from .plan import ShardPlan
 from .shardfile import ShardFile
-from .staging import StagedRow, iter_published_lines, iter_staged
+from .staging import iter_published_lines, iter_staged
 from .store import store_for
 from .streamio import crc32
 from .tarformat import TarWriter
@@ -73,22 +73,6 @@ def _read_ahead(job: ShardJob) -> contextlib.AbstractContextManager[Iterator[Fet
     return read_in_order(rows, job.images_dir, threads=job.read_threads, ring_bytes=job.prefetch_bytes)
 
 
-def _copy_streaming(zw: ZipWriter | TarWriter, path: str, row: StagedRow, crc: int) -> None:
-    """Copy a big file in chunks; its CRC (computed just before) must still match."""
-    check = 0
-    with open(path, "rb") as f:
-        remaining = row.size
-        while remaining:
-            chunk = f.read(min(COPY_CHUNK, remaining))
-            if not chunk:
-                break
-            zw.write_data(chunk)
-            check = crc32(chunk, check)
-            remaining -= len(chunk)
-    if remaining or check != crc:
-        raise SourceChanged(f"{path} (metadata line {row.line}): file changed while packing")
-
-
 def _fsync_close(f: BinaryIO, fsync: bool) -> None:
     f.flush()
     if fsync:
@@ -124,27 +108,31 @@ def _write_zip(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
         meta.write(line)
     # Pass 3: the members, read ahead on a thread pool into a fixed ring buffer.
     with _read_ahead(job) as files:
-        for row, path, data, crc in files:
-            zw.start_member(ZIP.member_name(row.key, row.ext), row.size, crc)
-            if data is not None:
-                zw.write_data(data)
+        for row, _, data, crc in files:
+            if isinstance(data, BigFile):
+                with data:
+                    zw.start_member(ZIP.member_name(row.key, row.ext), row.size, data.crc)
+                    data.copy_to(zw.write_data)
             else:
-                _copy_streaming(zw, path, row, crc)
+                zw.start_member(ZIP.member_name(row.key, row.ext), row.size, crc)
+                zw.write_data(data)
     return zw.close()
 
 
 def _write_tar(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
     tw = TarWriter(out)
     with _read_ahead(job) as files:
-        for row, path, data, crc in files:
+        for row, _, data, crc in files:
             line = row.metadata_line.encode("utf-8")
             tw.add(f"{row.key}.json", line)
             meta.write(line + b"\n")
-            tw.start_member(TAR.member_name(row.key, row.ext), row.size)
-            if data is not None:
-                tw.write_data(data)
+            if isinstance(data, BigFile):
+                with data:
+                    tw.start_member(TAR.member_name(row.key, row.ext), row.size)
+                    data.copy_to(tw.write_data)
             else:
-                _copy_streaming(tw, path, row, crc)
+                tw.start_member(TAR.member_name(row.key, row.ext), row.size)
+                tw.write_data(data)
     return tw.close()
 
 
@@ -155,14 +143,12 @@ def _write_parquet(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
         raise ShardkitError(f"internal error: no features to type {job.plan.name}'s columns")
     pw = ParquetShardWriter(out, job.features)
     with _read_ahead(job) as files:
-        for row, path, data, crc in files:
-            if data is not None:
-                content = bytes(data)
+        for row, _, data, _ in files:
+            if isinstance(data, BigFile):
+                with data:
+                    content = data.read_all()
             else:
-                with open(path, "rb") as f:
-                    content = f.read()
-                if len(content) != row.size or crc32(content) != crc:
-                    raise SourceChanged(f"{path} (metadata line {row.line}): file changed while packing")
+                content = bytes(data)
             pw.add(row.metadata_line, content)
             meta.write(row.metadata_line.encode("utf-8") + b"\n")
     return pw.close()
