@@ -313,6 +313,9 @@ def update_card(
             text = f.read()
     except FileNotFoundError:
         title = name or os.path.basename(os.path.abspath(out_dir))
+        # A folder name that is not UTF-8 (bytes Python holds as surrogates) titles the card
+        # with U+FFFD in their place: the card is UTF-8 text.
+        title = title.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         text = minimal_body(title, section)  # set_front_matter_keys puts the front matter on
     bom = "\ufeff" if text.startswith("\ufeff") else ""  # Notepad's UTF-8 mark: kept, outside the YAML
     text = text[len(bom) :]

@@ -149,6 +149,9 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
     with the stdlib ``json`` (3x faster per row than going through jsonlines' reader).
     """
     for lineno, raw in enumerate(stream, first_line):
+        if raw is TOO_LONG:
+            yield _Row(lineno, "", problem=f"line is longer than {MAX_LINE_BYTES >> 20} MiB; not packed")
+            continue
         if lineno == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
         raw = raw.rstrip(b"\r\n")
@@ -523,7 +526,7 @@ def read_metadata(
     with open_metadata(metadata_path) as stream, interruptible_pool(threads, "shardkit-check") as pool:
         if start:
             stream.seek(start)
-        lines: Iterable[bytes] = stream if end is None else _lines_until(stream, end - start)
+        lines = _bounded_lines(stream, None if end is None else end - start)
         for row in _parse_rows(lines, first_line):
             batch.append(_pending_or_problem(row, images_root))
             if len(batch) < _BATCH:
@@ -547,13 +550,29 @@ def read_metadata(
             yield from window.popleft().result()
 
 
-def _lines_until(stream: IO[bytes], length: int) -> Iterator[bytes]:
-    """The whole lines of the next ``length`` bytes (a range ends just after a newline)."""
-    for raw in stream:
-        yield raw
-        length -= len(raw)
-        if length <= 0:
+#: A longer metadata line is refused without being held in memory (it would be published in
+#: the shard's metadata.jsonl and the metadata table, and read whole by every reader of them).
+MAX_LINE_BYTES = 16 << 20
+#: What :func:`_bounded_lines` yields in place of a line longer than MAX_LINE_BYTES.
+TOO_LONG = b"\0too long"
+
+
+def _bounded_lines(stream: IO[bytes], length: int | None) -> Iterator[bytes]:
+    """The lines of ``stream`` (of its next ``length`` bytes, whole lines: a range ends just
+    after a newline), each at most MAX_LINE_BYTES; :data:`TOO_LONG` for each longer one."""
+    while length is None or length > 0:
+        raw = stream.readline(MAX_LINE_BYTES + 1)
+        if not raw:
             return
+        if length is not None:
+            length -= len(raw)
+        if len(raw) > MAX_LINE_BYTES:
+            while raw and not raw.endswith(b"\n"):  # skip the rest of it, a chunk at a time
+                raw = stream.readline(1 << 20)
+                if length is not None:
+                    length -= len(raw)
+            raw = TOO_LONG
+        yield raw
 
 
 def _pending_or_problem(row: _Row, images_root: str) -> _Pending | InputProblem:

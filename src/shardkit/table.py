@@ -49,7 +49,9 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
     line_schema = pa.schema([field for field in schema if field.name != SHARD_COLUMN])
     tmp = f"{path}.partial"
     try:
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        # An open file, not a path: pyarrow takes a path for a URI and cannot encode a folder
+        # name that is not UTF-8.
+        with open(tmp, "wb") as out, pq.ParquetWriter(out, schema, compression="zstd") as writer:
             for shard, lines in shards:
                 if not lines:
                     continue

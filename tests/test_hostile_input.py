@@ -1,0 +1,130 @@
+"""Hostile and broken input, through the CLI as a user meets it.
+
+Every case: ``pack-shards`` exits non-zero, names the metadata file and line of the bad row in
+one line, shows no traceback, and writes nothing (OUT_DIR is not even created). Files changed
+between the check and the write are in tests/test_input_race.py; hostile shards in
+tests/test_hostile_shards.py and tests/test_hostile_parquet.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shardkit.metadata import MAX_LINE_BYTES
+from tests.conftest import tiny_image
+
+PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
+GOOD = b'{"file_name": "a.jpg", "n": 1}\n'
+
+
+def _outside_symlink(images: Path) -> None:
+    (images.parent / "secret.jpg").write_bytes(tiny_image(9))
+    (images / "link.jpg").symlink_to(images.parent / "secret.jpg")
+
+
+def _fifo(images: Path) -> None:
+    os.mkfifo(images / "pipe.jpg")
+
+
+def _device(images: Path) -> None:
+    (images / "dev.jpg").symlink_to("/dev/zero")
+
+
+def _directory(images: Path) -> None:
+    (images / "dir.jpg").mkdir()
+
+
+def _empty(images: Path) -> None:
+    (images / "empty.jpg").write_bytes(b"")
+
+
+def _nothing(images: Path) -> None:
+    pass
+
+
+#: (case, bad line (bytes, without its newline), what makes the files, what the message says)
+CASES: list[tuple[str, bytes, Callable[[Path], None], str]] = [
+    ("path traversal", b'{"file_name": "../secret.jpg"}', _nothing, "contains '..'"),
+    ("absolute path", b'{"file_name": "/etc/passwd.jpg"}', _nothing, "is absolute"),
+    ("drive letter", b'{"file_name": "C:/x.jpg"}', _nothing, "is absolute"),
+    ("NUL in file_name", b'{"file_name": "a\\u0000.jpg"}', _nothing, "contains a NUL byte"),
+    ("symlink outside", b'{"file_name": "link.jpg"}', _outside_symlink, "resolves outside IMAGES_DIR"),
+    ("device", b'{"file_name": "dev.jpg"}', _device, "resolves outside IMAGES_DIR"),
+    ("FIFO", b'{"file_name": "pipe.jpg"}', _fifo, "not a regular file"),
+    ("directory", b'{"file_name": "dir.jpg"}', _directory, "not a regular file"),
+    ("empty file", b'{"file_name": "empty.jpg"}', _empty, "empty file"),
+    ("missing file", b'{"file_name": "nowhere.jpg"}', _nothing, "file not found"),
+    ("no extension", b'{"file_name": "a"}', _nothing, "has no usable extension"),
+    ("NaN", b'{"file_name": "a.jpg", "n": NaN}', _nothing, "not JSON compliant"),
+    ("Infinity", b'{"file_name": "a.jpg", "n": Infinity}', _nothing, "not JSON compliant"),
+    ("mixed types", b'{"file_name": "b.jpg", "n": "one"}', _nothing, "is a string here but an integer on line 1"),
+    ("int over int64", b'{"file_name": "b.jpg", "n": 9223372036854775808}', _nothing, "outside the 64-bit integers"),
+    ("duplicate JSON key", b'{"file_name": "b.jpg", "n": 1, "n": 2}', _nothing, "appears twice in one object"),
+    ("lone surrogate value", b'{"file_name": "b.jpg", "c": "\\ud800"}', _nothing, "lone surrogate"),
+    ("lone surrogate column", b'{"file_name": "b.jpg", "\\udfff": 1}', _nothing, "lone surrogate"),
+    ("lone surrogate file_name", b'{"file_name": "\\ud800.jpg"}', _nothing, "lone surrogate"),
+    ("not UTF-8 (a Latin-1 file name)", b'{"file_name": "caf\xe9.jpg"}', _nothing, "not valid UTF-8"),
+    ("nesting 100k deep", b'{"file_name": "b.jpg", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", _nothing, "nested"),
+    ("nesting 400 deep", b'{"file_name": "b.jpg", "x": ' + b"[" * 400 + b"]" * 400 + b"}", _nothing, "nested 401 deep"),
+    ("invalid JSON", b'{"file_name": "b.jpg",', _nothing, "invalid JSON"),
+    ("not an object", b'["b.jpg"]', _nothing, "not a JSON object"),
+    ("no file_name", b'{"name": "b.jpg"}', _nothing, "missing or empty 'file_name'"),
+    ("reserved column", b'{"file_name": "b.jpg", "image": 1}', _nothing, "is reserved"),
+    ("bad key", b'{"file_name": "b.jpg", "key": "XYZ"}', _nothing, "does not fit the key scheme"),
+    ("same file twice", b'{"file_name": "./a.jpg", "n": 2}', _nothing, "duplicate key"),
+    (
+        "line over the limit",
+        b'{"file_name": "b.jpg", "c": "' + b"y" * MAX_LINE_BYTES + b'"}',
+        _nothing,
+        "line is longer than 16 MiB",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "make", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_hostile_input_is_refused_in_one_line_naming_file_and_line(
+    tmp_path: Path, line: bytes, make: Callable[[Path], None], expected: str
+) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(tiny_image(1))
+    (images / "b.jpg").write_bytes(tiny_image(2))
+    make(images)
+    meta = tmp_path / "meta.jsonl"
+    meta.write_bytes(GOOD + line + b"\n")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [PACK_SHARDS, str(images), str(meta), "-o", str(out), "-q"], capture_output=True, timeout=120, check=False
+    )
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode != 0
+    assert "Traceback" not in stderr
+    named = [text for text in stderr.splitlines() if text.startswith(f"{meta}:")]
+    assert len(named) == 1, stderr
+    assert named[0].startswith(f"{meta}:2: ") and expected in named[0], stderr
+    assert not out.exists()
+
+
+def test_folders_whose_names_are_not_utf8_pack_and_verify(tmp_path: Path) -> None:
+    """IMAGES_DIR and OUT_DIR named in bytes that are not UTF-8 (Latin-1 systems, old archives)."""
+    root = os.fsencode(tmp_path)
+    images = os.path.join(root, b"im\xe9ges")
+    out = os.path.join(root, b"d\xe9j\xe0")
+    os.mkdir(images)
+    with open(os.path.join(images, b"a.jpg"), "wb") as f:
+        f.write(tiny_image(1))
+    meta = tmp_path / "meta.jsonl"
+    meta.write_bytes(GOOD)
+    proc = subprocess.run([PACK_SHARDS, images, str(meta), "-o", out, "-q"], capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+    shardkit = str(Path(sys.executable).parent / "shardkit")
+    check = subprocess.run([shardkit, "verify", out, "--deep", "-q"], capture_output=True, check=False)
+    assert check.returncode == 0, check.stderr.decode("utf-8", "replace")
+    card = Path(os.fsdecode(os.path.join(out, b"README.md"))).read_text(encoding="utf-8")
+    assert "# d\ufffdj\ufffd" in card  # the title: what is not UTF-8 replaced, the card stays text
