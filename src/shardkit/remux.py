@@ -46,7 +46,7 @@ from typing import Any, Literal
 from .cluster import Cluster, cluster_for, run_tasks
 from .errors import ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, write_atomic
-from .metadata import KEY_RE
+from .metadata import EXT_RE, KEY_RE
 from .outdir import check_out_dir, locked
 from .progress import NullProgress, Progress
 from .store import is_url, run_folder
@@ -187,6 +187,8 @@ def open_source(config: RemuxConfig, shardkit_source: bool) -> Any:
                 )
         except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
             raise UsageError(f"cannot read {config.source!r} with datasets: {exc}") from None
+        except Exception as exc:  # a damaged source: tarfile, pyarrow, fsspec... each raise their own
+            raise ShardkitError(f"cannot read {config.source!r} with datasets: {type(exc).__name__}: {exc}") from None
     # Decoding happens here, in the batch, so the function sees what it asked for.
     for name, feature in (ds.features or {}).items():
         if isinstance(feature, datasets.Image | datasets.Audio):
@@ -220,7 +222,9 @@ def _encode(value: Any, config: RemuxConfig) -> tuple[bytes, str] | None:
         image.save(buf, format=fmt.upper(), **options)
         return buf.getvalue(), _IMAGE_EXTENSIONS[fmt]
     if isinstance(value, dict) and isinstance(value.get("bytes"), bytes | bytearray):
-        ext = os.path.splitext(str(value.get("path") or ""))[1].lower() or _sniff(value["bytes"])
+        ext = os.path.splitext(str(value.get("path") or ""))[1].lower()
+        if not EXT_RE.match(ext):  # no extension, or one no file name may carry (a source's path is data)
+            ext = _sniff(value["bytes"])
         return bytes(value["bytes"]), ext
     if isinstance(value, bytes | bytearray):
         return bytes(value), _sniff(bytes(value))
@@ -246,28 +250,69 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _with_bytes(value: Any) -> Any:
-    """A file value as ``{"bytes", "path"}`` with its bytes (datasets gives local files as a path only)."""
+def _with_bytes(value: Any, config: RemuxConfig, where: str) -> Any:
+    """A file value as ``{"bytes", "path"}`` with its bytes (datasets gives a local folder's or a
+    Hub repo's files as a path only). A path is followed only into the source itself: a hostile
+    source naming ``/etc/passwd`` or ``../..`` must not make remux read (and publish) it."""
     if isinstance(value, dict) and value.get("bytes") is None and value.get("path"):
+        path = str(value["path"])
+        if not _inside_source(path, config.source):
+            raise ShardkitError(
+                f"{where}: the file has no bytes, only a path outside the source ({path!r}); remux reads"
+                " only files the source holds"
+            )
         import fsspec  # type: ignore[import-untyped]
 
-        with fsspec.open(value["path"], "rb") as f:
-            return {"bytes": f.read(), "path": value["path"]}
+        try:
+            with fsspec.open(path, "rb") as f:
+                return {"bytes": f.read(), "path": path}
+        except OSError as exc:
+            raise ShardkitError(f"{where}: cannot read its file {path!r}: {exc}") from None
     return value
+
+
+def _inside_source(path: str, source: str) -> bool:
+    """Whether a file path datasets gave lies inside the source: under a local source folder,
+    or (the last link of a chained URL such as ``zip://x::hf://...``) in the source's Hub repo."""
+    if os.path.isdir(source):
+        root = os.path.join(os.path.realpath(source), "")
+        return "://" not in path and os.path.realpath(path).startswith(root)
+    last = path.rsplit("::", 1)[-1]
+    repo = source.removeprefix("hf://datasets/").split("@", 1)[0].strip("/")
+    return (
+        ".." not in last.split("/")
+        and last.startswith(f"hf://datasets/{repo}")
+        and last[len(f"hf://datasets/{repo}") :][:1] in ("/", "@")
+    )
 
 
 def _has_bytes(value: Any) -> bool:
     return isinstance(value, dict) and bool(value.get("bytes"))
 
 
-def _prepare_batch(batch: dict[str, list[Any]], file_columns: list[str], decode: bool) -> None:
-    """File columns as the function asked for them: PIL images, or ``{"bytes", "path"}`` dicts."""
-    from PIL import Image
+def _prepare_batch(
+    batch: dict[str, list[Any]], file_columns: list[str], config: RemuxConfig, rows: str, first: int
+) -> None:
+    """File columns as the function asked for them: PIL images, or ``{"bytes", "path"}`` dicts.
+    Messages name a row as ``f"{rows} {first + i}"``."""
+    from PIL import Image, UnidentifiedImageError
 
     for column in file_columns:
-        values = [_with_bytes(v) for v in batch[column]]
-        if decode:
-            values = [Image.open(io.BytesIO(v["bytes"])) if _has_bytes(v) else v for v in values]
+        values = [_with_bytes(v, config, f"{rows} {first + i}") for i, v in enumerate(batch[column])]
+        if config.decode:
+            for i, v in enumerate(values):
+                if not _has_bytes(v):
+                    continue
+                try:
+                    values[i] = Image.open(io.BytesIO(v["bytes"]))
+                except UnidentifiedImageError:
+                    raise ShardkitError(
+                        f"{rows} {first + i}: column {column!r} is not an image Pillow can read"
+                    ) from None
+                except (OSError, ValueError, Image.DecompressionBombError) as exc:
+                    raise ShardkitError(
+                        f"{rows} {first + i}: column {column!r} does not open as an image: {type(exc).__name__}: {exc}"
+                    ) from None
         batch[column] = values
 
 
@@ -297,7 +342,7 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
     rows_in = rows_out = 0
     lines: list[bytes] = []
     partial = f"{part}.{secrets.token_hex(4)}.partial"  # this attempt's own (see writer.write_shard)
-    for batch_rows in _batches(iter(ds), config.batch_size):
+    for batch_rows in _batches(_source_rows(ds, config.source, task.shard), config.batch_size):
         first = rows_in
         identities = [
             str(r["key"]) if isinstance(r.get("key"), str) else f"{task.shard}/{first + i}"
@@ -305,7 +350,7 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
         ]
         rows_in += len(batch_rows)
         batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
-        _prepare_batch(batch, file_columns, config.decode)
+        _prepare_batch(batch, file_columns, config, f"source shard {task.shard}, row", first)
         seeds = [sample_seed(config.seed, identity) for identity in identities]
         try:
             out = fn(batch, seeds) if with_seeds else fn(batch)
@@ -345,6 +390,26 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
     counts = json.dumps({"rows_in": rows_in, "rows_out": rows_out}).encode()
     write_atomic(_done_path(task.work_dir, task.shard), counts)  # the shard is done only now
     return task.shard, rows_in, rows_out
+
+
+def _source_rows(ds: Any, source: str, shard: int) -> Iterator[dict[str, Any]]:
+    """The source shard's rows; a source that cannot be read (damaged, hostile, gone) is one
+    error naming it, the shard and the row, not a traceback from deep inside datasets."""
+    rows = iter(ds)
+    n = 0
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except ShardkitError as exc:  # shardkit.stream's own, naming the shard file already
+            raise ShardkitError(f"cannot read source shard {shard} of {source!r}: {exc}") from None
+        except Exception as exc:  # datasets, pyarrow, fsspec and the decoders raise many types
+            raise ShardkitError(
+                f"cannot read source shard {shard} of {source!r} at row {n}: {type(exc).__name__}: {exc}"
+            ) from None
+        yield row
+        n += 1
 
 
 def _done_path(work_dir: str, shard: int) -> str:
