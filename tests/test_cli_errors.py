@@ -371,3 +371,35 @@ def test_ctrl_c_while_metadata_ranges_are_checked_stops_every_process(corpus: Co
     assert "interrupted; re-run the same command to resume" in stderr
     gone = psutil.wait_procs(workers, timeout=5)[1] == []
     assert gone  # no worker left behind, stuck or waiting for more work
+
+
+def test_a_write_that_fails_names_the_file_and_leaves_no_partial_file(corpus: Corpus, tmp_path: Path) -> None:
+    """A full disk, as the kernel reports it on a write (here a file size limit, EFBIG, which
+    fails the same call as ENOSPC does): one line naming the file, nothing half-written left."""
+    import resource
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel kills the writer instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    out = tmp_path / "out"
+    cmd = [str(Path(sys.executable).parent / "pack-shards"), str(corpus.images), str(corpus.meta), "-o", str(out)]
+    proc = subprocess.run(
+        [*cmd, "-q", "-j", "1", "--target-shard-size", "60KB"],
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {out}/") and lines[0].endswith(": File too large"), (
+        proc.stderr
+    )
+    assert not list(out.rglob("*.partial")) and not (out / "shards.json").exists()
+    rerun = subprocess.run(
+        [*cmd, "-q", "-j", "1", "--target-shard-size", "60KB"], capture_output=True, text=True, check=False
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads((out / "shards.json").read_text())["totals"]["rows"] == 40

@@ -7,9 +7,11 @@ atomically and only after every shard it names exists.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import secrets
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -139,14 +141,31 @@ def dump_json(data: Any) -> bytes:
     return (json.dumps(data, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+#: A repo's working folder (:mod:`.outdir`); the temporary files of its root go in its ``tmp``.
+WORK_DIR = ".shardkit"
+
+
 def write_atomic(path: str, content: bytes) -> None:
-    """Write a small file so that readers see the old or the new content, never a mix."""
-    tmp = f"{path}.partial"
-    with open(tmp, "wb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write a small file so that readers see the old or the new content, never a mix.
+
+    In a repo root that has a working folder, the temporary file is written there (in
+    ``.shardkit/tmp``, never published, on the same filesystem): a run killed part-way must
+    not leave ``README.md.partial`` beside the files a push publishes. A write error names the
+    file (a full disk shows on the write or the flush, whose errors name none).
+    """
+    folder, name = os.path.split(path)
+    scratch = os.path.join(folder, WORK_DIR, "tmp")
+    tmp = os.path.join(scratch if os.path.isdir(scratch) else folder, f"{name}.{secrets.token_hex(4)}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise exc if exc.filename else OSError(exc.errno, exc.strerror, path) from None
 
 
 def write_manifest(out_dir: str, manifest: Manifest) -> str:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from .card import LOADER_SUFFIX, STATS_BEGIN
 from .errors import UsageError, listed
 from .manifest import MANIFEST_NAME, ManifestShard, write_atomic
+from .manifest import WORK_DIR as WORK_DIR  # the working folder is outdir's concept; defined beside write_atomic
 from .metadata import sha256_file
 from .store import UrlStore
 from .table import TABLE_NAME
 
-WORK_DIR = ".shardkit"
 #: The top-level files of a repo that shardkit writes (with the ``*_loader.py`` loading script):
 #: what pack edits, what moves between an OUT_DIR URL and its work folder, what push publishes.
 SMALL_FILES = frozenset({"README.md", ".gitattributes", ".gitignore", MANIFEST_NAME, "preview.jpg", TABLE_NAME})

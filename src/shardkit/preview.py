@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .formats import ZIP, ShardFormat
+from .manifest import write_atomic
 from .reader import Source, iter_shard, resolve_source
 
 PREVIEW_NAME = "preview.jpg"
@@ -83,8 +84,7 @@ def write_preview(
         x, y = (i % columns) * _CELL, (i // columns) * (_CELL + _TEXT_HEIGHT)
         sheet.paste(tile, (x, y))
         draw.text((x + 4, y + _CELL + 6), caption, fill=(30, 30, 30), font=font)
-    path = os.path.join(out_dir, PREVIEW_NAME)
-    tmp = path + ".partial"
-    sheet.save(tmp, format="JPEG", quality=85)
-    os.replace(tmp, path)
+    encoded = io.BytesIO()
+    sheet.save(encoded, format="JPEG", quality=85)
+    write_atomic(os.path.join(out_dir, PREVIEW_NAME), encoded.getvalue())
     return PREVIEW_NAME

@@ -67,9 +67,11 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
             os.fsync(f.fileno())
             sha256 = sha256_stream(f)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not exc.filename:  # pyarrow's write errors name no file
+            raise OSError(exc.errno, exc.strerror or str(exc), tmp) from None
         raise
     return sha256
 

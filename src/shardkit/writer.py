@@ -176,7 +176,8 @@ def write_shard(job: ShardJob) -> ManifestShard:
             with open(tmp_staged, "wb") as f:
                 f.write(job.staged)
             job = replace(job, staging_path=tmp_staged, plan=replace(plan, offset=0), staged=None)
-        with open(tmp_meta, "wb", buffering=1 << 20) as meta_out:
+        meta_out = open(tmp_meta, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below, never over an error
+        try:
             meta = _MetadataFile(meta_out)
             out = ShardFile(tmp_shard, fsync=job.fsync)
             try:
@@ -185,6 +186,13 @@ def write_shard(job: ShardJob) -> ManifestShard:
             finally:
                 out.abort()  # a no-op after close
             _fsync_close(meta_out, job.fsync)
+        except OSError as exc:  # a buffered file's error (disk full) does not name the file
+            raise exc if exc.filename else OSError(exc.errno, exc.strerror, tmp_meta) from None
+        finally:
+            # Closing flushes the buffer, which on a full disk fails again: that second error
+            # must not replace the first (which names the file).
+            with contextlib.suppress(OSError):
+                meta_out.close()
         if fmt.exact and total != plan.bytes:
             raise ShardkitError(f"internal error: {plan.name} has {total} bytes, the plan said {plan.bytes}")
         if not fmt.exact and job.max_shard_bytes and total > job.max_shard_bytes:
