@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +64,16 @@ def test_tar_writer_output_is_plain_ustar_and_exactly_as_big_as_planned() -> Non
     for name, data in members.items():
         tw.add(name, data)
     size = tw.close()
-    assert size == len(buf.getvalue()) == 1024 + sum(512 + -(-len(d) // 512) * 512 for d in members.values())
+    # Per member: a PAX header and its record block (the CRC-32), the ustar header, the data padded.
+    assert size == len(buf.getvalue()) == 1024 + sum(1536 + -(-len(d) // 512) * 512 for d in members.values())
     with tarfile.open(fileobj=io.BytesIO(buf.getvalue())) as tf:
         assert tf.getnames() == list(members)
         assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tf.getmembers())
         assert tf.extractfile("0123abcd.jpg").read() == members["0123abcd.jpg"]  # type: ignore[union-attr]
+        # tarfile hands each member its CRC record, untouched by what it extracts.
+        assert [m.pax_headers for m in tf.getmembers()] == [
+            {"comment": f"shardkit-crc32:{zlib.crc32(d):08x}"} for d in members.values()
+        ]
     assert [(m.name, m.data) for m in iter_tar_members(io.BytesIO(buf.getvalue()))] == list(members.items())
 
 

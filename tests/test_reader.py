@@ -8,7 +8,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from datasets.distributed import split_dataset_by_node
 
 import shardkit
 from shardkit.reader import Source, iter_shard
-from shardkit.zipformat import ZipFormatError
+from shardkit.zipformat import ZipFormatError, ZipWriter
 from tests.http_server import serve_directory
 from tests.readback import expected_rows
 
@@ -88,12 +87,15 @@ def test_a_damaged_shard_is_an_error_naming_it(packed_template: Path, tmp_path: 
 
 
 def _zip_shard(path: Path, rows: list[dict[str, Any]], members: list[str], tail: str = "") -> None:
-    """A stored ZIP: metadata.jsonl (the rows, then ``tail``), then a member per name in ``members``."""
+    """A shard as shardkit writes it: metadata.jsonl (the rows, then ``tail``), then a member per
+    name in ``members``."""
     metadata = "".join(json.dumps(row) + "\n" for row in rows) + tail
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
-        zf.writestr("metadata.jsonl", metadata)
+    with open(path, "wb") as f:
+        zw = ZipWriter(f)
+        zw.add("metadata.jsonl", metadata.encode())
         for name in members:
-            zf.writestr(name, name.encode() * 3)
+            zw.add(name, name.encode() * 3)
+        zw.close()
 
 
 def _rows_of(tmp_path: Path, shard: str) -> list[tuple[str, Any]]:
@@ -133,7 +135,7 @@ def test_a_reader_that_stops_early_parses_only_the_rows_it_reads(tmp_path: Path)
     reader = iter_shard(Source(str(tmp_path), remote=False), "s.zip", "image")
     assert next(reader)["n"] == 0
     reader.close()
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(ZipFormatError, match=r"s\.zip: metadata\.jsonl line 3 is not a JSON object with a file_name"):
         _rows_of(tmp_path, "s.zip")
 
 

@@ -8,7 +8,6 @@ import py_compile
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from shardkit.cli import TEMPLATE_DIR
 from shardkit.zipformat import iter_members
 from tests.http_server import serve_directory
 from tests.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
+from tests.test_hostile_shards import zip_bytes
 
 SCRIPTS = Path(sys.executable).parent
 
@@ -273,10 +273,9 @@ def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
         else:
             manifest["shards"].append(manifest["shards"][0])
         (repo / "shards.json").write_text(json.dumps(manifest))
-    else:  # a member that would land outside the extraction folder
-        with zipfile.ZipFile(shard, "w", zipfile.ZIP_STORED) as zf:
-            for name, data in [members[0], ("../../escape.jpg", b"x"), *members[1:]]:
-                zf.writestr(name, data)
+    else:  # a member that would land outside the extraction folder, laid out as shardkit lays out members
+        raw = [(name.encode(), data) for name, data in members]
+        shard.write_bytes(zip_bytes([raw[0], (b"../../escape.jpg", b"x"), *raw[1:]]))
     return repo
 
 

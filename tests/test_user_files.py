@@ -430,6 +430,13 @@ def test_stream_refuses_a_parquet_row_whose_file_path_leaves_the_dataset(tmp_pat
     table = pq.read_table(shard)
     rows = table.to_pylist()
     rows[0]["image"]["path"] = "../../../etc/passwd"
-    pq.write_table(type(table).from_pylist(rows, schema=table.schema), shard)
+    # Checksummed pages, no dictionary on the file's bytes and a manifest that records the new size, as
+    # a hostile dataset would have them: the path is what is left to refuse.
+    pq.write_table(
+        type(table).from_pylist(rows, schema=table.schema), shard, write_page_checksum=True, use_dictionary=False
+    )
+    manifest = json.loads((out / "shards.json").read_text())
+    next(s for s in manifest["shards"] if s["file"] == f"data/{shard.name}")["bytes"] = shard.stat().st_size
+    (out / "shards.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardkitError, match=r"names its file '\.\./\.\./\.\./etc/passwd', not <key><ext>"):
         list(shardkit.stream(str(out)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from click.testing import CliRunner
 
 from shardkit.cli import main
 from shardkit.zipformat import ZipWriter, iter_members
+from tests.test_hostile_shards import zip_bytes
 
 Members = list[tuple[str, bytes]]
 
@@ -116,10 +116,8 @@ def _metadata_not_first(repo: Path) -> str:
 
 def _unsafe_member_name(repo: Path) -> str:
     shard = repo / "data" / "3.zip"
-    members = members_of(shard)
-    with zipfile.ZipFile(shard, "w", zipfile.ZIP_STORED) as zf:
-        for name, data in [*members, ("../escape.jpg", b"x")]:
-            zf.writestr(name, data)
+    members = [(name.encode(), data) for name, data in members_of(shard)]
+    shard.write_bytes(zip_bytes([*members, (b"../escape.jpg", b"x")]))  # laid out as shardkit lays out members
     return "data/3.zip: not a sound shard: unsafe ZIP member name '../escape.jpg'"
 
 

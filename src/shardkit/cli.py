@@ -338,6 +338,9 @@ def _pack_command(**kw: Any) -> None:
     images/<key[:3]>/<key[3:6]>/<key><ext>, with metadata.jsonl as each ZIP's first member
     (--format tar: data/<prefix>.tar with <key>.json and <key><ext>; --format parquet:
     data/<prefix>.parquet, one row per file).
+
+    With an OUT_DIR URL or --push, every network read, write or connect fails after
+    SHARDKIT_NETWORK_TIMEOUT seconds (default 60) without progress; re-run to resume.
     """
     from .pack import PackConfig, pack
     from .progress import TqdmProgress
@@ -453,6 +456,9 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
     --files-per-commit files; the manifest and card go last, so the repo never names a shard it
     does not hold. Files the repo already has are skipped: re-run the same command to resume an
     interrupted push. Set HF_ENDPOINT to push to another Hub server.
+
+    A request that gets or takes no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails
+    the push; a re-run resumes. Ctrl-C stops it at once.
     """
     from .progress import TqdmProgress
 
@@ -538,6 +544,9 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
     also gets one seed per row, derived from --seed and the row, so a rerun gives the same bytes.
     The output is packed as pack-shards packs (hash-prefixed shards, manifest, card). A killed run
     resumes: re-run the same command.
+
+    Reading a shardkit source at a URL or on the Hub, and writing to an OUT_DIR URL, fail after
+    SHARDKIT_NETWORK_TIMEOUT seconds (default 60) without data (other sources: datasets' own timeouts).
     """
     from .progress import TqdmProgress
     from .remux import RemuxConfig, remux
@@ -600,7 +609,8 @@ def verify_cmd(out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     metadata.jsonl inside each shard, metadata/ and the members agreeing one to one; the cap;
     keys unique and in their shard; nothing in data/ or metadata/ that the manifest does not name.
 
-    Each problem is printed with its file and member. Exit code 0 if none, 1 if any.
+    Each problem is printed with its file and member. Exit code 0 if none, 1 if any. At a URL,
+    a read that gets no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) is an error.
     """
     from .progress import TqdmProgress
     from .verify import verify

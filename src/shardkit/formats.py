@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .metadata import MEMBER_NAME_FIXED, member_name
-from .tarformat import BLOCK, END_BYTES, MAX_NAME_BYTES, padded
+from .tarformat import END_BYTES, MAX_NAME_BYTES, member_bytes
 from .zipformat import END_RECORD_SIZE, MAX_ZIP_BYTES, MAX_ZIP_MEMBERS, member_overhead_for_length
 
 FORMAT_NAMES = ("zip", "tar", "parquet")
@@ -85,7 +85,7 @@ class _Tar(ShardFormat):
         return f"{key}{ext.lower()}"
 
     def row_cost(self, key_length: int, ext_length: int, file_bytes: int, line_bytes: int) -> int:
-        return BLOCK + padded(line_bytes) + BLOCK + padded(file_bytes)
+        return member_bytes(line_bytes) + member_bytes(file_bytes)  # <key>.json, then the file
 
     def key_problem(self, key: str, ext: str) -> str | None:
         if ext.lower() == ".json":

@@ -550,9 +550,15 @@ def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Stage
     )
 
 
-#: What a pack publishes, beyond the input and options: a new layout rewrites unchanged input.
-LAYOUT_VERSION = 2
-LAYOUT_CHANGES = "float columns' whole numbers are published as 2.0, and metadata.parquet is new"
+#: What a pack publishes, beyond the input and options, per format: a new layout rewrites
+#: unchanged input (with --force). 2: float columns' whole numbers are published as 2.0, and
+#: metadata.parquet is new. 3 (tar, parquet): tar members carry a CRC-32 record, Parquet pages
+#: checksums, so readers can refuse damaged rows.
+LAYOUT_VERSIONS = {"zip": 2, "tar": 3, "parquet": 3}
+LAYOUT_CHANGES = {
+    2: "float columns' whole numbers are published as 2.0, and metadata.parquet is new",
+    3: "tar members carry a CRC-32 record and Parquet pages a checksum, so readers refuse damaged rows",
+}
 
 
 def _recorded_files(manifest: Manifest | None, work_dir: str) -> set[str]:
@@ -572,9 +578,11 @@ def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str
     """What differs from the recorded run: an older layout, other input, other options, or both."""
     if previous is None:
         return "a run shardkit has no record of"
-    if previous.get("layout") != state["layout"]:
+    same_format = (previous.get("options") or {}).get("format") == state["options"]["format"]
+    if previous.get("layout") != state["layout"] and same_format:  # layouts are per format
         return (
-            f"an older shardkit (layout {previous.get('layout')} -> {state['layout']}: {LAYOUT_CHANGES});"
+            f"an older shardkit (layout {previous.get('layout')} -> {state['layout']}:"
+            f" {LAYOUT_CHANGES[state['layout']]});"
             " the same input packs to other bytes now"
         )
     parts = []
@@ -615,15 +623,15 @@ def _reconcile(
     """Compare OUT_DIR with the plan: return the shards already done; refuse foreign output."""
     where = store.location
     state_path = os.path.join(work_dir, "state.json")
-    state = {"input_fingerprint": fingerprint, "options": asdict(options), "layout": LAYOUT_VERSION}
+    layout = LAYOUT_VERSIONS[options.format]
+    state = {"input_fingerprint": fingerprint, "options": asdict(options), "layout": layout}
     previous: dict[str, Any] | None = None
     with contextlib.suppress(FileNotFoundError), open(state_path, encoding="utf-8") as f:
         previous = json.load(f)
     manifest = read_manifest(out_dir)
     if previous is None and manifest is not None:  # a folder packed without its work folder (a clone)
-        layout = LAYOUT_VERSION if manifest.metadata_table_sha256 else 1
         previous = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
-        previous["layout"] = layout
+        previous["layout"] = layout if manifest.metadata_table_sha256 else 1
     if previous is not None:
         previous.setdefault("layout", 1)  # state from before layout versions
     planned = {p.name for p in plan} | {metadata_path_for(p) for p in plan}

@@ -6,21 +6,36 @@ types every field as the card says. The file column is stored without compressio
 dictionary or statistics (images are compressed already, and min/max of JPEG bytes is
 useless); the other columns use zstd. Row groups hold at most
 :data:`~shardkit.formats.PARQUET_ROWS_PER_GROUP` rows and about 32 MiB of files, so a reader
-holds about one group at a time and so does the writer.
+holds about one group at a time and so does the writer. Every page carries a CRC-32 of its bytes
+(``write_page_checksum``), the Parquet shard's equivalent of a ZIP member's CRC.
+
+Reading (:func:`open_parquet_shard`, the one place shardkit opens a Parquet shard: stream,
+verify and remux): pyarrow allocates what a page header declares and decodes what a dictionary
+multiplies, without comparing either with the footer. So shardkit reads the footer and each row
+group's bytes itself, walks every page header, and refuses a shard whose footer or pages
+declare more than a shard of its size can hold, before pyarrow decompresses anything; pyarrow
+then reads only those checked bytes, verifying each page's checksum, and the group's values
+stay dictionary-encoded until their decoded size has been checked too.
 
 pyarrow is imported only here: ZIP and tar workers never load it.
 """
 
 from __future__ import annotations
 
+import io
 import json
-from typing import TYPE_CHECKING, Any
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
 
-from .formats import PARQUET_GROUP_BYTES, PARQUET_ROWS_PER_GROUP
+from .errors import ShardkitError
+from .formats import PARQUET, PARQUET_GROUP_BYTES, PARQUET_ROWS_PER_GROUP
 from .streamio import Output
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 _SCALARS = {"string": "string", "int64": "int64", "float64": "float64", "bool": "bool_", "binary": "binary"}
 
@@ -114,6 +129,7 @@ class ParquetShardWriter:
             | {name: "ZSTD" for name in others},
             use_dictionary=[f"{self.file_column}.path", *others],
             write_statistics=[f"{self.file_column}.path", *others],
+            write_page_checksum=True,
         )
         self._rows: list[dict[str, Any]] = []
         self._bytes = 0
@@ -137,3 +153,460 @@ class ParquetShardWriter:
         self._flush()
         self._writer.close()
         return self._sink.size
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+class ParquetShardError(ShardkitError, ValueError):
+    """A Parquet shard that is damaged, or declares more than a shardkit shard can hold. The
+    message names the row group (and column) where known; the caller puts the file in front."""
+
+
+_MAGIC = b"PAR1"
+#: pyarrow reads this much of a file's end to find the footer.
+_TAIL_BYTES = 64 << 10
+#: Footers of shardkit shards are a few hundred bytes per row group and column; more is not ours.
+_MAX_FOOTER_BYTES = 64 << 20
+#: pyarrow turns each struct of the footer into a C++ object of up to about a kilobyte, however
+#: few bytes the struct took in the file: a footer of many tiny structs is a memory bomb. A
+#: shardkit footer has about six per row group and column.
+_MAX_FOOTER_STRUCTS = 300_000
+_MAX_THRIFT_DEPTH = 24
+#: Page types pyarrow reads.
+_DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
+#: Value encodings pyarrow writes for shardkit's columns (PLAIN, PLAIN_DICTIONARY, RLE,
+#: RLE_DICTIONARY). The others are refused: DELTA_BYTE_ARRAY's shared prefixes, for one, let a
+#: small page decode to far more than its declared size.
+_VALUE_ENCODINGS = frozenset({0, 2, 3, 8})
+_LEVEL_ENCODINGS = frozenset({3, 4})  # RLE, BIT_PACKED
+#: What a value costs decoded besides its bytes, at most: a number or an offset, and its levels.
+_VALUE_BYTES = 8
+#: pyarrow cuts a page once it holds 1 MiB of data, checking every 1,024 values: a chunk of many
+#: more pages than its size and values call for (here with four-fold slack, plus one per row) is
+#: not one it wrote, and walking millions of tiny page headers would take minutes.
+_PAGE_BYTES = 256 << 10
+_PAGE_VALUES = 1000
+
+
+def decoded_limit(shard_bytes: int) -> int:
+    """The most one row group of a ``shard_bytes`` shard may decode to.
+
+    The file column is stored uncompressed, so a group's files are within the shard's size;
+    the fields are compressed, and get :data:`~shardkit.formats.PARQUET_GROUP_BYTES` besides
+    (a group holds at most 100 rows' worth).
+    """
+    return PARQUET_GROUP_BYTES + shard_bytes
+
+
+class _ThriftError(ValueError):
+    pass
+
+
+class _Compact:
+    """A bounded reader of Thrift's compact protocol (Parquet's footer and page headers).
+
+    Every size is checked against the bytes left before anything is read, nesting is limited,
+    and so is the number of structs (the footer's memory bomb). ``keep=False`` only walks.
+    """
+
+    def __init__(self, buf: bytes, pos: int, end: int, *, keep: bool = True, max_structs: int = 1 << 20) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.end = end
+        self.keep = keep
+        self.structs_left = max_structs
+
+    def _byte(self) -> int:
+        if self.pos >= self.end:
+            raise _ThriftError("ends inside a structure")
+        b = self.buf[self.pos]
+        self.pos += 1
+        return b
+
+    def _varint(self) -> int:
+        buf, pos, end = self.buf, self.pos, self.end
+        shift = result = 0
+        while pos < end and shift <= 63:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                self.pos = pos
+                return result
+            shift += 7
+        raise _ThriftError("has a number past its end or past 64 bits")
+
+    def _int(self) -> int:
+        n = self._varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def _take(self, n: int) -> bytes | None:
+        if n > self.end - self.pos:
+            raise _ThriftError(f"has a {n}-byte value past its end")
+        start = self.pos
+        self.pos += n
+        return self.buf[start : self.pos] if self.keep else None
+
+    def _value(self, kind: int, depth: int) -> Any:
+        if kind in (1, 2):  # a boolean in a field header
+            return kind == 1
+        if kind == 3:
+            return self._byte()
+        if kind in (4, 5, 6):
+            return self._int()
+        if kind == 7:
+            return self._take(8)
+        if kind == 8:
+            return self._take(self._varint())
+        if kind in (9, 10):  # list, set
+            header = self._byte()
+            size, element = header >> 4, header & 15
+            if size == 15:
+                size = self._varint()
+            if size > self.end - self.pos:  # every element takes a byte at least
+                raise _ThriftError(f"has a list of {size} elements in fewer bytes")
+            if element in (1, 2):
+                items = [self._byte() == 1 for _ in range(size)]
+            else:
+                items = [self._value(element, depth) for _ in range(size)]
+            return items if self.keep else None
+        if kind == 11:  # map
+            size = self._varint()
+            if size == 0:
+                return {}
+            if 2 * size > self.end - self.pos:
+                raise _ThriftError(f"has a map of {size} entries in fewer bytes")
+            types = self._byte()
+            pairs = [(self._value(types >> 4, depth), self._value(types & 15, depth)) for _ in range(size)]
+            return dict(pairs) if self.keep else None
+        if kind == 12:
+            return self.struct(depth + 1)
+        raise _ThriftError(f"has a value of unknown Thrift type {kind}")
+
+    def struct(self, depth: int = 0) -> dict[int, Any]:
+        if depth > _MAX_THRIFT_DEPTH:
+            raise _ThriftError(f"is nested more than {_MAX_THRIFT_DEPTH} deep")
+        self.structs_left -= 1
+        if self.structs_left < 0:
+            raise _ThriftError(f"holds more than {_MAX_FOOTER_STRUCTS} structures (pyarrow makes each an object)")
+        fields: dict[int, Any] = {}
+        last = 0
+        while True:
+            header = self._byte()
+            if header == 0:
+                return fields
+            kind, delta = header & 15, header >> 4
+            last = last + delta if delta else self._int()
+            value = self._value(kind, depth)
+            if self.keep:
+                fields[last] = value
+
+
+class _Window(io.RawIOBase):
+    """The shard as pyarrow sees it: the footer and the one row group shardkit has read and
+    checked. pyarrow reads nothing else, so it decodes no byte that was not checked first."""
+
+    def __init__(self, size: int, tail_start: int, tail: bytes) -> None:
+        super().__init__()
+        self._size = size
+        self._pos = 0
+        self._tail = (tail_start, tail)
+        self._group: tuple[int, bytes] = (0, b"")
+
+    def hold(self, start: int, data: bytes) -> None:
+        self._group = (start, data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = offset + (self._pos if whence == 1 else self._size if whence == 2 else 0)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), max(self._size - self._pos, 0))
+        for start, data in (self._group, self._tail):
+            if start <= self._pos and self._pos + n <= start + len(data):
+                offset = self._pos - start
+                memoryview(buffer)[:n] = data[offset : offset + n]
+                self._pos += n
+                return n
+        raise ParquetShardError(f"pyarrow read bytes {self._pos}..{self._pos + n}, outside the parts shardkit checked")
+
+
+@dataclass
+class _Chunk:
+    """One column chunk as its page headers describe it."""
+
+    decoded: int  # declared bytes once decompressed, headers included
+    values: int  # values (nulls included) of its data pages
+    entries: int  # dictionary entries
+
+
+class ParquetShard:
+    """A Parquet shard opened by :func:`open_parquet_shard`: its columns, then its rows."""
+
+    def __init__(self, raw: IO[bytes], max_bytes: int | None, schema: pa.Schema | None) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self._raw = raw
+        self.size = raw.seek(0, 2)
+        if max_bytes is not None and self.size > max_bytes:
+            raise ParquetShardError(f"{self.size} bytes, over the manifest's cap of {max_bytes}")
+        if self.size < 12:
+            raise ParquetShardError(f"{self.size} bytes: too short for a Parquet file")
+        self.limit = decoded_limit(self.size)
+        tail_start = max(self.size - _TAIL_BYTES, 0)
+        tail = self._read(tail_start, self.size - tail_start)
+        if tail[-4:] != _MAGIC:
+            raise ParquetShardError("does not end with PAR1: not a Parquet file (or an encrypted one)")
+        footer_bytes = struct.unpack("<I", tail[-8:-4])[0]
+        if footer_bytes > min(self.size - 12, _MAX_FOOTER_BYTES):
+            raise ParquetShardError(f"a footer of {footer_bytes} bytes in a {self.size}-byte file")
+        self._footer_start = self.size - 8 - footer_bytes
+        if self._footer_start < tail_start:
+            tail = self._read(self._footer_start, self.size - self._footer_start)
+            tail_start = self._footer_start
+        walk = _Compact(
+            tail, self._footer_start - tail_start, len(tail) - 8, keep=False, max_structs=_MAX_FOOTER_STRUCTS
+        )
+        try:
+            walk.struct()
+        except _ThriftError as exc:
+            raise ParquetShardError(f"the footer {exc}") from None
+        if walk.pos != walk.end:
+            raise ParquetShardError("the footer does not end where its length says")
+        self._window = _Window(self.size, tail_start, tail)
+        try:
+            plain = pq.ParquetFile(pa.PythonFile(self._window, mode="r"), pre_buffer=False)
+            got = plain.metadata.schema.to_arrow_schema()
+            leaves = [plain.schema.column(j) for j in range(plain.metadata.num_columns)]
+        except (pa.ArrowException, OSError) as exc:
+            raise ParquetShardError(f"unreadable footer: {_one_line(exc)}") from None
+        if schema is not None and not (got.equals(schema) and got.metadata == schema.metadata):
+            raise ParquetShardError("its columns are not those the manifest's features declare")
+        self.columns: list[str] = got.names
+        self._dense = got
+        self._metadata = plain.metadata
+        self._repeated = [c.max_repetition_level > 0 for c in leaves]
+        # Strings stay dictionary-encoded until their decoded size is known; the file's bytes
+        # (never dictionary-encoded by shardkit, and refused if they are) are read as they are.
+        file_bytes = f"{self.columns[0]}.bytes" if self.columns else ""
+        self._dictionary = [c.physical_type == "BYTE_ARRAY" and c.path != file_bytes for c in leaves]
+        self._file = pq.ParquetFile(
+            pa.PythonFile(self._window, mode="r"),
+            metadata=plain.metadata,
+            pre_buffer=False,
+            page_checksum_verification=True,
+            read_dictionary=[c.path for c, d in zip(leaves, self._dictionary, strict=True) if d],
+        )
+        rows = sum(self._metadata.row_group(i).num_rows for i in range(self._metadata.num_row_groups))
+        if rows != self._metadata.num_rows:
+            raise ParquetShardError(f"the footer counts {self._metadata.num_rows} rows, its row groups {rows}")
+        if rows > PARQUET.max_rows:
+            raise ParquetShardError(f"{rows} rows; a shardkit shard holds at most {PARQUET.max_rows}")
+        self.num_rows = rows
+
+    def _read(self, start: int, n: int) -> bytes:
+        self._raw.seek(start)
+        data = self._raw.read(n)
+        if len(data) != n:
+            raise ParquetShardError(f"ended at byte {start + len(data)}, before its {self.size} bytes")
+        return bytes(data)
+
+    def rows(self, batch_size: int = 16) -> Iterator[dict[str, Any]]:
+        """Every row as Python values, row group by row group, each group checked before it is decoded."""
+        import pyarrow as pa
+
+        last_end = len(_MAGIC)
+        for index in range(self._metadata.num_row_groups):
+            try:
+                last_end = self._check_group(index, last_end)
+            except ParquetShardError as exc:
+                raise ParquetShardError(f"row group {index}: {exc}") from None
+            try:
+                table = self._file.read_row_group(index)
+            except ParquetShardError as exc:
+                raise ParquetShardError(f"row group {index}: {exc}") from None
+            except (pa.ArrowException, OSError):  # only checked bytes in memory: the data is bad
+                raise self._named_failure(index) from None
+            decoded = _decoded_bytes(table)
+            if decoded > self.limit:
+                raise ParquetShardError(
+                    f"row group {index} decodes to {decoded} bytes, more than a {self.size}-byte shard can"
+                    f" hold ({self.limit})"
+                )
+            table = table.cast(self._dense)  # its decoded size is known now; Python values come faster from it
+            for offset in range(0, table.num_rows, batch_size):
+                yield from table.slice(offset, batch_size).to_pylist()
+            del table
+            self._window.hold(0, b"")
+
+    def _named_failure(self, index: int) -> ParquetShardError:
+        """Why row group ``index`` could not be read, naming the column (pyarrow's message does not)."""
+        import pyarrow as pa
+
+        for name in self.columns:
+            try:
+                self._file.read_row_group(index, columns=[name])
+            except (pa.ArrowException, OSError) as exc:
+                return ParquetShardError(f"row group {index}, column {name}: {_one_line(exc)}")
+        return ParquetShardError(f"row group {index}: unreadable as a whole, though each column reads")
+
+    def _check_group(self, index: int, last_end: int) -> int:
+        """Read row group ``index`` into the window after checking its footer entry and every
+        page header against what a shard of this size can hold; return where the group ends."""
+        group = self._metadata.row_group(index)
+        if not 1 <= group.num_rows <= PARQUET_ROWS_PER_GROUP:
+            raise ParquetShardError(f"{group.num_rows} rows; shardkit writes 1 to {PARQUET_ROWS_PER_GROUP} a group")
+        ranges = []
+        for j in range(group.num_columns):
+            column = group.column(j)
+            if column.file_path:
+                raise ParquetShardError(f"column {column.path_in_schema} is in another file, {column.file_path!r}")
+            start = column.data_page_offset
+            if column.has_dictionary_page and 0 < (column.dictionary_page_offset or 0) < start:
+                start = column.dictionary_page_offset
+            end = start + column.total_compressed_size
+            if start < last_end or end > self._footer_start or column.total_compressed_size <= 0:
+                raise ParquetShardError(
+                    f"column {column.path_in_schema} claims bytes {start}..{end}, not after the previous"
+                    f" column's ({last_end}) and before the footer ({self._footer_start})"
+                )
+            ranges.append((start, end))
+            last_end = end
+        group_start = ranges[0][0] if ranges else last_end
+        data = self._read(group_start, last_end - group_start)
+        declared = 0
+        for j, span in enumerate(ranges):
+            column = group.column(j)
+            chunk = _walk_pages(data, group_start, span, column, group.num_rows, self._dictionary[j], self.limit)
+            if chunk.values != column.num_values or chunk.decoded != column.total_uncompressed_size:
+                raise ParquetShardError(
+                    f"column {column.path_in_schema}: its pages hold {chunk.values} values and {chunk.decoded}"
+                    f" bytes, the footer says {column.num_values} and {column.total_uncompressed_size}"
+                )
+            if not self._repeated[j] and chunk.values != group.num_rows:
+                raise ParquetShardError(
+                    f"column {column.path_in_schema} holds {chunk.values} values for {group.num_rows} rows"
+                )
+            declared += chunk.decoded + _VALUE_BYTES * (chunk.values + chunk.entries)
+        if declared > self.limit:
+            raise ParquetShardError(
+                f"declares {declared} bytes once decompressed and decoded, more than a {self.size}-byte shard"
+                f" can hold ({self.limit})"
+            )
+        self._window.hold(group_start, data)
+        return last_end
+
+
+def _walk_pages(
+    data: bytes,
+    base: int,
+    span: tuple[int, int],
+    column: pq.ColumnChunkMetaData,
+    rows: int,
+    dictionary: bool,
+    limit: int,
+) -> _Chunk:
+    """The pages of the column chunk at ``span`` (``data`` holds the file from ``base``), each
+    header checked; ``limit`` bounds what the footer may claim for it (checked after the walk)."""
+    start, end = span
+    where = f"column {column.path_in_schema}"
+    chunk = _Chunk(0, 0, 0)
+    size, values = min(column.total_uncompressed_size, limit), min(column.num_values, limit // _VALUE_BYTES)
+    most_pages = 2 + rows + size // _PAGE_BYTES + values // _PAGE_VALUES
+    pos, pages = start - base, 0
+    while pos < end - base:
+        pages += 1
+        if pages > most_pages:
+            raise ParquetShardError(f"{where}: more than {most_pages} pages")
+        reader = _Compact(data, pos, end - base)
+        try:
+            header = reader.struct()
+        except _ThriftError as exc:
+            raise ParquetShardError(f"{where}: the page header at byte {base + pos} {exc}") from None
+        kind, decoded, stored = header.get(1), header.get(2), header.get(3)
+        at = f"{where}: page at byte {base + pos}"
+        if not (isinstance(decoded, int) and isinstance(stored, int) and 0 <= stored <= end - base - reader.pos):
+            raise ParquetShardError(f"{at}: sizes {decoded!r} and {stored!r} do not fit its column chunk")
+        if decoded < 0:
+            raise ParquetShardError(f"{at}: a negative size")
+        if 4 not in header:
+            raise ParquetShardError(
+                f"{at} has no checksum: written before shardkit checksummed pages; delete the shard and run the"
+                " same pack-shards command again to rewrite it"
+            )
+        if kind == _DICTIONARY_PAGE:
+            info = header.get(7) or {}
+            if pages != 1 or (not dictionary and column.physical_type == "BYTE_ARRAY"):
+                raise ParquetShardError(f"{at}: a dictionary page where shardkit writes none")
+            if info.get(2) not in (0, 2) or not isinstance(info.get(1), int) or info[1] < 0:
+                raise ParquetShardError(f"{at}: not a dictionary page shardkit writes")
+            chunk.entries += info[1]
+        elif kind in (_DATA_PAGE, _DATA_PAGE_V2):
+            info = header.get(5 if kind == _DATA_PAGE else 8) or {}
+            levels = (info.get(3), info.get(4)) if kind == _DATA_PAGE else (3, 3)
+            values = info.get(1)
+            if not isinstance(values, int) or values < 0:
+                raise ParquetShardError(f"{at}: no count of values")
+            if (
+                info.get(4 if kind == _DATA_PAGE_V2 else 2) not in _VALUE_ENCODINGS
+                or not set(levels) <= _LEVEL_ENCODINGS
+            ):
+                raise ParquetShardError(f"{at}: an encoding shardkit does not write")
+            chunk.values += values
+        else:
+            raise ParquetShardError(f"{at}: page type {kind!r}, not one shardkit writes")
+        chunk.decoded += reader.pos - pos + decoded
+        pos = reader.pos + stored
+    if pos != end - base:
+        raise ParquetShardError(f"{where}: its last page runs past the chunk's end")
+    return chunk
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _decoded_bytes(table: pa.Table) -> int:
+    """What ``table`` takes once every dictionary is expanded into its values (what Python gets)."""
+    return sum(_array_bytes(chunk) for column in table.columns for chunk in column.chunks)
+
+
+def _array_bytes(array: pa.Array) -> int:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        lengths = pc.binary_length(array.dictionary)
+        total = pc.sum(pc.take(lengths, array.indices)).as_py() or 0
+        return int(total) + _VALUE_BYTES * len(array)
+    if pa.types.is_struct(kind):
+        return sum(_array_bytes(field) for field in array.flatten()) + len(array)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _array_bytes(array.flatten()) + _VALUE_BYTES * len(array)
+    return int(array.nbytes)
+
+
+def open_parquet_shard(
+    raw: IO[bytes], *, max_bytes: int | None = None, schema: pa.Schema | None = None
+) -> ParquetShard:
+    """Open a Parquet shard for reading (``raw``: a seekable binary file; nothing else is read).
+
+    Refused with :class:`ParquetShardError`: a file over ``max_bytes`` (the manifest's cap), a
+    footer that is not a Parquet footer or is a memory bomb, columns other than ``schema``'s (the
+    manifest's features, :func:`arrow_schema`). Each row group is then checked as
+    :meth:`ParquetShard.rows` reaches it: its page headers (sizes, counts, encodings, a checksum on
+    every page) and, once decoded, each page's checksum and the group's decoded size.
+    """
+    return ParquetShard(raw, max_bytes, schema)

@@ -54,9 +54,9 @@ from .outdir import (
 )
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
-from .store import UrlStore, is_url, run_folder
+from .store import UrlStore, is_network_error, is_timeout, is_url, network_timeout, run_folder, timeout_error
 from .table import TABLE_NAME
-from .threads import interruptible_pool
+from .threads import call_interruptibly, interruptible_pool
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -366,18 +366,13 @@ def find_loader(out_dir: str) -> str | None:
 # -- the Hub ---------------------------------------------------------------------------------------
 
 
-def _is_network_error(exc: BaseException) -> bool:
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    return isinstance(exc, ConnectionError) or bool(names & {"TransportError", "NetworkError", "TimeoutException"})
-
-
 def _root_cause(exc: BaseException) -> BaseException:
     """The HTTP or network error behind ``exc`` (huggingface_hub wraps upload errors in RuntimeError)."""
     from huggingface_hub.errors import HfHubHTTPError
 
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, HfHubHTTPError) or _is_network_error(seen):
+        if isinstance(seen, HfHubHTTPError) or is_network_error(seen):
             return seen
         seen = seen.__cause__ or seen.__context__
     return exc
@@ -392,18 +387,22 @@ def hub_errors(action: str, repo_id: str) -> Iterator[None]:
     resume = "Re-run the same command to resume: files already uploaded are not sent again."
     try:
         yield
+    except ShardkitError:  # already one line (reading an OUT_DIR URL, say)
+        raise
     except Exception as raised:
         exc = _root_cause(raised)
         named = re.search(r"Error while uploading '([^']+)'", str(raised))
         if named:  # huggingface_hub names the file that failed
             action = f"uploading {named.group(1)}"
-        if _is_network_error(exc) and "xet" in str(exc).lower():
+        if is_timeout(exc):
+            raise timeout_error(f"{action} at the Hub ({constants.ENDPOINT})", network_timeout(), resume) from None
+        if is_network_error(exc) and "xet" in str(exc).lower():
             raise ShardkitError(
                 f"the Xet upload failed while {action} ({exc}). huggingface_hub uploads through Xet storage"
                 " unless HF_HUB_DISABLE_XET=1 is set; set it for a Hub server without Xet (classic LFS)."
                 f" {resume}"
             ) from None
-        if _is_network_error(exc):
+        if is_network_error(exc):
             raise ShardkitError(
                 f"cannot reach the Hub at {constants.ENDPOINT} while {action} ({type(exc).__name__}: {exc})."
                 f" Check the network (and HF_ENDPOINT, if set). {resume}"
@@ -429,6 +428,40 @@ def hub_errors(action: str, repo_id: str) -> Iterator[None]:
                 f"{repo_id} changed while this push was running (someone else pushed?). {resume}"
             ) from None
         raise ShardkitError(f"the Hub failed while {action} ({status}{said}). {resume}") from None
+
+
+@contextmanager
+def bounded_hub_requests(timeout: float) -> Iterator[None]:
+    """In the block, every request huggingface_hub sends waits at most ``timeout`` seconds to
+    connect, and for each byte read or written (not for a whole upload).
+
+    Its shared HTTP client has no timeout, and most ``HfApi`` calls (the uploads, the commits)
+    pass none, so a Hub that stops answering mid-upload hung the push forever. A request hook
+    fills in the timeouts a request leaves unset (one that sets its own keeps it), on the client
+    that the current factory makes, so a user's factory (a proxy, certificates) still applies;
+    that factory is put back afterwards.
+    """
+    from huggingface_hub.utils import _http, set_client_factory  # type: ignore[attr-defined]
+
+    previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
+
+    def bound(request: Any) -> None:
+        limits = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {
+            kind: timeout if limits.get(kind) is None else limits[kind] for kind in ("connect", "read", "write", "pool")
+        }
+
+    def factory() -> Any:
+        client = previous()
+        hooks = client.event_hooks
+        client.event_hooks = {**hooks, "request": [*hooks.get("request", []), bound]}
+        return client
+
+    set_client_factory(factory)
+    try:
+        yield
+    finally:
+        set_client_factory(previous)
 
 
 def resolve_token(explicit: str | None) -> str:
@@ -585,8 +618,20 @@ def _publish_script_branch(
 
 
 def push(config: PushConfig, progress: Progress | None = None) -> PushSummary:
-    """Upload ``config.out_dir`` (packed by :func:`shardkit.pack.pack`) to ``config.repo_id``."""
-    progress = progress or NullProgress()
+    """Upload ``config.out_dir`` (packed by :func:`shardkit.pack.pack`) to ``config.repo_id``.
+
+    Every request waits at most :func:`shardkit.store.network_timeout` seconds for a byte; a
+    re-run after a timeout (or Ctrl-C, which stops the push at once) resumes.
+    """
+    bar = progress or NullProgress()
+    try:
+        return call_interruptibly(lambda: _push(config, bar), "push")
+    except BaseException:  # an error, or Ctrl-C: its message on a line of its own, not at the end of the bar's
+        bar.finish()
+        raise
+
+
+def _push(config: PushConfig, progress: Progress) -> PushSummary:
     started = time.perf_counter()
     check_repo_id(config.repo_id)
     out_dir = run_folder(config.out_dir, config.work_dir)
@@ -602,7 +647,8 @@ def push(config: PushConfig, progress: Progress | None = None) -> PushSummary:
             raise UsageError(
                 f"{config.out_dir} has no {MANIFEST_NAME}: pack it first (pack-shards IMAGES_DIR META_JSONL -o OUT_DIR)"
             )
-        return _push_locked(config, out_dir, manifest, progress, started, store)
+        with bounded_hub_requests(network_timeout()):
+            return _push_locked(config, out_dir, manifest, progress, started, store)
 
 
 def _push_locked(

@@ -29,11 +29,11 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ShardkitError, UsageError
+from .errors import ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
 from .metadata import EXT_RE, KEY_RE
-from .store import filesystem_for, is_url
+from .store import filesystem_for, http_filesystem, is_network_error, is_timeout, is_url, network_timeout, timeout_error
 from .tarformat import TarFormatError, iter_tar_members
 from .zipformat import ZipFormatError, iter_members
 
@@ -82,29 +82,62 @@ def resolve_source(source: str, revision: str | None = None) -> Source:
 
 
 class _HttpReader:
-    """A forward-only file over one streaming GET: what :func:`iter_members` needs, one request."""
+    """A forward-only file over one streaming GET: what :func:`iter_members` needs, one request.
+
+    Its waits are bounded by :func:`network_timeout` (a read that brings no byte for that long
+    fails, however long the whole shard takes), and every failure is one line naming the URL: a
+    stalled or cut connection must not pass for a short shard or hang a training job.
+    """
 
     def __init__(self, url: str, hub: bool) -> None:
         from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status  # type: ignore[attr-defined]
 
+        self._url = url
+        self._timeout = network_timeout()
+        self._received = 0
         headers = build_hf_headers() if hub else {}
-        self._context = get_session().stream("GET", url, headers=headers)
-        response = self._context.__enter__()
+        self._context = get_session().stream("GET", url, headers=headers, timeout=self._timeout)
+        with self._named_errors():
+            response = self._context.__enter__()
         try:
             hf_raise_for_status(response)
-        except BaseException:
+        except BaseException as exc:
             self._context.__exit__(None, None, None)
-            raise
+            if getattr(exc, "response", None) is None:
+                raise
+            status = f"{exc.response.status_code} {exc.response.reason_phrase}".strip()  # type: ignore[attr-defined]
+            raise ShardkitError(f"cannot read {url}: the server answered {status}") from None
         self._chunks = response.iter_bytes(_CHUNK)
         self._buffer = b""
         self._position = 0
+
+    @contextlib.contextmanager
+    def _named_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            if is_timeout(exc):
+                what = f"reading {self._url}" + (f" after {self._received} bytes" if self._received else "")
+                raise timeout_error(what, self._timeout, "Try again: the shard is read again from its start.") from None
+            if is_network_error(exc):
+                raise ShardkitError(
+                    f"the connection failed reading {self._url} ({type(exc).__name__}: {exc})."
+                    " Try again: the shard is read again from its start."
+                ) from None
+            raise
+
+    def _next_chunk(self) -> bytes | None:
+        with self._named_errors():
+            chunk: bytes | None = next(self._chunks, None)
+        self._received += len(chunk or b"")
+        return chunk
 
     def read(self, n: int = -1) -> bytes:
         available = len(self._buffer) - self._position
         if n < 0 or available < n:  # top up: one copy of what is left, plus new chunks
             parts = [self._buffer[self._position :]]
             while n < 0 or available < n:
-                chunk = next(self._chunks, None)
+                chunk = self._next_chunk()
                 if chunk is None:
                     break
                 parts.append(chunk)
@@ -120,7 +153,7 @@ class _HttpReader:
 
 
 def _open(source: Source, relative: str) -> Any:
-    if source.fsspec:  # one sequential read, in large blocks
+    if source.fsspec:  # one sequential read, in large blocks; failures name the URL
         fs, path = filesystem_for(source.locate(relative))
         return fs.open(path, "rb", block_size=8 << 20, cache_type="readahead")
     if source.remote:
@@ -156,16 +189,19 @@ def iter_shard(
         for member in iter_members(reader):
             if rows is None:
                 if member.name != METADATA_MEMBER:
-                    raise ZipFormatError(f"{shard}: the first member is {member.name!r}, not {METADATA_MEMBER}")
-                rows = _ZipRows(member.data.decode("utf-8").splitlines())
+                    raise ZipFormatError(f"the first member is {member.name!r}, not {METADATA_MEMBER}")
+                try:
+                    rows = _ZipRows(member.data.decode("utf-8").splitlines())
+                except UnicodeDecodeError:
+                    raise ZipFormatError(f"{METADATA_MEMBER} is not UTF-8 text") from None
                 continue
             row = rows.take(member.name)
             if row is None:
-                raise ZipFormatError(f"{shard}: member {member.name!r} has no row in {METADATA_MEMBER}")
+                raise ZipFormatError(f"member {member.name!r} has no row in {METADATA_MEMBER}")
             row[file_column] = {"bytes": member.data, "path": member.name}
             yield row
-        if rows is not None and rows.left():
-            raise ZipFormatError(f"{shard}: {rows.left()} row(s) in {METADATA_MEMBER} have no member")
+        if rows is not None and (left := rows.left()):
+            raise ZipFormatError(f"{len(left)} row(s) in {METADATA_MEMBER} have no member: {listed(left, 3)}")
     except ZipFormatError as exc:
         raise ZipFormatError(f"{source.locate(shard)}: {exc}") from None
     finally:
@@ -187,20 +223,36 @@ class _ZipRows:
 
     def take(self, name: str) -> dict[str, Any] | None:
         if self._by_name is None and self._next < len(self._lines):
-            row: dict[str, Any] = json.loads(self._lines[self._next])
-            if row.get("file_name") == name:
+            row = _metadata_row(self._lines[self._next], self._next)
+            if row["file_name"] == name:
                 self._next += 1
                 del row["file_name"]
                 return row
             self._by_name = {}
-            for line in self._lines[self._next :]:
-                other: dict[str, Any] = json.loads(line)
-                self._by_name[other.pop("file_name")] = other
+            for number, line in enumerate(self._lines[self._next :], self._next):
+                other = _metadata_row(line, number)
+                other_name = other.pop("file_name")
+                if other_name in self._by_name:
+                    raise ZipFormatError(f"{METADATA_MEMBER} has two rows for member {other_name!r}")
+                self._by_name[other_name] = other
         return self._by_name.pop(name, None) if self._by_name is not None else None
 
-    def left(self) -> int:
-        """How many rows no member has taken."""
-        return len(self._by_name) if self._by_name is not None else len(self._lines) - self._next
+    def left(self) -> list[str]:
+        """The member names of the rows no member has taken."""
+        if self._by_name is not None:
+            return list(self._by_name)
+        return [_metadata_row(line, i)["file_name"] for i, line in enumerate(self._lines[self._next :], self._next)]
+
+
+def _metadata_row(line: str, index: int) -> dict[str, Any]:
+    """Row ``index`` (0-based) of a ZIP shard's metadata.jsonl: a JSON object with a file_name."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        row = None
+    if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+        raise ZipFormatError(f"{METADATA_MEMBER} line {index + 1} is not a JSON object with a file_name")
+    return row
 
 
 def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
@@ -210,17 +262,22 @@ def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[di
         for member in iter_tar_members(reader):
             if row is None:
                 if not member.name.endswith(".json"):
-                    raise TarFormatError(f"{shard}: member {member.name!r} has no .json before it")
-                row = json.loads(member.data)
+                    raise TarFormatError(f"member {member.name!r} has no .json before it")
+                try:
+                    row = json.loads(member.data)
+                except ValueError:  # not UTF-8, or not JSON
+                    row = None
+                if not isinstance(row, dict):
+                    raise TarFormatError(f"member {member.name!r} is not a JSON object") from None
                 continue
             name = row.pop("file_name", None)
             if name != member.name:
-                raise TarFormatError(f"{shard}: member {member.name!r} follows the row for {name!r}")
+                raise TarFormatError(f"member {member.name!r} follows the row for {name!r}")
             row[file_column] = {"bytes": member.data, "path": member.name}
             yield row
             row = None
         if row is not None:
-            raise TarFormatError(f"{shard}: the last row's file is missing")
+            raise TarFormatError("the last row's file is missing")
     except TarFormatError as exc:
         raise TarFormatError(f"{source.locate(shard)}: {exc}") from None
     finally:
@@ -228,22 +285,34 @@ def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[di
 
 
 def _iter_parquet_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
-    import pyarrow.parquet as pq
+    """A Parquet shard's rows, each row group checked before it is decoded (see :mod:`.parquetformat`)."""
+    from .parquetformat import ParquetShardError, arrow_schema, open_parquet_shard
 
+    # The manifest again (this runs in DataLoader workers too): the cap, the shard's recorded
+    # size and the columns its features declare are what the shard is held to.
+    manifest = read_manifest_from(source)
+    recorded = next((s for s in manifest.shards if s.file == shard), None)
+    schema = arrow_schema(manifest.features) if manifest.features else None
+    where = source.locate(shard)
     with contextlib.ExitStack() as stack:
         if source.fsspec:
-            fs, path = filesystem_for(source.locate(shard))
+            fs, path = filesystem_for(where)
             f = stack.enter_context(fs.open(path, "rb", block_size=8 << 20))
         elif source.remote:
-            import fsspec  # type: ignore[import-untyped]
             from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
-            fs = fsspec.filesystem("http", headers=build_hf_headers() if source.hub else {})
-            f = stack.enter_context(fs.open(source.locate(shard), "rb", block_size=8 << 20))
+            fs = http_filesystem(build_hf_headers() if source.hub else {})
+            f = stack.enter_context(fs.open(where, "rb", block_size=8 << 20))
         else:
-            f = stack.enter_context(open(source.locate(shard), "rb"))
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=16):
-            for row in batch.to_pylist():
+            f = stack.enter_context(open(where, "rb"))
+        try:
+            parquet = open_parquet_shard(f, max_bytes=manifest.options.max_shard_bytes, schema=schema)
+            if recorded is not None and (parquet.size, parquet.num_rows) != (recorded.bytes, recorded.rows):
+                raise ParquetShardError(
+                    f"{parquet.size} bytes and {parquet.num_rows} rows, the manifest says {recorded.bytes} and"
+                    f" {recorded.rows}"
+                )
+            for row in parquet.rows():
                 # The path as shardkit writes it, <key><ext> (never a path to follow).
                 file_path, key = (row.get(file_column) or {}).get("path"), row.get("key")
                 if not (
@@ -253,10 +322,10 @@ def _iter_parquet_shard(source: Source, shard: str, file_column: str) -> Iterato
                     and file_path.startswith(key)
                     and EXT_RE.match(file_path[len(key) :])
                 ):
-                    raise ShardkitError(
-                        f"{source.locate(shard)}: row {row.get('key')!r} names its file {file_path!r}, not <key><ext>"
-                    )
+                    raise ShardkitError(f"{where}: row {row.get('key')!r} names its file {file_path!r}, not <key><ext>")
                 yield row
+        except ParquetShardError as exc:
+            raise ParquetShardError(f"{where}: {exc}") from None
 
 
 def _generate(shards: list[str], source: Source, file_column: str, fmt_name: str) -> Iterator[dict[str, Any]]:

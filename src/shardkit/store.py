@@ -14,20 +14,79 @@ rename; other filesystems get an upload to a temporary name and a move.
 Credentials and endpoints come from each machine's environment, as fsspec reads them (for S3:
 ``AWS_ACCESS_KEY_ID``..., ``~/.aws``, or ``FSSPEC_S3_ENDPOINT_URL`` for an S3-compatible
 server); Dask workers need them as well.
+
+Network waits are bounded: no byte for :func:`network_timeout` seconds (``SHARDKIT_NETWORK_TIMEOUT``,
+default 60) is an error naming the URL, set through each library's own per-read timeout
+(aiohttp's ``sock_read`` for http(s), botocore's ``read_timeout`` for S3, httpx's for the Hub),
+never a limit on a whole transfer. Other protocols keep their library's defaults. Two waits of an
+S3 upload have no such setting in aiohttp, which s3fs sends through: the wait for ``100
+Continue`` and a body the server stops reading; Ctrl-C still ends them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import secrets
+from collections.abc import Callable
 from typing import IO, Any
 
 from .errors import ShardkitError, UsageError
 
 #: fsspec protocols whose objects appear only when their upload completes.
 ATOMIC_UPLOAD_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+
+#: The one setting for every network wait: seconds without a byte before a read or write fails.
+TIMEOUT_VARIABLE = "SHARDKIT_NETWORK_TIMEOUT"
+DEFAULT_NETWORK_TIMEOUT = 60.0
+RESUME = "Try again: pack and push resume where they stopped."
+
+
+def network_timeout() -> float:
+    """Seconds a network read, write or connect may wait without progress (``SHARDKIT_NETWORK_TIMEOUT``).
+
+    Read from the environment, not passed as an argument: readers run in DataLoader workers and
+    Dask workers that a call cannot reach, and each of them inherits or sets its environment.
+    """
+    raw = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_NETWORK_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"{TIMEOUT_VARIABLE}={raw!r} is not a number of seconds above 0 (e.g. 60)")
+    return value
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether a library's error is a timeout: each raises its own (httpx's ReadTimeout, aiohttp's
+    ServerTimeoutError, botocore's ReadTimeoutError, asyncio's TimeoutError...)."""
+    return isinstance(exc, TimeoutError) or any("Timeout" in cls.__name__ for cls in type(exc).__mro__)
+
+
+#: The base classes of the network errors of httpx (huggingface_hub 1.x), httpx2 (2.x) and aiohttp.
+_NETWORK_ERRORS = frozenset(
+    {"TransportError", "NetworkError", "TimeoutException", "ClientConnectionError", "ClientPayloadError"}
+)
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """Whether a library's error is a failed connection (refused, reset, cut mid-body)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return isinstance(exc, ConnectionError) or bool(names & _NETWORK_ERRORS)
+
+
+def timeout_error(what: str, timeout: float, then: str = RESUME) -> ShardkitError:
+    """The one-line message for a wait that timed out: what, from where, how long, and what next."""
+    return ShardkitError(
+        f"timed out {what}: nothing from the server for {timeout:g} s ({TIMEOUT_VARIABLE}={timeout:g};"
+        " raise it for a slow server)."
+        f" {then}"
+    )
 
 
 def is_url(path: str) -> bool:
@@ -131,8 +190,7 @@ class UrlStore(ShardStore):
 
     def __init__(self, url: str) -> None:
         self.location = url.rstrip("/")
-        fs, root = filesystem_for(self.location)
-        self.fs: Any = _NamedErrors(fs, self.location)
+        self.fs, root = filesystem_for(self.location)
         self.root = root.rstrip("/")
         self.atomic = bool(set(_protocols(self.fs)) & ATOMIC_UPLOAD_PROTOCOLS)
 
@@ -171,8 +229,11 @@ class UrlStore(ShardStore):
         return {name[len(self.root) + 1 :]: int(info["size"]) for name, info in found.items()}
 
     def size(self, rel: str) -> int | None:
+        # Not info(refresh=True): s3fs takes it, but fsspec's http(s) filesystem passes it on to
+        # aiohttp, which refuses it (and every shard at an http URL then looked missing).
+        self.fs.invalidate_cache(self._path(rel))
         try:
-            info = self.fs.info(self._path(rel), refresh=True)
+            info = self.fs.info(self._path(rel))
         except FileNotFoundError:
             return None
         return int(info["size"]) if info.get("type") == "file" else None
@@ -221,29 +282,100 @@ class UrlStore(ShardStore):
             return None
 
 
-class _NamedErrors:
-    """An fsspec filesystem whose failures other than OSError (a missing credential, a request
-    the server refused: each library raises its own) become a ShardkitError naming the URL, so
-    the CLI prints one line instead of a traceback."""
+#: What a filesystem call does, and which argument is the remote path, for the timeout message
+#: ("timed out uploading to s3://bkt/ds/data/3.zip").
+_DOING = {
+    "put_file": ("uploading to", 1),
+    "pipe_file": ("writing", 0),
+    "get_file": ("downloading", 0),
+    "cat_file": ("reading", 0),
+    "ls": ("listing", 0),
+    "find": ("listing", 0),
+    "info": ("looking up", 0),
+    "mv": ("moving", 0),
+    "rm_file": ("removing", 0),
+    "makedirs": ("creating", 0),
+}
 
-    def __init__(self, fs: Any, location: str) -> None:
+
+def _named(call: Callable[..., Any], location: str, timeout: float, doing: Callable[[tuple[Any, ...]], str]) -> Any:
+    """``call``, with its timeouts and failed connections (refused, cut mid-body) turned into one
+    ShardkitError line naming what it was doing (``doing(args)``: "uploading to <URL>"), and its
+    failures other than OSError (a missing credential, a request the server refused: each library
+    raises its own) into one naming ``location``; other OSErrors (FileNotFoundError...) are left
+    to the callers."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            # fsspec's http(s) filesystem says FileNotFoundError for any failure to look a file up.
+            cause = exc.__cause__ if isinstance(exc, FileNotFoundError) else None
+            if is_timeout(exc) or (cause is not None and is_timeout(cause)):
+                raise timeout_error(doing(args), timeout) from None
+            failed = cause if cause is not None and is_network_error(cause) else exc
+            if is_network_error(failed):
+                raise ShardkitError(
+                    f"the connection failed {doing(args)} ({type(failed).__name__}: {failed}). {RESUME}"
+                ) from None
+            if isinstance(exc, OSError):
+                raise
+            raise ShardkitError(f"{location}: {type(exc).__name__}: {exc}") from None
+
+    return run
+
+
+class _NamedErrors:
+    """An fsspec filesystem whose failures are one line naming the URL (see :func:`_named`),
+    and whose open files' reads fail the same way."""
+
+    def __init__(self, fs: Any, location: str, timeout: float) -> None:
         self._fs = fs
         self._location = location
+        self._timeout = timeout
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._fs, name)
         if not callable(attr):
             return attr
+        verb, index = _DOING.get(name, ("reaching", -1))
+        if name == "open":
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return attr(*args, **kwargs)
-            except OSError:  # FileNotFoundError and friends: the callers handle them
-                raise
-            except Exception as exc:
-                raise ShardkitError(f"{self._location}: {type(exc).__name__}: {exc}") from None
+            def open_named(path: str, *args: Any, **kwargs: Any) -> _NamedFile:
+                url = self._url(path)
+                opened = _named(attr, self._location, self._timeout, lambda _: f"opening {url}")(path, *args, **kwargs)
+                return _NamedFile(opened, url, self._timeout)
 
-        return call
+            return open_named
+
+        def doing(args: tuple[Any, ...]) -> str:
+            path = args[index] if 0 <= index < len(args) and isinstance(args[index], str) else None
+            return f"{verb} {self._url(path) if path else self._location}"
+
+        return _named(attr, self._location, self._timeout, doing)
+
+    def _url(self, path: str) -> str:
+        return str(self._fs.unstrip_protocol(path))
+
+
+class _NamedFile:
+    """An open fsspec file whose reads fail with one line naming its URL (a stalled or cut read
+    would otherwise surface as aiohttp's or botocore's error, or pass for a damaged file)."""
+
+    def __init__(self, f: Any, url: str, timeout: float) -> None:
+        self._f = f
+        self._url = url
+        self._timeout = timeout
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._f, name)
+        return _named(attr, self._url, self._timeout, lambda _: f"reading {self._url}") if callable(attr) else attr
+
+    def __enter__(self) -> _NamedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
@@ -252,15 +384,45 @@ def _protocols(fs: Any) -> tuple[str, ...]:
 
 
 def filesystem_for(url: str) -> tuple[Any, str]:
-    """fsspec's filesystem and path for a URL, with a message naming the package a protocol needs."""
+    """fsspec's filesystem and path for a URL, with a message naming the package a protocol needs.
+
+    Its waits are bounded by :func:`network_timeout`, and its failures name the URL (see :func:`_named`).
+    """
+    timeout = network_timeout()
     try:
         import fsspec  # type: ignore[import-untyped]
 
-        return fsspec.core.url_to_fs(url)  # type: ignore[no-any-return]
+        protocol = url.partition("://")[0] if "://" in url else "file"
+        fs, path = fsspec.core.url_to_fs(url, **_timeout_options(protocol, timeout, fsspec.config.conf))
     except ImportError as exc:  # fsspec names the package, e.g. "Install s3fs to access S3"
         raise UsageError(f"{url}: {exc}") from None
     except ValueError as exc:  # an unknown protocol
         raise UsageError(f"{url}: {exc}") from None
+    return _NamedErrors(fs, url.rstrip("/"), timeout), path
+
+
+def http_filesystem(headers: dict[str, str]) -> Any:
+    """fsspec's http(s) filesystem sending ``headers``, its waits bounded and failures named as
+    :func:`filesystem_for`'s (for ranged reads of Parquet shards at a URL or on the Hub)."""
+    import fsspec
+
+    timeout = network_timeout()
+    fs = fsspec.filesystem("http", headers=headers, **_timeout_options("http", timeout, fsspec.config.conf))
+    return _NamedErrors(fs, "http(s)", timeout)
+
+
+def _timeout_options(protocol: str, timeout: float, config: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The storage options that make ``protocol``'s library time out a read after ``timeout`` seconds
+    without data (not a whole transfer), unless the user's fsspec config already sets them."""
+    options: dict[str, Any] = {}
+    if protocol in ("http", "https"):
+        import aiohttp
+
+        # aiohttp's default is 5 minutes for a whole request, and 30 s to connect.
+        options["client_kwargs"] = {"timeout": aiohttp.ClientTimeout(sock_connect=timeout, sock_read=timeout)}
+    elif protocol in ("s3", "s3a"):
+        options["config_kwargs"] = {"connect_timeout": timeout, "read_timeout": timeout}
+    return {key: value for key, value in options.items() if key not in config.get(protocol, {})}
 
 
 def store_for(out_dir: str) -> ShardStore:

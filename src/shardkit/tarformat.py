@@ -1,36 +1,87 @@
-"""The subset of the tar (ustar) format that shardkit writes and reads for ``--format tar``.
+"""The subset of the tar format that shardkit writes and reads for ``--format tar``.
 
-A shard is a plain ustar archive in the webdataset layout: for each row, ``<key>.json`` then
+A shard is a ustar archive in the webdataset layout: for each row, ``<key>.json`` then
 ``<key><ext>``. Headers carry no clock, owner or machine (mtime 0, uid/gid 0, mode 0644), so
 the same rows give the same bytes. It ends with the two zero blocks POSIX asks for and no
-padding to a record size, so a shard costs exactly ``1024 + sum(512 + padded(size))`` bytes.
+padding to a record size.
+
+tar has no checksum over a member's data, so each member is preceded by a PAX extended header
+(POSIX.1-2001, typeflag ``x``) holding one record, ``comment=shardkit-crc32:<8 hex digits>``:
+the CRC-32 of the member's bytes. The standard ``comment`` keyword, not a vendor one: every
+tar reader that knows PAX (Python's ``tarfile``, hence datasets' webdataset builder and the
+``webdataset`` library; GNU tar; libarchive) ignores it silently and reads the same members
+as before, where GNU tar warns once per member about a keyword it does not know. A member
+costs ``1024 + 512 + padded(size)`` bytes (:func:`member_bytes`); a shard, ``1024`` more.
+
+Shards packed before these records existed have none: a reader tells by the first header. If it
+is a PAX header, every member must have its CRC record and its bytes must match it; if it is a
+plain member, no member may have one (such shards have no data check; ``verify`` still compares
+the whole file's sha256 with the manifest's).
 
 :func:`iter_tar_members` walks an archive front to back from a forward-only stream, as the
-webdataset builder of datasets does, checking every header's checksum.
+webdataset builder of datasets does, and accepts only what :class:`TarWriter` writes: every
+header byte for byte as the writer makes it for that name and size (so valid octal fields, the
+right checksum, regular files, plain names), zero padding, and nothing after the end blocks.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from .streamio import CountingOutput, read_exact
+from .errors import ShardkitError
+from .streamio import CountingOutput, crc32, read_exact
 
 BLOCK = 512
 END_BYTES = 2 * BLOCK
-MAX_NAME_BYTES = 100  # the ustar name field; shardkit never uses the prefix field or PAX headers
+MAX_NAME_BYTES = 100  # the ustar name field; shardkit never uses the prefix field for names
 MAX_MEMBER_BYTES = 8**11 - 1  # eleven octal digits
+#: The record's keyword and the start of its value: the rest is the CRC-32 in 8 hex digits.
+CRC_RECORD_PREFIX = "comment=shardkit-crc32:"
+#: What each member adds beyond its padded data: its PAX header and record block, its header.
+MEMBER_OVERHEAD = 3 * BLOCK
 _ZEROS = bytes(BLOCK)
+_PAX_NAME = "././@PaxHeader"  # what Python's tarfile names a PAX header (no member is called that)
+_SIZE_FIELD = re.compile(rb"[0-7]{11}\0")
+#: What no member name may hold: a '/' (shardkit's members are plain names), control characters
+#: (NUL...), a backslash or a colon (a Windows path or drive); nor may it be '.' or '..'.
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\:]|^\.\.?$")
+#: The ustar header's fields, named for messages saying where a header differs from shardkit's.
+_FIELDS = (
+    ("name", 0, 100),
+    ("mode", 100, 108),
+    ("uid", 108, 116),
+    ("gid", 116, 124),
+    ("size", 124, 136),
+    ("mtime", 136, 148),
+    ("checksum", 148, 156),
+    ("type", 156, 157),
+    ("link name", 157, 257),
+    ("magic", 257, 263),
+    ("version", 263, 265),
+    ("user name", 265, 297),
+    ("group name", 297, 329),
+    ("device major", 329, 337),
+    ("device minor", 337, 345),
+    ("prefix", 345, 500),
+    ("padding", 500, 512),
+)
 
 
-class TarFormatError(ValueError):
+class TarFormatError(ShardkitError, ValueError):
     """A shard's bytes are not the tar subset shardkit writes, or are damaged."""
 
 
 def padded(size: int) -> int:
     """``size`` rounded up to a whole number of 512-byte blocks."""
     return -(-size // BLOCK) * BLOCK
+
+
+def member_bytes(size: int) -> int:
+    """Bytes a member of ``size`` bytes takes in a shard: CRC record, header, padded data."""
+    return MEMBER_OVERHEAD + padded(size)
 
 
 def _octal(value: int, width: int) -> bytes:
@@ -42,37 +93,56 @@ def _checksum(header: bytes | bytearray) -> int:
     return sum(header[:148]) + 8 * 32 + sum(header[156:])
 
 
-def member_header(name: str, size: int) -> bytes:
-    raw = name.encode("utf-8")
-    if not raw or len(raw) > MAX_NAME_BYTES or "/" in name or name in (".", ".."):
-        raise TarFormatError(f"member name {name!r} is not a plain name of 1 to {MAX_NAME_BYTES} bytes")
-    if not 0 <= size <= MAX_MEMBER_BYTES:
-        raise TarFormatError(f"member {name!r}: {size} bytes do not fit a ustar header")
+def _header(raw_name: bytes, size: int, typeflag: bytes) -> bytes:
     header = bytearray(BLOCK)
-    header[0 : len(raw)] = raw
+    header[0 : len(raw_name)] = raw_name
     header[100:108] = _octal(0o644, 8)
     header[108:116] = _octal(0, 8)  # uid
     header[116:124] = _octal(0, 8)  # gid
     header[124:136] = _octal(size, 12)
     header[136:148] = _octal(0, 12)  # mtime: no clock in the bytes
-    header[156:157] = b"0"  # a regular file
+    header[156:157] = typeflag
     header[257:263] = b"ustar\0"
     header[263:265] = b"00"
     header[148:156] = _octal(_checksum(header), 7) + b" "
     return bytes(header)
 
 
+def member_header(name: str, size: int) -> bytes:
+    raw = name.encode("utf-8")
+    if not raw or len(raw) > MAX_NAME_BYTES or _UNSAFE_NAME.search(name):
+        raise TarFormatError(f"member name {name!r} is not a plain name of 1 to {MAX_NAME_BYTES} bytes")
+    if not 0 <= size <= MAX_MEMBER_BYTES:
+        raise TarFormatError(f"member {name!r}: {size} bytes do not fit a ustar header")
+    return _header(raw, size, b"0")  # "0": a regular file
+
+
+# A PAX record is "<length> <keyword>=<value>\n", the length counting its own two digits.
+_CRC_RECORD_BYTES = len(f"00 {CRC_RECORD_PREFIX}00000000\n")
+_CRC_RECORD = re.compile(re.escape(f"{_CRC_RECORD_BYTES} {CRC_RECORD_PREFIX}".encode()) + rb"([0-9a-f]{8})\n")
+_PAX_HEADER = _header(_PAX_NAME.encode("ascii"), _CRC_RECORD_BYTES, b"x")
+
+
+def crc_record(crc: int) -> bytes:
+    """The PAX extended header and its record block that give the next member's CRC-32."""
+    record = f"{_CRC_RECORD_BYTES} {CRC_RECORD_PREFIX}{crc:08x}\n".encode("ascii")
+    return _PAX_HEADER + record + bytes(BLOCK - len(record))
+
+
 @dataclass
 class TarWriter(CountingOutput):
-    """Writes regular-file members in order."""
+    """Writes regular-file members in order, each after its CRC record."""
 
     _pending: int = 0
     _padding: int = 0
 
-    def start_member(self, name: str, size: int) -> None:
+    def start_member(self, name: str, size: int, crc: int) -> None:
+        """Start a member of ``size`` bytes whose CRC-32 is ``crc``; its data follows in :meth:`write_data`."""
         if self._pending:
             raise TarFormatError(f"previous member still expects {self._pending} bytes")
-        self._emit(member_header(name, size))
+        header = member_header(name, size)
+        self._emit(crc_record(crc))
+        self._emit(header)
         self._pending = size
         self._padding = padded(size) - size
 
@@ -86,7 +156,7 @@ class TarWriter(CountingOutput):
             self._padding = 0
 
     def add(self, name: str, data: bytes) -> None:
-        self.start_member(name, len(data))
+        self.start_member(name, len(data), crc32(data))
         self.write_data(data)
 
     def close(self) -> int:
@@ -103,39 +173,113 @@ class TarMember:
     offset: int  # of its header
     size: int
     data: bytes
+    crc: int | None = None  # what its CRC record gives; None in shards from before CRC records
 
 
 def _read_exact(stream: BinaryIO, n: int, what: str) -> bytes:
     return read_exact(stream, n, what, TarFormatError)
 
 
-def iter_tar_members(stream: BinaryIO) -> Iterator[TarMember]:
-    """Walk a shard front to back, yielding each regular-file member; stops at the end blocks.
+def _difference(found: bytes, expected: bytes) -> str:
+    """The first field where a header differs from the one shardkit writes, as words."""
+    for field, start, end in _FIELDS:
+        if found[start:end] != expected[start:end]:
+            got, want = found[start:end].rstrip(b"\0"), expected[start:end].rstrip(b"\0")
+            return f"its {field} field is {got!r}, where shardkit writes {want!r}"
+    return "it differs from what shardkit writes"
 
-    Refuses a bad header checksum, any member type but a regular file, and unsafe names.
+
+def _shown_name(header: bytes) -> str:
+    """The name a header gives, for messages about a header not to be trusted."""
+    return header[0:MAX_NAME_BYTES].split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _checked_header(header: bytes, offset: int) -> None:
+    """Refuse a header whose checksum does not match its bytes (damage, or not tar at all)."""
+    try:
+        recorded = int(header[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+    except ValueError:
+        recorded = -1
+    if recorded != _checksum(header):
+        raise TarFormatError(f"header checksum mismatch at offset {offset} (a header for {_shown_name(header)!r})")
+
+
+def _member_of(header: bytes, offset: int) -> tuple[str, int]:
+    """The name and size of the regular-file member ``header`` announces, all fields checked."""
+    raw = header[0:MAX_NAME_BYTES].split(b"\0", 1)[0]
+    shown = _shown_name(header)
+    if header[156:157] != b"0":
+        raise TarFormatError(f"member {shown!r} at offset {offset} is not a regular file (type {header[156:157]!r})")
+    if not _SIZE_FIELD.fullmatch(header[124:136]):
+        field = header[124:136]
+        raise TarFormatError(f"member {shown!r} at offset {offset}: its size field {field!r} is not 11 octal digits")
+    if header[len(raw) : MAX_NAME_BYTES].strip(b"\0"):
+        field = header[0:MAX_NAME_BYTES].rstrip(b"\0")
+        raise TarFormatError(f"member name {field!r} at offset {offset} holds a NUL")
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TarFormatError(f"the member name at offset {offset} is not valid UTF-8: {raw!r}") from None
+    if not name or _UNSAFE_NAME.search(name):
+        raise TarFormatError(f"unsafe member name {name!r} at offset {offset}")
+    size = int(header[124:135], 8)
+    expected = member_header(name, size)
+    if header != expected:
+        raise TarFormatError(f"member {name!r} at offset {offset}: {_difference(header, expected)}")
+    return name, size
+
+
+def _crc_of(stream: BinaryIO, header: bytes, offset: int) -> int:
+    """The CRC-32 a PAX header at ``offset`` gives, its record block read from ``stream``."""
+    if header != _PAX_HEADER:
+        raise TarFormatError(f"the PAX header at offset {offset}: {_difference(header, _PAX_HEADER)}")
+    block = _read_exact(stream, BLOCK, f"the PAX record at offset {offset + BLOCK}")
+    match = _CRC_RECORD.match(block)
+    if match is None or block[match.end() :].strip(b"\0"):
+        raise TarFormatError(f"the PAX record at offset {offset + BLOCK} is not one shardkit CRC-32 record")
+    return int(match.group(1), 16)
+
+
+def iter_tar_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[TarMember]:
+    """Walk a shard front to back, yielding each regular-file member; checks what follows the end blocks.
+
+    Refuses anything :class:`TarWriter` would not write (see the module doc): a bad header
+    checksum, any member type but a regular file, unsafe or repeated names, a missing or extra
+    CRC record and, with ``check_crc``, data whose CRC-32 differs from its record.
     """
     offset = 0
+    with_crc: bool | None = None  # the first header tells: a shard from before CRC records has none
+    names: set[str] = set()
     while True:
         header = _read_exact(stream, BLOCK, f"the header at offset {offset}")
         if header == _ZEROS:
-            _read_exact(stream, BLOCK, "the end-of-archive blocks")
+            if _read_exact(stream, BLOCK, "the end-of-archive blocks") != _ZEROS:
+                raise TarFormatError(f"the end-of-archive block at offset {offset + BLOCK} is not zeros")
+            if stream.read(1):
+                raise TarFormatError(f"data after the end-of-archive blocks (from offset {offset + END_BYTES})")
             return
-        try:
-            recorded = int(header[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
-            size = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
-        except ValueError:
-            raise TarFormatError(f"unreadable header at offset {offset}") from None
-        if recorded != _checksum(header):
-            raise TarFormatError(f"header checksum mismatch at offset {offset}")
-        name = header[0:100].split(b"\0", 1)[0].decode("utf-8", "replace")
-        if header[345:346] not in (b"\0", b""):  # a ustar prefix: a path, which shardkit never writes
-            name = header[345:500].split(b"\0", 1)[0].decode("utf-8", "replace") + "/" + name
-        if header[156:157] not in (b"0", b"\0"):
-            raise TarFormatError(f"member {name!r} at offset {offset} is not a regular file")
-        if not name or name.startswith("/") or ".." in name.split("/") or "\\" in name:
-            raise TarFormatError(f"unsafe member name {name!r} at offset {offset}")
+        _checked_header(header, offset)
+        start, crc = offset, None
+        if header[156:157] == b"x":
+            if with_crc is False:
+                raise TarFormatError(f"a CRC record at offset {offset}, in a shard whose first member has none")
+            crc = _crc_of(stream, header, offset)
+            offset += 2 * BLOCK
+            header = _read_exact(stream, BLOCK, f"the header at offset {offset}")
+            if header == _ZEROS:
+                raise TarFormatError(f"the CRC record at offset {start} is followed by no member")
+            _checked_header(header, offset)
+        elif with_crc:
+            raise TarFormatError(f"member {_shown_name(header)!r} at offset {offset} has no CRC record before it")
+        with_crc = crc is not None
+        name, size = _member_of(header, offset)
+        if name in names:
+            raise TarFormatError(f"member {name!r} at offset {offset}: a second member of that name")
+        names.add(name)
         data = _read_exact(stream, size, f"member {name!r}")
-        if padded(size) > size:
-            _read_exact(stream, padded(size) - size, f"the padding of {name!r}")
-        yield TarMember(name=name, offset=offset, size=size, data=data)
+        if _read_exact(stream, padded(size) - size, f"the padding of {name!r}").strip(b"\0"):
+            raise TarFormatError(f"member {name!r} at offset {offset}: its padding holds data")
+        if check_crc and crc is not None and crc32(data) != crc:
+            raise TarFormatError(f"CRC mismatch in member {name!r} at offset {offset}")
+        yield TarMember(name=name, offset=offset, size=size, data=data, crc=crc)
         offset += BLOCK + padded(size)

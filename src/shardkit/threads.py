@@ -8,14 +8,20 @@ Its threads also block SIGINT and SIGTERM. The kernel may deliver a process-wide
 thread that does not block it, and Python runs handlers only in the main thread: a Ctrl-C
 landing on a reader stuck in ``open()`` would leave the main thread asleep in a lock wait,
 never told.
+
+:func:`call_interruptibly` runs a whole call that way, for a library that waits on threads of
+its own: the main thread only waits for the result, and Ctrl-C ends that wait at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def _block_stop_signals() -> None:
@@ -31,3 +37,17 @@ def interruptible_pool(max_workers: int, name: str) -> Iterator[ThreadPoolExecut
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def call_interruptibly(fn: Callable[[], T], name: str) -> T:
+    """``fn()``, run in a thread of its own while the calling thread waits for its result.
+
+    huggingface_hub uploads in a ``with ThreadPoolExecutor()`` block, which joins every upload on
+    the way out, also on Ctrl-C: called from the main thread, a push to a Hub that stopped
+    answering could not be interrupted. Here the main thread's wait ends at the first Ctrl-C,
+    since it is the one thread that takes SIGINT: ``fn``'s thread blocks it, and so do the
+    threads ``fn`` starts (a thread inherits its creator's signal mask). ``fn`` may still be
+    running when the KeyboardInterrupt leaves; the CLI exits without joining it.
+    """
+    with interruptible_pool(1, name) as pool:
+        return pool.submit(fn).result()

@@ -3,8 +3,9 @@
 For every ZIP shard the manifest names, in one front-to-back read of the file:
 
 * it exists, has the recorded size and sha256, and is within the manifest's cap;
-* its ZIP structure is the subset shardkit writes (stored members, sizes and CRC in every local
-  header, safe names), every CRC matches, and the central directory lists the same members;
+* its ZIP structure is exactly what shardkit writes (stored members, each header byte for byte
+  as the writer makes it, safe names, members back to back, a central directory listing exactly
+  those members at their offsets, nothing after the end record), and every CRC matches;
 * ``metadata.jsonl`` is the first member, and its rows and the other members agree one to one:
   each row's ``file_name`` is a member, each member has a row, keys are unique, ascending, in
   the shard's key prefix, within the recorded first/last key, and name their member;
@@ -12,10 +13,12 @@ For every ZIP shard the manifest names, in one front-to-back read of the file:
 * with ``deep``, every image decodes (Pillow) and every audio file libsndfile reads decodes (soundfile;
   other audio is counted, not decoded).
 
-A tar shard gets the same checks in its terms: ustar headers with valid checksums, each
-``<key>.json`` followed by the file its ``file_name`` names, the .json members' bytes equal to
-``metadata/<stem>.jsonl``. A Parquet shard is read row group by row group: each row's path and
-typed fields must equal its line in ``metadata/<stem>.jsonl``, keys as above.
+A tar shard gets the same checks in its terms: ustar headers exactly as shardkit writes them,
+each member's CRC record matching its bytes (shards from before CRC records have none), nothing
+after the end blocks, each ``<key>.json`` followed by the file its ``file_name`` names, the .json
+members' bytes equal to ``metadata/<stem>.jsonl``. A Parquet shard is read row group by row
+group: each row's path and typed fields must equal its line in ``metadata/<stem>.jsonl``, keys
+as above.
 
 And for the whole: shards' key ranges do not overlap, totals add up, ``data/`` and
 ``metadata/`` hold nothing the manifest does not name, and ``metadata.parquet`` holds every
@@ -32,7 +35,6 @@ import itertools
 import json
 import os
 import time
-import zipfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
@@ -93,6 +95,7 @@ class _HashingReader:
     def __init__(self, raw: IO[bytes]) -> None:
         self.raw = raw
         self.sha256 = hashlib.sha256()
+        self.sound = True  # False once the walk over it met a shard that is not sound
 
     def read(self, n: int = -1) -> bytes:
         data: bytes = self.raw.read(n)
@@ -115,6 +118,7 @@ def _walking(
         try:
             yield reader
         except error as exc:
+            reader.sound = False
             problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
         reader.drain()
 
@@ -183,11 +187,13 @@ def _walk_zip(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
     problems = result.problems
     rows: dict[str, str] | None = None
     keys: list[str] = []
-    walked: list[tuple[str, int, int]] = []
+    members = 0
     inner_metadata = b""
+    # The walk also checks the central directory against the members (iter_members): what zipfile
+    # and datasets read through it is then what was walked.
     with _walking(store, shard, problems, ZipFormatError) as reader:
         for member in iter_members(reader, check_crc=False):  # type: ignore[arg-type]
-            walked.append((member.name, member.size, member.crc))
+            members += 1
             if crc32(member.data) != member.crc:
                 problems.append(Problem(shard.file, "CRC mismatch: the bytes are not what was written", member.name))
             if rows is None:
@@ -204,17 +210,10 @@ def _walk_zip(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
                 problems.append(Problem(shard.file, "member has no row in metadata.jsonl", member.name))
             if deep:
                 _decode(result, shard, member.name, member.data)
-    for name in sorted(rows or {}):
-        problems.append(Problem(shard.file, "row in metadata.jsonl has no member", name))
-
-    try:  # the central directory must describe the members met walking front to back
-        with store.open(shard.file) as raw, zipfile.ZipFile(raw) as zf:
-            listed = [(i.filename, i.file_size, i.CRC) for i in zf.infolist()]
-        if listed != walked:
-            problems.append(Problem(shard.file, "the central directory does not list the members the file holds"))
-    except (zipfile.BadZipFile, OSError) as exc:
-        problems.append(Problem(shard.file, f"central directory unreadable: {exc}"))
-    return _Walk(reader.sha256.hexdigest(), max(len(walked) - 1, 0), keys, inner_metadata)
+    if reader.sound:  # else the walk stopped short: the rows left say nothing more
+        for name in sorted(rows or {}):
+            problems.append(Problem(shard.file, "row in metadata.jsonl has no member", name))
+    return _Walk(reader.sha256.hexdigest(), max(members - 1, 0), keys, inner_metadata)
 
 
 def _walk_tar(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
@@ -224,7 +223,9 @@ def _walk_tar(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
     files = 0
     expected: str | None = None  # the file_name the last .json announced
     with _walking(store, shard, problems, TarFormatError) as reader:
-        for member in iter_tar_members(reader):  # type: ignore[arg-type]
+        for member in iter_tar_members(reader, check_crc=False):  # type: ignore[arg-type]
+            if member.crc is not None and crc32(member.data) != member.crc:
+                problems.append(Problem(shard.file, "CRC mismatch: the bytes are not what was written", member.name))
             if expected is None:
                 if not member.name.endswith(".json"):
                     problems.append(Problem(shard.file, "file member without its .json before it", member.name))
@@ -242,10 +243,12 @@ def _walk_tar(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
             expected = None
             if deep:
                 _decode(result, shard, member.name, member.data)
-    if expected is not None:
+    if expected is not None and reader.sound:
         problems.append(Problem(shard.file, f"the last row's file {expected!r} is missing"))
     text = b"\n".join(lines).decode("utf-8", "replace")
     keys = sorted(_check_rows(shard, text, prefix, problems, TAR, "row").values())
+    if not reader.sound:  # the rows read are only some: their keys and lines say nothing more
+        return _Walk(reader.sha256.hexdigest(), files, [], None)
     metadata = b"".join(line + b"\n" for line in lines)
     return _Walk(reader.sha256.hexdigest(), files, keys, metadata)
 
@@ -260,9 +263,10 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def _walk_parquet(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
-    """Every row against its metadata line (values compared as typed), in order."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Every row against its metadata line (values compared as typed), in order. The shard is
+    opened as every reader opens it (:func:`.parquetformat.open_parquet_shard`): each row group
+    checked before it is decoded, each page's checksum verified."""
+    from .parquetformat import ParquetShardError, open_parquet_shard
 
     problems = result.problems
     with store.open(shard.file) as raw:
@@ -278,17 +282,16 @@ def _walk_parquet(store: ShardStore, shard: ManifestShard, prefix: str, deep: bo
     count = 0
     try:
         with store.open(shard.file) as raw_file:
-            parquet = pq.ParquetFile(raw_file)
-            file_column = parquet.schema_arrow.names[0]
-            for batch in parquet.iter_batches(batch_size=64):
-                for record in batch.to_pylist():
-                    count += 1
-                    content = record.pop(file_column) or {}
-                    name = str(content.get("path"))
-                    _compare_parquet_row(shard, count, name, record, next(lines, None), problems)
-                    if deep and content.get("bytes") is not None:
-                        _decode(result, shard, name, content["bytes"])
-    except (pa.ArrowException, OSError) as exc:
+            parquet = open_parquet_shard(raw_file)
+            file_column = parquet.columns[0] if parquet.columns else ""
+            for record in parquet.rows(batch_size=64):
+                count += 1
+                content = record.pop(file_column, None) or {}
+                name = str(content.get("path"))
+                _compare_parquet_row(shard, count, name, record, next(lines, None), problems)
+                if deep and content.get("bytes") is not None:
+                    _decode(result, shard, name, content["bytes"])
+    except (ParquetShardError, OSError) as exc:
         problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
     if next(lines, None) is not None:
         problems.append(Problem(shard.metadata, f"has more lines than {shard.file} has rows"))

@@ -128,10 +128,10 @@ def _write_tar(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
             meta.write(line + b"\n")
             if isinstance(data, BigFile):
                 with data:
-                    tw.start_member(TAR.member_name(row.key, row.ext), row.size)
+                    tw.start_member(TAR.member_name(row.key, row.ext), row.size, data.crc)
                     data.copy_to(tw.write_data)
             else:
-                tw.start_member(TAR.member_name(row.key, row.ext), row.size)
+                tw.start_member(TAR.member_name(row.key, row.ext), row.size, crc)
                 tw.write_data(data)
     return tw.close()
 

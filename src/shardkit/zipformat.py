@@ -13,26 +13,60 @@ Because sizes are known up front, :func:`stored_member_overhead` and :data:`END_
 let the planner compute the exact size of a shard before writing a byte of it.
 
 The front-to-back reader :func:`iter_members` is what every shardkit reader (and the loading
-script in the template) uses: one ``open()`` per shard, no seeking.
+script in the template) uses: one ``open()`` per shard, no seeking. It accepts only what
+:class:`ZipWriter` writes: each header byte for byte as the writer makes it for that name, size
+and CRC, members back to back, then a central directory listing exactly those members in order
+at their offsets, the end record, and nothing after it. ``zipfile`` (and so ``datasets``) reads
+a member through the central directory; this walk reads it through its local header: only a
+shard where both lead to the same bytes is accepted.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, BinaryIO
 
+from .errors import ShardkitError
 from .streamio import CountingOutput, crc32, read_exact
 
 LOCAL_HEADER_SIG = 0x04034B50
 CENTRAL_HEADER_SIG = 0x02014B50
 END_RECORD_SIG = 0x06054B50
+_LOCAL_SIG_BYTES = struct.pack("<I", LOCAL_HEADER_SIG)
+_CENTRAL_SIG_BYTES = struct.pack("<I", CENTRAL_HEADER_SIG)
 
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # 30 bytes, then name, then extra
 _CENTRAL_HEADER = struct.Struct("<IHHHHHHIIIHHHHHII")  # 46 bytes, then name, extra, comment
 _END_RECORD = struct.Struct("<IHHHHIIH")  # 22 bytes
+# The fields of each record, named for messages saying where a shard differs from what shardkit writes.
+_SHARED_FIELDS = ("version needed", "flags", "method", "time", "date", "CRC-32", "compressed size", "size")
+_LOCAL_FIELDS = ("signature", *_SHARED_FIELDS, "name length", "extra field length")
+_CENTRAL_FIELDS = (
+    "signature",
+    "made by",
+    *_SHARED_FIELDS,
+    "name length",
+    "extra field length",
+    "comment length",
+    "disk number",
+    "internal attributes",
+    "external attributes",
+    "local header offset",
+)
+_END_FIELDS = (
+    "signature",
+    "disk number",
+    "directory disk",
+    "entries on this disk",
+    "entries",
+    "directory size",
+    "directory offset",
+    "comment length",
+)
 
 LOCAL_HEADER_SIZE = _LOCAL_HEADER.size
 CENTRAL_HEADER_SIZE = _CENTRAL_HEADER.size
@@ -51,13 +85,18 @@ _UNIX_MODE = 0o100644  # regular file, rw-r--r--
 _MADE_BY = (3 << 8) | _VERSION  # 3 = Unix, so the mode in external_attr is honoured
 
 
-class ZipFormatError(ValueError):
+class ZipFormatError(ShardkitError, ValueError):
     """A shard's bytes are not the ZIP subset shardkit writes, or are damaged."""
+
+
+#: What no member name may hold: control characters (NUL...), a backslash or a colon (a Windows
+#: path, drive or stream: ``C:/x.jpg``), a leading '/', or an empty, '.' or '..' part.
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\:]|^/|//|/$|(?:^|/)\.\.?(?:/|$)")
 
 
 def encode_name(name: str) -> bytes:
     """Encode a member name; refuses names a reader must not trust."""
-    if not name or name[0] == "/" or "\\" in name or "\x00" in name or (".." in name and ".." in name.split("/")):
+    if not name or _UNSAFE_NAME.search(name):
         raise ZipFormatError(f"unsafe ZIP member name {name!r}")
     return name.encode("utf-8")
 
@@ -179,35 +218,115 @@ def _read_exact(stream: BinaryIO, n: int, what: str) -> bytes:
     return read_exact(stream, n, what, ZipFormatError)
 
 
+def _difference(layout: struct.Struct, fields: tuple[str, ...], found: bytes, expected: bytes) -> str:
+    """The first field where a record differs from the one shardkit writes, as words."""
+    for field, got, want in zip(fields, layout.unpack(found), layout.unpack(expected), strict=True):
+        if got != want:
+            return f"its {field} is {got}, where shardkit writes {want}"
+    return "it differs from what shardkit writes"
+
+
+def _decode_name(raw: bytes, offset: int) -> str:
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ZipFormatError(f"the member name at offset {offset} is not valid UTF-8: {raw!r}") from None
+    if not name or _UNSAFE_NAME.search(name):
+        raise ZipFormatError(f"unsafe ZIP member name {name!r} at offset {offset}")
+    return name
+
+
 def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member]:
     """Walk a shard front to back from a forward-only stream, yielding each stored member.
 
-    Stops at the central directory. Refuses compressed members, data descriptors, unsafe
-    names, and (with ``check_crc``) data whose CRC-32 does not match its header.
+    Refuses compressed members, data descriptors, extra fields, unsafe or repeated names, any
+    header that is not byte for byte what :class:`ZipWriter` writes, and (with ``check_crc``)
+    data whose CRC-32 does not match its header. After the last member, the central directory
+    must describe exactly the members walked (same headers, same offsets, in order), the end
+    record must follow, and nothing after it: else :class:`ZipFormatError` is raised there,
+    after the members were yielded (a forward-only reader meets the directory last).
     """
     offset = 0
+    directory = bytearray()  # the entries the members walked call for, to compare with the file's
+    names: set[str] = set()
+    name = ""
     while True:
-        sig_bytes = stream.read(4)
-        if len(sig_bytes) < 4:
-            raise ZipFormatError(f"truncated: no central directory after offset {offset}")
-        (sig,) = struct.unpack("<I", sig_bytes)
-        if sig in (CENTRAL_HEADER_SIG, END_RECORD_SIG):
-            return
-        if sig != LOCAL_HEADER_SIG:
-            raise ZipFormatError(f"no local file header at offset {offset} (found 0x{sig:08x})")
-        fields = _LOCAL_HEADER.unpack(sig_bytes + _read_exact(stream, LOCAL_HEADER_SIZE - 4, "a local header"))
-        _, _, flags, method, _, _, crc, csize, usize, name_len, extra_len = fields
-        raw_name = _read_exact(stream, name_len, "a member name")
-        name = raw_name.decode("utf-8" if flags & _FLAG_UTF8 else "cp437")
-        encode_name(name)  # refuses absolute names and '..'
+        sig_bytes = _read_exact(stream, 4, f"the record at offset {offset} (no central directory yet)")
+        if sig_bytes != _LOCAL_SIG_BYTES:
+            break
+        header = sig_bytes + _read_exact(stream, LOCAL_HEADER_SIZE - 4, f"the local header at offset {offset}")
+        _, _, flags, method, _, _, crc, csize, usize, name_len, _ = _LOCAL_HEADER.unpack(header)
+        raw_name = _read_exact(stream, name_len, f"the member name at offset {offset}")
+        name = _decode_name(raw_name, offset)
+        where = f"member {name!r} at offset {offset}"
         if flags & 0x0008:
-            raise ZipFormatError(f"member {name!r} at offset {offset} uses a data descriptor")
+            raise ZipFormatError(f"{where} uses a data descriptor")
         if method != 0 or csize != usize:
-            raise ZipFormatError(f"member {name!r} at offset {offset} is compressed (method {method})")
-        if extra_len:
-            _read_exact(stream, extra_len, "an extra field")
+            raise ZipFormatError(f"{where} is compressed (method {method})")
+        expected = local_header(raw_name, usize, crc)[:LOCAL_HEADER_SIZE]
+        if header != expected:
+            raise ZipFormatError(f"{where}: {_difference(_LOCAL_HEADER, _LOCAL_FIELDS, header, expected)}")
+        if name in names:
+            raise ZipFormatError(f"{where}: a second member of that name")
+        if offset > MAX_ZIP_BYTES:
+            raise ZipFormatError(f"{where}: past 4 GiB, which needs ZIP64 (shardkit never writes it)")
+        names.add(name)
         data = _read_exact(stream, usize, f"member {name!r}")
         if check_crc and crc32(data) != crc:
             raise ZipFormatError(f"CRC mismatch in member {name!r} at offset {offset}")
+        directory += central_header(raw_name, usize, crc, offset)
         yield Member(name=name, offset=offset, size=usize, crc=crc, data=data)
-        offset += LOCAL_HEADER_SIZE + name_len + extra_len + usize
+        offset += LOCAL_HEADER_SIZE + name_len + usize
+    (sig,) = struct.unpack("<I", sig_bytes)
+    if sig not in (CENTRAL_HEADER_SIG, END_RECORD_SIG):
+        after = f" after member {name!r}" if name else ""
+        raise ZipFormatError(f"no local file header at offset {offset}{after} (found 0x{sig:08x})")
+    _check_directory(stream, sig_bytes, bytes(directory), len(names), offset)
+
+
+def _read_up_to(stream: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes: fewer only where the stream ends."""
+    chunks = []
+    while n > 0 and (chunk := stream.read(n)):
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _check_directory(stream: BinaryIO, sig_bytes: bytes, directory: bytes, count: int, cd_offset: int) -> None:
+    """The rest of the shard must be ``directory``, then its end record, then nothing."""
+    expected = directory + end_record(count, len(directory), cd_offset)  # refuses what would need ZIP64
+    found = sig_bytes + _read_up_to(stream, len(expected) - len(sig_bytes))
+    if found != expected:
+        raise ZipFormatError(_directory_difference(found, expected, count, cd_offset))
+    if stream.read(1):
+        raise ZipFormatError(f"data after the end record (from offset {cd_offset + len(expected)})")
+
+
+def _directory_difference(found: bytes, expected: bytes, count: int, cd_offset: int) -> str:
+    """Where the central directory and end record ``found`` first differ from those ``expected``."""
+    at = 0
+    for number in range(1, count + 1):
+        name_len = _CENTRAL_HEADER.unpack_from(expected, at)[10]
+        end = at + CENTRAL_HEADER_SIZE + name_len
+        name = expected[at + CENTRAL_HEADER_SIZE : end].decode("utf-8")
+        entry = found[at : at + CENTRAL_HEADER_SIZE]
+        if entry[:4] != expected[at : at + 4]:
+            if len(entry) < 4:
+                return f"truncated: the file ends inside the central directory, before member {name!r}'s entry"
+            return f"the central directory lists {number - 1} members, the file holds {count} (no entry for {name!r})"
+        if len(entry) < CENTRAL_HEADER_SIZE:
+            return f"truncated: the file ends inside the central directory entry of member {name!r}"
+        wanted = expected[at : at + CENTRAL_HEADER_SIZE]
+        if entry != wanted:
+            difference = _difference(_CENTRAL_HEADER, _CENTRAL_FIELDS, entry, wanted)
+            return f"the central directory entry of member {name!r} does not match the member: {difference}"
+        if found[at + CENTRAL_HEADER_SIZE : end] != expected[at + CENTRAL_HEADER_SIZE : end]:
+            return f"the central directory entry {number} names another member than {name!r}"
+        at = end
+    record, wanted = found[at : at + END_RECORD_SIZE], expected[at:]
+    if record[:4] == _CENTRAL_SIG_BYTES:
+        return f"the central directory lists more members than the {count} the file holds (a hidden member)"
+    if len(record) < END_RECORD_SIZE:
+        return f"truncated: the file ends inside the end record at offset {cd_offset + at}"
+    return f"the end record at offset {cd_offset + at}: {_difference(_END_RECORD, _END_FIELDS, record, wanted)}"

@@ -7,7 +7,9 @@ load it with the repository's script revision (see README.md), or locally with
     load_dataset("path/to/{{ cookiecutter.__loader_module }}.py", trust_remote_code=True)
 
 It reads `shards.json`, then walks each ZIP shard front to back from ONE `open()`: no request
-per image, so streaming over HTTP costs a few requests per shard. Only `open`, `os.path`,
+per image, so streaming over HTTP costs a few requests per shard. A shard must be exactly what
+shardkit writes (its central directory listing the members walked, nothing hidden or trailing),
+so this script and datasets' own ZIP readers never see different bytes. Only `open`, `os.path`,
 `json`, `struct` and `zlib` touch the data, so the same code runs streaming and not, on local
 paths and URLs. Every shard is one unit of work (`n_shards` = number of shards), so DataLoader
 workers and `split_dataset_by_node` split the dataset by shard.
@@ -37,45 +39,101 @@ _FEATURES_JSON = r"""
 # shardkit:features-end
 
 _SHARD_NAME = re.compile(r"^data/[0-9a-f]{1,16}(-[0-9]{1,6})?\.zip$")
-_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
-_LOCAL_SIG = 0x04034B50
-_END_SIGS = (0x02014B50, 0x06054B50)  # central directory, end record: no more members
+# A member name is a plain relative path: no control character (NUL...), backslash or colon
+# (a Windows path or drive, "C:/x.jpg"), no leading "/", no empty, "." or ".." part.
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\:]|^/|//|/$|(?:^|/)\.\.?(?:/|$)")
+_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_END = struct.Struct("<IHHHHIIH")
+_LOCAL_SIG, _CENTRAL_SIG, _END_SIG = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
 
 
-def _read_exact(f, n, shard, what):
+def _local_header(name, size, crc):
+    """The local header shardkit writes: stored, UTF-8 name, sizes and CRC up front, 1980-01-01."""
+    return _LOCAL.pack(0x04034B50, 20, 0x800, 0, 0, 33, crc, size, size, len(name), 0) + name
+
+
+def _central_entry(name, size, crc, offset):
+    """The central directory entry shardkit writes for the same member (Unix, mode 0644)."""
+    fields = (0x02014B50, 0x314, 20, 0x800, 0, 0, 33, crc, size, size, len(name), 0, 0, 0, 0, 0o100644 << 16, offset)
+    return _CENTRAL.pack(*fields) + name
+
+
+def _read_up_to(f, n):
     data = f.read(n)
     while len(data) < n:
         more = f.read(n - len(data))
         if not more:
-            raise ValueError(f"{shard}: truncated inside {what}")
+            break
         data += more
     return data
 
 
+def _read_exact(f, n, shard, what):
+    data = _read_up_to(f, n)
+    if len(data) < n:
+        raise ValueError(f"{shard}: truncated inside {what}")
+    return data
+
+
 def _members(f, shard):
-    """(name, bytes) of each stored member, front to back, CRC-checked, names checked."""
+    """(name, bytes) of each member, front to back, CRC-checked, names checked.
+
+    A shard must be exactly what shardkit writes: each header as shardkit makes it, members back
+    to back, then a central directory listing exactly those members at their offsets, the end
+    record, and nothing after it. zipfile (and so datasets' own builders) reads a member through
+    the central directory, this function through its local header: both then see the same bytes.
+    """
+    offset, directory, seen, name = 0, [], set(), None
     while True:
-        sig_bytes = f.read(4)
-        if len(sig_bytes) < 4:
-            raise ValueError(f"{shard}: truncated, no central directory")
-        (sig,) = struct.unpack("<I", sig_bytes)
-        if sig in _END_SIGS:
-            return
+        sig = _read_exact(f, 4, shard, "a record (no central directory)")
         if sig != _LOCAL_SIG:
-            raise ValueError(f"{shard}: not a shardkit ZIP (found 0x{sig:08x} where a member should start)")
-        header = _LOCAL_HEADER.unpack(sig_bytes + _read_exact(f, _LOCAL_HEADER.size - 4, shard, "a header"))
-        flags, method, crc, size, name_len, extra_len = header[2], header[3], header[6], header[8], header[9], header[10]
-        name = _read_exact(f, name_len, shard, "a member name").decode("utf-8" if flags & 0x800 else "cp437")
-        if name.startswith("/") or "\\" in name or ".." in name.split("/"):
+            break
+        header = sig + _read_exact(f, _LOCAL.size - 4, shard, "a header")
+        fields = _LOCAL.unpack(header)
+        crc, size, name_len = fields[6], fields[8], fields[9]
+        raw = _read_exact(f, name_len, shard, "a member name")
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{shard}: member name {raw!r} at offset {offset} is not UTF-8") from None
+        if not name or _UNSAFE_NAME.search(name):
             raise ValueError(f"{shard}: refusing unsafe member name {name!r}")
-        if flags & 0x08 or method != 0:
-            raise ValueError(f"{shard}: member {name!r} is compressed or has a data descriptor")
-        if extra_len:
-            _read_exact(f, extra_len, shard, "an extra field")
+        if header + raw != _local_header(raw, size, crc):
+            raise ValueError(
+                f"{shard}: member {name!r} is not stored as shardkit stores it"
+                " (compressed, a data descriptor, an extra field or other header fields)"
+            )
+        if name in seen:
+            raise ValueError(f"{shard}: member {name!r} appears twice")
+        if offset > 0xFFFFFFFF:
+            raise ValueError(f"{shard}: member {name!r} starts past 4 GiB, which a shardkit ZIP never does")
+        seen.add(name)
         data = _read_exact(f, size, shard, f"member {name!r}")
         if zlib.crc32(data) != crc:
             raise ValueError(f"{shard}: CRC mismatch in member {name!r}")
+        directory.append(_central_entry(raw, size, crc, offset))
         yield name, data
+        offset += len(header) + len(raw) + size
+    if sig not in (_CENTRAL_SIG, _END_SIG):
+        after = f" after member {name!r}" if name is not None else ""
+        raise ValueError(f"{shard}: not a shardkit ZIP (found {sig!r} at offset {offset}{after}, not a member)")
+    cd_size = sum(len(entry) for entry in directory)
+    end = _END.pack(0x06054B50, 0, 0, len(directory), len(directory), cd_size, offset, 0)
+    found = sig + _read_up_to(f, cd_size + len(end) - 4)
+    at = 0
+    for entry in directory:
+        if found[at : at + len(entry)] != entry:
+            name = entry[_CENTRAL.size :].decode("utf-8")
+            raise ValueError(
+                f"{shard}: the central directory entry of member {name!r} does not match the member"
+                " (zipfile would not read the bytes this script read)"
+            )
+        at += len(entry)
+    if found[at:] != end:
+        raise ValueError(f"{shard}: the central directory lists other members, or its end record is not shardkit's")
+    if f.read(1):
+        raise ValueError(f"{shard}: data after the end record")
 
 
 class ShardkitZipConfig(datasets.BuilderConfig):
@@ -129,7 +187,10 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
                         rows = {}
                         for line in data.decode("utf-8").splitlines():
                             row = json.loads(line)
-                            rows[row.pop("file_name")] = row
+                            file_name = row.pop("file_name")
+                            if file_name in rows:
+                                raise ValueError(f"{shard}: metadata.jsonl has two rows for member {file_name!r}")
+                            rows[file_name] = row
                         continue
                     row = rows.pop(name, None)
                     if row is None:

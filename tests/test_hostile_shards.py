@@ -1,0 +1,624 @@
+"""Hostile and damaged shards (issue 20): crafted ZIP and tar shards, refused by every reader.
+
+Each case edits one shard of a packed dataset and makes the manifest agree with the new file's
+size and sha256 (and its rows, where they change), so only the shard's structure gives it away.
+Then ``shardkit verify --deep``, ``shardkit.stream`` and (ZIP) the template's loading script in
+datasets 3.6 must each refuse it with one line naming the shard (and the member, where there is
+one), and none may yield a file whose bytes differ from those packed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pytest
+from click.testing import CliRunner
+
+import shardkit
+from shardkit.cli import main
+from shardkit.errors import ShardkitError
+from shardkit.tarformat import crc_record, iter_tar_members, member_header
+from shardkit.zipformat import central_header, end_record, iter_members, local_header
+from tests.conftest import REPO_ROOT, pack_example
+from tests.readback import DS36_PYTHON, expected_rows
+
+SCRIPTS = Path(sys.executable).parent
+Members = list[tuple[bytes, bytes]]  # (raw name, data), in shard order
+
+
+# --- crafting ----------------------------------------------------------------------------------------
+
+
+def zip_bytes(
+    members: Members,
+    *,
+    before: dict[int, bytes] | None = None,
+    extra: dict[int, bytes] | None = None,
+    central: Callable[[int, bytes], bytes] | None = None,
+    tail: bytes = b"",
+) -> bytes:
+    """``members`` laid out as shardkit lays them out, but with ``before[i]`` ahead of member i,
+    ``extra[i]`` as member i's local extra field, each central entry passed through ``central``,
+    and ``tail`` after the end record. Entries give each member's true offset (zipfile reads it)."""
+    out, entries = bytearray(), []
+    for i, (name, data) in enumerate(members):
+        out += (before or {}).get(i, b"")
+        offset, crc, field_bytes = len(out), zlib.crc32(data), (extra or {}).get(i, b"")
+        header = bytearray(local_header(name, len(data), crc))
+        struct.pack_into("<H", header, 28, len(field_bytes))
+        out += header + field_bytes + data
+        entry = central_header(name, len(data), crc, offset)
+        entries.append(central(i, entry) if central else entry)
+    cd_offset = len(out)
+    out += b"".join(entries)
+    return bytes(out + end_record(len(entries), len(out) - cd_offset, cd_offset) + tail)
+
+
+def local_offset(members: Members, index: int) -> int:
+    """Where member ``index``'s local header starts in the shardkit layout."""
+    return sum(30 + len(name) + len(data) for name, data in members[:index])
+
+
+def with_field(entry: bytes, at: int, fmt: str, value: int) -> bytes:
+    patched = bytearray(entry)
+    struct.pack_into(fmt, patched, at, value)
+    return bytes(patched)
+
+
+def crc_forced(prefix: bytes, target: int) -> bytes:
+    """``prefix`` plus 4 bytes making its CRC-32 ``target`` (CRC-32 is affine in those 32 bits)."""
+    base = zlib.crc32(prefix + bytes(4))
+    basis: list[tuple[int, int]] = []  # (CRC difference, bits of the 4 bytes giving it), top bits distinct
+    for bit in range(32):
+        value, combo = zlib.crc32(prefix + (1 << bit).to_bytes(4, "little")) ^ base, 1 << bit
+        for b_value, b_combo in basis:
+            if value ^ b_value < value:
+                value, combo = value ^ b_value, combo ^ b_combo
+        if value:
+            basis = sorted([*basis, (value, combo)], reverse=True)
+    want, combo = target ^ base, 0
+    for b_value, b_combo in basis:
+        if want ^ b_value < want:
+            want, combo = want ^ b_value, combo ^ b_combo
+    assert want == 0
+    return prefix + combo.to_bytes(4, "little")
+
+
+def tar_header(name: bytes, size: int, *, checksum: bool = True, **fields: bytes) -> bytes:
+    """A ustar header as shardkit writes it, with the raw ``name`` and ``fields`` (by field name)
+    as given, and (with ``checksum``) the checksum made right for them."""
+    header = bytearray(member_header("x", size))
+    header[0:100] = name.ljust(100, b"\0")
+    for key, value in fields.items():
+        start = {"size_field": 124, "type": 156, "linkname": 157, "uname": 265}[key]
+        header[start : start + len(value)] = value
+    if checksum:
+        header[148:156] = b" " * 8
+        header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header)
+
+
+def tar_bytes(members: Members, *, crc: bool = True, headers: dict[int, bytes] | None = None) -> bytes:
+    """``members`` as shardkit writes them (with a CRC record each, unless not ``crc``), member i's
+    header replaced by ``headers[i]``."""
+    out = bytearray()
+    for i, (name, data) in enumerate(members):
+        if crc:
+            out += crc_record(zlib.crc32(data))
+        out += (headers or {}).get(i) or tar_header(name, len(data))
+        out += data + bytes(-len(data) % 512)
+    return bytes(out + bytes(1024))
+
+
+def zip_members(shard: Path) -> Members:
+    with open(shard, "rb") as f:
+        return [(m.name.encode(), m.data) for m in iter_members(f)]
+
+
+def tar_members(shard: Path) -> Members:
+    with open(shard, "rb") as f:
+        return [(m.name.encode(), m.data) for m in iter_tar_members(f)]
+
+
+def key_of(name: bytes) -> str:
+    return os.path.splitext(os.path.basename(name.decode()))[0]
+
+
+def with_row_renamed(lines: bytes, old: bytes, new: bytes) -> bytes:
+    """Metadata lines with the row for file ``old`` naming ``new`` (JSON-escaped) instead."""
+    return lines.replace(json.dumps(old.decode()).encode(), json.dumps(new.decode()).encode(), 1)
+
+
+def set_shard(repo: Path, shard: str, data: bytes, rows: bytes | None = None) -> None:
+    """Put ``data`` in place of ``shard``, and its metadata lines ``rows`` (if given) in metadata/;
+    the manifest then agrees with both, so a reader must find the problem in the structure."""
+    (repo / shard).write_bytes(data)
+    manifest = json.loads((repo / "shards.json").read_text())
+    entry = next(s for s in manifest["shards"] if s["file"] == shard)
+    entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    if rows is not None:
+        (repo / entry["metadata"]).write_bytes(rows)
+        entry["metadata_sha256"] = hashlib.sha256(rows).hexdigest()
+    (repo / "shards.json").write_text(json.dumps(manifest))
+
+
+@dataclass(frozen=True)
+class Crafted:
+    shard: bytes
+    rows: bytes | None = None  # the shard's metadata lines, where the case changes them
+    #: Files whose bytes the case changed consistently (every reader sees the new bytes), by key.
+    changed: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What each reader must say: the member it names (``{a}``, ``{b}``: the first and second
+    file member; ``{j}``: the first .json of a tar shard; else the name itself) and a phrase of
+    its message; ``stream_member=False`` where shardkit.stream names only the shard."""
+
+    member: str | None
+    verify: str
+    stream: str
+    script: str = ""
+    stream_member: bool = True
+
+
+# --- the ZIP cases: A is the first image member (index 1, after metadata.jsonl), B the second -----
+
+
+def _hidden_b(ms: Members) -> bytes:
+    """A local header and data for a member of B's name, size and CRC-32, but not B's bytes."""
+    b_name, b = ms[2]
+    fake = crc_forced((b"not the packed image " * len(b))[: len(b) - 4], zlib.crc32(b))
+    return local_header(b_name, len(fake), zlib.crc32(fake)) + fake
+
+
+def _zip_hidden_in_extra(ms: Members) -> Crafted:
+    """B's central entry points into A's local extra field, where a hidden B hides: zipfile (and
+    datasets) would read its bytes, a front-to-back walk B's."""
+    hidden_at = local_offset(ms, 1) + 30 + len(ms[1][0])
+    return Crafted(
+        zip_bytes(
+            ms, extra={1: _hidden_b(ms)}, central=lambda i, e: with_field(e, 42, "<I", hidden_at) if i == 2 else e
+        )
+    )
+
+
+def _zip_hidden_in_data(ms: Members) -> Crafted:
+    """The hidden B at the end of A's data (A's CRC made right): only the central directory
+    tells, once the walk reaches it."""
+    a_name, a = ms[1]
+    new_a = a + _hidden_b(ms)
+    hidden_at = local_offset(ms, 1) + 30 + len(a_name) + len(a)
+    members = [ms[0], (a_name, new_a), *ms[2:]]
+    return Crafted(
+        zip_bytes(members, central=lambda i, e: with_field(e, 42, "<I", hidden_at) if i == 2 else e),
+        changed={key_of(a_name): new_a},
+    )
+
+
+def _zip_wrong_offset(ms: Members) -> Crafted:
+    return Crafted(zip_bytes(ms, central=lambda i, e: with_field(e, 42, "<I", local_offset(ms, 1)) if i == 2 else e))
+
+
+def _zip_central_size(ms: Members) -> Crafted:
+    def grow(i: int, e: bytes) -> bytes:
+        return with_field(with_field(e, 20, "<I", len(ms[2][1]) + 1), 24, "<I", len(ms[2][1]) + 1) if i == 2 else e
+
+    return Crafted(zip_bytes(ms, central=grow))
+
+
+def _zip_central_crc(ms: Members) -> Crafted:
+    return Crafted(
+        zip_bytes(ms, central=lambda i, e: with_field(e, 16, "<I", zlib.crc32(ms[2][1]) ^ 1) if i == 2 else e)
+    )
+
+
+def _zip_central_name(ms: Members) -> Crafted:
+    b_name = ms[2][0]
+    other = b_name[:-5] + (b"0" if b_name[-5:-4] != b"0" else b"1") + b_name[-4:]  # another key, same length
+    return Crafted(zip_bytes(ms, central=lambda i, e: e.replace(b_name, other) if i == 2 else e))
+
+
+def _zip_after_end(ms: Members) -> Crafted:
+    return Crafted(zip_bytes(ms, tail=b"appended after the end record"))
+
+
+def _zip_between(ms: Members) -> Crafted:
+    return Crafted(zip_bytes(ms, before={2: b"\0" * 64}))
+
+
+def _zip_bad_utf8(ms: Members) -> Crafted:
+    """One bit flipped in B's name in its local header: 'i' becomes 0xE9, not UTF-8 before 'm'."""
+    shard = bytearray(zip_bytes(ms))
+    shard[local_offset(ms, 2) + 30] ^= 0x80
+    return Crafted(bytes(shard))
+
+
+def _zip_renamed(new: bytes) -> Callable[[Members], Crafted]:
+    """B stored under ``new``, and its row naming ``new`` too: only the name check stands."""
+
+    def craft(ms: Members) -> Crafted:
+        b_name = ms[2][0]
+        rows = with_row_renamed(ms[0][1], b_name, new)
+        members = [(b"metadata.jsonl", rows), ms[1], (new, ms[2][1]), *ms[3:]]
+        return Crafted(zip_bytes(members), rows=rows)
+
+    return craft
+
+
+def _zip_duplicate(ms: Members) -> Crafted:
+    return Crafted(zip_bytes([*ms[:3], ms[2], *ms[3:]]))
+
+
+def _zip_two_rows(ms: Members) -> Crafted:
+    """B's row twice in metadata.jsonl, the second with another caption."""
+    lines = ms[0][1].splitlines(keepends=True)
+    row = json.loads(lines[1])
+    rows = b"".join([*lines[:2], json.dumps({**row, "title": "a second row"}).encode() + b"\n", *lines[2:]])
+    return Crafted(zip_bytes([(b"metadata.jsonl", rows), *ms[1:]]), rows=rows)
+
+
+ZIP_CASES: dict[str, tuple[Callable[[Members], Crafted], Expect]] = {
+    "hidden member in an extra field": (
+        _zip_hidden_in_extra,
+        Expect("{a}", "extra field length is", "extra field length is", "is not stored as shardkit stores it"),
+    ),
+    "hidden member inside another's data": (
+        _zip_hidden_in_data,
+        Expect("{b}", "does not match the member: its local header offset is", "local header offset", "does not match"),
+    ),
+    "wrong local offset in the directory": (
+        _zip_wrong_offset,
+        Expect("{b}", "local header offset is", "local header offset is", "does not match the member"),
+    ),
+    "directory size differs": (
+        _zip_central_size,
+        Expect("{b}", "compressed size is", "compressed size is", "does not match"),
+    ),
+    "directory CRC differs": (_zip_central_crc, Expect("{b}", "its CRC-32 is", "its CRC-32 is", "does not match")),
+    "directory name differs": (
+        _zip_central_name,
+        Expect("{b}", "names another member than", "names another member than", "does not match"),
+    ),
+    "data after the end record": (
+        _zip_after_end,
+        Expect(None, "data after the end record", "data after the end record", "data after the end record"),
+    ),
+    "bytes between members": (
+        _zip_between,
+        Expect("{a}", "no local file header at offset", "no local file header at offset", "not a shardkit ZIP"),
+    ),
+    "invalid UTF-8 name": (
+        _zip_bad_utf8,
+        Expect(None, "is not valid UTF-8", "is not valid UTF-8", "is not UTF-8"),
+    ),
+    "NUL in a name": (
+        _zip_renamed(b"images/x.jpg\0.exe"),
+        Expect("images/x.jpg\\x00.exe", "unsafe ZIP member name", "unsafe ZIP member name", "unsafe member name"),
+    ),
+    "drive letter": (
+        _zip_renamed(b"C:/x.jpg"),
+        Expect("C:/x.jpg", "unsafe ZIP member name", "unsafe ZIP member name", "unsafe member name"),
+    ),
+    "parent folder": (
+        _zip_renamed(b"../x.jpg"),
+        Expect("../x.jpg", "unsafe ZIP member name", "unsafe ZIP member name", "unsafe member name"),
+    ),
+    "absolute name": (
+        _zip_renamed(b"/x.jpg"),
+        Expect("/x.jpg", "unsafe ZIP member name", "unsafe ZIP member name", "unsafe member name"),
+    ),
+    "duplicate member": (
+        _zip_duplicate,
+        Expect("{b}", "a second member of that name", "a second member of that name", "appears twice"),
+    ),
+    "two rows for one member": (
+        _zip_two_rows,
+        # shardkit.stream meets the extra row only after the last member: it names no member.
+        Expect("{b}", "appears twice", "have no member", "has two rows for member", stream_member=False),
+    ),
+}
+
+
+# --- the tar cases: A is the first file member (index 1, after its .json) ----------------------------
+
+
+def _tar_header_case(**fields: bytes) -> Callable[[Members], Crafted]:
+    def craft(ms: Members) -> Crafted:
+        name, data = ms[1]
+        return Crafted(tar_bytes(ms, headers={1: tar_header(name, len(data), **fields)}))
+
+    return craft
+
+
+def _tar_bad_checksum(ms: Members) -> Crafted:
+    name, data = ms[1]
+    return Crafted(tar_bytes(ms, headers={1: tar_header(name, len(data), checksum=False, uname=b"root")}))
+
+
+def _tar_trailing(ms: Members) -> Crafted:
+    return Crafted(tar_bytes(ms) + b"appended after the end blocks".ljust(512, b"\0"))
+
+
+def _tar_flipped(ms: Members) -> Crafted:
+    shard = bytearray(tar_bytes(ms))
+    shard[2 * 1536 + len(ms[0][1]) + -len(ms[0][1]) % 512 + 100] ^= 0x01  # a byte of A's data
+    return Crafted(bytes(shard))
+
+
+def _tar_renamed(new: bytes) -> Callable[[Members], Crafted]:
+    def craft(ms: Members) -> Crafted:
+        json_name, line = ms[0]
+        new_line = with_row_renamed(line, ms[1][0], new)
+        members = [(json_name, new_line), (new, ms[1][1]), *ms[2:]]
+        rows = b"".join(m[1] + b"\n" for m in members if m[0].endswith(b".json"))
+        return Crafted(tar_bytes(members), rows=rows)
+
+    return craft
+
+
+def _tar_nul_in_name(ms: Members) -> Crafted:
+    name, data = ms[1]
+    return Crafted(tar_bytes(ms, headers={1: tar_header(name + b"\0.exe", len(data))}))
+
+
+def _tar_duplicate(ms: Members) -> Crafted:
+    return Crafted(tar_bytes([*ms[:2], ms[1], *ms[2:]]))
+
+
+def _tar_two_rows(ms: Members) -> Crafted:
+    members = [ms[0], ms[0], *ms[1:]]
+    rows = b"".join(m[1] + b"\n" for m in members if m[0].endswith(b".json"))
+    return Crafted(tar_bytes(members), rows=rows)
+
+
+def _tar_no_crc_record(ms: Members) -> Crafted:
+    """A's CRC record taken out: a member without one in a shard whose first member has one."""
+    shard = tar_bytes(ms)
+    start = 1536 + len(ms[0][1]) + -len(ms[0][1]) % 512
+    return Crafted(shard[:start] + shard[start + 1024 :])
+
+
+TAR_CASES: dict[str, tuple[Callable[[Members], Crafted], Expect]] = {
+    "negative size": (
+        _tar_header_case(size_field=b"-0000000001\0"),
+        Expect("{a}", "is not 11 octal", "is not 11 octal"),
+    ),
+    "size not octal": (
+        _tar_header_case(size_field=b"0000000009a\0"),
+        Expect("{a}", "is not 11 octal", "is not 11 octal"),
+    ),
+    "bad header checksum": (_tar_bad_checksum, Expect("{a}", "header checksum mismatch", "header checksum mismatch")),
+    "symbolic link": (
+        _tar_header_case(type=b"2", linkname=b"../../../etc/passwd"),
+        Expect("{a}", "is not a regular file", "is not a regular file"),
+    ),
+    "data after the end blocks": (
+        _tar_trailing,
+        Expect(None, "data after the end-of-archive blocks", "data after the end-of-archive blocks"),
+    ),
+    "flipped byte in a member's data": (
+        _tar_flipped,
+        Expect("{a}", "CRC mismatch: the bytes are not what was written", "CRC mismatch in member"),
+    ),
+    "member without its CRC record": (_tar_no_crc_record, Expect("{a}", "has no CRC record", "has no CRC record")),
+    "NUL in a name": (_tar_nul_in_name, Expect("{a}", "holds a NUL", "holds a NUL")),
+    "drive letter": (_tar_renamed(b"C:x.jpg"), Expect("C:x.jpg", "unsafe member name", "unsafe member name")),
+    "parent folder": (_tar_renamed(b"../x.jpg"), Expect("../x.jpg", "unsafe member name", "unsafe member name")),
+    "absolute name": (_tar_renamed(b"/x.jpg"), Expect("/x.jpg", "unsafe member name", "unsafe member name")),
+    "duplicate member": (_tar_duplicate, Expect("{a}", "a second member of that name", "a second member of that name")),
+    "two rows for one member": (
+        _tar_two_rows,
+        Expect("{j}", "a second member of that name", "a second member of that name"),
+    ),
+}
+
+
+# --- packed datasets and the readers -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def packed_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tar") / "yfcc-mini"
+    result = pack_example(folder, "--format", "tar", "-q")
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+PACKED_SHA256 = {key: digest for key, digest, _ in expected_rows()}  # each file's bytes as packed, by key
+
+
+def crafted_copy(
+    packed: Path, dest: Path, fmt: str, craft: Callable[[Members], Crafted]
+) -> tuple[Path, Crafted, Members]:
+    """A copy of ``packed`` whose data/3.<fmt> is ``craft``'s; the members it started from."""
+    repo = dest / "yfcc-mini"
+    shutil.copytree(packed, repo, ignore=shutil.ignore_patterns("lock", ".shardkit"))
+    shard = repo / "data" / f"3.{fmt}"
+    members = zip_members(shard) if fmt == "zip" else tar_members(shard)
+    # The crafting starts from exactly what pack wrote: the cases differ from it only where they say.
+    assert (zip_bytes(members) if fmt == "zip" else tar_bytes(members)) == shard.read_bytes()
+    crafted = craft(members)
+    set_shard(repo, f"data/3.{fmt}", crafted.shard, crafted.rows)
+    return repo, crafted, members
+
+
+def member_named(expect: Expect, members: Members) -> str | None:
+    if expect.member is None:
+        return None
+    names = {"{a}": members[1][0], "{b}": members[2][0], "{j}": members[0][0]}
+    return names[expect.member].decode() if expect.member in names else expect.member
+
+
+def assert_verify_refuses(repo: Path, shard: str, member: str | None, words: str) -> None:
+    result = CliRunner().invoke(main, ["verify", str(repo), "--deep", "-q"], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stdout.splitlines() if words in line]
+    assert lines, result.stdout
+    assert lines[0].startswith(f"{shard}: ") and (member is None or member in lines[0]), lines[0]
+
+
+def packed_digests(crafted: Crafted) -> dict[str, str]:
+    """sha256 of each file's bytes as packed (or as the case changed them for every reader), by key."""
+    return {**PACKED_SHA256, **{k: hashlib.sha256(v).hexdigest() for k, v in crafted.changed.items()}}
+
+
+def assert_stream_refuses(repo: Path, shard: str, member: str | None, words: str, crafted: Crafted) -> None:
+    """shardkit.stream raises naming the shard, and every row it yields first holds the packed bytes."""
+    expected = packed_digests(crafted)
+    ds = shardkit.stream(str(repo)).cast_column("image", datasets.Image(decode=False))
+    with pytest.raises(ShardkitError) as caught:
+        for row in ds:
+            assert hashlib.sha256(row["image"]["bytes"]).hexdigest() == expected[row["key"]], row["key"]
+    message = str(caught.value)
+    assert "\n" not in message and f"{repo / shard}: " in message and words in message, message
+    assert member is None or member in message, message
+
+
+@pytest.mark.parametrize("case", sorted(ZIP_CASES))
+def test_hostile_zip_is_refused_by_verify_and_stream(packed_template: Path, tmp_path: Path, case: str) -> None:
+    craft, expect = ZIP_CASES[case]
+    repo, crafted, members = crafted_copy(packed_template, tmp_path, "zip", craft)
+    member = member_named(expect, members)
+    assert_verify_refuses(repo, "data/3.zip", member, expect.verify)
+    assert_stream_refuses(repo, "data/3.zip", member if expect.stream_member else None, expect.stream, crafted)
+
+
+@pytest.mark.parametrize("case", sorted(TAR_CASES))
+def test_hostile_tar_is_refused_by_verify_and_stream(packed_tar: Path, tmp_path: Path, case: str) -> None:
+    craft, expect = TAR_CASES[case]
+    repo, crafted, members = crafted_copy(packed_tar, tmp_path, "tar", craft)
+    member = member_named(expect, members)
+    assert_verify_refuses(repo, "data/3.tar", member, expect.verify)
+    assert_stream_refuses(repo, "data/3.tar", member, expect.stream, crafted)
+
+
+# --- the loading script in datasets 3.6: every ZIP case in one process ----------------------------------
+
+SCRIPT_DRIVER = r"""
+import hashlib, json, sys
+import datasets
+from datasets import load_dataset
+
+results = {}
+for case, loader in json.loads(sys.argv[1]).items():
+    rows, error = [], None
+    try:
+        ds = load_dataset(loader, split="train", streaming=True, trust_remote_code=True, cache_dir=sys.argv[2])
+        for row in ds.cast_column("image", datasets.Image(decode=False)):
+            rows.append([row["key"], hashlib.sha256(row["image"]["bytes"]).hexdigest()])
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    results[case] = {"rows": rows, "error": error}
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def script_results(packed_template: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What the template's loading script did with each ZIP case, in datasets 3.6 (one process)."""
+    root = tmp_path_factory.mktemp("script")
+    loaders, crafted = {}, {}
+    for number, (case, (craft, _)) in enumerate(sorted(ZIP_CASES.items())):
+        repo, crafted[case], members = crafted_copy(packed_template, root / str(number), "zip", craft)
+        loaders[case] = str(repo / "yfcc_mini_loader.py")
+        crafted[case] = (crafted[case], members)
+    result = subprocess.run(
+        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(root / "cache")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    results: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return {case: (results[case], *crafted[case]) for case in results}
+
+
+@pytest.mark.parametrize("case", sorted(ZIP_CASES))
+def test_hostile_zip_is_refused_by_the_loading_script_in_datasets_3_6(
+    script_results: dict[str, Any], case: str
+) -> None:
+    (outcome, crafted, members), expect = script_results[case], ZIP_CASES[case][1]
+    error = outcome["error"]
+    assert error is not None and error.startswith("ValueError: data/3.zip: ") and expect.script in error, error
+    assert "\n" not in error
+    member = member_named(expect, members)
+    assert member is None or member in error, error
+    expected = packed_digests(crafted)
+    assert all(digest == expected[key] for key, digest in outcome["rows"])
+
+
+# --- old shards, and remux ---------------------------------------------------------------------------------
+
+
+def test_tar_shards_from_before_crc_records_still_verify_and_read(packed_tar: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "yfcc-mini"
+    shutil.copytree(packed_tar, repo, ignore=shutil.ignore_patterns("lock", ".shardkit"))
+    for shard in sorted((repo / "data").glob("*.tar")):
+        set_shard(repo, f"data/{shard.name}", tar_bytes(tar_members(shard), crc=False))
+    result = CliRunner().invoke(main, ["verify", str(repo), "--deep", "-q"], catch_exceptions=False)
+    assert result.exit_code == 0 and result.stdout.rstrip().endswith(": OK"), result.stdout
+    ds = shardkit.stream(str(repo)).cast_column("image", datasets.Image(decode=False))
+    rows = {row["key"]: hashlib.sha256(row["image"]["bytes"]).hexdigest() for row in ds}
+    assert rows == PACKED_SHA256
+
+
+def test_a_crc_record_in_an_old_shard_is_refused(packed_tar: Path, tmp_path: Path) -> None:
+    """The first member decides: a shard that starts without CRC records may not have one later."""
+
+    start = 0
+
+    def craft(ms: Members) -> Crafted:
+        nonlocal start
+        old = tar_bytes(ms, crc=False)
+        start = 512 + len(ms[0][1]) + -len(ms[0][1]) % 512  # A's header
+        return Crafted(old[:start] + crc_record(zlib.crc32(ms[1][1])) + old[start:])
+
+    repo, _, _ = crafted_copy(packed_tar, tmp_path, "tar", craft)
+    words = f"data/3.tar: a CRC record at offset {start}, in a shard whose first member has none"
+    assert_verify_refuses(repo, "data/3.tar", None, words.split(": ", 1)[1])
+    with pytest.raises(ShardkitError, match=words):
+        list(shardkit.stream(str(repo)))
+
+
+@pytest.mark.parametrize(("fmt", "case"), [("zip", "hidden member inside another's data"), ("tar", "negative size")])
+def test_remux_refuses_a_hostile_source_with_one_line(
+    packed_template: Path, packed_tar: Path, tmp_path: Path, fmt: str, case: str
+) -> None:
+    craft = (ZIP_CASES if fmt == "zip" else TAR_CASES)[case][0]
+    repo, _, _ = crafted_copy(packed_template if fmt == "zip" else packed_tar, tmp_path / "src", fmt, craft)
+    result = subprocess.run(
+        [
+            str(SCRIPTS / "shardkit"),
+            "remux",
+            str(repo),
+            str(tmp_path / "out"),
+            "--map",
+            "tests.remux_functions:slow_identity",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "REMUX_TEST_SLEEP": "0"},
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f"data/3.{fmt}: " in lines[0], result.stderr
