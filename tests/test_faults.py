@@ -359,3 +359,28 @@ def test_pack_to_a_bucket_that_stops_answering_fails_with_one_line_and_a_rerun_r
     fs.invalidate_cache()
     prefix = url[len("s3://") :]
     assert {p[len(prefix) + 1 :]: fs.cat_file(p) for p in fs.find(prefix)} == tree_bytes(packed["zip"])
+
+
+def test_remux_from_a_url_that_stalls_is_one_line_naming_it(packed: dict[str, Path], tmp_path: Path) -> None:
+    """A stalled manifest is a timeout, not "this source has no data files"; a stalled shard too."""
+    env = {**os.environ, "SHARDKIT_NETWORK_TIMEOUT": TIMEOUT, "PYTHONPATH": str(REPO_ROOT)}
+    with serve_directory(packed["zip"]) as (base, _), run_fault_proxy(base) as proxy:
+        for fault, where in [
+            (Fault("stall", path=r"/shards\.json"), f"{proxy.url}/shards.json"),
+            (Fault("stall", path=r"/data/3\.zip"), f"{proxy.url}/data/3.zip"),
+        ]:
+            [hit] = proxy.set(fault)
+            result = shardkit_cli(
+                "remux",
+                proxy.url + "/",
+                str(tmp_path / "out"),
+                "--map",
+                "tests.remux_functions:identity",
+                "-q",
+                "-j",
+                "1",
+                env=env,
+            )
+            assert result.returncode == 1 and hit.hits >= 1
+            line = error_line(result.stderr)
+            assert "timed out" in line and where in line, line

@@ -4,6 +4,7 @@ not write without being told, and a run that writes nothing leaves no trace."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -440,3 +441,34 @@ def test_stream_refuses_a_parquet_row_whose_file_path_leaves_the_dataset(tmp_pat
     (out / "shards.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardkitError, match=r"names its file '\.\./\.\./\.\./etc/passwd', not <key><ext>"):
         list(shardkit.stream(str(out)))
+
+
+def test_push_never_publishes_partial_files_and_refuses_a_name_that_is_not_utf8(tmp_path: Path) -> None:
+    """A run killed at its finish by an older shardkit left README.md.partial beside the card:
+    never published, even with --include '*'. A file named in bytes that are not UTF-8 cannot be
+    a Hub path: named with --include, it is refused in one line before anything goes up."""
+    out = tmp_path / "ds"
+    assert pack_example(out, "-q").returncode == 0
+    (out / "README.md.partial").write_bytes(b"half a card")
+    (out / "notes.txt").write_text("theirs")
+    odd = os.path.join(os.fsencode(out), b"caf\xe9.txt")
+    with open(odd, "wb") as f:
+        f.write(b"latin-1 name")
+    with run_hub_server(tmp_path / "hub") as hub:
+        env = hub_env(hub.url, tmp_path / "home")
+        refused = subprocess.run(
+            [str(SCRIPTS / "shardkit"), "push", str(out), "--repo", REPO, "--include", "*"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        assert "'caf\\\\xe9.txt' is not UTF-8, which a Hub file name must be" in refused.stderr.splitlines()[-1]
+        assert hub.state.load("dataset", REPO) is None or not hub.files(REPO, "main")  # nothing went up
+        os.unlink(odd)
+        push(out, env, "--include", "*")
+        published = remote_files(hub)
+        assert published["notes.txt"] == b"theirs"
+        assert "README.md.partial" not in published

@@ -15,6 +15,10 @@ class ShardkitError(Exception):
     """Base class: a failure with a message meant for the user (exit code 1 in the CLI)."""
 
 
+class NetworkError(ShardkitError):
+    """A server did not answer in time, or the connection failed: not a fact about the data."""
+
+
 class UsageError(ShardkitError):
     """The command was asked for something that cannot work (exit code 2 in the CLI)."""
 

@@ -183,6 +183,23 @@ def is_published(rel: str, include: tuple[str, ...] = ()) -> bool:
     return any(fnmatch.fnmatchcase(rel, pattern.strip("/")) for pattern in include)
 
 
+#: A file a run was writing when it stopped (an older shardkit wrote them beside the card):
+#: never published, whatever --include says.
+_PARTIAL = ".partial"
+
+
+def _check_name(rel: str, where: str) -> None:
+    """A file to publish must have a UTF-8 name: the Hub's paths are UTF-8 text."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise UsageError(
+            f"{where}: the name {shown!r} is not UTF-8, which a Hub file name must be; rename the file,"
+            " or leave it out of --include"
+        ) from None
+
+
 def collect_files(
     out_dir: str,
     manifest: Manifest,
@@ -233,11 +250,12 @@ def collect_files(
             if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
                 strays.append(rel)
                 continue
-            if not is_published(rel, include):
+            if not is_published(rel, include) or name.endswith(_PARTIAL):
                 if left_out is not None:
                     left_out.append(rel)
                 continue
             path = os.path.join(folder, name)
+            _check_name(rel, path)
             other.append(LocalFile(rel, path, os.path.getsize(path), known.get(rel)))
     if store is not None:  # the files below the top level are at the URL only
         for rel, size in sorted(listing.items()):
@@ -250,10 +268,11 @@ def collect_files(
             if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
                 strays.append(rel)
                 continue
-            if not is_published(rel, include):
+            if not is_published(rel, include) or name.endswith(_PARTIAL):
                 if left_out is not None:
                     left_out.append(rel)
                 continue
+            _check_name(rel, f"{store.location}/{rel}")
             other.append(LocalFile(rel, f"{store.location}/{rel}", size, known.get(rel)))
     if strays:
         shown = listed(strays, 5)

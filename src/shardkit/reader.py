@@ -29,7 +29,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ShardkitError, UsageError, listed
+from .errors import NetworkError, ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
 from .metadata import EXT_RE, KEY_RE
@@ -120,7 +120,7 @@ class _HttpReader:
                 what = f"reading {self._url}" + (f" after {self._received} bytes" if self._received else "")
                 raise timeout_error(what, self._timeout, "Try again: the shard is read again from its start.") from None
             if is_network_error(exc):
-                raise ShardkitError(
+                raise NetworkError(
                     f"the connection failed reading {self._url} ({type(exc).__name__}: {exc})."
                     " Try again: the shard is read again from its start."
                 ) from None

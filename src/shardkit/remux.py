@@ -44,12 +44,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .cluster import Cluster, cluster_for, run_tasks
-from .errors import ShardkitError, UsageError
+from .errors import NetworkError, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, write_atomic
 from .metadata import EXT_RE, KEY_RE
 from .outdir import check_out_dir, locked
 from .progress import NullProgress, Progress
-from .store import is_url, run_folder
+from .store import is_network_error, is_timeout, is_url, run_folder
 
 BatchFn = Callable[..., dict[str, list[Any]]]
 REMUX_DIR = "remux"
@@ -153,7 +153,13 @@ def _is_shardkit(source: str, revision: str | None) -> bool:
 
     try:
         read_manifest_from(resolve_source(source, revision))
-    except Exception:
+    except NetworkError:
+        # A server that does not answer is not "no manifest there": say so, not that the
+        # source has no data files (which datasets would say next).
+        raise
+    except Exception as exc:
+        if is_timeout(exc) or is_network_error(exc):
+            raise ShardkitError(f"cannot reach {source!r}: {type(exc).__name__}: {exc}") from None
         return False
     return True
 

@@ -33,7 +33,7 @@ import secrets
 from collections.abc import Callable
 from typing import IO, Any
 
-from .errors import ShardkitError, UsageError
+from .errors import NetworkError, ShardkitError, UsageError
 
 #: fsspec protocols whose objects appear only when their upload completes.
 ATOMIC_UPLOAD_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
@@ -82,7 +82,7 @@ def is_network_error(exc: BaseException) -> bool:
 
 def timeout_error(what: str, timeout: float, then: str = RESUME) -> ShardkitError:
     """The one-line message for a wait that timed out: what, from where, how long, and what next."""
-    return ShardkitError(
+    return NetworkError(
         f"timed out {what}: nothing from the server for {timeout:g} s ({TIMEOUT_VARIABLE}={timeout:g};"
         " raise it for a slow server)."
         f" {then}"
@@ -315,7 +315,7 @@ def _named(call: Callable[..., Any], location: str, timeout: float, doing: Calla
                 raise timeout_error(doing(args), timeout) from None
             failed = cause if cause is not None and is_network_error(cause) else exc
             if is_network_error(failed):
-                raise ShardkitError(
+                raise NetworkError(
                     f"the connection failed {doing(args)} ({type(failed).__name__}: {failed}). {RESUME}"
                 ) from None
             if isinstance(exc, OSError):
