@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import random
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,18 @@ def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = pack_example(repo, "-q")
     assert result.returncode == 0, result.stderr
     return repo
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 (the tests of OUT_DIR URLs and of dead servers)."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()

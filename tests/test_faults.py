@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import shutil
@@ -24,7 +23,6 @@ from typing import Any
 import datasets
 import pytest
 import s3fs
-from moto.server import ThreadedMotoServer
 
 import shardkit
 from shardkit.errors import ShardkitError
@@ -308,26 +306,14 @@ def test_verify_of_a_url_that_stalls_is_one_line_naming_the_shard(packed: dict[s
         )
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def test_pack_to_a_bucket_that_stops_answering_fails_with_one_line_and_a_rerun_resumes(
-    s3_server: str, packed: dict[str, Path], tmp_path: Path
+    s3_endpoint: str, packed: dict[str, Path], tmp_path: Path
 ) -> None:
-    fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=s3_server, skip_instance_cache=True)
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=s3_endpoint, skip_instance_cache=True)
     if not fs.exists("faults"):
         fs.mkdir("faults")
     url = "s3://faults/faults-zip"  # named like the local pack, whose card has the folder's name
-    with run_fault_proxy(s3_server) as proxy:
+    with run_fault_proxy(s3_endpoint) as proxy:
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))},
             "AWS_ACCESS_KEY_ID": "testing",

@@ -8,7 +8,6 @@ set (AWS_* credentials and FSSPEC_S3_ENDPOINT_URL), so the CLI runs as subproces
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -19,7 +18,6 @@ from pathlib import Path
 import pytest
 import s3fs
 from cookiecutter.main import cookiecutter
-from moto.server import ThreadedMotoServer
 
 from tests.conftest import REPO_ROOT, pack_example, packed_example_bytes, tree_bytes
 from tests.dask_cluster import DaskCluster
@@ -30,18 +28,6 @@ from tests.test_remux import RESIZE
 from tests.test_remux import remux as remux_cli
 
 SCRIPTS = Path(sys.executable).parent
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 @pytest.fixture

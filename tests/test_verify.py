@@ -118,7 +118,7 @@ def _unsafe_member_name(repo: Path) -> str:
     shard = repo / "data" / "3.zip"
     members = [(name.encode(), data) for name, data in members_of(shard)]
     shard.write_bytes(zip_bytes([*members, (b"../escape.jpg", b"x")]))  # laid out as shardkit lays out members
-    return "data/3.zip: not a sound shard: unsafe ZIP member name '../escape.jpg'"
+    return "data/3.zip: not a sound shard: unsafe member name '../escape.jpg'"
 
 
 def _over_the_cap(repo: Path) -> str:

@@ -113,7 +113,7 @@ def _forged(name: bytes, flags: int = 0x800, method: int = 0) -> bytes:
 
 @pytest.mark.parametrize("name", [b"/etc/passwd", b"../escape.jpg", b"images/../../x.jpg", b"a\\..\\b"])
 def test_reader_refuses_unsafe_member_names(name: bytes) -> None:
-    with pytest.raises(ZipFormatError, match="unsafe ZIP member name"):
+    with pytest.raises(ZipFormatError, match="unsafe member name"):
         list(iter_members(io.BytesIO(_forged(name))))
 
 

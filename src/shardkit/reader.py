@@ -174,14 +174,15 @@ def read_manifest_from(source: Source) -> Manifest:
 
 
 def iter_shard(
-    source: Source, shard: str, file_column: str, fmt_name: str = "zip"
+    source: Source, shard: str, file_column: str, fmt_name: str = "zip", manifest: Manifest | None = None
 ) -> Generator[dict[str, Any], None, None]:
-    """The rows of one shard, in order: metadata fields plus ``{file_column: {"bytes", "path"}}``."""
+    """The rows of one shard, in order: metadata fields plus ``{file_column: {"bytes", "path"}}``.
+    A Parquet shard is held to its ``manifest``'s record (read from ``source`` if not given)."""
     if fmt_name == "tar":
         yield from _iter_tar_shard(source, shard, file_column)
         return
     if fmt_name == "parquet":
-        yield from _iter_parquet_shard(source, shard, file_column)
+        yield from _iter_parquet_shard(source, shard, file_column, manifest or read_manifest_from(source))
         return
     reader = _open(source, shard)
     try:
@@ -284,13 +285,13 @@ def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[di
         reader.close()
 
 
-def _iter_parquet_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
-    """A Parquet shard's rows, each row group checked before it is decoded (see :mod:`.parquetformat`)."""
+def _iter_parquet_shard(source: Source, shard: str, file_column: str, manifest: Manifest) -> Iterator[dict[str, Any]]:
+    """A Parquet shard's rows, each row group checked before it is decoded (see :mod:`.parquetformat`).
+
+    The manifest's cap, the shard's recorded size and rows and the columns its features declare
+    are what the shard is held to."""
     from .parquetformat import ParquetShardError, arrow_schema, open_parquet_shard
 
-    # The manifest again (this runs in DataLoader workers too): the cap, the shard's recorded
-    # size and the columns its features declare are what the shard is held to.
-    manifest = read_manifest_from(source)
     recorded = next((s for s in manifest.shards if s.file == shard), None)
     schema = arrow_schema(manifest.features) if manifest.features else None
     where = source.locate(shard)
@@ -328,9 +329,11 @@ def _iter_parquet_shard(source: Source, shard: str, file_column: str) -> Iterato
             raise ParquetShardError(f"{where}: {exc}") from None
 
 
-def _generate(shards: list[str], source: Source, file_column: str, fmt_name: str) -> Iterator[dict[str, Any]]:
+def _generate(
+    shards: list[str], source: Source, file_column: str, fmt_name: str, manifest: Manifest
+) -> Iterator[dict[str, Any]]:
     for shard in shards:
-        yield from iter_shard(source, shard, file_column, fmt_name)
+        yield from iter_shard(source, shard, file_column, fmt_name, manifest)
 
 
 def stream(source: str, *, revision: str | None = None, split: str = "train") -> datasets.IterableDataset:
@@ -355,6 +358,7 @@ def stream(source: str, *, revision: str | None = None, split: str = "train") ->
             "source": where,
             "file_column": file_column,
             "fmt_name": manifest.options.format,
+            "manifest": manifest,  # not a list: every worker gets all of it (what Parquet shards are held to)
         },
         split=datasets.NamedSplit(split),
     )

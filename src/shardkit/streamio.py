@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -10,7 +11,7 @@ try:  # ISA-L's CRC-32 (PCLMUL/VPCLMUL): about 4x zlib's on x86-64, same values;
 except ImportError:  # pragma: no cover - isal is a dependency; a platform without its wheels
     from zlib import crc32
 
-__all__ = ["CountingOutput", "Output", "crc32", "read_exact"]
+__all__ = ["CountingOutput", "Output", "crc32", "decode_member_name", "read_exact"]
 
 
 class Output(Protocol):
@@ -30,6 +31,17 @@ def read_exact(stream: BinaryIO, n: int, what: str, error: type[ValueError]) -> 
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def decode_member_name(raw: bytes, offset: int, unsafe: re.Pattern[str], error: type[ValueError]) -> str:
+    """A member name as stored at ``offset``: UTF-8, not empty, nothing ``unsafe`` matches."""
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"the member name at offset {offset} is not valid UTF-8: {raw!r}") from None
+    if not name or unsafe.search(name):
+        raise error(f"unsafe member name {name!r} at offset {offset}")
+    return name
 
 
 @dataclass

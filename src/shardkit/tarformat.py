@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from .errors import ShardkitError
-from .streamio import CountingOutput, crc32, read_exact
+from .streamio import CountingOutput, crc32, decode_member_name, read_exact
 
 BLOCK = 512
 END_BYTES = 2 * BLOCK
@@ -216,12 +216,7 @@ def _member_of(header: bytes, offset: int) -> tuple[str, int]:
     if header[len(raw) : MAX_NAME_BYTES].strip(b"\0"):
         field = header[0:MAX_NAME_BYTES].rstrip(b"\0")
         raise TarFormatError(f"member name {field!r} at offset {offset} holds a NUL")
-    try:
-        name = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise TarFormatError(f"the member name at offset {offset} is not valid UTF-8: {raw!r}") from None
-    if not name or _UNSAFE_NAME.search(name):
-        raise TarFormatError(f"unsafe member name {name!r} at offset {offset}")
+    name = decode_member_name(raw, offset, _UNSAFE_NAME, TarFormatError)
     size = int(header[124:135], 8)
     expected = member_header(name, size)
     if header != expected:

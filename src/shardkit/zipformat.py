@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import IO, BinaryIO
 
 from .errors import ShardkitError
-from .streamio import CountingOutput, crc32, read_exact
+from .streamio import CountingOutput, crc32, decode_member_name, read_exact
 
 LOCAL_HEADER_SIG = 0x04034B50
 CENTRAL_HEADER_SIG = 0x02014B50
@@ -226,16 +226,6 @@ def _difference(layout: struct.Struct, fields: tuple[str, ...], found: bytes, ex
     return "it differs from what shardkit writes"
 
 
-def _decode_name(raw: bytes, offset: int) -> str:
-    try:
-        name = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ZipFormatError(f"the member name at offset {offset} is not valid UTF-8: {raw!r}") from None
-    if not name or _UNSAFE_NAME.search(name):
-        raise ZipFormatError(f"unsafe ZIP member name {name!r} at offset {offset}")
-    return name
-
-
 def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member]:
     """Walk a shard front to back from a forward-only stream, yielding each stored member.
 
@@ -257,7 +247,7 @@ def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member
         header = sig_bytes + _read_exact(stream, LOCAL_HEADER_SIZE - 4, f"the local header at offset {offset}")
         _, _, flags, method, _, _, crc, csize, usize, name_len, _ = _LOCAL_HEADER.unpack(header)
         raw_name = _read_exact(stream, name_len, f"the member name at offset {offset}")
-        name = _decode_name(raw_name, offset)
+        name = decode_member_name(raw_name, offset, _UNSAFE_NAME, ZipFormatError)
         where = f"member {name!r} at offset {offset}"
         if flags & 0x0008:
             raise ZipFormatError(f"{where} uses a data descriptor")
