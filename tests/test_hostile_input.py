@@ -8,6 +8,7 @@ tests/test_hostile_shards.py and tests/test_hostile_parquet.py.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -128,3 +129,33 @@ def test_folders_whose_names_are_not_utf8_pack_and_verify(tmp_path: Path) -> Non
     assert check.returncode == 0, check.stderr.decode("utf-8", "replace")
     card = Path(os.fsdecode(os.path.join(out, b"README.md"))).read_text(encoding="utf-8")
     assert "# d\ufffdj\ufffd" in card  # the title: what is not UTF-8 replaced, the card stays text
+
+
+@pytest.mark.parametrize("fmt", ["zip", "tar", "parquet"])
+def test_line_separators_inside_values_pack_verify_and_read_back(tmp_path: Path, fmt: str) -> None:
+    """U+2028, U+0085 and a form feed are text JSON leaves unescaped: a reader that split
+    metadata.jsonl with str.splitlines() cut such a row in two."""
+    import shardkit
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(tiny_image(1))
+    caption = "one\u2028two\x85three\x0cfour"
+    meta = tmp_path / "meta.jsonl"
+    meta.write_text(json.dumps({"file_name": "a.jpg", "caption": caption}, ensure_ascii=False) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [PACK_SHARDS, str(images), str(meta), "-o", str(out), "-q", "--format", fmt],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    check = subprocess.run(
+        [str(Path(sys.executable).parent / "shardkit"), "verify", str(out), "--deep", "-q"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert [row["caption"] for row in shardkit.stream(str(out))] == [caption]

@@ -391,6 +391,18 @@ def test_the_crafted_shards_start_from_a_sound_one(ds: Dataset) -> None:
     assert [mine[row["key"]] for row in ds.rows] == ds.rows
 
 
+def test_a_shard_packed_before_page_checksums_still_reads(ds: Dataset) -> None:
+    """Shards packed before page checksums have none: read as before (no data check, as old tar
+    shards), every other bound applies, and verify still compares the shard's sha256."""
+    ds.replace(rebuild(ds.original, lambda path, header, page: (without(header, 4), page)))
+    result = ds.verify()
+    assert result.returncode == 0, result.stdout
+    rows, error = ds.stream()
+    assert error is None
+    mine = {row["key"]: row for row in rows if row["key"] in {r["key"] for r in ds.rows}}
+    assert [mine[row["key"]] for row in ds.rows] == ds.rows
+
+
 # --- bombs ---------------------------------------------------------------------------------------
 
 
@@ -419,9 +431,9 @@ def _huge_dictionary_page(ds: Dataset) -> str:
 
 
 def _dictionary_multiplied(ds: Dataset) -> str:
-    # One 30 MiB caption in the dictionary (under the limit on its own), which every row names.
-    assert len(ds.rows) >= 2
-    ds.replace(rebuild(ds.write(ds.with_caption(MARK)), huge_value("caption", 2, 30 << 20)))
+    # One 100 MiB caption in the dictionary (under the limit on its own), which every row names.
+    assert len(ds.rows) >= 3
+    ds.replace(rebuild(ds.write(ds.with_caption(MARK)), huge_value("caption", 2, 100 << 20)))
     return "decodes to"
 
 
@@ -449,7 +461,7 @@ def _footer_of_a_million_column_chunks(ds: Dataset) -> str:
         set_field(group, 1, 9, bytes([0xF0 | 12]) + _w_uvarint(999_999) + b"\x26\x00\x00" * 999_999)
 
     ds.replace(rebuild(ds.write(ds.rows), footer=bomb))
-    return "the footer holds more than 300000 structures"
+    return "the footer holds more structures than its size allows"
 
 
 BOMBS = {
@@ -511,10 +523,12 @@ def _flip(column: str, page_type: int) -> Callable[[Dataset], str]:
     return damage
 
 
-def _no_checksums(ds: Dataset) -> str:
-    # A shard as shardkit wrote them before page checksums: read, it would pass a flipped byte on.
-    ds.replace(rebuild(ds.original, lambda path, header, page: (without(header, 4), page)))
-    return "has no checksum: written before shardkit checksummed pages"
+def _some_checksums(ds: Dataset) -> str:
+    # Checksums taken off one column's pages: not a shard shardkit wrote, old or new.
+    ds.replace(
+        rebuild(ds.original, lambda path, header, page: (without(header, 4) if path == "label" else header, page))
+    )
+    return "some pages have a checksum and others not"
 
 
 def _renamed_column(ds: Dataset) -> str:
@@ -531,12 +545,25 @@ def _renamed_column(ds: Dataset) -> str:
     return "its columns are not those the manifest's features declare"
 
 
+def _key_not_utf8(ds: Dataset) -> str:
+    # A string column holding bytes that are not UTF-8, every page checksummed: sound pages, bad text.
+    table = pa.Table.from_pylist(ds.rows, schema=ds.schema)
+    keys = [row["key"].encode()[:-1] + b"\xff" for row in ds.rows]
+    index = ds.schema.get_field_index("key")
+    table = table.set_column(index, ds.schema.field(index), pa.array(keys, pa.binary()).view(pa.string()))
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, write_page_checksum=True, compression="zstd", use_dictionary=False)
+    ds.replace(bytes(sink.getvalue().to_pybytes()))
+    return "row group 0: 'utf-8' codec can't decode byte 0xff"
+
+
 DAMAGE = {
     "file bytes (stored)": _flip("image.bytes", 0),
     "file path (zstd data page)": _flip("image.path", 0),
     "caption dictionary (zstd)": _flip("caption", 2),
     "label values (zstd)": _flip("label", 0),
-    "no checksums": _no_checksums,
+    "checksums on some pages only": _some_checksums,
+    "a string that is not UTF-8": _key_not_utf8,
 }
 
 

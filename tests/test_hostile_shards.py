@@ -271,7 +271,18 @@ def _zip_two_rows(ms: Members) -> Crafted:
     return Crafted(zip_bytes([(b"metadata.jsonl", rows), *ms[1:]]), rows=rows)
 
 
+def _zip_deep_row(ms: Members) -> Crafted:
+    """A's row in metadata.jsonl nested 200,000 deep (CRC right): Python's parser would overflow."""
+    lines = ms[0][1].splitlines(keepends=True)
+    rows = b"".join([b"[" * 200_000 + b"\n", *lines[1:]])
+    return Crafted(zip_bytes([(b"metadata.jsonl", rows), *ms[1:]]), rows=rows)
+
+
 ZIP_CASES: dict[str, tuple[Callable[[Members], Crafted], Expect]] = {
+    "metadata row nested 200,000 deep": (
+        _zip_deep_row,
+        Expect(None, "invalid JSON", "metadata.jsonl line 1 is not a JSON object", "nested too deep"),
+    ),
     "hidden member in an extra field": (
         _zip_hidden_in_extra,
         Expect("{a}", "extra field length is", "extra field length is", "is not stored as shardkit stores it"),
@@ -392,7 +403,14 @@ def _tar_no_crc_record(ms: Members) -> Crafted:
     return Crafted(shard[:start] + shard[start + 1024 :])
 
 
+def _tar_deep_json(ms: Members) -> Crafted:
+    """A's .json member nested 200,000 deep."""
+    deep = b"[" * 200_000
+    return Crafted(tar_bytes([(ms[0][0], deep), *ms[1:]]))
+
+
 TAR_CASES: dict[str, tuple[Callable[[Members], Crafted], Expect]] = {
+    "json member nested 200,000 deep": (_tar_deep_json, Expect("{j}", "", "is not a JSON object")),
     "negative size": (
         _tar_header_case(size_field=b"-0000000001\0"),
         Expect("{a}", "is not 11 octal", "is not 11 octal"),

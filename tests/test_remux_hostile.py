@@ -5,6 +5,7 @@ the source. (Hostile shardkit shards as a source: tests/test_hostile_shards.py.)
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -119,3 +120,30 @@ def test_a_damaged_or_hostile_source_is_one_line_and_nothing_is_published(
     assert len(errors) == 1 and expected in errors[0], proc.stderr
     assert str(source.name) in errors[0] or "source shard" in errors[0]
     assert not (out / "shards.json").exists() and not list(out.glob("data/*"))
+
+
+def test_a_folder_whose_files_are_symlinks_elsewhere_is_a_source(tmp_path: Path) -> None:
+    """The Hub cache's layout: snapshots/<sha>/ holds links into blobs/. The folder is the user's
+    own: its files are read wherever the links lead; only paths a row names must stay inside."""
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    snapshot = tmp_path / "snapshots" / "abc" / "train"
+    snapshot.mkdir(parents=True)
+    lines = []
+    for i in range(3):
+        (blobs / f"b{i}").write_bytes(tiny_image(i))
+        (snapshot / f"{i}.jpg").symlink_to(blobs / f"b{i}")
+        lines.append(f'{{"file_name": "{i}.jpg", "n": {i}}}\n')
+    (snapshot / "metadata.jsonl").write_text("".join(lines))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [SHARDKIT, "remux", str(snapshot.parent), str(out), "--map", "tests.remux_functions:identity", "-q", "-j", "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((out / "shards.json").read_text())
+    assert manifest["totals"]["rows"] == 3

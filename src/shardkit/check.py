@@ -236,7 +236,8 @@ def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, in
     with open(path, "rb") as f:
         while starts[-1] + range_bytes < size:
             f.seek(starts[-1] + range_bytes - 1)
-            f.readline()  # to the end of the line that crosses the boundary
+            while (chunk := f.readline(1 << 20)) and not chunk.endswith(b"\n"):
+                pass  # to the end of the line that crosses the boundary, 1 MiB at a time (it may be huge)
             if f.tell() >= size:
                 break
             starts.append(f.tell())

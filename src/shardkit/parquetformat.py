@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .errors import ShardkitError
 from .formats import PARQUET, PARQUET_GROUP_BYTES, PARQUET_ROWS_PER_GROUP
+from .metadata import MAX_LINE_BYTES
 from .streamio import Output
 
 if TYPE_CHECKING:
@@ -138,7 +139,9 @@ class ParquetShardWriter:
         row = json.loads(metadata_line)
         row[self.file_column] = {"bytes": data, "path": row.pop("file_name")}
         self._rows.append(row)
-        self._bytes += len(data)
+        # A group is cut by what it decodes to, which readers bound (decoded_limit): the file's
+        # bytes, and at most LINE_DECODE_FACTOR bytes per byte of its metadata line.
+        self._bytes += len(data) + LINE_DECODE_FACTOR * len(metadata_line)
         if len(self._rows) >= PARQUET_ROWS_PER_GROUP or self._bytes >= PARQUET_GROUP_BYTES:
             self._flush()
 
@@ -167,11 +170,14 @@ _MAGIC = b"PAR1"
 #: pyarrow reads this much of a file's end to find the footer.
 _TAIL_BYTES = 64 << 10
 #: Footers of shardkit shards are a few hundred bytes per row group and column; more is not ours.
-_MAX_FOOTER_BYTES = 64 << 20
+_MAX_FOOTER_BYTES = 16 << 20
 #: pyarrow turns each struct of the footer into a C++ object of up to about a kilobyte, however
 #: few bytes the struct took in the file: a footer of many tiny structs is a memory bomb. A
 #: shardkit footer has about six per row group and column.
 _MAX_FOOTER_STRUCTS = 300_000
+#: ... or one per this many footer bytes, if more: a wide shard (many columns, the row cap's 656
+#: row groups) has millions of structures legitimately, each of 15 bytes or more in the file.
+_FOOTER_BYTES_PER_STRUCT = 10
 _MAX_THRIFT_DEPTH = 24
 #: Page types pyarrow reads.
 _DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
@@ -189,14 +195,20 @@ _PAGE_BYTES = 256 << 10
 _PAGE_VALUES = 1000
 
 
+#: What one byte of a metadata line may become once its fields are decoded (and counted with
+#: _VALUE_BYTES per value): a value takes two bytes of JSON at least (``0,``) and sixteen
+#: decoded (an int64 and its _VALUE_BYTES); a string, its bytes, an offset, a dictionary entry.
+LINE_DECODE_FACTOR = 10
+
+
 def decoded_limit(shard_bytes: int) -> int:
     """The most one row group of a ``shard_bytes`` shard may decode to.
 
-    The file column is stored uncompressed, so a group's files are within the shard's size;
-    the fields are compressed, and get :data:`~shardkit.formats.PARQUET_GROUP_BYTES` besides
-    (a group holds at most 100 rows' worth).
+    The writer cuts a group once its files and LINE_DECODE_FACTOR times its metadata lines
+    pass PARQUET_GROUP_BYTES, so a group decodes to less than that plus its last row: a file
+    (stored uncompressed, so within the shard's size) and a line of at most MAX_LINE_BYTES.
     """
-    return PARQUET_GROUP_BYTES + shard_bytes
+    return PARQUET_GROUP_BYTES + shard_bytes + LINE_DECODE_FACTOR * MAX_LINE_BYTES
 
 
 class _ThriftError(ValueError):
@@ -289,7 +301,7 @@ class _Compact:
             raise _ThriftError(f"is nested more than {_MAX_THRIFT_DEPTH} deep")
         self.structs_left -= 1
         if self.structs_left < 0:
-            raise _ThriftError(f"holds more than {_MAX_FOOTER_STRUCTS} structures (pyarrow makes each an object)")
+            raise _ThriftError("holds more structures than its size allows (pyarrow makes each an object)")
         fields: dict[int, Any] = {}
         last = 0
         while True:
@@ -348,6 +360,8 @@ class _Chunk:
     decoded: int  # declared bytes once decompressed, headers included
     values: int  # values (nulls included) of its data pages
     entries: int  # dictionary entries
+    pages: int = 0
+    unchecked: int = 0  # pages without a checksum
 
 
 class ParquetShard:
@@ -364,6 +378,7 @@ class ParquetShard:
         if self.size < 12:
             raise ParquetShardError(f"{self.size} bytes: too short for a Parquet file")
         self.limit = decoded_limit(self.size)
+        self._checksums: set[bool] = set()  # whether the pages seen so far carry checksums
         tail_start = max(self.size - _TAIL_BYTES, 0)
         tail = self._read(tail_start, self.size - tail_start)
         if tail[-4:] != _MAGIC:
@@ -376,7 +391,11 @@ class ParquetShard:
             tail = self._read(self._footer_start, self.size - self._footer_start)
             tail_start = self._footer_start
         walk = _Compact(
-            tail, self._footer_start - tail_start, len(tail) - 8, keep=False, max_structs=_MAX_FOOTER_STRUCTS
+            tail,
+            self._footer_start - tail_start,
+            len(tail) - 8,
+            keep=False,
+            max_structs=max(_MAX_FOOTER_STRUCTS, footer_bytes // _FOOTER_BYTES_PER_STRUCT),
         )
         try:
             walk.struct()
@@ -446,7 +465,11 @@ class ParquetShard:
                 )
             table = table.cast(self._dense)  # its decoded size is known now; Python values come faster from it
             for offset in range(0, table.num_rows, batch_size):
-                yield from table.slice(offset, batch_size).to_pylist()
+                try:
+                    batch = table.slice(offset, batch_size).to_pylist()
+                except (UnicodeDecodeError, pa.ArrowException) as exc:  # e.g. a string that is not UTF-8
+                    raise ParquetShardError(f"row group {index}: {_one_line(exc)}") from None
+                yield from batch
             del table
             self._window.hold(0, b"")
 
@@ -499,6 +522,11 @@ class ParquetShard:
                     f"column {column.path_in_schema} holds {chunk.values} values for {group.num_rows} rows"
                 )
             declared += chunk.decoded + _VALUE_BYTES * (chunk.values + chunk.entries)
+            # Every page checksummed (shardkit since layout 3), or none (shards packed before,
+            # read without a data check as old tar shards are): a mix is not a shard shardkit wrote.
+            self._checksums.update({chunk.unchecked == 0, chunk.unchecked < chunk.pages} if chunk.pages else set())
+            if len(self._checksums) > 1:
+                raise ParquetShardError(f"column {column.path_in_schema}: some pages have a checksum and others not")
         if declared > self.limit:
             raise ParquetShardError(
                 f"declares {declared} bytes once decompressed and decoded, more than a {self.size}-byte shard"
@@ -540,11 +568,8 @@ def _walk_pages(
             raise ParquetShardError(f"{at}: sizes {decoded!r} and {stored!r} do not fit its column chunk")
         if decoded < 0:
             raise ParquetShardError(f"{at}: a negative size")
-        if 4 not in header:
-            raise ParquetShardError(
-                f"{at} has no checksum: written before shardkit checksummed pages; delete the shard and run the"
-                " same pack-shards command again to rewrite it"
-            )
+        chunk.pages += 1
+        chunk.unchecked += 4 not in header  # shards from before page checksums have none
         if kind == _DICTIONARY_PAGE:
             info = header.get(7) or {}
             if pages != 1 or (not dictionary and column.physical_type == "BYTE_ARRAY"):

@@ -34,6 +34,7 @@ from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
 from .metadata import EXT_RE, KEY_RE
 from .store import filesystem_for, http_filesystem, is_network_error, is_timeout, is_url, network_timeout, timeout_error
+from .streamio import jsonl_lines
 from .tarformat import TarFormatError, iter_tar_members
 from .zipformat import ZipFormatError, iter_members
 
@@ -192,7 +193,7 @@ def iter_shard(
                 if member.name != METADATA_MEMBER:
                     raise ZipFormatError(f"the first member is {member.name!r}, not {METADATA_MEMBER}")
                 try:
-                    rows = _ZipRows(member.data.decode("utf-8").splitlines())
+                    rows = _ZipRows(jsonl_lines(member.data.decode("utf-8")))
                 except UnicodeDecodeError:
                     raise ZipFormatError(f"{METADATA_MEMBER} is not UTF-8 text") from None
                 continue
@@ -249,7 +250,7 @@ def _metadata_row(line: str, index: int) -> dict[str, Any]:
     """Row ``index`` (0-based) of a ZIP shard's metadata.jsonl: a JSON object with a file_name."""
     try:
         row = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # a hostile row nested too deep for the parser
         row = None
     if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
         raise ZipFormatError(f"{METADATA_MEMBER} line {index + 1} is not a JSON object with a file_name")
@@ -266,7 +267,7 @@ def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[di
                     raise TarFormatError(f"member {member.name!r} has no .json before it")
                 try:
                     row = json.loads(member.data)
-                except ValueError:  # not UTF-8, or not JSON
+                except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
                     row = None
                 if not isinstance(row, dict):
                     raise TarFormatError(f"member {member.name!r} is not a JSON object") from None

@@ -280,10 +280,12 @@ def _with_bytes(value: Any, config: RemuxConfig, where: str) -> Any:
 def _inside_source(path: str, source: str) -> bool:
     """Whether a file path datasets gave lies inside the source: under a local source folder,
     or (the last link of a chained URL such as ``zip://x::hf://...``) in the source's Hub repo."""
+    last = path.rsplit("::", 1)[-1].removeprefix("file://")
     if os.path.isdir(source):
-        root = os.path.join(os.path.realpath(source), "")
-        return "://" not in path and os.path.realpath(path).startswith(root)
-    last = path.rsplit("::", 1)[-1]
+        # Compared as written, not resolved: the user's own folder may hold symlinks (a Hub
+        # cache's snapshot is links into blobs/); what is refused is a path naming elsewhere.
+        root = os.path.join(os.path.abspath(source), "")
+        return "://" not in last and os.path.normpath(os.path.abspath(last)).startswith(root)
     repo = source.removeprefix("hf://datasets/").split("@", 1)[0].strip("/")
     return (
         ".." not in last.split("/")

@@ -11,7 +11,7 @@ try:  # ISA-L's CRC-32 (PCLMUL/VPCLMUL): about 4x zlib's on x86-64, same values;
 except ImportError:  # pragma: no cover - isal is a dependency; a platform without its wheels
     from zlib import crc32
 
-__all__ = ["CountingOutput", "Output", "crc32", "decode_member_name", "read_exact"]
+__all__ = ["CountingOutput", "Output", "crc32", "decode_member_name", "jsonl_lines", "read_exact"]
 
 
 class Output(Protocol):
@@ -31,6 +31,12 @@ def read_exact(stream: BinaryIO, n: int, what: str, error: type[ValueError]) -> 
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text, split at "\n" only: str.splitlines would also split
+    inside a value holding U+2028, U+0085 or a form feed, which JSON leaves unescaped."""
+    return text.removesuffix("\n").split("\n") if text else []
 
 
 def decode_member_name(raw: bytes, offset: int, unsafe: re.Pattern[str], error: type[ValueError]) -> str:

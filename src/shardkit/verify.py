@@ -46,7 +46,7 @@ from .metadata import can_decode, decode_problem, sha256_stream
 from .outdir import PLACEHOLDERS
 from .progress import NullProgress, Progress
 from .store import LocalStore, ShardStore, store_for
-from .streamio import crc32
+from .streamio import crc32, jsonl_lines
 from .table import table_problems
 from .tarformat import TarFormatError, iter_tar_members
 from .threads import interruptible_pool
@@ -138,11 +138,11 @@ def _check_rows(
     """Parse metadata lines; return file_name -> key. Row problems go to ``problems``."""
     rows: dict[str, str] = {}
     previous = ""
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(jsonl_lines(text), 1):
         where = f"{where_name} line {number}"
         try:
             row = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             problems.append(Problem(shard.file, f"invalid JSON: {exc}", where))
             continue
         if not isinstance(row, dict) or not isinstance(row.get("file_name"), str) or "key" not in row:
@@ -234,11 +234,12 @@ def _walk_tar(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
                 lines.append(member.data)
                 try:
                     expected = str(json.loads(member.data)["file_name"])
-                except (ValueError, KeyError, TypeError):
-                    expected = ""  # _check_rows reports the row itself
+                except (ValueError, KeyError, TypeError, RecursionError):
+                    problems.append(Problem(shard.file, "not a JSON object with a file_name", member.name))
+                    expected = ""  # the row's problem is reported: not again for the file after it
                 continue
             files += 1
-            if member.name != expected:
+            if member.name != expected and expected:
                 problems.append(Problem(shard.file, f"follows the row for {expected!r}", member.name))
             expected = None
             if deep:
@@ -278,7 +279,7 @@ def _walk_parquet(store: ShardStore, shard: ManifestShard, prefix: str, deep: bo
     except FileNotFoundError:
         text = ""  # reported by the shared check
     rows = _check_rows(shard, text, prefix, problems, PARQUET, shard.metadata)
-    lines = iter(text.splitlines())
+    lines = iter(jsonl_lines(text))
     count = 0
     try:
         with store.open(shard.file) as raw_file:
@@ -304,7 +305,7 @@ def _compare_parquet_row(
     """A Parquet row (its path ``name`` and typed fields) against its line in metadata/."""
     try:
         expected = json.loads(line) if line is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         expected = {}  # _check_rows reported it
     if not isinstance(expected, dict):
         problems.append(Problem(shard.file, f"row {count} has no line in {shard.metadata}", name))

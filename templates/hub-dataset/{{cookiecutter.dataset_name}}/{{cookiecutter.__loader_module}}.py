@@ -185,8 +185,13 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
                         if name != "metadata.jsonl":
                             raise ValueError(f"{shard}: the first member is {name!r}, not metadata.jsonl")
                         rows = {}
-                        for line in data.decode("utf-8").splitlines():
-                            row = json.loads(line)
+                        text = data.decode("utf-8")
+                        # Split at "\n" only: splitlines() also splits inside values holding U+2028.
+                        for line in text.removesuffix("\n").split("\n") if text else []:
+                            try:
+                                row = json.loads(line)
+                            except RecursionError:
+                                raise ValueError(f"{shard}: a metadata.jsonl row is nested too deep") from None
                             file_name = row.pop("file_name")
                             if file_name in rows:
                                 raise ValueError(f"{shard}: metadata.jsonl has two rows for member {file_name!r}")
