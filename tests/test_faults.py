@@ -246,6 +246,47 @@ def test_ctrl_c_stops_a_push_stalled_mid_upload_at_once_and_a_rerun_completes(
     assert remote_files(hub, repo=REPO) == local_files(repo)
 
 
+#: A library caller that lives on after Ctrl-C (a notebook's kernel does): it catches the
+#: KeyboardInterrupt, then waits for the push's thread to end, whatever it does.
+PUSH_FROM_PYTHON = """
+import sys, threading
+from shardkit.push import PushConfig, push
+try:
+    push(PushConfig(out_dir=sys.argv[1], repo_id=sys.argv[2]))
+except KeyboardInterrupt:
+    for thread in threading.enumerate():
+        if thread.name.startswith("push"):  # the push's own thread (threads.call_interruptibly)
+            thread.join()
+    print("interrupted")
+"""
+
+
+def test_ctrl_c_stops_a_push_called_from_python_before_its_next_step(
+    faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
+) -> None:
+    """From Python, KeyboardInterrupt reaches the caller at once; the push's own thread stops at
+    its next step instead of going on to upload and commit."""
+    hub, proxy, env = faulty_hub
+    [stall] = proxy.set(Fault("stall", method="PUT", path="^/lfs-upload/", times=1))  # then the upload is retried
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PUSH_FROM_PYTHON, str(repo), REPO],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + GUARD
+        while stall.hits == 0 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stall.hits >= 1, "the push never reached an upload"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=GUARD)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out == b"interrupted\n", err
+    assert hub.counters.commits == 0  # the push's thread stopped before committing anything
+
+
 def test_a_push_retries_500_503_a_stall_and_a_cut_connection_then_completes(
     faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:

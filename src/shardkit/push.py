@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -565,12 +566,17 @@ def _commit(
     parent: str,
     progress: Progress,
     store: UrlStore | None = None,
+    stop: threading.Event | None = None,
 ) -> str:
+    """Upload ``files`` a group at a time, then commit them; ``stop`` (Ctrl-C in the caller's
+    thread) ends it before the next group or the commit."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     adds = []
     with hub_errors(f"uploading the files of {message!r}", repo_id), tempfile.TemporaryDirectory() as tmp:
         for start in range(0, len(files), UPLOAD_GROUP):
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
             group = []
             fetched = []
             for f in files[start : start + UPLOAD_GROUP]:
@@ -595,6 +601,8 @@ def _commit(
             adds.extend(group)
             progress.advance(sum(f.size for f in files[start : start + UPLOAD_GROUP]))
     operations: list[Any] = [*adds, *(CommitOperationDelete(path_in_repo=p) for p in deletions)]
+    if stop is not None and stop.is_set():
+        raise KeyboardInterrupt
     with hub_errors(f"committing {message!r}", repo_id):
         info = api.create_commit(
             repo_id,
@@ -644,13 +652,13 @@ def push(config: PushConfig, progress: Progress | None = None) -> PushSummary:
     """
     bar = progress or NullProgress()
     try:
-        return call_interruptibly(lambda: _push(config, bar), "push")
+        return call_interruptibly(lambda stop: _push(config, bar, stop), "push")
     except BaseException:  # an error, or Ctrl-C: its message on a line of its own, not at the end of the bar's
         bar.finish()
         raise
 
 
-def _push(config: PushConfig, progress: Progress) -> PushSummary:
+def _push(config: PushConfig, progress: Progress, stop: threading.Event | None = None) -> PushSummary:
     started = time.perf_counter()
     check_repo_id(config.repo_id)
     out_dir = run_folder(config.out_dir, config.work_dir)
@@ -667,11 +675,17 @@ def _push(config: PushConfig, progress: Progress) -> PushSummary:
                 f"{config.out_dir} has no {MANIFEST_NAME}: pack it first (pack-shards IMAGES_DIR META_JSONL -o OUT_DIR)"
             )
         with bounded_hub_requests(network_timeout()):
-            return _push_locked(config, out_dir, manifest, progress, started, store)
+            return _push_locked(config, out_dir, manifest, progress, started, store, stop)
 
 
 def _push_locked(
-    config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, started: float, store: UrlStore | None
+    config: PushConfig,
+    out_dir: str,
+    manifest: Manifest,
+    progress: Progress,
+    started: float,
+    store: UrlStore | None,
+    stop: threading.Event | None = None,
 ) -> PushSummary:
     from huggingface_hub import HfApi
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
@@ -726,12 +740,12 @@ def _push_locked(
     for number, batch in enumerate(plan.batches, 1):
         shards = [f.path for f in batch if f.path.startswith("data/")] or [batch[0].path]
         message = f"shardkit: shards {shards[0]} .. {shards[-1]} (commit {number} of {len(plan.batches)})"
-        head = _commit(api, config, repo_id, batch, [], message, head, progress, store)
+        head = _commit(api, config, repo_id, batch, [], message, head, progress, store, stop)
         commits += 1
     if plan.final or plan.deletions:
         totals = manifest.to_json()["totals"]
         message = f"shardkit: manifest and card, {totals['rows']} rows in {totals['shards']} shards"
-        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress, store)
+        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress, store, stop)
         commits += 1
     progress.finish()
     if commits:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -39,7 +40,7 @@ def interruptible_pool(max_workers: int, name: str) -> Iterator[ThreadPoolExecut
     pool.shutdown(wait=True)
 
 
-def call_interruptibly(fn: Callable[[], T], name: str) -> T:
+def call_interruptibly(fn: Callable[[threading.Event], T], name: str) -> T:
     """``fn()``, run in a thread of its own while the calling thread waits for its result.
 
     huggingface_hub uploads in a ``with ThreadPoolExecutor()`` block, which joins every upload on
@@ -47,7 +48,14 @@ def call_interruptibly(fn: Callable[[], T], name: str) -> T:
     answering could not be interrupted. Here the main thread's wait ends at the first Ctrl-C,
     since it is the one thread that takes SIGINT: ``fn``'s thread blocks it, and so do the
     threads ``fn`` starts (a thread inherits its creator's signal mask). ``fn`` may still be
-    running when the KeyboardInterrupt leaves; the CLI exits without joining it.
+    running when the KeyboardInterrupt leaves: it gets an event, set then, to check between
+    steps and stop at the next (the CLI exits without waiting for it; a library caller's
+    process would otherwise go on uploading).
     """
+    stop = threading.Event()
     with interruptible_pool(1, name) as pool:
-        return pool.submit(fn).result()
+        try:
+            return pool.submit(fn, stop).result()
+        except BaseException:
+            stop.set()
+            raise
