@@ -213,28 +213,31 @@ def test_push_to_a_hub_that_stops_answering_mid_upload_fails_with_one_line_and_a
     assert hub.counters.lfs_uploads == len(lfs)  # the shards were not sent again
 
 
-def test_ctrl_c_stops_a_push_stalled_mid_upload_at_once_and_a_rerun_completes(
-    faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
-) -> None:
-    hub, proxy, env = faulty_hub
-    env["SHARDKIT_NETWORK_TIMEOUT"] = "3600"  # only Ctrl-C can end this wait
-    [stall] = proxy.set(Fault("stall", method="PUT", path="^/lfs-upload/"))
-    proc = subprocess.Popen(
-        [str(SCRIPTS / "shardkit"), "push", str(repo), "--repo", REPO],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+def ctrl_c_at_the_stall(
+    cmd: list[str], env: dict[str, str], stall: Fault
+) -> tuple[subprocess.Popen[bytes], bytes, bytes]:
+    """Start ``cmd``, send it SIGINT once it has met ``stall``; the process and its output."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         deadline = time.monotonic() + GUARD
         while stall.hits == 0 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert stall.hits >= 1, "the push never reached an upload"
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=GUARD)
+        out, err = proc.communicate(timeout=GUARD)
     finally:
         proc.kill()
+    return proc, out, err
+
+
+def test_ctrl_c_stops_a_push_stalled_mid_upload_at_once_and_a_rerun_completes(
+    faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
+) -> None:
+    hub, proxy, env = faulty_hub
+    env["SHARDKIT_NETWORK_TIMEOUT"] = "3600"  # only Ctrl-C can end this wait
+    [stall] = proxy.set(Fault("stall", method="PUT", path="^/lfs-upload/"))
+    proc, _, raw_err = ctrl_c_at_the_stall([str(SCRIPTS / "shardkit"), "push", str(repo), "--repo", REPO], env, stall)
+    err = raw_err.decode()
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "interrupted; re-run the same command to resume"
     assert "Traceback" not in err and hub.counters.commits == 0
@@ -268,21 +271,7 @@ def test_ctrl_c_stops_a_push_called_from_python_before_its_next_step(
     its next step instead of going on to upload and commit."""
     hub, proxy, env = faulty_hub
     [stall] = proxy.set(Fault("stall", method="PUT", path="^/lfs-upload/", times=1))  # then the upload is retried
-    proc = subprocess.Popen(
-        [sys.executable, "-c", PUSH_FROM_PYTHON, str(repo), REPO],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + GUARD
-        while stall.hits == 0 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert stall.hits >= 1, "the push never reached an upload"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=GUARD)
-    finally:
-        proc.kill()
+    proc, out, err = ctrl_c_at_the_stall([sys.executable, "-c", PUSH_FROM_PYTHON, str(repo), REPO], env, stall)
     assert proc.returncode == 0 and out == b"interrupted\n", err
     assert hub.counters.commits == 0  # the push's thread stopped before committing anything
 
