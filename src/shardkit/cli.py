@@ -339,8 +339,9 @@ def _pack_command(**kw: Any) -> None:
     (--format tar: data/<prefix>.tar with <key>.json and <key><ext>; --format parquet:
     data/<prefix>.parquet, one row per file).
 
-    With an OUT_DIR URL or --push, every network read, write or connect fails after
-    SHARDKIT_NETWORK_TIMEOUT seconds (default 60) without progress; re-run to resume.
+    With an OUT_DIR URL or --push, a connection or an answer that brings no data for
+    SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails the run; re-run to resume (limits:
+    README.md, "Guarantees").
     """
     from .pack import PackConfig, pack
     from .progress import TqdmProgress
