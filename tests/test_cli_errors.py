@@ -113,7 +113,20 @@ def test_duplicate_key_names_both_lines(corpus: Corpus, tmp_path: Path) -> None:
 def test_same_file_twice_without_keys_is_a_duplicate_content_key(corpus: Corpus, tmp_path: Path) -> None:
     code, _, stderr, _ = pack_rows(corpus, [good(corpus, 3), good(corpus, 3)], tmp_path)
     assert code == 1
-    assert "bad.jsonl:2: duplicate key " in stderr and "(first used on line 1)" in stderr
+    name = good(corpus, 3)["file_name"]
+    assert f"bad.jsonl:2: file_name {name!r} is named again (first on line 1): a file is published once" in stderr
+
+
+def test_two_files_with_the_same_bytes_and_no_keys_are_named_as_such(corpus: Corpus, tmp_path: Path) -> None:
+    """Scraped data holds copies: without keys, two files of the same bytes get the same key."""
+    name = good(corpus, 3)["file_name"]
+    (corpus.images / "copy.jpg").write_bytes((corpus.images / name).read_bytes())
+    code, _, stderr, _ = pack_rows(corpus, [good(corpus, 0), good(corpus, 3), {"file_name": "copy.jpg"}], tmp_path)
+    assert code == 1
+    assert (
+        f"bad.jsonl:3: file_name 'copy.jpg' has the same bytes as {name!r} on line 2: a file is published once"
+        in stderr
+    )
 
 
 def test_same_file_under_two_keys_is_reported_and_skip_keeps_the_first(corpus: Corpus, tmp_path: Path) -> None:
@@ -199,7 +212,7 @@ def test_on_error_skip_packs_the_rest_and_writes_rejects(corpus: Corpus, tmp_pat
     assert [(r["line"], r["reason"].split(":")[0]) for r in sorted(rejects, key=lambda r: r["line"])] == [
         (2, "invalid JSON"),
         (3, "file not found"),
-        (5, "duplicate key " + rejects[-1]["reason"].split()[2] + " (first used on line 4)"),
+        (5, f"file_name {good(corpus, 1)['file_name']!r} is named again (first on line 4)"),
     ]
     assert rejects[0]["row"] == "{broken"
     assert "skipped 3 bad rows" in stderr

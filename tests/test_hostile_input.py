@@ -78,7 +78,7 @@ CASES: list[tuple[str, bytes, Callable[[Path], None], str]] = [
     ("no file_name", b'{"name": "b.jpg"}', _nothing, "missing or empty 'file_name'"),
     ("reserved column", b'{"file_name": "b.jpg", "image": 1}', _nothing, "is reserved"),
     ("bad key", b'{"file_name": "b.jpg", "key": "XYZ"}', _nothing, "does not fit the key scheme"),
-    ("same file twice", b'{"file_name": "./a.jpg", "n": 2}', _nothing, "duplicate key"),
+    ("same file twice", b'{"file_name": "./a.jpg", "n": 2}', _nothing, "is named again (first on line 1)"),
     (
         "line over the limit",
         b'{"file_name": "b.jpg", "c": "' + b"y" * MAX_LINE_BYTES + b'"}',

@@ -66,8 +66,7 @@ def format_staged(record: SourceRecord, metadata_line: str) -> str:
 
 def parse_staged(text: str, offset: int = 0) -> StagedRow:
     key, line, size, ext, check, source, metadata_line = text.rstrip("\n").split("\t", 6)
-    # As json_string wrote it: without a backslash, the name between the quotes is the name.
-    source = source[1:-1] if "\\" not in source else json.loads(source)
+    source = _source_of(source)
     file_stamp, _, how = check.rpartition(":")
     return StagedRow(key, int(line), int(size), ext, source, metadata_line, offset, file_stamp, how == "h")
 
@@ -178,6 +177,7 @@ def merge_runs(
     total_cost = 0
     prev_key = None
     prev_line = 0
+    prev_rest = ""
     with _consuming(runs, fan_in) as lines, open(out_path, "w", encoding="utf-8", newline="\n") as out:
         for text in lines:
             key, line_text, rest = text.split("\t", 2)
@@ -187,10 +187,9 @@ def merge_runs(
             if key == prev_key:
                 duplicate_count += 1
                 if len(duplicates) < keep_problems:
-                    raw = rest.split("\t", 4)[4].rstrip("\n")
-                    duplicates.append(InputProblem(line, f"duplicate key {key} (first used on line {prev_line})", raw))
+                    duplicates.append(_duplicate(key, line, rest, prev_line, prev_rest))
                 continue
-            prev_key, prev_line = key, line
+            prev_key, prev_line, prev_rest = key, line, rest
             if retype is not None:
                 head, published = rest.rsplit("\t", 1)  # published JSON escapes every tab
                 rest = f"{head}\t{retype(published[:-1])}\n"
@@ -205,6 +204,26 @@ def merge_runs(
             rows += 1
             total_cost += _cost(fmt, key, rest)
     return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count)
+
+
+def _duplicate(key: str, line: int, rest: str, first_line: int, first_rest: str) -> InputProblem:
+    """A row whose key an earlier row has (``rest``: a staged line after "key\tline\t")."""
+    _, _, check, source, published = rest.split("\t", 4)
+    if check.endswith(":h"):  # the key is the hash of the file's bytes: the user gave no keys
+        name, first = _source_of(source), _source_of(first_rest.split("\t", 4)[3])
+        if _normal_path(name) == _normal_path(first):
+            message = f"file_name {name!r} is named again (first on line {first_line})"
+        else:
+            message = f"file_name {name!r} has the same bytes as {first!r} on line {first_line}"
+        message += ": a file is published once; drop one of the rows"
+    else:
+        message = f"duplicate key {key} (first used on line {first_line})"
+    return InputProblem(line, message, published.rstrip("\n"))
+
+
+def _source_of(field: str) -> str:
+    """A staged line's json(source) field as the file_name (see :func:`json_string`)."""
+    return field[1:-1] if "\\" not in field else str(json.loads(field))
 
 
 def format_file_id(record: SourceRecord, metadata_line: str) -> str:
