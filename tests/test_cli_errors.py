@@ -416,3 +416,20 @@ def test_a_write_that_fails_names_the_file_and_leaves_no_partial_file(corpus: Co
     )
     assert rerun.returncode == 0, rerun.stderr
     assert json.loads((out / "shards.json").read_text())["totals"]["rows"] == 40
+
+
+def test_dry_run_prints_the_schema_it_would_publish(corpus: Corpus, tmp_path: Path) -> None:
+    rows = [{**good(corpus, i), "tags": ["a", "b"][: i % 3]} for i in range(4)]
+    code, stdout, _, out = pack_rows(corpus, rows, tmp_path, "--dry-run")
+    assert code == 0 and not out.exists()
+    schema = stdout.split("schema (the card's features):\n", 1)[1].split("plan:", 1)[0].splitlines()
+    assert [line.split(None, 1) for line in schema] == [
+        ["image", "image"],
+        ["key", "string"],
+        ["caption", "string"],
+        ["label", "int64"],
+        ["score", "float64"],
+        ["tags", '{"list": "string"}'],
+    ]
+    code, stdout, _, _ = pack_rows(corpus, rows, tmp_path, "--dry-run", "--json")
+    assert json.loads(stdout)["features"][-1] == {"name": "tags", "list": "string"}

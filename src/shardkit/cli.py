@@ -395,6 +395,9 @@ def _pack_command(**kw: Any) -> None:
     if kw["quiet"]:
         return
     if summary.dry_run:
+        click.echo("schema (the card's features):")
+        for feature in summary.features:
+            click.echo(f"  {feature.get('name', '?'):<24} {_feature_type(feature)}")
         click.echo(f"plan: {summary.rows} rows -> {summary.shards} shards, prefix length {summary.prefix_length}")
         for p in summary.plan:
             click.echo(f"  {p.name:<24} {p.rows:>8} rows  {_human_size(p.bytes):>10}  {p.first_key}..{p.last_key}")
@@ -409,6 +412,14 @@ def _pack_command(**kw: Any) -> None:
         click.echo(f"manifest: {summary.manifest}")
     if pushed is not None:
         _print_push(pushed)
+
+
+def _feature_type(feature: dict[str, Any]) -> str:
+    """A feature's type as the card's YAML gives it, on one line: ``string``, ``{"list": "int64"}``..."""
+    rest = {k: v for k, v in feature.items() if k != "name"}
+    if list(rest) == ["dtype"] and isinstance(rest["dtype"], str):
+        return rest["dtype"]
+    return json.dumps(rest, separators=(", ", ": "))
 
 
 def _phases(seconds: dict[str, float]) -> str:

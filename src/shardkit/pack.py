@@ -150,6 +150,8 @@ class PackSummary:
     seconds: float
     dry_run: bool
     plan: list[ShardPlan]
+    #: The schema the card declares (datasets' YAML feature list), first the file column.
+    features: list[dict[str, Any]] = field(default_factory=list)
     # wall-clock seconds per phase: check (read, check and sort the metadata), plan, write, finish
     # (manifest, card, preview); where a slow run spends its time
     phase_seconds: dict[str, float] = field(default_factory=dict)
@@ -296,6 +298,7 @@ def _pack_locked(
             dry_run=config.dry_run,
             plan=plan,
             phase_seconds=dict(phases.seconds),
+            features=card_features(fmt, staged.features, staged.extensions),
         )
 
     phases.end("plan")
