@@ -433,3 +433,26 @@ def test_dry_run_prints_the_schema_it_would_publish(corpus: Corpus, tmp_path: Pa
     ]
     code, stdout, _, _ = pack_rows(corpus, rows, tmp_path, "--dry-run", "--json")
     assert json.loads(stdout)["features"][-1] == {"name": "tags", "list": "string"}
+
+
+def test_on_duplicate_skip_packs_the_first_of_the_same_bytes_and_names_the_rest(corpus: Corpus, tmp_path: Path) -> None:
+    name = good(corpus, 3)["file_name"]
+    (corpus.images / "copy.jpg").write_bytes((corpus.images / name).read_bytes())
+    rows = [good(corpus, 0), good(corpus, 3), {"file_name": "copy.jpg"}, good(corpus, 5)]
+    meta, out = corpus.write_meta(rows, "bad.jsonl"), tmp_path / "out"
+    cmd = [str(Path(sys.executable).parent / "pack-shards"), str(corpus.images), str(meta), "-o", str(out), "-j", "1"]
+    done = subprocess.run([*cmd, "--on-duplicate", "skip", "--json"], capture_output=True, text=True, check=False)
+    code, stdout, stderr = done.returncode, done.stdout, done.stderr  # the warning goes to the real stderr
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["rows"] == 3 and summary["skipped_duplicates"] == 1 and summary["rejected_rows"] == 0
+    assert (
+        f"bad.jsonl: 1 row(s) left out, each after an earlier row with its key: line 3"
+        f" (line 3: file_name 'copy.jpg' has the same bytes as {name!r} on line 2: a file is published once)"
+    ) in stderr
+    published = [
+        json.loads(line) for meta in sorted(out.glob("metadata/*.jsonl")) for line in meta.read_text().splitlines()
+    ]
+    assert len(published) == 3  # the copy is not in the dataset
+    other_error = pack_rows(corpus, [*rows, {"file_name": "nope.jpg"}], tmp_path, "--on-duplicate", "skip", "--force")
+    assert other_error[0] == 1 and "bad.jsonl:5: file not found" in other_error[2]  # other bad rows still stop it

@@ -246,6 +246,15 @@ pack_options = [
         "skip: bad rows go to a rejects file and the rest is packed.",
     ),
     click.option(
+        "--on-duplicate",
+        type=click.Choice(["stop", "skip"]),
+        default="stop",
+        show_default=True,
+        help="Rows with the key of an earlier row (without keys: files with the same bytes, common in "
+        "scraped data). stop: they are bad rows. skip: the first is packed, the others are left out and "
+        "listed in a warning.",
+    ),
+    click.option(
         "--rejects",
         type=click.Path(dir_okay=False),
         default=None,
@@ -366,6 +375,7 @@ def _pack_command(**kw: Any) -> None:
         read_threads=kw["read_threads"],
         prefetch_bytes=kw["read_buffer"],
         on_error=kw["on_error"],
+        on_duplicate=kw["on_duplicate"],
         rejects_path=kw["rejects"],
         force=kw["force"],
         adopt=kw["adopt"],

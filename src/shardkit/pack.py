@@ -32,7 +32,7 @@ from typing import Any, Literal
 from .card import builtin_zip_builder, card_features, card_problem, ensure_gitattributes, update_card, update_loaders
 from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs, split_for_workers
 from .cluster import Cluster, Tasks, cluster_for, run_tasks
-from .errors import InputErrors, ShardkitError, UsageError, listed
+from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .outdir import (
@@ -120,6 +120,9 @@ class PackConfig:
     read_threads: int = DEFAULT_READ_THREADS
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES
     on_error: Literal["stop", "skip"] = "stop"
+    #: skip: of rows with one key (for rows without keys: files with the same bytes), pack the
+    #: first and list the others; stop: they are input problems like any other.
+    on_duplicate: Literal["stop", "skip"] = "stop"
     rejects_path: str | None = None  # default: OUT_DIR/.shardkit/rejects.jsonl
     force: bool = False
     adopt: bool = False  # OUT_DIR may hold a repo that shardkit did not make (see outdir.check_out_dir)
@@ -150,6 +153,7 @@ class PackSummary:
     seconds: float
     dry_run: bool
     plan: list[ShardPlan]
+    skipped_duplicates: int = 0  # rows left out by on_duplicate="skip"
     #: The schema the card declares (datasets' YAML feature list), first the file column.
     features: list[dict[str, Any]] = field(default_factory=list)
     # wall-clock seconds per phase: check (read, check and sort the metadata), plan, write, finish
@@ -257,6 +261,16 @@ def _pack_locked(
         )
     if staged.rows == 0:
         raise ShardkitError(f"{config.metadata_path}: no rows to pack")
+    if staged.duplicate_count:
+        first = staged.duplicates[0]
+        log.warning(
+            "%s: %d row(s) left out, each after an earlier row with its key: %s (line %d: %s)",
+            config.metadata_path,
+            staged.duplicate_count,
+            listed([f"line {p.line}" for p in staged.duplicates], 10),
+            first.line,
+            first.message.split("; drop one of the rows")[0],
+        )
     phases.end("check")
 
     prefix_length = config.prefix_length or choose_prefix_length(staged.total_cost, config.target_shard_bytes)
@@ -293,6 +307,7 @@ def _pack_locked(
             written_shards=written,
             resumed_shards=0 if config.dry_run else len(plan) - written,
             rejected_rows=problems.count,
+            skipped_duplicates=staged.duplicate_count,
             rejects_file=rejects_path if problems.count else None,
             seconds=time.perf_counter() - started,
             dry_run=config.dry_run,
@@ -442,6 +457,10 @@ class _Staged:
     modality: str
     features: list[dict[str, Any]]
     extensions: list[str]  # of the files, lower case, sorted (a tar card has a column per extension)
+    #: With on_duplicate="skip": the rows left out because an earlier row has their key (the
+    #: first ones, for the message), and how many there were.
+    duplicates: list[InputProblem] = field(default_factory=list)
+    duplicate_count: int = 0
 
 
 def _check_and_stage(
@@ -510,14 +529,24 @@ def _check_and_stage(
         fmt=fmt,
         retype=float_retyper(features),
     )
-    for problem in merged.duplicates:
-        problems.add(problem)
-    problems.count += merged.duplicate_count - len(merged.duplicates)
+    if config.on_duplicate != "skip":
+        for problem in merged.duplicates:
+            problems.add(problem)
+        problems.count += merged.duplicate_count - len(merged.duplicates)
     fingerprint = hashlib.sha256(
         (merged.fingerprint + json.dumps(features, sort_keys=True)).encode("utf-8")
     ).hexdigest()
+    skipped = merged.duplicates if config.on_duplicate == "skip" else []
     return _Staged(
-        merged.path, merged.rows, merged.total_cost, fingerprint, modality, features, sorted(combined.extensions)
+        merged.path,
+        merged.rows,
+        merged.total_cost,
+        fingerprint,
+        modality,
+        features,
+        sorted(combined.extensions),
+        skipped,
+        merged.duplicate_count if skipped else 0,
     )
 
 
