@@ -164,6 +164,20 @@ def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+def s3_env(endpoint: str) -> dict[str, str]:
+    """This environment with only test credentials and ``endpoint`` for S3 (nothing of the user's)."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))},
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "FSSPEC_S3_ENDPOINT_URL": endpoint,
+        "NO_PROXY": "127.0.0.1",
+    }
+
+
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
     """moto's S3 server on 127.0.0.1 (the tests of OUT_DIR URLs and of dead servers)."""

@@ -26,7 +26,7 @@ import s3fs
 
 import shardkit
 from shardkit.errors import ShardkitError
-from tests.conftest import REPO_ROOT, pack_example, tree_bytes
+from tests.conftest import REPO_ROOT, pack_example, s3_env, tree_bytes
 from tests.fault_proxy import Fault, FaultProxy, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import HubServer, run_hub_server
@@ -345,15 +345,8 @@ def test_pack_to_a_bucket_that_stops_answering_fails_with_one_line_and_a_rerun_r
     url = "s3://faults/faults-zip"  # named like the local pack, whose card has the folder's name
     with run_fault_proxy(s3_endpoint) as proxy:
         env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))},
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            **s3_env(proxy.url),
             "AWS_MAX_ATTEMPTS": "1",  # botocore's own retries, under s3fs's five
-            "FSSPEC_S3_ENDPOINT_URL": proxy.url,
-            "NO_PROXY": "127.0.0.1",
             "SHARDKIT_NETWORK_TIMEOUT": TIMEOUT,
         }
         # The server takes shard 8's upload, then never answers (a hung server behind a reverse proxy).

@@ -8,7 +8,6 @@ set (AWS_* credentials and FSSPEC_S3_ENDPOINT_URL), so the CLI runs as subproces
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 import s3fs
 from cookiecutter.main import cookiecutter
 
-from tests.conftest import REPO_ROOT, pack_example, packed_example_bytes, tree_bytes
+from tests.conftest import REPO_ROOT, pack_example, packed_example_bytes, s3_env, tree_bytes
 from tests.dask_cluster import DaskCluster
 from tests.hub_server import run_hub_server
 from tests.readback import expected_rows, read_with
@@ -33,16 +32,7 @@ SCRIPTS = Path(sys.executable).parent
 @pytest.fixture
 def s3(s3_endpoint: str, tmp_path: Path) -> Iterator[tuple[s3fs.S3FileSystem, dict[str, str]]]:
     """A fresh bucket ``bkt``, a client on it, and the environment that points shardkit at it."""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))},
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "FSSPEC_S3_ENDPOINT_URL": s3_endpoint,
-        "NO_PROXY": "127.0.0.1",
-    }
+    env = s3_env(s3_endpoint)
     fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=s3_endpoint, skip_instance_cache=True)
     if fs.exists("bkt"):
         fs.rm("bkt", recursive=True)
