@@ -456,3 +456,25 @@ def test_on_duplicate_skip_packs_the_first_of_the_same_bytes_and_names_the_rest(
     assert len(published) == 3  # the copy is not in the dataset
     other_error = pack_rows(corpus, [*rows, {"file_name": "nope.jpg"}], tmp_path, "--on-duplicate", "skip", "--force")
     assert other_error[0] == 1 and "bad.jsonl:5: file not found" in other_error[2]  # other bad rows still stop it
+
+
+def test_keep_source_path_publishes_each_rows_input_file_name(corpus: Corpus, tmp_path: Path) -> None:
+    """Files are published under their key: --keep-source-path keeps the way back to the input."""
+    import shardkit
+
+    code, _, stderr, out = pack_rows(corpus, [good(corpus, i) for i in range(6)], tmp_path, "--keep-source-path")
+    assert code == 0, stderr
+    rows = list(shardkit.stream(str(out)))
+    assert sorted(row["source_path"] for row in rows) == sorted(good(corpus, i)["file_name"] for i in range(6))
+    assert all(type(row["source_path"]) is str for row in rows)
+    card_features = json.loads((out / "shards.json").read_text())["features"]
+    assert {"name": "source_path", "dtype": "string"} in card_features
+
+    plain_out = tmp_path / "plain"
+    meta = corpus.write_meta([good(corpus, i) for i in range(6)], "plain.jsonl")
+    assert run(corpus.images, meta, "-o", plain_out, "-j", "1")[0] == 0
+    assert "source_path" not in next(iter(shardkit.stream(str(plain_out))))  # off by default
+
+    taken = [{**good(corpus, 0), "source_path": "mine"}]
+    code, _, stderr, _ = pack_rows(corpus, taken, tmp_path, "--keep-source-path", "--force")
+    assert code == 1 and "bad.jsonl:1: column 'source_path' is where --keep-source-path puts file_name" in stderr

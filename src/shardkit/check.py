@@ -95,6 +95,11 @@ class ProblemLog:
             self._rejects = None
 
 
+#: The column ``--keep-source-path`` adds: the row's file_name as given (files are published
+#: under their key, so without it an input file cannot be found again from a published row).
+SOURCE_PATH_COLUMN = "source_path"
+
+
 @dataclass(frozen=True)
 class CheckSettings:
     metadata_path: str
@@ -103,6 +108,7 @@ class CheckSettings:
     max_file_bytes: int
     threads: int
     decode: bool
+    keep_source_path: bool = False  # publish each row's input file_name as SOURCE_PATH_COLUMN
 
 
 @dataclass(frozen=True)
@@ -172,6 +178,12 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             if format_problem := fmt.key_problem(item.key, item.ext):
                 problems.add(InputProblem(item.line, f"{item.source!r}: {format_problem}", json.dumps(item.fields)))
                 continue
+            if settings.keep_source_path:
+                if SOURCE_PATH_COLUMN in item.fields:
+                    taken = f"column {SOURCE_PATH_COLUMN!r} is where --keep-source-path puts file_name; rename it"
+                    problems.add(InputProblem(item.line, taken, json.dumps(item.fields)))
+                    continue
+                item.fields[SOURCE_PATH_COLUMN] = item.source
             try:
                 line = metadata_line(item, fmt.member_name(item.key, item.ext))
             except ValueError as exc:  # NaN or Infinity: not valid JSON out

@@ -261,6 +261,12 @@ pack_options = [
         help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl].",
     ),
     click.option(
+        "--keep-source-path",
+        is_flag=True,
+        help="Publish each row's file_name as given (its path under IMAGES_DIR) as a 'source_path' column,"
+        " to trace a published row back to its input file. Off by default: paths can carry private names.",
+    ),
+    click.option(
         "--check-images",
         is_flag=True,
         help="Decode every image (Pillow) and audio file (soundfile) while checking;"
@@ -382,6 +388,7 @@ def _pack_command(**kw: Any) -> None:
         dry_run=kw["dry_run"],
         fsync=not kw["no_fsync"],
         check_images=kw["check_images"],
+        keep_source_path=kw["keep_source_path"],
         format=kw["shard_format"],
         executor=kw["executor"],
         scheduler=kw["scheduler"],

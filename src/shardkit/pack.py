@@ -129,6 +129,9 @@ class PackConfig:
     dry_run: bool = False
     fsync: bool = True
     check_images: bool = False  # decode every image (and WAV file) while checking
+    #: Publish each row's input file_name as a ``source_path`` column (off: paths can carry
+    #: private names).
+    keep_source_path: bool = False
     format: Literal["zip", "tar", "parquet"] = "zip"
     check_range_bytes: int | None = None  # metadata bytes per check task (None: from the file's size)
     executor: Literal["local", "dask"] = "local"  # dask: each shard a task on the cluster at `scheduler`
@@ -479,6 +482,7 @@ def _check_and_stage(
         max_file_bytes=max_file_bytes(config.max_shard_bytes, fmt),
         threads=max(config.read_threads, 1),
         decode=config.check_images,
+        keep_source_path=config.keep_source_path,
     )
     ranges_dir = os.path.join(staging_dir, "ranges")
     skip = problems.rejects_path is not None
