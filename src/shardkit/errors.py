@@ -11,6 +11,13 @@ def listed(items: list[str], most: int) -> str:
     return ", ".join(items[:most]) + (f" and {more} more" if more > 0 else "")
 
 
+def naming(exc: OSError, path: str) -> OSError:
+    """``exc``, or the same error naming ``path`` where it names no file: a write's or a flush's
+    error (a full disk) and pyarrow's say which call failed, not on which file, and the CLI's
+    one line must say where."""
+    return exc if exc.filename else OSError(exc.errno, exc.strerror or str(exc), path)
+
+
 class ShardkitError(Exception):
     """Base class: a failure with a message meant for the user (exit code 1 in the CLI)."""
 

@@ -15,7 +15,7 @@ import secrets
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, naming
 from .formats import ShardFormat, format_named, format_of_manifest
 from .metadata import KEY_SCHEME
 from .table import TABLE_NAME
@@ -165,7 +165,7 @@ def write_atomic(path: str, content: bytes) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise exc if exc.filename else OSError(exc.errno, exc.strerror, path) from None
+        raise naming(exc, path) from None
 
 
 def write_manifest(out_dir: str, manifest: Manifest) -> str:

@@ -29,11 +29,11 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import NetworkError, ShardkitError, UsageError, listed
+from .errors import ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
 from .metadata import EXT_RE, KEY_RE
-from .store import filesystem_for, http_filesystem, is_network_error, is_timeout, is_url, network_timeout, timeout_error
+from .store import filesystem_for, http_filesystem, is_url, network_failure, network_timeout
 from .streamio import jsonl_lines
 from .tarformat import TarFormatError, iter_tar_members
 from .zipformat import ZipFormatError, iter_members
@@ -117,14 +117,10 @@ class _HttpReader:
         try:
             yield
         except Exception as exc:
-            if is_timeout(exc):
-                what = f"reading {self._url}" + (f" after {self._received} bytes" if self._received else "")
-                raise timeout_error(what, self._timeout, "Try again: the shard is read again from its start.") from None
-            if is_network_error(exc):
-                raise NetworkError(
-                    f"the connection failed reading {self._url} ({type(exc).__name__}: {exc})."
-                    " Try again: the shard is read again from its start."
-                ) from None
+            doing = f"reading {self._url}" + (f" after {self._received} bytes" if self._received else "")
+            failure = network_failure(exc, doing, self._timeout, "Try again: the shard is read again from its start.")
+            if failure is not None:
+                raise failure from None
             raise
 
     def _next_chunk(self) -> bytes | None:

@@ -27,6 +27,8 @@ import queue
 import threading
 from functools import lru_cache
 
+from .errors import naming
+
 # Chunk sizes, measured on the bench corpus: O_DIRECT writes of 2 and 4 MiB were as fast (1 MiB
 # about 10% slower, 256 KiB 40%), and 2 MiB keeps a worker's memory 6 MiB smaller; page-cache
 # writes cost the least CPU in 256 KiB pieces (the kernel copies them while they are still in
@@ -229,8 +231,8 @@ class ShardFile:
 
     def _named(self, exc: BaseException) -> BaseException:
         """An OSError from a write on the descriptor, naming the file (as one from open() would)."""
-        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
-            return OSError(exc.errno, exc.strerror, self.path)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return naming(exc, self.path)
         return exc
 
     def abort(self) -> None:

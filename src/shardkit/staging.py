@@ -274,8 +274,8 @@ def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = 
             lines.add(line)
             if len(problems) < keep_problems:
                 message = (
-                    f"file_name {json.loads(source)!r} is the same file as line {first[1]} names"
-                    f" ({json.loads(first[3])!r}, key {first[2]}): a file is published once; drop one of the rows"
+                    f"file_name {_source_of(source)!r} is the same file as line {first[1]} names"
+                    f" ({_source_of(first[3])!r}, key {first[2]}): a file is published once; drop one of the rows"
                 )
                 problems.append(InputProblem(line, message, published))
     return Repeats(problems, len(lines), frozenset(lines))

@@ -80,7 +80,7 @@ def is_network_error(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError) or bool(names & _NETWORK_ERRORS)
 
 
-def timeout_error(what: str, timeout: float, then: str = RESUME) -> ShardkitError:
+def timeout_error(what: str, timeout: float, then: str = RESUME) -> NetworkError:
     """The one-line message for a wait that timed out: what, from where, how long, and what next."""
     return NetworkError(
         f"timed out {what}: nothing from the server for {timeout:g} s ({TIMEOUT_VARIABLE}={timeout:g};"
@@ -298,6 +298,19 @@ _DOING = {
 }
 
 
+def network_failure(exc: BaseException, doing: str, timeout: float, then: str = RESUME) -> NetworkError | None:
+    """The one-line error for a timeout or a failed connection (refused, cut mid-body) while
+    ``doing`` ("reading <URL>"); None for any other failure. fsspec's http(s) filesystem hides
+    both behind a FileNotFoundError: its cause tells."""
+    cause = exc.__cause__ if isinstance(exc, FileNotFoundError) else None
+    if is_timeout(exc) or (cause is not None and is_timeout(cause)):
+        return timeout_error(doing, timeout, then)
+    failed = cause if cause is not None and is_network_error(cause) else exc
+    if is_network_error(failed):
+        return NetworkError(f"the connection failed {doing} ({type(failed).__name__}: {failed}). {then}")
+    return None
+
+
 def _named(call: Callable[..., Any], location: str, timeout: float, doing: Callable[[tuple[Any, ...]], str]) -> Any:
     """``call``, with its timeouts and failed connections (refused, cut mid-body) turned into one
     ShardkitError line naming what it was doing (``doing(args)``: "uploading to <URL>"), and its
@@ -309,15 +322,8 @@ def _named(call: Callable[..., Any], location: str, timeout: float, doing: Calla
         try:
             return call(*args, **kwargs)
         except Exception as exc:
-            # fsspec's http(s) filesystem says FileNotFoundError for any failure to look a file up.
-            cause = exc.__cause__ if isinstance(exc, FileNotFoundError) else None
-            if is_timeout(exc) or (cause is not None and is_timeout(cause)):
-                raise timeout_error(doing(args), timeout) from None
-            failed = cause if cause is not None and is_network_error(cause) else exc
-            if is_network_error(failed):
-                raise NetworkError(
-                    f"the connection failed {doing(args)} ({type(failed).__name__}: {failed}). {RESUME}"
-                ) from None
+            if (failure := network_failure(exc, doing(args), timeout)) is not None:
+                raise failure from None
             if isinstance(exc, OSError):
                 raise
             raise ShardkitError(f"{location}: {type(exc).__name__}: {exc}") from None

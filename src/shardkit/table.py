@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
+from .errors import naming
 from .metadata import sha256_stream
 from .parquetformat import arrow_schema
 
@@ -70,8 +71,8 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
     except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and not exc.filename:  # pyarrow's write errors name no file
-            raise OSError(exc.errno, exc.strerror or str(exc), tmp) from None
+        if isinstance(exc, OSError):
+            raise naming(exc, tmp) from None
         raise
     return sha256
 

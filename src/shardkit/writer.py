@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
-from .errors import ShardkitError
+from .errors import ShardkitError, naming
 from .fetch import BigFile, Fetched, forget_ring, read_in_order
 from .formats import METADATA_MEMBER, PARQUET, TAR, ZIP, format_named
 from .manifest import ManifestShard
@@ -187,7 +187,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
                 out.abort()  # a no-op after close
             _fsync_close(meta_out, job.fsync)
         except OSError as exc:  # a buffered file's error (disk full) does not name the file
-            raise exc if exc.filename else OSError(exc.errno, exc.strerror, tmp_meta) from None
+            raise naming(exc, tmp_meta) from None
         finally:
             # Closing flushes the buffer, which on a full disk fails again: that second error
             # must not replace the first (which names the file).
