@@ -356,8 +356,8 @@ def push_with_stderr(folder: Path, env: dict[str, str]) -> subprocess.CompletedP
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ("escape", "shard '../outside.zip' is not data/<hex prefix>.zip"),
-        ("absolute", "shard '/etc/passwd' is not data/<hex prefix>.zip"),
+        ("escape", "shard '../outside.zip' is not data/[<split>/]<hex prefix>.zip"),
+        ("absolute", "shard '/etc/passwd' is not data/[<split>/]<hex prefix>.zip"),
         ("twice", "is named twice"),
         ("metadata", "has metadata '../x.jsonl'"),
     ],

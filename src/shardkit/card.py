@@ -19,11 +19,12 @@ from typing import Any
 
 import yaml
 
-from .formats import FORMATS, ZIP, ShardFormat
-from .manifest import write_atomic
+from .formats import ZIP, ShardFormat
+from .manifest import SplitSummary, write_atomic
 
 log = logging.getLogger(__name__)
-_PATTERNS = {f.data_files_pattern for f in FORMATS.values()}
+#: A ``data_files`` path shardkit writes: ``data/*.zip``, or a split's ``data/<split>/*.zip``.
+_SHARDKIT_PATTERN = re.compile(r"^data/(?:[A-Za-z0-9_]{1,64}/)?\*\.(?:zip|tar|parquet)$")
 _FORMAT_WORDS = {"zip": "ZIP", "tar": "tar (webdataset)", "parquet": "Parquet"}
 
 GITATTRIBUTES_LINES = [
@@ -96,8 +97,21 @@ def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
     return f"---\n{new_front}---\n{body}"
 
 
-def default_configs(fmt: ShardFormat = ZIP) -> list[dict[str, Any]]:
-    return [{"config_name": "default", "data_files": [{"split": "train", "path": fmt.data_files_pattern}]}]
+def split_data_files(fmt: ShardFormat, splits: list[SplitSummary] | None) -> list[dict[str, Any]]:
+    """The ``data_files`` of shardkit's config: one entry per split."""
+    if not splits:
+        return [{"split": "train", "path": fmt.data_files_pattern}]
+    return [{"split": s.name, "path": s.data_files} for s in splits]
+
+
+def default_configs(fmt: ShardFormat = ZIP, splits: list[SplitSummary] | None = None) -> list[dict[str, Any]]:
+    return [{"config_name": "default", "data_files": split_data_files(fmt, splits)}]
+
+
+def _is_shardkit_config(config: Any) -> bool:
+    """Whether a ``configs`` entry reads shardkit's shards only (its data_files are shardkit's)."""
+    paths = _config_paths(config)
+    return bool(paths) and all(isinstance(p, str) and _SHARDKIT_PATTERN.match(p) for p in paths)
 
 
 def _config_entries(config: Any) -> list[Any]:
@@ -111,14 +125,14 @@ def _config_paths(config: Any) -> list[Any]:
     return [e.get("path") if isinstance(e, dict) else e for e in _config_entries(config)]
 
 
-def _retarget_configs(configs: Any, fmt: ShardFormat) -> Any:
-    """Point data_files entries that are shardkit's pattern for another format at ``fmt``'s."""
+def _retarget_configs(configs: Any, fmt: ShardFormat, splits: list[SplitSummary] | None = None) -> Any:
+    """Point every config that reads shardkit's shards (of any format, split or not) at these:
+    one data_files entry per split."""
     if not isinstance(configs, list):
         return configs
     for config in configs:
-        for entry in _config_entries(config):
-            if isinstance(entry, dict) and entry.get("path") in _PATTERNS:
-                entry["path"] = fmt.data_files_pattern
+        if isinstance(config, dict) and _is_shardkit_config(config):
+            config["data_files"] = split_data_files(fmt, splits)
     return configs
 
 
@@ -135,7 +149,7 @@ def _with_features(configs: Any, fmt: ShardFormat, features: list[dict[str, Any]
     if not isinstance(configs, list):
         return configs
     for config in configs:
-        if fmt.data_files_pattern in _config_paths(config):
+        if _is_shardkit_config(config):
             if fmt.config_features:
                 config["features"] = features
             else:
@@ -303,6 +317,7 @@ def update_card(
     fmt: ShardFormat = ZIP,
     name: str | None = None,
     builtin_loader_note: str | None = None,
+    splits: list[SplitSummary] | None = None,
 ) -> str:
     """Create README.md, or set ``configs`` (if absent), ``size_categories``, ``dataset_info.features``
     and the stats section. ``name`` titles a new card (default: ``out_dir``'s folder name)."""
@@ -341,11 +356,17 @@ def update_card(
     info = data.get("dataset_info")
     info = dict(info) if isinstance(info, dict) else {}
     info["features"] = features
+    if splits:
+        # What the Hub shows of each split: rows, and bytes (of its shards: the images are in
+        # them, so they are what a reader downloads and about what Arrow holds).
+        info["splits"] = [{"name": s.name, "num_bytes": s.bytes, "num_examples": s.rows} for s in splits]
+        info["download_size"] = sum(s.bytes for s in splits)
+        info["dataset_size"] = sum(s.bytes for s in splits)
     text = set_front_matter_keys(
         text,
         {
             "configs": _with_features(
-                _retarget_configs(data.get("configs"), fmt) or default_configs(fmt), fmt, features
+                _retarget_configs(data.get("configs"), fmt, splits) or default_configs(fmt, splits), fmt, features
             ),
             "size_categories": [size_category(rows)],
             "dataset_info": info,
@@ -402,7 +423,7 @@ def card_problem(out_dir: str) -> str | None:
     if isinstance(configs, list) and configs:
         first = configs[0] if isinstance(configs[0], dict) else {}
         paths = _config_paths(first)
-        if not any(p in _PATTERNS for p in paths):
+        if not any(isinstance(p, str) and _SHARDKIT_PATTERN.match(p) for p in paths):
             return (
                 f"{path}: its first config ({first.get('config_name')!r}) reads {paths}, not shardkit's"
                 " data/*.<format>; datasets picks every config's builder from the first one's files, so the"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
@@ -100,6 +101,33 @@ class ProblemLog:
 SOURCE_PATH_COLUMN = "source_path"
 
 
+#: The column that names each row's split (train, validation, test...); it becomes the split,
+#: not a column.
+SPLIT_COLUMN = "split"
+#: A split's name: datasets' split names (``\w+``), ASCII (it is a folder on the Hub), not
+#: ``all`` (datasets' name for every split at once).
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
+
+
+def split_problem(value: object) -> str | None:
+    """Why a ``split`` value cannot name a split (None if it can)."""
+    if not isinstance(value, str):
+        return f'column {SPLIT_COLUMN!r} holds {json.dumps(value)}, not a split name (a string such as "train")'
+    if not _SPLIT_NAME.fullmatch(value) or value == "all":
+        return (
+            f"column {SPLIT_COLUMN!r} holds {json.dumps(value, ensure_ascii=False)}: a split name is 1 to 64 ASCII"
+            ' letters, digits or underscores, and not "all" (train, validation, test...)'
+        )
+    return None
+
+
+def class_label_problem(column: str, value: object) -> str | None:
+    """Why a value cannot be a class label of ``--class-label column`` (None if it can)."""
+    if value is None or isinstance(value, str):
+        return None
+    return f"--class-label {column}: the column holds {json.dumps(value)}, not a class name (a string)"
+
+
 @dataclass(frozen=True)
 class CheckSettings:
     metadata_path: str
@@ -109,6 +137,7 @@ class CheckSettings:
     threads: int
     decode: bool
     keep_source_path: bool = False  # publish each row's input file_name as SOURCE_PATH_COLUMN
+    class_label: str | None = None  # a column of class names, published as a ClassLabel
 
 
 @dataclass(frozen=True)
@@ -138,6 +167,7 @@ class RangeResult:
     image_line: int
     order_dependent_problems: int = 0  # rows refused for their types or modality
     extensions: set[str] = field(default_factory=set)
+    labels: set[str] = field(default_factory=set)  # the class_label column's names
     runs: list[str] = field(default_factory=list)
     file_runs: list[str] = field(default_factory=list)
 
@@ -152,6 +182,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
     schema = SchemaTracker()
     audio_line = image_line = 0
     extensions: set[str] = set()
+    labels: set[str] = set()
     runs = RunWriter(os.path.join(job.work_dir, "keys"), run_bytes=job.run_bytes)
     # (file_name, line): rows naming one file meet when sorted.
     files = RunWriter(os.path.join(job.work_dir, "files"), run_bytes=job.file_run_bytes)
@@ -178,6 +209,20 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             if format_problem := fmt.key_problem(item.key, item.ext):
                 problems.add(InputProblem(item.line, f"{item.source!r}: {format_problem}", json.dumps(item.fields)))
                 continue
+            if SPLIT_COLUMN in item.fields:
+                split = item.fields.pop(SPLIT_COLUMN)
+                if split is not None:  # (null: no split, as when the column is absent)
+                    if problem := split_problem(split):
+                        problems.add(InputProblem(item.line, problem, json.dumps(item.fields)))
+                        continue
+                    item.split = split
+            if settings.class_label is not None:
+                label = item.fields.get(settings.class_label)
+                if problem := class_label_problem(settings.class_label, label):
+                    problems.add(InputProblem(item.line, problem, json.dumps(item.fields)))
+                    continue
+                if label is not None:
+                    labels.add(label)
             if settings.keep_source_path:
                 if SOURCE_PATH_COLUMN in item.fields:
                     taken = f"column {SOURCE_PATH_COLUMN!r} is where --keep-source-path puts file_name; rename it"
@@ -222,6 +267,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
         image_line=image_line,
         order_dependent_problems=order_dependent,
         extensions=extensions,
+        labels=labels,
         runs=runs.finish(),
         file_runs=files.finish(),
     )
@@ -313,6 +359,7 @@ class Combined:
     audio_line: int
     image_line: int
     extensions: set[str]
+    labels: set[str] = field(default_factory=set)
 
 
 def combine(results: list[RangeResult]) -> Combined | None:
@@ -333,7 +380,8 @@ def combine(results: list[RangeResult]) -> Combined | None:
         if audio_line and image_line:
             return None
         extensions |= r.extensions
-    return Combined(schema, audio_line, image_line, extensions)
+    labels = set().union(*(r.labels for r in results))
+    return Combined(schema, audio_line, image_line, extensions, labels)
 
 
 def range_jobs(

@@ -22,6 +22,7 @@ from .errors import ShardkitError, UsageError
 from .formats import FORMAT_NAMES
 from .plan import default_target
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
+from .schema import class_label_names
 from .store import is_url
 
 _UNITS = {
@@ -267,6 +268,14 @@ pack_options = [
         " to trace a published row back to its input file. Off by default: paths can carry private names.",
     ),
     click.option(
+        "--class-label",
+        metavar="COLUMN",
+        default=None,
+        help="Publish this column of class names (strings) as a ClassLabel: integers, with the names in the"
+        " card (ds.features[COLUMN].names). Names are numbered in sorted order; --update keeps the numbers"
+        " already published and numbers new names after them. A null is a row without a label.",
+    ),
+    click.option(
         "--check-images",
         is_flag=True,
         help="Decode every image (Pillow) and audio file (soundfile) while checking;"
@@ -278,12 +287,23 @@ pack_options = [
         help="Replace output in OUT_DIR that shardkit wrote from other input or options (never other files).",
     ),
     click.option(
+        "--update",
+        is_flag=True,
+        help="The input changed (rows added, removed or edited): rewrite only the shards whose rows changed;"
+        " every other shard stays byte for byte, so `shardkit push` uploads only what changed.",
+    ),
+    click.option(
         "--adopt",
         is_flag=True,
         help="Pack into a repo shardkit did not make (e.g. a clone of a Hub dataset): only shardkit's keys and"
         " section of README.md change, LFS lines are added to .gitattributes, other files stay as they are.",
     ),
-    click.option("--dry-run", is_flag=True, help="Check the input and print the shard plan; write nothing."),
+    click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Check the input and print the schema (columns, types, class names), splits and shard plan;"
+        " write nothing.",
+    ),
     *executor_options,
     click.option(
         "--no-fsync", is_flag=True, help="Skip fsync before each shard's rename (faster, not power-loss safe)."
@@ -389,6 +409,8 @@ def _pack_command(**kw: Any) -> None:
         fsync=not kw["no_fsync"],
         check_images=kw["check_images"],
         keep_source_path=kw["keep_source_path"],
+        class_label=kw["class_label"],
+        update=kw["update"],
         format=kw["shard_format"],
         executor=kw["executor"],
         scheduler=kw["scheduler"],
@@ -415,7 +437,12 @@ def _pack_command(**kw: Any) -> None:
         click.echo("schema (the card's features):")
         for feature in summary.features:
             click.echo(f"  {feature.get('name', '?'):<24} {_feature_type(feature)}")
-        click.echo(f"plan: {summary.rows} rows -> {summary.shards} shards, prefix length {summary.prefix_length}")
+        click.echo(f"plan: {summary.rows} rows -> {summary.shards} shards")
+        for split in summary.splits:
+            click.echo(
+                f"  split {split['name']}: {split['rows']} rows, {split['shards']} shards"
+                f" ({_human_size(split['bytes'])}), prefix length {split['prefix_length']}"
+            )
         for p in summary.plan:
             click.echo(f"  {p.name:<24} {p.rows:>8} rows  {_human_size(p.bytes):>10}  {p.first_key}..{p.last_key}")
         click.echo("dry run: nothing written")
@@ -425,7 +452,10 @@ def _pack_command(**kw: Any) -> None:
             f"{summary.seconds:.1f} s, {summary.mb_per_s:.0f} MB/s"
             + _phases(summary.phase_seconds)
             + (f"; {summary.resumed_shards} shards kept from an earlier run" if summary.resumed_shards else "")
+            + (f"; {summary.kept_shards} unchanged shards kept" if summary.kept_shards else "")
         )
+        if len(summary.splits) > 1 or any(s["name"] != "train" for s in summary.splits):
+            click.echo("splits: " + ", ".join(f"{s['name']} {s['rows']} rows" for s in summary.splits))
         click.echo(f"manifest: {summary.manifest}")
     if pushed is not None:
         _print_push(pushed)
@@ -436,6 +466,10 @@ def _feature_type(feature: dict[str, Any]) -> str:
     rest = {k: v for k, v in feature.items() if k != "name"}
     if list(rest) == ["dtype"] and isinstance(rest["dtype"], str):
         return rest["dtype"]
+    if (names := class_label_names(feature)) is not None:
+        return f"ClassLabel: {', '.join(f'{i}={n}' for i, n in enumerate(names[:20]))}" + (
+            f", ... ({len(names)} names)" if len(names) > 20 else ""
+        )
     return json.dumps(rest, separators=(", ", ": "))
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import UsageError, naming
@@ -40,9 +40,25 @@ class ManifestShard:
     metadata_sha256: str
     first_key: str
     last_key: str
+    split: str = "train"  # the split it belongs to (data/<split>/ when the rows named splits)
+    #: sha256 of the rows it was written from (keys, file sizes and names, published lines; for
+    #: Parquet the features too): ``pack --update`` keeps a shard whose rows did not change.
+    input_sha256: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class SplitSummary:
+    """One split as the manifest and the card describe it."""
+
+    name: str
+    rows: int
+    shards: int
+    bytes: int  # of its shard files
+    prefix_length: int
+    data_files: str  # the card's pattern for its shards, e.g. "data/test/*.zip"
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,40 @@ class Manifest:
     #: Every row's metadata as one typed table (:mod:`.table`); None in manifests from before it.
     metadata_table: str | None = TABLE_NAME
     metadata_table_sha256: str | None = None
+    #: Each split's prefix length (the packer chooses it from the split's size); a manifest
+    #: from before splits has the one of options.prefix_length, for ``train``.
+    prefix_lengths: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def split_folders(self) -> bool:
+        """Whether the shards are in a folder per split (the rows named their splits)."""
+        return any(s.file.count("/") > 1 for s in self.shards)
+
+    def splits(self) -> list[SplitSummary]:
+        """The splits, in the order of their shards (names sorted, as the packer writes them)."""
+        fmt = self.options.shard_format
+        out: dict[str, list[ManifestShard]] = {}
+        for shard in self.shards:
+            out.setdefault(shard.split, []).append(shard)
+        return [
+            SplitSummary(
+                name=name,
+                rows=sum(s.rows for s in shards),
+                shards=len(shards),
+                bytes=sum(s.bytes for s in shards),
+                prefix_length=self.prefix_lengths.get(name, self.options.prefix_length),
+                data_files=f"data/{name}/*{fmt.suffix}" if self.split_folders else fmt.data_files_pattern,
+            )
+            for name, shards in out.items()
+        ]
+
+    def shards_of(self, split: str) -> list[ManifestShard]:
+        """The shards of one split; a UsageError naming the splits there are for another name."""
+        shards = [s for s in self.shards if s.split == split]
+        if not shards:
+            names = ", ".join(s.name for s in self.splits())
+            raise UsageError(f"the dataset has no split {split!r}; its splits: {names}")
+        return shards
 
     def to_json(self) -> dict[str, Any]:
         fmt = self.options.shard_format
@@ -88,6 +138,10 @@ class Manifest:
                 "shards": len(self.shards),
                 "bytes": sum(s.bytes for s in self.shards),
             },
+            "splits": {
+                s.name: {"prefix_length": s.prefix_length, "rows": s.rows, "shards": s.shards, "bytes": s.bytes}
+                for s in self.splits()
+            },
             "features": self.features,
             **({"metadata_table": self.metadata_table} if self.metadata_table else {}),
             **({"metadata_table_sha256": self.metadata_table_sha256} if self.metadata_table_sha256 else {}),
@@ -105,28 +159,37 @@ class Manifest:
             shards=_checked_shards([ManifestShard(**s) for s in data["shards"]], fmt),
             metadata_table=_table_name(data.get("metadata_table")),
             metadata_table_sha256=data.get("metadata_table_sha256"),
+            prefix_lengths={
+                str(name): int(split["prefix_length"]) for name, split in (data.get("splits") or {}).items()
+            },
         )
 
 
-#: A shard's name as the planner makes it: ``data/<hex prefix>[-<part>]<suffix>``. Readers follow
-#: nothing else: a manifest naming ``../elsewhere.zip`` or an absolute path would make them read
-#: (and publish) files outside the dataset.
-_SHARD_NAME = re.compile(r"^data/([0-9a-f]{1,16}(?:-[0-9]{1,6})?)\.(zip|tar|parquet)$")
+#: A shard's name as the planner makes it: ``data/[<split>/]<hex prefix>[-<part>]<suffix>``.
+#: Readers follow nothing else: a manifest naming ``../elsewhere.zip`` or an absolute path would
+#: make them read (and publish) files outside the dataset.
+_SHARD_NAME = re.compile(r"^data/((?:([A-Za-z0-9_]{1,64})/)?[0-9a-f]{1,16}(?:-[0-9]{1,6})?)\.(zip|tar|parquet)$")
 
 
 def _checked_shards(shards: list[ManifestShard], fmt: ShardFormat) -> list[ManifestShard]:
     seen: set[str] = set()
+    folders: set[bool] = set()
     for shard in shards:
         match = _SHARD_NAME.match(shard.file)
-        if match is None or match.group(2) != fmt.name:
-            raise ValueError(f"shard {shard.file!r} is not data/<hex prefix>{fmt.suffix}")
+        if match is None or match.group(3) != fmt.name:
+            raise ValueError(f"shard {shard.file!r} is not data/[<split>/]<hex prefix>{fmt.suffix}")
         if shard.metadata != f"metadata/{match.group(1)}.jsonl":
             raise ValueError(
                 f"shard {shard.file!r} has metadata {shard.metadata!r}, not metadata/{match.group(1)}.jsonl"
             )
+        if shard.split != (match.group(2) or "train"):
+            raise ValueError(f"shard {shard.file!r} is in the folder of another split than {shard.split!r}")
+        folders.add(match.group(2) is not None)
         if shard.file in seen:
             raise ValueError(f"shard {shard.file!r} is named twice")
         seen.add(shard.file)
+    if len(folders) > 1:
+        raise ValueError("some shards are in a split's folder and some are not")
     return shards
 
 

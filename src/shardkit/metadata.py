@@ -51,6 +51,7 @@ class SourceRecord:
     #: The file as the check saw it (:func:`~shardkit.inputfile.stamp`), for the writer to compare.
     stamp: str = ""
     content_keyed: bool = False  # the key is the hash of the file's bytes (the row gave none)
+    split: str = ""  # the row's split column ("": none)
 
 
 def member_name(key: str, ext: str) -> str:

@@ -30,7 +30,17 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from .card import builtin_zip_builder, card_features, card_problem, ensure_gitattributes, update_card, update_loaders
-from .check import CheckSettings, ProblemLog, RangeJob, check_range, combine, range_jobs, split_for_workers
+from .check import (
+    SOURCE_PATH_COLUMN,
+    SPLIT_COLUMN,
+    CheckSettings,
+    ProblemLog,
+    RangeJob,
+    check_range,
+    combine,
+    range_jobs,
+    split_for_workers,
+)
 from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
@@ -59,8 +69,17 @@ from .plan import (
 )
 from .preview import write_preview
 from .progress import NullProgress, Progress
-from .schema import float_retyper
-from .staging import StagedEntries, iter_published_lines, iter_staged, merge_runs, repeated_files
+from .schema import chained, class_label_names, float_retyper, label_retyper, with_class_label
+from .staging import (
+    SplitRows,
+    StagedEntries,
+    group_by_split,
+    iter_published_lines,
+    iter_staged,
+    merge_runs,
+    repeated_files,
+    rows_sha256,
+)
 from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
 from .table import TABLE_NAME, write_metadata_table
 from .worker import WorkerPool
@@ -132,6 +151,11 @@ class PackConfig:
     #: Publish each row's input file_name as a ``source_path`` column (off: paths can carry
     #: private names).
     keep_source_path: bool = False
+    #: A column of class names to publish as a ClassLabel (integers; the names in the card).
+    class_label: str | None = None
+    #: With changed input: rewrite only the shards whose rows changed, keep the others byte for
+    #: byte (without it, changed input needs ``force``).
+    update: bool = False
     format: Literal["zip", "tar", "parquet"] = "zip"
     check_range_bytes: int | None = None  # metadata bytes per check task (None: from the file's size)
     executor: Literal["local", "dask"] = "local"  # dask: each shard a task on the cluster at `scheduler`
@@ -157,6 +181,9 @@ class PackSummary:
     dry_run: bool
     plan: list[ShardPlan]
     skipped_duplicates: int = 0  # rows left out by on_duplicate="skip"
+    kept_shards: int = 0  # shards an update kept as they were (their rows did not change)
+    #: Each split: name, rows, shards, bytes, prefix_length.
+    splits: list[dict[str, Any]] = field(default_factory=list)
     #: The schema the card declares (datasets' YAML feature list), first the file column.
     features: list[dict[str, Any]] = field(default_factory=list)
     # wall-clock seconds per phase: check (read, check and sort the metadata), plan, write, finish
@@ -198,6 +225,10 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
             raise UsageError(f"{what} {path!r} does not exist")
     if not os.path.isdir(config.images_dir):
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
+    if problem := _class_label_problem(config):
+        raise UsageError(problem)
+    if config.update and config.force:
+        raise UsageError("--update keeps the shards whose rows did not change, --force rewrites them all: give one")
     out_dir = run_folder(config.out_dir, config.work_dir)
     store = UrlStore(config.out_dir) if is_url(config.out_dir) else LocalStore(out_dir)
     if not isinstance(store, UrlStore):
@@ -253,8 +284,16 @@ def _pack_locked(
     try:
         # With a URL, the range tasks' runs must land where this process reads them: here.
         check_cluster = None if remote else cluster
+        previous = _previous_run(out_dir, work_dir)
         staged = _check_and_stage(
-            config, fmt, staging_dir, problems, progress, check_cluster, None if config.dry_run else writers
+            config,
+            fmt,
+            staging_dir,
+            problems,
+            progress,
+            check_cluster,
+            None if config.dry_run else writers,
+            previous_labels=previous.labels if previous is not None and config.update else {},
         )
     finally:
         problems.close()
@@ -276,20 +315,36 @@ def _pack_locked(
         )
     phases.end("check")
 
-    prefix_length = config.prefix_length or choose_prefix_length(staged.total_cost, config.target_shard_bytes)
-    entries: StagedEntries | list[PlanEntry] = StagedEntries(staged.path, fmt)
-    if staged.rows <= PLAN_IN_MEMORY_ROWS:  # read once, not once per planning pass
-        entries = list(entries)
-    try:
-        plan = plan_shards(
-            entries,
-            prefix_length=prefix_length,
-            max_shard_bytes=config.max_shard_bytes,
-            target_shard_bytes=config.target_shard_bytes,
-            fmt=fmt,
+    # The prefix length of each split follows from its size, unless given, or kept from the run
+    # before: by an update (so that unchanged rows land in the shards they are in), or for the
+    # same input (a re-run is the same run).
+    reuse = previous is not None and (config.update or previous.fingerprint == staged.fingerprint)
+    prefix_lengths: dict[str, int] = {}
+    plan: list[ShardPlan] = []
+    for split in staged.splits:
+        prefix_lengths[split.name] = (
+            config.prefix_length
+            or (previous.prefix_lengths.get(split.name) if previous is not None and reuse else None)
+            or choose_prefix_length(split.cost, config.target_shard_bytes)
         )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        entries: StagedEntries | list[PlanEntry] = StagedEntries(staged.path, fmt, split.offset, split.rows)
+        if split.rows <= PLAN_IN_MEMORY_ROWS:  # read once, not once per planning pass
+            entries = list(entries)
+        try:
+            plan += plan_shards(
+                entries,
+                prefix_length=prefix_lengths[split.name],
+                max_shard_bytes=config.max_shard_bytes,
+                target_shard_bytes=config.target_shard_bytes,
+                fmt=fmt,
+                split=split.name,
+                folder=f"data/{split.name}" if staged.split_folders else "data",
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    # One prefix length for a dataset without splits (as before splits existed); with splits,
+    # the one given, or 0: each split's own (in the manifest).
+    prefix_length = config.prefix_length or (0 if staged.split_folders else prefix_lengths["train"])
     options = Options(prefix_length, config.max_shard_bytes, config.target_shard_bytes, fmt.name)
     if len(plan) > HUB_MAX_FOLDER_ENTRIES:
         log.warning(
@@ -299,7 +354,7 @@ def _pack_locked(
             HUB_MAX_FOLDER_ENTRIES,
         )
 
-    def summary(*, written: int, manifest: str | None, total_bytes: int | None = None) -> PackSummary:
+    def summary(*, written: int, manifest: str | None, total_bytes: int | None = None, kept: int = 0) -> PackSummary:
         return PackSummary(
             out_dir=store.location,
             manifest=manifest,
@@ -308,7 +363,8 @@ def _pack_locked(
             bytes=sum(p.bytes for p in plan) if total_bytes is None else total_bytes,
             prefix_length=prefix_length,
             written_shards=written,
-            resumed_shards=0 if config.dry_run else len(plan) - written,
+            resumed_shards=0 if config.dry_run else len(plan) - written - kept,
+            kept_shards=kept,
             rejected_rows=problems.count,
             skipped_duplicates=staged.duplicate_count,
             rejects_file=rejects_path if problems.count else None,
@@ -317,6 +373,16 @@ def _pack_locked(
             plan=plan,
             phase_seconds=dict(phases.seconds),
             features=card_features(fmt, staged.features, staged.extensions),
+            splits=[
+                {
+                    "name": s.name,
+                    "rows": s.rows,
+                    "shards": sum(1 for p in plan if p.split == s.name),
+                    "bytes": sum(p.bytes for p in plan if p.split == s.name),
+                    "prefix_length": prefix_lengths[s.name],
+                }
+                for s in staged.splits
+            ],
         )
 
     phases.end("plan")
@@ -331,8 +397,14 @@ def _pack_locked(
         ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
         staged.features,
     )
+    # What each shard is made of: an update keeps a shard whose rows are those it was written
+    # from. A ZIP's or tar's bytes follow from its rows alone; a Parquet file's also from the
+    # features (its schema).
+    salt = json.dumps(staged.features, sort_keys=True).encode() if fmt.name == "parquet" else b""
+    plan = [replace(p, input_sha256=rows_sha256(staged.path, p.offset, p.rows, salt)) for p in plan]
     hashes = None if remote else HashCache(out_dir)
-    done = _reconcile(out_dir, work_dir, plan, staged.fingerprint, options, config.force, hashes, store)
+    state = _RunState(staged.fingerprint, options, LAYOUT_VERSIONS[options.format], prefix_lengths, staged.labels)
+    done, kept = _reconcile(out_dir, work_dir, plan, state, previous, config, hashes, store)
     created.keep()  # OUT_DIR changes from here on: its work folder is what a re-run resumes from
     todo = [p for p in plan if p.name not in done]
     jobs: list[ShardJob] = [
@@ -384,6 +456,7 @@ def _pack_locked(
         features=staged.features,
         shards=[done[p.name] for p in plan],
         metadata_table_sha256=table_sha256,
+        prefix_lengths=prefix_lengths if staged.split_folders else {},
     )
     manifest_path = write_manifest(out_dir, manifest)
     preview = None
@@ -403,6 +476,7 @@ def _pack_locked(
         preview=preview,
         fmt=fmt,
         name=store.location.rsplit("/", 1)[-1],
+        splits=manifest.splits(),
     )
     ensure_gitattributes(out_dir)
     if fmt.name == "zip":  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
@@ -413,7 +487,8 @@ def _pack_locked(
     shutil.rmtree(staging_dir, ignore_errors=True)
     shutil.rmtree(tmp_dir, ignore_errors=True)  # partial files of tasks whose worker died
     phases.end("finish")
-    return summary(written=len(todo), manifest=manifest_path, total_bytes=sum(s.bytes for s in manifest.shards))
+    total_bytes = sum(s.bytes for s in manifest.shards)
+    return summary(written=len(todo), manifest=manifest_path, total_bytes=total_bytes, kept=kept)
 
 
 class _JobsWithTheirRows:
@@ -464,6 +539,11 @@ class _Staged:
     #: first ones, for the message), and how many there were.
     duplicates: list[InputProblem] = field(default_factory=list)
     duplicate_count: int = 0
+    #: Where each split's rows are in the staged file; one, train, without a split column.
+    splits: list[SplitRows] = field(default_factory=list)
+    split_folders: bool = False  # the rows named their splits: data/<split>/ per split
+    #: The class_label column and its names in ClassLabel order (empty without --class-label).
+    labels: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _check_and_stage(
@@ -474,6 +554,7 @@ def _check_and_stage(
     progress: Progress,
     cluster: Cluster | None = None,
     writers: _LocalWriters | None = None,
+    previous_labels: dict[str, list[str]] | None = None,
 ) -> _Staged:
     settings = CheckSettings(
         metadata_path=os.path.abspath(config.metadata_path),
@@ -483,6 +564,7 @@ def _check_and_stage(
         threads=max(config.read_threads, 1),
         decode=config.check_images,
         keep_source_path=config.keep_source_path,
+        class_label=config.class_label,
     )
     ranges_dir = os.path.join(staging_dir, "ranges")
     skip = problems.rejects_path is not None
@@ -526,13 +608,33 @@ def _check_and_stage(
     problems.count += repeats.count - len(repeats.problems)
     modality = "audio" if combined.audio_line else "image"  # mixing the two is refused above
     features = combined.schema.features_yaml(modality, modality)
+    labels: dict[str, list[str]] = {}
+    label_retype = None
+    if config.class_label is not None:
+        column = config.class_label
+        if column not in {f["name"] for f in features}:
+            raise UsageError(f"--class-label {column}: no row of {config.metadata_path} has a column {column!r}")
+        # Names sorted (code point order), so a class's integer depends on the set of names alone.
+        # An update keeps the integers already published and numbers new names after them.
+        known = (previous_labels or {}).get(column, [])
+        names = [*known, *sorted(combined.labels - set(known))]
+        labels[column] = names
+        features = with_class_label(features, column, names)
+        label_retype = label_retyper(column, names)
     merged = merge_runs(
         [run for r in results for run in r.runs],
         os.path.join(staging_dir, "sorted.tsv"),
         drop_lines=repeats.lines,
         fmt=fmt,
-        retype=float_retyper(features),
+        retype=chained(float_retyper(features), label_retype),
     )
+    try:
+        splits, unsplit, unsplit_count = group_by_split(merged.path, merged)
+    except ValueError as exc:
+        raise UsageError(f"{config.metadata_path}: {exc}") from None
+    for problem in unsplit:
+        problems.add(problem)
+    problems.count += unsplit_count - len(unsplit)
     if config.on_duplicate != "skip":
         for problem in merged.duplicates:
             problems.add(problem)
@@ -543,7 +645,7 @@ def _check_and_stage(
     skipped = merged.duplicates if config.on_duplicate == "skip" else []
     return _Staged(
         merged.path,
-        merged.rows,
+        merged.rows - unsplit_count,
         merged.total_cost,
         fingerprint,
         modality,
@@ -551,7 +653,23 @@ def _check_and_stage(
         sorted(combined.extensions),
         skipped,
         merged.duplicate_count if skipped else 0,
+        splits,
+        split_folders=any(name for name in merged.splits),
+        labels=labels,
     )
+
+
+def _class_label_problem(config: PackConfig) -> str | None:
+    """Why ``config.class_label`` cannot name a class label column (None if it can)."""
+    column = config.class_label
+    if column is None:
+        return None
+    taken = {"file_name": "the file's name", "key": "the row's key", SPLIT_COLUMN: "the row's split"}
+    if config.keep_source_path:
+        taken[SOURCE_PATH_COLUMN] = "the --keep-source-path column"
+    if column in taken:
+        return f"--class-label {column}: that column is {taken[column]}, not a class; name the column of class names"
+    return None
 
 
 def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemLog) -> str | None:
@@ -597,17 +715,74 @@ LAYOUT_CHANGES = {
 }
 
 
-def _recorded_files(manifest: Manifest | None, work_dir: str) -> set[str]:
-    """The data/ and metadata/ files that OUT_DIR's manifest or the done records name."""
-    files: set[str] = set()
-    if manifest is not None:
-        files.update(rel for s in manifest.shards for rel in (s.file, s.metadata))
+def _recorded_shards(manifest: Manifest | None, work_dir: str) -> dict[str, ManifestShard]:
+    """The shards OUT_DIR's manifest or the done records (of a run that stopped part-way) name."""
+    shards = {s.file: s for s in manifest.shards} if manifest is not None else {}
     done_dir = os.path.join(work_dir, "done")
-    for name in os.listdir(done_dir) if os.path.isdir(done_dir) else []:
+    for name in sorted(os.listdir(done_dir)) if os.path.isdir(done_dir) else []:
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError), open(os.path.join(done_dir, name)) as f:
-            record = json.load(f)
-            files.update((str(record["file"]), str(record["metadata"])))
-    return files
+            record = ManifestShard(**json.load(f))
+            shards[record.file] = record
+    return shards
+
+
+@dataclass(frozen=True)
+class _RunState:
+    """What a run records in ``.shardkit/state.json``: a re-run is the same run if all is equal."""
+
+    input_fingerprint: str
+    options: Options
+    layout: int
+    prefix_lengths: dict[str, int]  # each split's
+    labels: dict[str, list[str]]  # the class label column's names (an update keeps their order)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "input_fingerprint": self.input_fingerprint,
+            "options": asdict(self.options),
+            "layout": self.layout,
+            "prefix_lengths": self.prefix_lengths,
+            "labels": self.labels,
+        }
+
+
+@dataclass(frozen=True)
+class _PreviousRun:
+    state: dict[str, Any]  # as recorded (or, for a folder without its work folder, from its manifest)
+    manifest: Manifest | None
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.state.get("input_fingerprint")
+
+    @property
+    def prefix_lengths(self) -> dict[str, int]:
+        return dict(self.state.get("prefix_lengths") or {})
+
+    @property
+    def labels(self) -> dict[str, list[str]]:
+        return dict(self.state.get("labels") or {})
+
+
+def _previous_run(out_dir: str, work_dir: str) -> _PreviousRun | None:
+    """The run recorded in OUT_DIR, if any (older records are completed with what they imply)."""
+    state: dict[str, Any] | None = None
+    with contextlib.suppress(FileNotFoundError), open(os.path.join(work_dir, "state.json"), encoding="utf-8") as f:
+        state = json.load(f)
+    manifest = read_manifest(out_dir)
+    if state is None and manifest is not None:  # a folder packed without its work folder (a clone)
+        state = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
+        state["layout"] = LAYOUT_VERSIONS[manifest.options.format] if manifest.metadata_table_sha256 else 1
+        state["prefix_lengths"] = {s.name: s.prefix_length for s in manifest.splits()}
+        state["labels"] = {f["name"]: n for f in manifest.features if (n := class_label_names(f)) is not None}
+    if state is None:
+        return None
+    state.setdefault("layout", 1)  # state from before layout versions
+    options = state.get("options") or {}
+    # State from before splits and labels: one split, train, with the options' prefix length.
+    state.setdefault("prefix_lengths", {"train": options.get("prefix_length")})
+    state.setdefault("labels", {})
+    return _PreviousRun(state, manifest)
 
 
 def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str:
@@ -650,35 +825,38 @@ def _reconcile(
     out_dir: str,
     work_dir: str,
     plan: list[ShardPlan],
-    fingerprint: str,
-    options: Options,
-    force: bool,
+    run: _RunState,
+    previous_run: _PreviousRun | None,
+    config: PackConfig,
     hashes: HashCache | None,
     store: ShardStore,
-) -> dict[str, ManifestShard]:
-    """Compare OUT_DIR with the plan: return the shards already done; refuse foreign output."""
+) -> tuple[dict[str, ManifestShard], int]:
+    """Compare OUT_DIR with the plan: return the shards already done (and how many of them an
+    update kept from the run before); refuse foreign output."""
     where = store.location
-    state_path = os.path.join(work_dir, "state.json")
-    layout = LAYOUT_VERSIONS[options.format]
-    state = {"input_fingerprint": fingerprint, "options": asdict(options), "layout": layout}
-    previous: dict[str, Any] | None = None
-    with contextlib.suppress(FileNotFoundError), open(state_path, encoding="utf-8") as f:
-        previous = json.load(f)
-    manifest = read_manifest(out_dir)
-    if previous is None and manifest is not None:  # a folder packed without its work folder (a clone)
-        previous = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
-        previous["layout"] = layout if manifest.metadata_table_sha256 else 1
-    if previous is not None:
-        previous.setdefault("layout", 1)  # state from before layout versions
+    state = run.to_json()
+    previous = previous_run.state if previous_run is not None else None
+    manifest = previous_run.manifest if previous_run is not None else None
     planned = {p.name for p in plan} | {metadata_path_for(p) for p in plan}
     same_run = previous == state
+    # An update: the same options and layout, other rows. Shards whose rows did not change stay.
+    updating = (
+        config.update
+        and not same_run
+        and previous is not None
+        and all(previous.get(k) == state[k] for k in ("options", "layout"))
+    )
     # What shardkit's own records say it wrote here: the manifest's files and the done records
     # of a run that stopped part-way. Nothing else in data/ or metadata/ is ever deleted or
     # overwritten, --force or not; a file at a planned name counts as ours only while a run of
     # this same input and options is under way (killed between writing a shard and its record).
-    owned = _recorded_files(manifest, work_dir)
+    recorded = _recorded_shards(manifest, work_dir)
+    owned = {rel for s in recorded.values() for rel in (s.file, s.metadata)}
     present = sorted(
-        f"{sub}/{name}" for sub in ("data", "metadata") for name in store.list(sub) if name not in PLACEHOLDERS
+        rel
+        for sub in ("data", "metadata")
+        for rel in store.files_under(sub)
+        if rel.rsplit("/", 1)[-1] not in PLACEHOLDERS
     )
     unknown = [rel for rel in present if rel not in owned and not (same_run and rel in planned)]
     if unknown:
@@ -689,9 +867,17 @@ def _reconcile(
             " move them out of data/ and metadata/, which hold a dataset's shards."
         )
     ours = [rel for rel in present if rel in owned or rel in planned]
-    if not same_run and (previous is not None or ours) and not force:
+    if not same_run and not updating and (previous is not None or ours) and not config.force:
+        differs = _what_differs(previous, state)
+        if config.update:
+            raise UsageError(
+                f"{where} holds shardkit output from {differs}: --update keeps shards of the same options"
+                " and layout only. Re-run with --force to replace it (only files shardkit wrote)."
+            )
+        only_input = previous is not None and all(previous.get(k) == state[k] for k in ("options", "layout"))
+        hint = " --update to rewrite only the shards whose rows changed, or" if only_input else ""
         raise UsageError(
-            f"{where} already holds shardkit output from {_what_differs(previous, state)}. Re-run with --force"
+            f"{where} already holds shardkit output from {differs}. Re-run with{hint} --force"
             " to replace it (only files shardkit wrote), or choose another OUT_DIR."
         )
     done_dir = os.path.join(work_dir, "done")
@@ -702,25 +888,36 @@ def _reconcile(
         if isinstance(store, UrlStore):
             store.remove(MANIFEST_NAME)
     for rel in ours:
-        if rel not in planned or not same_run:
+        # An update overwrites a changed shard in place, when its new version is written.
+        if rel not in planned or not (same_run or updating):
             store.remove(rel)
     os.makedirs(done_dir, exist_ok=True)
-    write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
+    write_atomic(os.path.join(work_dir, "state.json"), json.dumps(state, sort_keys=True).encode())
 
     # At a URL, one listing: reading terabytes back to hash them would cost as much as the pack.
     sizes = store.find() if isinstance(store, UrlStore) else None
+    exact = run.options.shard_format.exact
     done: dict[str, ManifestShard] = {}
+    kept = 0
     for p in plan:
         record_path = _done_record(work_dir, p.name)
-        try:
-            with open(record_path, encoding="utf-8") as f:
-                result = ManifestShard(**json.load(f))
-        except (FileNotFoundError, ValueError, TypeError):
+        result: ManifestShard | None = None
+        with contextlib.suppress(FileNotFoundError, ValueError, TypeError), open(record_path, encoding="utf-8") as f:
+            result = ManifestShard(**json.load(f))
+        from_before = False
+        if result is None and updating:
+            before = recorded.get(p.name)
+            if before is not None and before.input_sha256 and before.input_sha256 == p.input_sha256:
+                result, from_before = before, True
+        if result is None:
             continue
-        planned_size = p.bytes == result.bytes or not options.shard_format.exact
+        planned_size = p.bytes == result.bytes or not exact
         problem = url_shard_problem(sizes, result) if sizes is not None else shard_problem(out_dir, result, hashes)
         if planned_size and problem is None:
             done[p.name] = result
-        else:
+            if from_before:  # recorded, so that a run killed from here on keeps it too
+                write_atomic(record_path, json.dumps(result.to_json()).encode())
+                kept += 1
+        elif not from_before:
             log.warning("%s: recorded as written but missing or changed; writing it again", p.name)
-    return done
+    return done, kept

@@ -49,6 +49,8 @@ def _arrow_type(feature: dict[str, Any]) -> pa.DataType:
         dtype = feature["dtype"]
         if dtype in ("image", "audio"):
             return pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        if isinstance(dtype, dict) and "class_label" in dtype:  # ClassLabel: stored as int64
+            return pa.int64()
         return getattr(pa, _SCALARS[dtype])()
     if "struct" in feature:
         return pa.struct([(f["name"], _arrow_type(f)) for f in feature["struct"]])
@@ -66,6 +68,9 @@ def _hf_feature(feature: dict[str, Any]) -> Any:
         dtype = feature["dtype"]
         if dtype in ("image", "audio"):
             return {"_type": dtype.capitalize()}
+        if isinstance(dtype, dict) and "class_label" in dtype:
+            names = dtype["class_label"]["names"]
+            return {"names": [names[k] for k in sorted(names, key=int)], "_type": "ClassLabel"}
         return {"dtype": dtype, "_type": "Value"}
     if "struct" in feature:
         return {f["name"]: _hf_feature(f) for f in feature["struct"]}

@@ -53,6 +53,8 @@ class ShardPlan:
     bytes: int  # exact size of the finished shard file
     first_key: str
     last_key: str
+    split: str = "train"
+    input_sha256: str = ""  # of its rows (see staging.rows_sha256), set by the packer
 
     @property
     def stem(self) -> str:
@@ -101,8 +103,12 @@ def plan_shards(
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
     max_rows: int | None = None,
     fmt: ShardFormat = ZIP,
+    split: str = "train",
+    folder: str = "data",
 ) -> list[ShardPlan]:
     """Group key-sorted entries into shards; every entry lands in exactly one shard.
+
+    The shards are named ``<folder>/<prefix>[-<part>]<suffix>`` and belong to ``split``.
 
     ``entries`` is read twice (a list, or a re-readable source such as staged rows on disk):
     once to total each prefix group, once to cut it. Memory is O(groups), not O(rows).
@@ -117,7 +123,7 @@ def plan_shards(
     if iter(entries) is entries:
         raise TypeError("plan_shards reads its entries twice: pass a list or a re-readable source, not an iterator")
     totals = _group_totals(entries, prefix_length, max_shard_bytes, fmt.fixed_bytes)
-    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows, fmt)
+    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows, fmt, split, folder)
     for entry in entries:
         cutter.add(entry, entry.key[:prefix_length])
     return cutter.finish()
@@ -154,9 +160,18 @@ class _Cutter:
     """
 
     def __init__(
-        self, totals: dict[str, tuple[int, int]], max_bytes: int, target_bytes: int, max_rows: int, fmt: ShardFormat
+        self,
+        totals: dict[str, tuple[int, int]],
+        max_bytes: int,
+        target_bytes: int,
+        max_rows: int,
+        fmt: ShardFormat,
+        split: str,
+        folder: str,
     ) -> None:
         self.totals = totals
+        self.split_name = split
+        self.folder = folder
         self.max_bytes = max_bytes
         self.fixed_bytes = fmt.fixed_bytes
         self.suffix = fmt.suffix
@@ -213,6 +228,7 @@ class _Cutter:
                 bytes=self.bytes,
                 first_key=self.first.key,
                 last_key=self.last.key,
+                split=self.split_name,
             )
         )
         self._reset_part()
@@ -221,11 +237,12 @@ class _Cutter:
         self._close_part()
         parts = self.group_shards
         if len(parts) == 1 and not self.split:
-            self.shards.append(replace(parts[0], name=f"data/{self.prefix}{self.suffix}"))
+            self.shards.append(replace(parts[0], name=f"{self.folder}/{self.prefix}{self.suffix}"))
         elif parts:
             width = max(2, len(str(len(parts) - 1)))
             self.shards.extend(
-                replace(p, name=f"data/{self.prefix}-{i:0{width}d}{self.suffix}", part=i) for i, p in enumerate(parts)
+                replace(p, name=f"{self.folder}/{self.prefix}-{i:0{width}d}{self.suffix}", part=i)
+                for i, p in enumerate(parts)
             )
         self.group_shards = []
 

@@ -334,7 +334,8 @@ def _generate(
 
 
 def stream(source: str, *, revision: str | None = None, split: str = "train") -> datasets.IterableDataset:
-    """A packed dataset as a ``datasets.IterableDataset`` with one shard per shard file; see the module doc."""
+    """One split of a packed dataset as a ``datasets.IterableDataset`` with one shard per shard
+    file; see the module doc. A split that is not there is a UsageError naming those that are."""
     import datasets
 
     where = resolve_source(source, revision)
@@ -351,7 +352,7 @@ def stream(source: str, *, revision: str | None = None, split: str = "train") ->
         _generate,
         features=features,
         gen_kwargs={
-            "shards": [s.file for s in manifest.shards],
+            "shards": [s.file for s in manifest.shards_of(split)],
             "source": where,
             "file_column": file_column,
             "fmt_name": manifest.options.format,

@@ -288,3 +288,59 @@ def float_retyper(features: list[dict[str, Any]]) -> Callable[[str], str] | None
         return published_json(fixed)
 
     return retype
+
+
+# --- class labels: a column of class names published as ClassLabel integers ------------------
+
+
+def class_label_feature(column: str, names: list[str]) -> dict[str, Any]:
+    """The card's YAML for a ClassLabel column: integer i is ``names[i]``."""
+    return {"name": column, "dtype": {"class_label": {"names": {str(i): name for i, name in enumerate(names)}}}}
+
+
+def class_label_names(feature: dict[str, Any]) -> list[str] | None:
+    """A feature's class names if it is a ClassLabel (None otherwise)."""
+    dtype = feature.get("dtype")
+    if not isinstance(dtype, dict) or not isinstance(dtype.get("class_label"), dict):
+        return None
+    names = dtype["class_label"].get("names")
+    if isinstance(names, dict):
+        return [str(names[k]) for k in sorted(names, key=int)]
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+def with_class_label(features: list[dict[str, Any]], column: str, names: list[str]) -> list[dict[str, Any]]:
+    """``features`` with ``column`` (a string column) declared as a ClassLabel of ``names``."""
+    return [class_label_feature(column, names) if f["name"] == column else f for f in features]
+
+
+def label_retyper(column: str, names: list[str]) -> Callable[[str], str]:
+    """A function that rewrites a published line's class name in ``column`` to its index in
+    ``names`` (null stays null: a row without a label)."""
+    index = {name: i for i, name in enumerate(names)}
+
+    def retype(line: str) -> str:
+        row = json.loads(line)
+        value = row.get(column)
+        if value is None:
+            return line
+        row[column] = index[value]
+        return published_json(row)
+
+    return retype
+
+
+def chained(*retypers: Callable[[str], str] | None) -> Callable[[str], str] | None:
+    """One retyper that applies each given one in turn (None when none is given)."""
+    given = [r for r in retypers if r is not None]
+    if not given:
+        return None
+    if len(given) == 1:
+        return given[0]
+
+    def retype(line: str) -> str:
+        for r in given:
+            line = r(line)
+        return line
+
+    return retype

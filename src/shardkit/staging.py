@@ -8,11 +8,13 @@ when any key, file size, source path or published field changes.
 
 A staged line::
 
-    key \\t line(12 digits) \\t size \\t ext \\t check \\t json(source) \\t metadata.jsonl line
+    key \\t line(12 digits) \\t size \\t ext \\t check \\t split \\t json(source) \\t metadata.jsonl line
 
 ``check`` is what the writer compares the file with: the check's stamp of it
 (:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, else ``:k``.
 It is not part of the fingerprint: touching a file does not change what gets published.
+``split`` is the row's ``split`` column ("" for a dataset without one, whose one split is
+``train``); keys are unique across splits (an image in two splits is a leak between them).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import os
 import posixpath
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import IO
 
 from .errors import InputProblem
 from .formats import ZIP, ShardFormat
@@ -48,6 +51,7 @@ class StagedRow:
     offset: int = 0  # byte offset of this row in sorted.tsv
     stamp: str = ""  # the file as the check saw it; "" compares nothing (rows made by hand, in tests)
     content_keyed: bool = False  # the key is the hash of the file's bytes: the writer hashes them again
+    split: str = ""
 
 
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
@@ -61,14 +65,15 @@ def json_string(text: str) -> str:
 def format_staged(record: SourceRecord, metadata_line: str) -> str:
     source = json_string(record.source)
     check = f"{record.stamp}:{'h' if record.content_keyed else 'k'}"
-    return f"{record.key}\t{record.line:012d}\t{record.size}\t{record.ext}\t{check}\t{source}\t{metadata_line}\n"
+    head = f"{record.key}\t{record.line:012d}\t{record.size}\t{record.ext}\t{check}"
+    return f"{head}\t{record.split}\t{source}\t{metadata_line}\n"
 
 
 def parse_staged(text: str, offset: int = 0) -> StagedRow:
-    key, line, size, ext, check, source, metadata_line = text.rstrip("\n").split("\t", 6)
+    key, line, size, ext, check, split, source, metadata_line = text.rstrip("\n").split("\t", 7)
     source = _source_of(source)
     file_stamp, _, how = check.rpartition(":")
-    return StagedRow(key, int(line), int(size), ext, source, metadata_line, offset, file_stamp, how == "h")
+    return StagedRow(key, int(line), int(size), ext, source, metadata_line, offset, file_stamp, how == "h", split)
 
 
 class RunWriter:
@@ -111,6 +116,8 @@ class MergeResult:
     fingerprint: str
     duplicates: list[InputProblem]
     duplicate_count: int
+    #: rows and shard cost per split ("": rows without a split), in the order first seen
+    splits: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -178,6 +185,7 @@ def merge_runs(
     prev_key = None
     prev_line = 0
     prev_rest = ""
+    splits: dict[str, tuple[int, int]] = {}
     with _consuming(runs, fan_in) as lines, open(out_path, "w", encoding="utf-8", newline="\n") as out:
         for text in lines:
             key, line_text, rest = text.split("\t", 2)
@@ -197,20 +205,25 @@ def merge_runs(
             # Neither the input line number nor the file's stamp is part of the fingerprint:
             # moving rows around in the metadata file, or touching a file, does not change
             # what gets published.
-            size, ext, _, source_published = rest.split("\t", 3)
+            size, ext, _, split, source_published = rest.split("\t", 4)
+            if split:  # (rows without a split hash as before splits existed: their outputs resume)
+                fingerprint.update(f"split={split}\t".encode())
             fingerprint.update(f"{size}\t{ext}\t{source_published}".encode())
             fingerprint.update(key.encode("ascii"))
             out.write(text)
             rows += 1
-            total_cost += _cost(fmt, key, rest)
-    return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count)
+            cost = _cost(fmt, key, rest)
+            total_cost += cost
+            split_rows, split_cost = splits.get(split, (0, 0))
+            splits[split] = (split_rows + 1, split_cost + cost)
+    return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count, splits)
 
 
 def _duplicate(key: str, line: int, rest: str, first_line: int, first_rest: str) -> InputProblem:
     """A row whose key an earlier row has (``rest``: a staged line after "key\tline\t")."""
-    _, _, check, source, published = rest.split("\t", 4)
+    _, _, check, _, source, published = rest.split("\t", 5)
     if check.endswith(":h"):  # the key is the hash of the file's bytes: the user gave no keys
-        name, first = _source_of(source), _source_of(first_rest.split("\t", 4)[3])
+        name, first = _source_of(source), _source_of(first_rest.split("\t", 5)[4])
         if _normal_path(name) == _normal_path(first):
             message = f"file_name {name!r} is named again (first on line {first_line})"
         else:
@@ -283,7 +296,7 @@ def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = 
 
 def _cost(fmt: ShardFormat, key: str, rest: str) -> int:
     """A staged row's shard cost from its text after "key\tline\t"."""
-    size, ext, _, _, published = rest.split("\t", 4)
+    size, ext, _, _, _, published = rest.split("\t", 5)
     return fmt.row_cost(len(key), len(ext), int(size), len(published.encode("utf-8")) - 1)
 
 
@@ -307,7 +320,7 @@ def iter_published_lines(path: str, offset: int, count: int) -> Iterator[bytes]:
     Sliced from the staged bytes as they are: nothing is decoded or re-encoded.
     """
     for _, raw in _raw_rows(path, offset, count):
-        yield raw.split(b"\t", 6)[6]
+        yield raw.split(b"\t", 7)[7]
 
 
 def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterator[StagedRow]:
@@ -317,18 +330,114 @@ def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterato
 
 
 class StagedEntries:
-    """The planner's view of ``sorted.tsv``: re-readable, one :class:`PlanEntry` per staged row.
+    """The planner's view of ``sorted.tsv`` (or of one split's rows in it, ``count`` rows from
+    ``offset``): re-readable, one :class:`PlanEntry` per staged row.
 
     Read straight from the bytes (no JSON decoding), as many times as the planner needs.
     """
 
-    def __init__(self, path: str, fmt: ShardFormat = ZIP) -> None:
+    def __init__(self, path: str, fmt: ShardFormat = ZIP, offset: int = 0, count: int | None = None) -> None:
         self.path = path
         self.fmt = fmt
+        self.offset = offset
+        self.count = count
 
     def __iter__(self) -> Iterator[PlanEntry]:
         row_cost = self.fmt.row_cost
-        for offset, raw in _raw_rows(self.path, 0, None):
-            key, _, size, ext, _, _, published = raw.split(b"\t", 6)
+        for offset, raw in _raw_rows(self.path, self.offset, self.count):
+            key, _, size, ext, _, _, _, published = raw.split(b"\t", 7)
             cost = row_cost(len(key), len(ext), int(size), len(published) - 1)  # the line without "\n"
             yield PlanEntry(key.decode("ascii"), cost, offset)
+
+
+@dataclass(frozen=True)
+class SplitRows:
+    """One split's rows in ``sorted.tsv``: ``rows`` lines from byte ``offset``, sorted by key."""
+
+    name: str
+    offset: int
+    rows: int
+    cost: int
+
+
+#: Most splits a dataset may have: each is a folder of shards and a config entry; more means the
+#: ``split`` column is not a split (one file is open per split while they are separated).
+MAX_SPLITS = 64
+
+
+#: Splits come in this order (the card's, the manifest's), then the others by name.
+_USUAL_SPLITS = ("train", "validation", "test")
+
+
+def split_order(name: str) -> tuple[int, str]:
+    return (_USUAL_SPLITS.index(name) if name in _USUAL_SPLITS else len(_USUAL_SPLITS), name)
+
+
+def group_by_split(
+    path: str, merged: MergeResult, keep_problems: int = 1000
+) -> tuple[list[SplitRows], list[InputProblem], int]:
+    """Rewrite ``sorted.tsv`` so that each split's rows are together (train, validation, test,
+    then the others by name; rows by key within each), and say where each split is.
+
+    Rows without a split in a dataset whose other rows have one are left out and returned as
+    problems (with their count): put in ``train`` they would leak what was held out. A dataset
+    without a ``split`` column is one split, ``train``, and its file is not read again.
+    """
+    named = sorted((name for name in merged.splits if name), key=split_order)
+    if not named:
+        rows, cost = merged.splits.get("", (0, 0))
+        return [SplitRows("train", 0, rows, cost)], [], 0
+    if len(named) > MAX_SPLITS:
+        raise ValueError(
+            f"the split column has {len(named)} different values ({', '.join(named[:5])}, ...): more than"
+            f" {MAX_SPLITS} splits. It names each row's split (train, validation, test...); rename a column"
+            " that means something else"
+        )
+    problems: list[InputProblem] = []
+    missing = 0
+    folder = os.path.dirname(path)
+    parts = {name: os.path.join(folder, f"split-{i:03d}.tsv") for i, name in enumerate(named)}
+    with contextlib.ExitStack() as stack:
+        outs = {name: stack.enter_context(open(part, "wb")) for name, part in parts.items()}
+        for _, raw in _raw_rows(path, 0, None):
+            _, line_text, _, _, _, split, _, published = raw.split(b"\t", 7)
+            if not split:
+                missing += 1
+                if len(problems) < keep_problems:
+                    message = (
+                        f"the row has no split, while other rows have one ({', '.join(named[:5])}):"
+                        " give every row its split"
+                    )
+                    problems.append(InputProblem(int(line_text), message, published.decode("utf-8").rstrip("\n")))
+                continue
+            outs[split.decode("utf-8")].write(raw)
+    found: list[SplitRows] = []
+    offset = 0
+    with open(path, "wb") as out:
+        for name in named:
+            rows, cost = merged.splits[name]
+            found.append(SplitRows(name, offset, rows, cost))
+            with open(parts[name], "rb") as part:
+                offset += _copy_file(part, out)
+            os.unlink(parts[name])
+    return found, problems, missing
+
+
+def _copy_file(src: IO[bytes], dst: IO[bytes]) -> int:
+    copied = 0
+    while block := src.read(1 << 20):
+        dst.write(block)
+        copied += len(block)
+    return copied
+
+
+def rows_sha256(path: str, offset: int, count: int, salt: bytes = b"") -> str:
+    """sha256 of ``count`` staged rows from ``offset`` as published: keys, file sizes, extensions,
+    splits, source names and published lines (not the input line or the file's stamp), after
+    ``salt`` (what else shapes the shard's bytes). Equal for equal rows: ``pack --update`` keeps
+    the shards whose rows did not change."""
+    digest = hashlib.sha256(salt)
+    for _, raw in _raw_rows(path, offset, count):
+        key, _line, size, ext, _check, split_source_published = raw.split(b"\t", 5)
+        digest.update(b"\t".join((key, size, ext, split_source_published)))
+    return digest.hexdigest()

@@ -25,6 +25,7 @@ Continue`` and a body the server stops reading; Ctrl-C still ends them.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import math
@@ -133,6 +134,11 @@ class ShardStore:
         """Names of the files directly in ``folder`` (empty when it does not exist)."""
         raise NotImplementedError
 
+    def files_under(self, folder: str) -> builtins.list[str]:
+        """Repo-relative paths of the files in ``folder`` and its subfolders (a split's shards
+        are in ``data/<split>/``); empty when it does not exist."""
+        raise NotImplementedError
+
     def size(self, rel: str) -> int | None:
         """The file's size, or None when it does not exist."""
         raise NotImplementedError
@@ -170,6 +176,14 @@ class LocalStore(ShardStore):
     def list(self, folder: str) -> list[str]:
         path = self._path(folder)
         return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+    def files_under(self, folder: str) -> builtins.list[str]:
+        found: builtins.list[str] = []
+        for top, dirs, files in os.walk(self._path(folder)):
+            dirs.sort()
+            rel_top = os.path.relpath(top, self.root).replace(os.sep, "/")
+            found.extend(f"{rel_top}/{name}" for name in sorted(files))
+        return found
 
     def size(self, rel: str) -> int | None:
         try:
@@ -222,6 +236,13 @@ class UrlStore(ShardStore):
         except FileNotFoundError:
             return []
         return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "file")
+
+    def files_under(self, folder: str) -> builtins.list[str]:
+        try:
+            found = self.fs.find(self._path(folder), withdirs=False)
+        except FileNotFoundError:
+            return []
+        return sorted(name[len(self.root) + 1 :] for name in found)
 
     def find(self) -> dict[str, int]:
         """Every file under the URL: repo-relative path -> size."""

@@ -364,12 +364,13 @@ def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, 
 def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
     for sub in ("data", "metadata"):  # a dataset's folders: anything else there is not the dataset
-        for name in store.list(sub):
-            if name not in PLACEHOLDERS and f"{sub}/{name}" not in named:
-                report.problems.append(Problem(f"{sub}/{name}", f"not named in {MANIFEST_NAME}"))
-    ranges = sorted((r.keys, s.file) for r, s in zip(results, manifest.shards, strict=True) if r.keys)
-    for (a, file_a), (b, file_b) in itertools.pairwise(ranges):
-        if b[0] <= a[1]:
+        for rel in store.files_under(sub):
+            if rel.rsplit("/", 1)[-1] not in PLACEHOLDERS and rel not in named:
+                report.problems.append(Problem(rel, f"not named in {MANIFEST_NAME}"))
+    # Each split's shards hold key ranges that do not overlap (splits are cut by key apart).
+    ranges = sorted((s.split, r.keys, s.file) for r, s in zip(results, manifest.shards, strict=True) if r.keys)
+    for (split_a, a, file_a), (split_b, b, file_b) in itertools.pairwise(ranges):
+        if split_a == split_b and b[0] <= a[1]:
             report.problems.append(Problem(file_b, f"its keys overlap those of {file_a}: rows are not unique"))
     if manifest.metadata_table is not None:
         try:

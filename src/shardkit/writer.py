@@ -64,7 +64,8 @@ class ShardJob:
 
 
 def metadata_path_for(plan: ShardPlan) -> str:
-    return f"metadata/{plan.stem}.jsonl"
+    """``data/[<split>/]<stem><suffix>``'s metadata file: ``metadata/[<split>/]<stem>.jsonl``."""
+    return f"metadata/{plan.name.removeprefix('data/').rsplit('.', 1)[0]}.jsonl"
 
 
 def _read_ahead(job: ShardJob) -> contextlib.AbstractContextManager[Iterator[Fetched]]:
@@ -222,4 +223,6 @@ def write_shard(job: ShardJob) -> ManifestShard:
         metadata_sha256=meta.digest.hexdigest(),
         first_key=plan.first_key,
         last_key=plan.last_key,
+        split=plan.split,
+        input_sha256=plan.input_sha256,
     )

@@ -38,7 +38,7 @@ _FEATURES_JSON = r"""
 """
 # shardkit:features-end
 
-_SHARD_NAME = re.compile(r"^data/[0-9a-f]{1,16}(-[0-9]{1,6})?\.zip$")
+_SHARD_NAME = re.compile(r"^data/(?:([A-Za-z0-9_]{1,64})/)?[0-9a-f]{1,16}(?:-[0-9]{1,6})?\.zip$")
 # A member name is a plain relative path: no control character (NUL...), backslash or colon
 # (a Windows path or drive, "C:/x.jpg"), no leading "/", no empty, "." or ".." part.
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\:]|^/|//|/$|(?:^|/)\.\.?(?:/|$)")
@@ -167,14 +167,25 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
         with open(manifest_file, encoding="utf-8") as f:
             manifest = json.load(f)
         names = [shard["file"] for shard in manifest["shards"]]
-        for name in names:  # follow nothing but shardkit's own shard names (no "../", no URL)
-            if not _SHARD_NAME.match(name):
-                raise ValueError(f"shards.json names {name!r}, not a shard (data/<hex prefix>.zip)")
+        splits = {}  # split -> its shards, in the manifest's order (train, validation, test, others)
+        for shard in manifest["shards"]:
+            name = shard["file"]
+            match = _SHARD_NAME.match(name)  # follow nothing but shardkit's own shard names (no "../", no URL)
+            if not match:
+                raise ValueError(f"shards.json names {name!r}, not a shard (data/[<split>/]<hex prefix>.zip)")
+            split = shard.get("split", "train")  # manifests from before splits: every shard is train
+            if split != (match.group(1) or "train"):
+                raise ValueError(f"shards.json puts {name!r} in split {split!r}, not its folder's")
+            splits.setdefault(split, []).append(name)
         if len(set(names)) != len(names):
             raise ValueError("shards.json names a shard twice")
-        paths = dl_manager.download([self._location(name) for name in names])
-        # Two lists of equal length: datasets makes one shard of work per ZIP.
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"paths": paths, "names": names})]
+        generators = []
+        for split, shards in splits.items():
+            paths = dl_manager.download([self._location(name) for name in shards])
+            # Two lists of equal length: datasets makes one shard of work per ZIP.
+            kwargs = {"paths": paths, "names": shards}
+            generators.append(datasets.SplitGenerator(name=datasets.NamedSplit(split), gen_kwargs=kwargs))
+        return generators
 
     def _generate_examples(self, paths, names):
         for path, shard in zip(paths, names):
