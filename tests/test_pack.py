@@ -164,7 +164,8 @@ def test_other_input_is_refused_without_force(make_corpus, tmp_path: Path) -> No
     a, b = make_corpus(30), make_corpus(12, fmt="PNG")
     out = tmp_path / "out"
     pack(config_for(a, out, jobs=1))
-    with pytest.raises(UsageError, match=r"from other input \(rows, files or fields changed\)\. Re-run with --update .*, or --force"):
+    refused = r"from other input \(rows, files or fields changed\)\. Re-run with --update .*, or --force"
+    with pytest.raises(UsageError, match=refused):
         pack(config_for(b, out, jobs=1))
     with pytest.raises(UsageError, match=r"other options \(--target-shard-size 500000000 -> 1000\)"):
         pack(config_for(a, out, jobs=1, target_shard_bytes=1000))
