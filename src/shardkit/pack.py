@@ -153,6 +153,9 @@ class PackConfig:
     keep_source_path: bool = False
     #: A column of class names to publish as a ClassLabel (integers; the names in the card).
     class_label: str | None = None
+    #: The class_label column's names in the order to number them (a remuxed source's ClassLabel);
+    #: names not listed are numbered after them, sorted. Empty: all sorted.
+    class_names: tuple[str, ...] = ()
     #: With changed input: rewrite only the shards whose rows changed, keep the others byte for
     #: byte (without it, changed input needs ``force``).
     update: bool = False
@@ -616,7 +619,7 @@ def _check_and_stage(
             raise UsageError(f"--class-label {column}: no row of {config.metadata_path} has a column {column!r}")
         # Names sorted (code point order), so a class's integer depends on the set of names alone.
         # An update keeps the integers already published and numbers new names after them.
-        known = (previous_labels or {}).get(column, [])
+        known = (previous_labels or {}).get(column) or list(config.class_names)
         names = [*known, *sorted(combined.labels - set(known))]
         labels[column] = names
         features = with_class_label(features, column, names)
@@ -663,12 +666,14 @@ def _class_label_problem(config: PackConfig) -> str | None:
     """Why ``config.class_label`` cannot name a class label column (None if it can)."""
     column = config.class_label
     if column is None:
-        return None
+        return "class names given without a class_label column" if config.class_names else None
     taken = {"file_name": "the file's name", "key": "the row's key", SPLIT_COLUMN: "the row's split"}
     if config.keep_source_path:
         taken[SOURCE_PATH_COLUMN] = "the --keep-source-path column"
     if column in taken:
         return f"--class-label {column}: that column is {taken[column]}, not a class; name the column of class names"
+    if len(set(config.class_names)) != len(config.class_names):
+        return f"--class-label {column}: the class names given repeat a name"
     return None
 
 
