@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -349,11 +350,14 @@ def _pack_locked(
     # the one given, or 0: each split's own (in the manifest).
     prefix_length = config.prefix_length or (0 if staged.split_folders else prefix_lengths["train"])
     options = Options(prefix_length, config.max_shard_bytes, config.target_shard_bytes, fmt.name)
-    if len(plan) > HUB_MAX_FOLDER_ENTRIES:
+    per_folder = Counter(p.name.rsplit("/", 1)[0] for p in plan)  # data/, or each split's folder
+    folder, count = per_folder.most_common(1)[0]
+    if count > HUB_MAX_FOLDER_ENTRIES:
         log.warning(
-            "%d shards: more than the %d files per folder the Hub advises, so `shardkit push` will refuse them."
-            " A larger --target-shard-size (up to --max-shard-size) makes fewer shards.",
-            len(plan),
+            "%d shards in %s/: more than the %d files per folder the Hub advises, so `shardkit push` will refuse"
+            " them. A larger --target-shard-size (up to --max-shard-size) makes fewer shards.",
+            count,
+            folder,
             HUB_MAX_FOLDER_ENTRIES,
         )
 
@@ -615,6 +619,17 @@ def _check_and_stage(
     label_retype = None
     if config.class_label is not None:
         column = config.class_label
+        wrong = next((r.label_problem for r in results if r.label_problem is not None), None)
+        if wrong is not None and not combined.labels:
+            # No row holds a class name: the column is not one of names (numbers, say). One
+            # problem, not one per row (nor "no such column": every row with it was refused).
+            raise InputErrors(
+                config.metadata_path,
+                [wrong],
+                1,
+                f"--class-label names a column of class names (strings such as \"cat\"), and no row of"
+                f" {column!r} holds one: publish it as it is, without --class-label, or name another column.",
+            )
         if column not in {f["name"] for f in features}:
             raise UsageError(f"--class-label {column}: no row of {config.metadata_path} has a column {column!r}")
         # Names sorted (code point order), so a class's integer depends on the set of names alone.
