@@ -56,3 +56,24 @@ class InputErrors(ShardkitError):
         head = f"{total} problem(s) in the input; no shard was written:"
         tail = hint or "Fix the rows above, or pass --on-error skip to pack the rest and list them in a rejects file."
         super().__init__("\n".join([head, *lines, tail]))
+
+
+#: The most of a source path a message shows: it is user data, and a forged shard's may be megabytes.
+SOURCE_SHOWN_CHARS = 1000
+
+
+def source_note(source: object) -> str:
+    """`` (source 'photos/2019/x.jpg')``, what follows a member's (or a row's) name in every message
+    about one row whose ``source_path`` (``--keep-source-path``) is known: files are published under
+    their key, and this is the way back to the input file. '' when there is none (no such column,
+    or not a string). Quoted with ``repr``: the path is user data, only ever shown, and a control
+    character in it must not forge a line of output. The template's loading script has a copy."""
+    if not isinstance(source, str):
+        return ""
+    more = "..." if len(source) > SOURCE_SHOWN_CHARS else ""
+    return f" (source {source[:SOURCE_SHOWN_CHARS]!r}{more})"
+
+
+def no_note(name: str) -> str:
+    """A member's note when no row's source is known (see :func:`source_note`)."""
+    return ""

@@ -29,7 +29,8 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ShardkitError, UsageError, listed
+from .check import SOURCE_PATH_COLUMN
+from .errors import ShardkitError, UsageError, listed, source_note
 from .formats import METADATA_MEMBER
 from .manifest import MANIFEST_NAME, Manifest
 from .metadata import EXT_RE, KEY_RE
@@ -182,9 +183,13 @@ def iter_shard(
         yield from _iter_parquet_shard(source, shard, file_column, manifest or read_manifest_from(source))
         return
     reader = _open(source, shard)
+    rows: _ZipRows | None = None
+
+    def note(name: str) -> str:
+        return rows.note(name) if rows is not None else ""  # before metadata.jsonl no row is known
+
     try:
-        rows: _ZipRows | None = None
-        for member in iter_members(reader):
+        for member in iter_members(reader, note=note):
             if rows is None:
                 if member.name != METADATA_MEMBER:
                     raise ZipFormatError(f"the first member is {member.name!r}, not {METADATA_MEMBER}")
@@ -218,6 +223,7 @@ class _ZipRows:
         self._lines = lines
         self._next = 0  # the next line, while the rows come in member order
         self._by_name: dict[str, dict[str, Any]] | None = None  # once they do not
+        self._sources: dict[str, Any] = {}  # the source_path of each row taken, for messages after it
 
     def take(self, name: str) -> dict[str, Any] | None:
         if self._by_name is None and self._next < len(self._lines):
@@ -225,6 +231,7 @@ class _ZipRows:
             if row["file_name"] == name:
                 self._next += 1
                 del row["file_name"]
+                self._remember(name, row)
                 return row
             self._by_name = {}
             for number, line in enumerate(self._lines[self._next :], self._next):
@@ -233,13 +240,39 @@ class _ZipRows:
                 if other_name in self._by_name:
                     raise ZipFormatError(f"{METADATA_MEMBER} has two rows for member {other_name!r}")
                 self._by_name[other_name] = other
-        return self._by_name.pop(name, None) if self._by_name is not None else None
+        taken = self._by_name.pop(name, None) if self._by_name is not None else None
+        if taken is not None:
+            self._remember(name, taken)
+        return taken
+
+    def _remember(self, name: str, row: dict[str, Any]) -> None:
+        if SOURCE_PATH_COLUMN in row:
+            self._sources[name] = row[SOURCE_PATH_COLUMN]
+
+    def note(self, name: str) -> str:
+        """What follows member ``name`` in a message: its row's source, if the row is known
+        (taken, or the next in order, or matched by name) and has one; never raises."""
+        if name in self._sources:
+            return source_note(self._sources[name])
+        if self._by_name is not None:
+            return source_note((self._by_name.get(name) or {}).get(SOURCE_PATH_COLUMN))
+        if self._next < len(self._lines):
+            try:
+                row = json.loads(self._lines[self._next])
+            except (ValueError, RecursionError):
+                return ""
+            if isinstance(row, dict) and row.get("file_name") == name:
+                return source_note(row.get(SOURCE_PATH_COLUMN))
+        return ""
 
     def left(self) -> list[str]:
-        """The member names of the rows no member has taken."""
+        """The rows no member has taken, as a message names them: member name, then source."""
         if self._by_name is not None:
-            return list(self._by_name)
-        return [_metadata_row(line, i)["file_name"] for i, line in enumerate(self._lines[self._next :], self._next)]
+            rows = list(self._by_name.items())
+        else:
+            pending = enumerate(self._lines[self._next :], self._next)
+            rows = [(row.pop("file_name"), row) for row in (_metadata_row(line, i) for i, line in pending)]
+        return [name + source_note(row.get(SOURCE_PATH_COLUMN)) for name, row in rows]
 
 
 def _metadata_row(line: str, index: int) -> dict[str, Any]:
@@ -255,9 +288,13 @@ def _metadata_row(line: str, index: int) -> dict[str, Any]:
 
 def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[dict[str, Any]]:
     reader = _open(source, shard)
+    row: dict[str, Any] | None = None  # the row its .json member gave, until its file comes
+
+    def note(name: str) -> str:
+        return source_note(row.get(SOURCE_PATH_COLUMN)) if row is not None and row.get("file_name") == name else ""
+
     try:
-        row: dict[str, Any] | None = None
-        for member in iter_tar_members(reader):
+        for member in iter_tar_members(reader, note=note):
             if row is None:
                 if not member.name.endswith(".json"):
                     raise TarFormatError(f"member {member.name!r} has no .json before it")
@@ -270,12 +307,14 @@ def _iter_tar_shard(source: Source, shard: str, file_column: str) -> Iterator[di
                 continue
             name = row.pop("file_name", None)
             if name != member.name:
-                raise TarFormatError(f"member {member.name!r} follows the row for {name!r}")
+                expected = f"{name!r}{source_note(row.get(SOURCE_PATH_COLUMN))}"
+                raise TarFormatError(f"member {member.name!r} follows the row for {expected}")
             row[file_column] = {"bytes": member.data, "path": member.name}
             yield row
             row = None
         if row is not None:
-            raise TarFormatError("the last row's file is missing")
+            expected = f"{row.get('file_name')!r}{source_note(row.get(SOURCE_PATH_COLUMN))}"
+            raise TarFormatError(f"the last row's file {expected} is missing")
     except TarFormatError as exc:
         raise TarFormatError(f"{source.locate(shard)}: {exc}") from None
     finally:
@@ -320,7 +359,8 @@ def _iter_parquet_shard(source: Source, shard: str, file_column: str, manifest: 
                     and file_path.startswith(key)
                     and EXT_RE.match(file_path[len(key) :])
                 ):
-                    raise ShardkitError(f"{where}: row {row.get('key')!r} names its file {file_path!r}, not <key><ext>")
+                    named = f"row {row.get('key')!r}{source_note(row.get(SOURCE_PATH_COLUMN))}"
+                    raise ShardkitError(f"{where}: {named} names its file {file_path!r}, not <key><ext>")
                 yield row
         except ParquetShardError as exc:
             raise ParquetShardError(f"{where}: {exc}") from None

@@ -27,11 +27,11 @@ right checksum, regular files, plain names), zero padding, and nothing after the
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from .errors import ShardkitError
+from .errors import ShardkitError, no_note
 from .streamio import CountingOutput, crc32, decode_member_name, read_exact
 
 BLOCK = 512
@@ -204,7 +204,7 @@ def _checked_header(header: bytes, offset: int) -> None:
         raise TarFormatError(f"header checksum mismatch at offset {offset} (a header for {_shown_name(header)!r})")
 
 
-def _member_of(header: bytes, offset: int) -> tuple[str, int]:
+def _member_of(header: bytes, offset: int, note: Callable[[str], str]) -> tuple[str, int]:
     """The name and size of the regular-file member ``header`` announces, all fields checked."""
     raw = header[0:MAX_NAME_BYTES].split(b"\0", 1)[0]
     shown = _shown_name(header)
@@ -220,7 +220,7 @@ def _member_of(header: bytes, offset: int) -> tuple[str, int]:
     size = int(header[124:135], 8)
     expected = member_header(name, size)
     if header != expected:
-        raise TarFormatError(f"member {name!r} at offset {offset}: {_difference(header, expected)}")
+        raise TarFormatError(f"member {name!r}{note(name)} at offset {offset}: {_difference(header, expected)}")
     return name, size
 
 
@@ -235,12 +235,17 @@ def _crc_of(stream: BinaryIO, header: bytes, offset: int) -> int:
     return int(match.group(1), 16)
 
 
-def iter_tar_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[TarMember]:
+def iter_tar_members(
+    stream: BinaryIO, *, check_crc: bool = True, note: Callable[[str], str] = no_note
+) -> Iterator[TarMember]:
     """Walk a shard front to back, yielding each regular-file member; checks what follows the end blocks.
 
     Refuses anything :class:`TarWriter` would not write (see the module doc): a bad header
     checksum, any member type but a regular file, unsafe or repeated names, a missing or extra
     CRC record and, with ``check_crc``, data whose CRC-32 differs from its record.
+
+    ``note(name)`` follows a member's (checked) name in a message about it: the caller, who read
+    the row before it, knows its source (:func:`.errors.source_note`); it is asked only on failure.
     """
     offset = 0
     with_crc: bool | None = None  # the first header tells: a shard from before CRC records has none
@@ -267,14 +272,14 @@ def iter_tar_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Ta
         elif with_crc:
             raise TarFormatError(f"member {_shown_name(header)!r} at offset {offset} has no CRC record before it")
         with_crc = crc is not None
-        name, size = _member_of(header, offset)
+        name, size = _member_of(header, offset, note)
         if name in names:
-            raise TarFormatError(f"member {name!r} at offset {offset}: a second member of that name")
+            raise TarFormatError(f"member {name!r}{note(name)} at offset {offset}: a second member of that name")
         names.add(name)
         data = _read_exact(stream, size, f"member {name!r}")
         if _read_exact(stream, padded(size) - size, f"the padding of {name!r}").strip(b"\0"):
-            raise TarFormatError(f"member {name!r} at offset {offset}: its padding holds data")
+            raise TarFormatError(f"member {name!r}{note(name)} at offset {offset}: its padding holds data")
         if check_crc and crc is not None and crc32(data) != crc:
-            raise TarFormatError(f"CRC mismatch in member {name!r} at offset {offset}")
+            raise TarFormatError(f"CRC mismatch in member {name!r}{note(name)} at offset {offset}")
         yield TarMember(name=name, offset=offset, size=size, data=data, crc=crc)
         offset += BLOCK + padded(size)

@@ -39,7 +39,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from .errors import UsageError
+from .check import SOURCE_PATH_COLUMN
+from .errors import UsageError, source_note
 from .formats import PARQUET, TAR, ZIP, ShardFormat
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .metadata import can_decode, decode_problem, sha256_stream
@@ -60,9 +61,14 @@ class Problem:
     file: str  # "data/3f.zip", "metadata/3f.jsonl", "shards.json"
     message: str
     member: str | None = None
+    #: The row's source_path (--keep-source-path), where the problem is one row's and it has one:
+    #: only ever shown, as :func:`.errors.source_note` shows it.
+    source: str | None = None
 
     def format(self) -> str:
-        return f"{self.file}: {self.member}: {self.message}" if self.member else f"{self.file}: {self.message}"
+        if not self.member:
+            return f"{self.file}: {self.message}"
+        return f"{self.file}: {self.member}{source_note(self.source)}: {self.message}"
 
 
 @dataclass
@@ -132,11 +138,19 @@ class _ShardResult:
     problems: list[Problem] = field(default_factory=list)
 
 
+def _source(row: object) -> str | None:
+    """A row's source_path (``--keep-source-path``), for messages only; None if it has none."""
+    source = row.get(SOURCE_PATH_COLUMN) if isinstance(row, dict) else None
+    return source if isinstance(source, str) else None
+
+
 def _check_rows(
     shard: ManifestShard, text: str, prefix: str, problems: list[Problem], fmt: ShardFormat, where_name: str
-) -> dict[str, str]:
-    """Parse metadata lines; return file_name -> key. Row problems go to ``problems``."""
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Parse metadata lines; return file_name -> key, and file_name -> source_path for the rows
+    that have one. Row problems go to ``problems``."""
     rows: dict[str, str] = {}
+    sources: dict[str, str] = {}
     previous = ""
     for number, line in enumerate(jsonl_lines(text), 1):
         where = f"{where_name} line {number}"
@@ -148,27 +162,31 @@ def _check_rows(
         if not isinstance(row, dict) or not isinstance(row.get("file_name"), str) or "key" not in row:
             problems.append(Problem(shard.file, "row is not an object with 'file_name' and 'key'", where))
             continue
-        name, key = row["file_name"], str(row["key"])
+        name, key, source = row["file_name"], str(row["key"]), _source(row)
         if name in rows:
-            problems.append(Problem(shard.file, f"file_name {name!r} appears twice", where))
+            problems.append(Problem(shard.file, f"file_name {name!r} appears twice", where, source))
         if key <= previous:
-            problems.append(Problem(shard.file, f"key {key} is not above the previous row's ({previous})", where))
+            problem = f"key {key} is not above the previous row's ({previous})"
+            problems.append(Problem(shard.file, problem, where, source))
         previous = max(previous, key)
         if not key.startswith(prefix):
-            problems.append(Problem(shard.file, f"key {key} is not in this shard's prefix {prefix!r}", where))
+            problems.append(Problem(shard.file, f"key {key} is not in this shard's prefix {prefix!r}", where, source))
         if name != fmt.member_name(key, os.path.splitext(name)[1]):
-            problems.append(Problem(shard.file, f"file_name {name!r} is not where key {key} belongs", where))
+            problem = f"file_name {name!r} is not where key {key} belongs"
+            problems.append(Problem(shard.file, problem, where, source))
         rows[name] = key
-    return rows
+        if source is not None:
+            sources[name] = source
+    return rows, sources
 
 
-def _decode(result: _ShardResult, shard: ManifestShard, name: str, data: bytes) -> None:
-    """The deep check of one file."""
+def _decode(result: _ShardResult, shard: ManifestShard, name: str, data: bytes, source: str | None) -> None:
+    """The deep check of one file (its row's ``source`` for the message)."""
     ext = os.path.splitext(name)[1]
     if not can_decode(ext):
         result.not_decoded += 1
     elif problem := decode_problem(io.BytesIO(data), ext):
-        result.problems.append(Problem(shard.file, problem, name))
+        result.problems.append(Problem(shard.file, problem, name, source))
     else:
         result.decoded += 1
 
@@ -186,16 +204,22 @@ class _Walk:
 def _walk_zip(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
     problems = result.problems
     rows: dict[str, str] | None = None
+    sources: dict[str, str] = {}  # file_name -> source_path, once metadata.jsonl is read
     keys: list[str] = []
     members = 0
     inner_metadata = b""
+
+    def note(name: str) -> str:
+        return source_note(sources.get(name))
+
     # The walk also checks the central directory against the members (iter_members): what zipfile
     # and datasets read through it is then what was walked.
     with _walking(store, shard, problems, ZipFormatError) as reader:
-        for member in iter_members(reader, check_crc=False):  # type: ignore[arg-type]
+        for member in iter_members(reader, check_crc=False, note=note):  # type: ignore[arg-type]
             members += 1
             if crc32(member.data) != member.crc:
-                problems.append(Problem(shard.file, "CRC mismatch: the bytes are not what was written", member.name))
+                mismatch = "CRC mismatch: the bytes are not what was written"
+                problems.append(Problem(shard.file, mismatch, member.name, sources.get(member.name)))
             if rows is None:
                 if member.name != METADATA_MEMBER:
                     problems.append(Problem(shard.file, f"first member is {member.name!r}, not {METADATA_MEMBER}"))
@@ -203,16 +227,16 @@ def _walk_zip(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
                 else:
                     inner_metadata = member.data
                     text = member.data.decode("utf-8", "replace")
-                    rows = _check_rows(shard, text, prefix, problems, ZIP, METADATA_MEMBER)
+                    rows, sources = _check_rows(shard, text, prefix, problems, ZIP, METADATA_MEMBER)
                     keys = sorted(rows.values())
                     continue
             if rows.pop(member.name, None) is None:
                 problems.append(Problem(shard.file, "member has no row in metadata.jsonl", member.name))
-            if deep:
-                _decode(result, shard, member.name, member.data)
+            if deep:  # a member without a row has no source: sources holds rows' names only
+                _decode(result, shard, member.name, member.data, sources.get(member.name))
     if reader.sound:  # else the walk stopped short: the rows left say nothing more
         for name in sorted(rows or {}):
-            problems.append(Problem(shard.file, "row in metadata.jsonl has no member", name))
+            problems.append(Problem(shard.file, "row in metadata.jsonl has no member", name, sources.get(name)))
     return _Walk(reader.sha256.hexdigest(), max(members - 1, 0), keys, inner_metadata)
 
 
@@ -222,10 +246,20 @@ def _walk_tar(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
     lines: list[bytes] = []
     files = 0
     expected: str | None = None  # the file_name the last .json announced
+    source: str | None = None  # and its source_path
+
+    def source_of(name: str) -> str | None:
+        """The source of member ``name``'s row: known only for the file its .json announced."""
+        return source if name == expected else None
+
+    def note(name: str) -> str:
+        return source_note(source_of(name))
+
     with _walking(store, shard, problems, TarFormatError) as reader:
-        for member in iter_tar_members(reader, check_crc=False):  # type: ignore[arg-type]
+        for member in iter_tar_members(reader, check_crc=False, note=note):  # type: ignore[arg-type]
             if member.crc is not None and crc32(member.data) != member.crc:
-                problems.append(Problem(shard.file, "CRC mismatch: the bytes are not what was written", member.name))
+                mismatch = "CRC mismatch: the bytes are not what was written"
+                problems.append(Problem(shard.file, mismatch, member.name, source_of(member.name)))
             if expected is None:
                 if not member.name.endswith(".json"):
                     problems.append(Problem(shard.file, "file member without its .json before it", member.name))
@@ -233,21 +267,24 @@ def _walk_tar(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, 
                     continue
                 lines.append(member.data)
                 try:
-                    expected = str(json.loads(member.data)["file_name"])
+                    row = json.loads(member.data)
+                    expected, source = str(row["file_name"]), _source(row)
                 except (ValueError, KeyError, TypeError, RecursionError):
                     problems.append(Problem(shard.file, "not a JSON object with a file_name", member.name))
-                    expected = ""  # the row's problem is reported: not again for the file after it
+                    expected, source = "", None  # the row's problem is reported: not again for the file after it
                 continue
             files += 1
+            member_source = source_of(member.name)
             if member.name != expected and expected:
-                problems.append(Problem(shard.file, f"follows the row for {expected!r}", member.name))
+                problem = f"follows the row for {expected!r}{source_note(source)}"
+                problems.append(Problem(shard.file, problem, member.name))
             expected = None
             if deep:
-                _decode(result, shard, member.name, member.data)
+                _decode(result, shard, member.name, member.data, member_source)
     if expected is not None and reader.sound:
-        problems.append(Problem(shard.file, f"the last row's file {expected!r} is missing"))
+        problems.append(Problem(shard.file, f"the last row's file {expected!r}{source_note(source)} is missing"))
     text = b"\n".join(lines).decode("utf-8", "replace")
-    keys = sorted(_check_rows(shard, text, prefix, problems, TAR, "row").values())
+    keys = sorted(_check_rows(shard, text, prefix, problems, TAR, "row")[0].values())
     if not reader.sound:  # the rows read are only some: their keys and lines say nothing more
         return _Walk(reader.sha256.hexdigest(), files, [], None)
     metadata = b"".join(line + b"\n" for line in lines)
@@ -278,7 +315,7 @@ def _walk_parquet(store: ShardStore, shard: ManifestShard, prefix: str, deep: bo
             text = f.read().decode("utf-8", "replace")
     except FileNotFoundError:
         text = ""  # reported by the shared check
-    rows = _check_rows(shard, text, prefix, problems, PARQUET, shard.metadata)
+    rows, _ = _check_rows(shard, text, prefix, problems, PARQUET, shard.metadata)
     lines = iter(jsonl_lines(text))
     count = 0
     try:
@@ -291,7 +328,7 @@ def _walk_parquet(store: ShardStore, shard: ManifestShard, prefix: str, deep: bo
                 name = str(content.get("path"))
                 _compare_parquet_row(shard, count, name, record, next(lines, None), problems)
                 if deep and content.get("bytes") is not None:
-                    _decode(result, shard, name, content["bytes"])
+                    _decode(result, shard, name, content["bytes"], _source(record))
     except (ParquetShardError, OSError) as exc:
         problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
     if next(lines, None) is not None:
@@ -307,13 +344,14 @@ def _compare_parquet_row(
         expected = json.loads(line) if line is not None else None
     except (ValueError, RecursionError):
         expected = {}  # _check_rows reported it
+    source = _source(record)  # the shard's own row: the one the problem is about
     if not isinstance(expected, dict):
-        problems.append(Problem(shard.file, f"row {count} has no line in {shard.metadata}", name))
+        problems.append(Problem(shard.file, f"row {count} has no line in {shard.metadata}", name, source))
         return
     if expected.pop("file_name", None) != name:
-        problems.append(Problem(shard.file, f"row {count}: path differs from {shard.metadata}", name))
+        problems.append(Problem(shard.file, f"row {count}: path differs from {shard.metadata}", name, source))
     if not _same_value(expected, record):
-        problems.append(Problem(shard.file, f"row {count}: fields differ from {shard.metadata}", name))
+        problems.append(Problem(shard.file, f"row {count}: fields differ from {shard.metadata}", name, source))
 
 
 _WALKERS = {"zip": _walk_zip, "tar": _walk_tar, "parquet": _walk_parquet}

@@ -26,11 +26,11 @@ from __future__ import annotations
 import re
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, BinaryIO
 
-from .errors import ShardkitError
+from .errors import ShardkitError, no_note
 from .streamio import CountingOutput, crc32, decode_member_name, read_exact
 
 LOCAL_HEADER_SIG = 0x04034B50
@@ -226,7 +226,11 @@ def _difference(layout: struct.Struct, fields: tuple[str, ...], found: bytes, ex
     return "it differs from what shardkit writes"
 
 
-def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member]:
+def _member_at(name: str, offset: int, note: Callable[[str], str]) -> str:
+    return f"member {name!r}{note(name)} at offset {offset}"
+
+
+def iter_members(stream: BinaryIO, *, check_crc: bool = True, note: Callable[[str], str] = no_note) -> Iterator[Member]:
     """Walk a shard front to back from a forward-only stream, yielding each stored member.
 
     Refuses compressed members, data descriptors, extra fields, unsafe or repeated names, any
@@ -235,6 +239,9 @@ def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member
     must describe exactly the members walked (same headers, same offsets, in order), the end
     record must follow, and nothing after it: else :class:`ZipFormatError` is raised there,
     after the members were yielded (a forward-only reader meets the directory last).
+
+    ``note(name)`` follows a member's name in a message about it: the caller, who reads the
+    rows, knows the member's source (:func:`.errors.source_note`); it is asked only on failure.
     """
     offset = 0
     directory = bytearray()  # the entries the members walked call for, to compare with the file's
@@ -248,22 +255,24 @@ def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member
         _, _, flags, method, _, _, crc, csize, usize, name_len, _ = _LOCAL_HEADER.unpack(header)
         raw_name = _read_exact(stream, name_len, f"the member name at offset {offset}")
         name = decode_member_name(raw_name, offset, _UNSAFE_NAME, ZipFormatError)
-        where = f"member {name!r} at offset {offset}"
         if flags & 0x0008:
-            raise ZipFormatError(f"{where} uses a data descriptor")
+            raise ZipFormatError(f"{_member_at(name, offset, note)} uses a data descriptor")
         if method != 0 or csize != usize:
-            raise ZipFormatError(f"{where} is compressed (method {method})")
+            raise ZipFormatError(f"{_member_at(name, offset, note)} is compressed (method {method})")
         expected = local_header(raw_name, usize, crc)[:LOCAL_HEADER_SIZE]
         if header != expected:
-            raise ZipFormatError(f"{where}: {_difference(_LOCAL_HEADER, _LOCAL_FIELDS, header, expected)}")
+            difference = _difference(_LOCAL_HEADER, _LOCAL_FIELDS, header, expected)
+            raise ZipFormatError(f"{_member_at(name, offset, note)}: {difference}")
         if name in names:
-            raise ZipFormatError(f"{where}: a second member of that name")
+            raise ZipFormatError(f"{_member_at(name, offset, note)}: a second member of that name")
         if offset > MAX_ZIP_BYTES:
-            raise ZipFormatError(f"{where}: past 4 GiB, which needs ZIP64 (shardkit never writes it)")
+            raise ZipFormatError(
+                f"{_member_at(name, offset, note)}: past 4 GiB, which needs ZIP64 (shardkit never writes it)"
+            )
         names.add(name)
         data = _read_exact(stream, usize, f"member {name!r}")
         if check_crc and crc32(data) != crc:
-            raise ZipFormatError(f"CRC mismatch in member {name!r} at offset {offset}")
+            raise ZipFormatError(f"CRC mismatch in {_member_at(name, offset, note)}")
         directory += central_header(raw_name, usize, crc, offset)
         yield Member(name=name, offset=offset, size=usize, crc=crc, data=data)
         offset += LOCAL_HEADER_SIZE + name_len + usize
@@ -271,7 +280,7 @@ def iter_members(stream: BinaryIO, *, check_crc: bool = True) -> Iterator[Member
     if sig not in (CENTRAL_HEADER_SIG, END_RECORD_SIG):
         after = f" after member {name!r}" if name else ""
         raise ZipFormatError(f"no local file header at offset {offset}{after} (found 0x{sig:08x})")
-    _check_directory(stream, sig_bytes, bytes(directory), len(names), offset)
+    _check_directory(stream, sig_bytes, bytes(directory), len(names), offset, note)
 
 
 def _read_up_to(stream: BinaryIO, n: int) -> bytes:
@@ -283,17 +292,19 @@ def _read_up_to(stream: BinaryIO, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _check_directory(stream: BinaryIO, sig_bytes: bytes, directory: bytes, count: int, cd_offset: int) -> None:
+def _check_directory(
+    stream: BinaryIO, sig_bytes: bytes, directory: bytes, count: int, cd_offset: int, note: Callable[[str], str]
+) -> None:
     """The rest of the shard must be ``directory``, then its end record, then nothing."""
     expected = directory + end_record(count, len(directory), cd_offset)  # refuses what would need ZIP64
     found = sig_bytes + _read_up_to(stream, len(expected) - len(sig_bytes))
     if found != expected:
-        raise ZipFormatError(_directory_difference(found, expected, count, cd_offset))
+        raise ZipFormatError(_directory_difference(found, expected, count, cd_offset, note))
     if stream.read(1):
         raise ZipFormatError(f"data after the end record (from offset {cd_offset + len(expected)})")
 
 
-def _directory_difference(found: bytes, expected: bytes, count: int, cd_offset: int) -> str:
+def _directory_difference(found: bytes, expected: bytes, count: int, cd_offset: int, note: Callable[[str], str]) -> str:
     """Where the central directory and end record ``found`` first differ from those ``expected``."""
     at = 0
     for number in range(1, count + 1):
@@ -310,9 +321,9 @@ def _directory_difference(found: bytes, expected: bytes, count: int, cd_offset: 
         wanted = expected[at : at + CENTRAL_HEADER_SIZE]
         if entry != wanted:
             difference = _difference(_CENTRAL_HEADER, _CENTRAL_FIELDS, entry, wanted)
-            return f"the central directory entry of member {name!r} does not match the member: {difference}"
+            return f"the central directory entry of member {name!r}{note(name)} does not match the member: {difference}"
         if found[at + CENTRAL_HEADER_SIZE : end] != expected[at + CENTRAL_HEADER_SIZE : end]:
-            return f"the central directory entry {number} names another member than {name!r}"
+            return f"the central directory entry {number} names another member than {name!r}{note(name)}"
         at = end
     record, wanted = found[at : at + END_RECORD_SIZE], expected[at:]
     if record[:4] == _CENTRAL_SIG_BYTES:

@@ -46,6 +46,20 @@ _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
 _END = struct.Struct("<IHHHHIIH")
 _LOCAL_SIG, _CENTRAL_SIG, _END_SIG = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
+# The column `pack-shards --keep-source-path` adds: each row's input file name.
+_SOURCE_PATH = "source_path"
+_SOURCE_SHOWN_CHARS = 1000
+
+
+def _source_note(source):
+    """" (source 'photos/2019/x.jpg')" after a member's name in a message about its row, when the
+    row has a source_path; "" otherwise. A copy of shardkit.errors.source_note (this script uses
+    only the standard library and datasets): the same words as `shardkit verify` and
+    shardkit.stream. Quoted with repr: the path is data, and must not forge a line of output."""
+    if not isinstance(source, str):
+        return ""
+    more = "..." if len(source) > _SOURCE_SHOWN_CHARS else ""
+    return f" (source {source[:_SOURCE_SHOWN_CHARS]!r}{more})"
 
 
 def _local_header(name, size, crc):
@@ -76,13 +90,15 @@ def _read_exact(f, n, shard, what):
     return data
 
 
-def _members(f, shard):
+def _members(f, shard, sources):
     """(name, bytes) of each member, front to back, CRC-checked, names checked.
 
     A shard must be exactly what shardkit writes: each header as shardkit makes it, members back
     to back, then a central directory listing exactly those members at their offsets, the end
     record, and nothing after it. zipfile (and so datasets' own builders) reads a member through
     the central directory, this function through its local header: both then see the same bytes.
+    `sources` (member name -> source_path), which the caller fills once it has read
+    metadata.jsonl, names a member's input file in a message about it.
     """
     offset, directory, seen, name = 0, [], set(), None
     while True:
@@ -101,17 +117,18 @@ def _members(f, shard):
             raise ValueError(f"{shard}: refusing unsafe member name {name!r}")
         if header + raw != _local_header(raw, size, crc):
             raise ValueError(
-                f"{shard}: member {name!r} is not stored as shardkit stores it"
+                f"{shard}: member {name!r}{_source_note(sources.get(name))} is not stored as shardkit stores it"
                 " (compressed, a data descriptor, an extra field or other header fields)"
             )
         if name in seen:
-            raise ValueError(f"{shard}: member {name!r} appears twice")
+            raise ValueError(f"{shard}: member {name!r}{_source_note(sources.get(name))} appears twice")
         if offset > 0xFFFFFFFF:
-            raise ValueError(f"{shard}: member {name!r} starts past 4 GiB, which a shardkit ZIP never does")
+            where = f"{shard}: member {name!r}{_source_note(sources.get(name))}"
+            raise ValueError(f"{where} starts past 4 GiB, which a shardkit ZIP never does")
         seen.add(name)
         data = _read_exact(f, size, shard, f"member {name!r}")
         if zlib.crc32(data) != crc:
-            raise ValueError(f"{shard}: CRC mismatch in member {name!r}")
+            raise ValueError(f"{shard}: CRC mismatch in member {name!r}{_source_note(sources.get(name))}")
         directory.append(_central_entry(raw, size, crc, offset))
         yield name, data
         offset += len(header) + len(raw) + size
@@ -126,8 +143,8 @@ def _members(f, shard):
         if found[at : at + len(entry)] != entry:
             name = entry[_CENTRAL.size :].decode("utf-8")
             raise ValueError(
-                f"{shard}: the central directory entry of member {name!r} does not match the member"
-                " (zipfile would not read the bytes this script read)"
+                f"{shard}: the central directory entry of member {name!r}{_source_note(sources.get(name))}"
+                " does not match the member (zipfile would not read the bytes this script read)"
             )
         at += len(entry)
     if found[at:] != end:
@@ -191,7 +208,8 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
         for path, shard in zip(paths, names):
             with open(path, "rb") as f:
                 rows = None
-                for name, data in _members(f, shard):
+                sources = {}  # member name -> source_path, for messages (filled from metadata.jsonl)
+                for name, data in _members(f, shard, sources):
                     if rows is None:
                         if name != "metadata.jsonl":
                             raise ValueError(f"{shard}: the first member is {name!r}, not metadata.jsonl")
@@ -207,6 +225,8 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
                             if file_name in rows:
                                 raise ValueError(f"{shard}: metadata.jsonl has two rows for member {file_name!r}")
                             rows[file_name] = row
+                            if _SOURCE_PATH in row:
+                                sources[file_name] = row[_SOURCE_PATH]
                         continue
                     row = rows.pop(name, None)
                     if row is None:
@@ -214,5 +234,5 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
                     row[_FILE_COLUMN] = {"path": name, "bytes": data}
                     yield row["key"], row
                 if rows:
-                    missing = sorted(rows)[:3]
+                    missing = ", ".join(f"{name!r}{_source_note(sources.get(name))}" for name in sorted(rows)[:3])
                     raise ValueError(f"{shard}: {len(rows)} row(s) in metadata.jsonl have no member, e.g. {missing}")
