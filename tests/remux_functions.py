@@ -62,3 +62,18 @@ def buggy(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
 def identity(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """The batch as it came."""
     return batch
+
+
+def fail_on_n(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The batch as it came, unless it holds the row whose `n` is $REMUX_TEST_FAIL_ON_N: a run that
+    stops part-way at a row the test chose."""
+    fail = os.environ.get("REMUX_TEST_FAIL_ON_N")
+    if fail is not None and int(fail) in batch["n"]:
+        raise RuntimeError(f"stopped at n={fail}")
+    return batch
+
+
+def rename_animal(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The class label column under another name (its integers as they came)."""
+    out = {name: values for name, values in batch.items() if name != "animal"}
+    return {**out, "kind": batch["animal"]}

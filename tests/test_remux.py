@@ -128,11 +128,11 @@ def test_killed_part_way_resumes_to_the_same_bytes(packed_template: Path, tmp_pa
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
     parts = out / ".shardkit" / "remux" / "parts"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(parts.glob("*.done")) if parts.is_dir() else []) < 5:
+    while time.monotonic() < deadline and len(list(parts.rglob("*.done")) if parts.is_dir() else []) < 5:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    done_before = len(list(parts.glob("*.done")))
+    done_before = len(list(parts.rglob("*.done")))  # parts/<split>/<shard>.done
     assert 5 <= done_before < 16
 
     summary = remux(packed_template, out, "--map", slow, env={**os.environ, "REMUX_TEST_SLEEP": "0"})

@@ -6,13 +6,14 @@ are encoded and packed with the same planner, writer, manifest and card as :mod:
 
 Two phases, both resumable:
 
-1. **Transform**, one task per source shard, ``jobs`` worker processes: read the shard's rows
-   (``shardkit.stream`` for a shardkit folder or repo, ``datasets.load_dataset(...,
-   streaming=True)`` otherwise), call ``fn(batch)`` or ``fn(batch, seeds)`` on each batch (a dict
-   of lists), encode the file column (PIL images re-encoded as ``image_format``/``quality``;
-   bytes kept), and write each output row's file under ``.shardkit/remux/files/<shard>/`` and its
-   metadata line to ``.shardkit/remux/parts/<shard>.jsonl``. A source shard counts as done only
-   when its part file is renamed into place, so a killed run redoes at most the shards in flight.
+1. **Transform**, one task per source shard of every split read, ``jobs`` worker processes:
+   read the shard's rows (``shardkit.stream`` for a shardkit folder or repo,
+   ``datasets.load_dataset(..., streaming=True)`` otherwise), call ``fn(batch)`` or
+   ``fn(batch, seeds)`` on each batch (a dict of lists), encode the file column (PIL images
+   re-encoded as ``image_format``/``quality``; bytes kept), and write each output row's file
+   under ``.shardkit/remux/files/<split>/<shard>/`` and its metadata line to
+   ``.shardkit/remux/parts/<split>/<shard>.jsonl``. A source shard counts as done only when its
+   part file is renamed into place, so a killed run redoes at most the shards in flight.
 2. **Pack** those files into OUT_DIR with :func:`shardkit.pack.pack` (which resumes by itself).
 
 Why stage on disk at all: shards are hash-prefixed (rows grouped by key over the whole
@@ -20,10 +21,32 @@ dataset), so no output shard is complete until every input row has been seen. Th
 are the processed output (usually smaller than the input), written once and read once, and
 deleted after the pack.
 
+What the output keeps of its source:
+
+* **Splits.** Every split is read (``split=None``; ``split="test"`` reads one), and each output
+  row goes to the split of its source row (a ``split`` the function returns wins): the output
+  has the source's splits, ``data/<split>/``. An output that is ``train`` alone is packed as a
+  dataset without splits (``data/*.zip``), as before splits existed. A split name the packer
+  cannot take (datasets allows ``train.clean.100``) has each other character made ``_``.
+* **Class labels.** A ``ClassLabel`` column (the manifest's features of a shardkit source,
+  ``ds.features`` of another) reaches the function as integers, as datasets gives it, and is
+  staged as its class names, so the first such column the output still has is published as a
+  ClassLabel with the same names in the same order (integers unchanged; -1, datasets' "no
+  label", becomes null). The packer makes one ClassLabel column: any other keeps its class
+  names as strings (as does a list of class labels), which loses no information. A column the
+  function renames, drops or fills with other values than class integers and names is not
+  published as a ClassLabel.
+* **Card fields.** The source card's ``license`` (with ``license_name``/``license_link``),
+  ``pretty_name``, ``language``, ``task_categories``, ``task_ids`` and ``tags`` (not
+  ``shardkit``) go into OUT_DIR's README.md after the pack (and to an OUT_DIR URL). A key the output card already sets
+  keeps its value (the user's, for this output), with a warning where it differs from the
+  source's; tags are merged. Keys shardkit owns (``configs``, ``dataset_info``,
+  ``size_categories``) are never copied.
+
 Determinism: a row's key is its source key if it has one (and the function keeps the row count)
-or ``sha256(identity)[:32]`` where the identity is the source shard, the batch's first row and
-the output position; ``seeds[i]`` is derived from ``seed`` and the source row's identity. Same
-source, function, batch size and seed: same bytes.
+or ``sha256(identity)[:32]`` where the identity is the source split and shard, the batch's
+first row and the output position; ``seeds[i]`` is derived from ``seed`` and the source row's
+identity. Same source, function, batch size and seed: same bytes.
 """
 
 from __future__ import annotations
@@ -35,7 +58,9 @@ import importlib.util
 import inspect
 import io
 import json
+import logging
 import os
+import re
 import secrets
 import shutil
 import time
@@ -43,13 +68,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from .check import SPLIT_COLUMN, split_problem
 from .cluster import Cluster, cluster_for, run_tasks
 from .errors import NetworkError, ShardkitError, UsageError
-from .manifest import MANIFEST_NAME, write_atomic
+from .manifest import MANIFEST_NAME, Manifest, write_atomic
 from .metadata import EXT_RE, KEY_RE
 from .outdir import check_out_dir, locked
 from .progress import NullProgress, Progress
-from .store import is_network_error, is_timeout, is_url, run_folder
+from .schema import class_label_names
+from .store import UrlStore, is_network_error, is_timeout, is_url, run_folder
+
+log = logging.getLogger(__name__)
 
 BatchFn = Callable[..., dict[str, list[Any]]]
 REMUX_DIR = "remux"
@@ -62,7 +91,7 @@ class RemuxConfig:
     out_dir: str
     fn: BatchFn | str  # a callable, or "module:function"
     config_name: str | None = None
-    split: str = "train"
+    split: str | None = None  # None: every split of the source, each into the output split of its name
     revision: str | None = None
     batch_size: int = 64
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -88,6 +117,9 @@ class RemuxSummary:
     rows_out: int
     transform_seconds: float
     pack: Any  # the PackSummary
+    splits: list[str] = field(default_factory=list)  # the source splits read
+    class_label: str | None = None  # the column published as the source's ClassLabel
+    card_fields: list[str] = field(default_factory=list)  # the source card's keys set in the output card
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -143,16 +175,18 @@ def derived_key(identity: str) -> str:
 # --- reading the source ----------------------------------------------------------------------------
 
 
-def _is_shardkit(source: str, revision: str | None) -> bool:
-    """Whether the source has a shards.json (then shardkit.stream reads it, one shard per file)."""
+def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
+    """The source's shards.json if it has one (then shardkit.stream reads it, one shard per file)."""
     if data_files_builder(source) is not None:
-        return False
-    if os.path.isdir(source):
-        return os.path.exists(os.path.join(source, MANIFEST_NAME))
+        return None
+    if os.path.isdir(source) and not os.path.exists(os.path.join(source, MANIFEST_NAME)):
+        return None
     from .reader import read_manifest_from, resolve_source
 
+    if os.path.isdir(source):
+        return read_manifest_from(resolve_source(source, revision))  # a damaged one is an error, as before
     try:
-        read_manifest_from(resolve_source(source, revision))
+        return read_manifest_from(resolve_source(source, revision))
     except NetworkError:
         # A server that does not answer is not "no manifest there": say so, not that the
         # source has no data files (which datasets would say next).
@@ -160,8 +194,7 @@ def _is_shardkit(source: str, revision: str | None) -> bool:
     except Exception as exc:
         if is_timeout(exc) or is_network_error(exc):
             raise ShardkitError(f"cannot reach {source!r}: {type(exc).__name__}: {exc}") from None
-        return False
-    return True
+        return None
 
 
 #: Data files a source may name directly (a path, a glob or a URL), and the builder that reads them.
@@ -173,33 +206,242 @@ def data_files_builder(source: str) -> str | None:
     return DATA_FILE_BUILDERS.get(os.path.splitext(source.split("?")[0])[1].lower())
 
 
-def open_source(config: RemuxConfig, shardkit_source: bool) -> Any:
-    """The source as a streaming ``datasets.IterableDataset``, files not decoded yet."""
+@dataclass(frozen=True)
+class ClassLabelColumn:
+    """A source column that is a datasets ``ClassLabel`` (or a list of them): integer i is names[i]."""
+
+    column: str
+    names: tuple[str, ...]
+    in_list: bool = False  # a list of class labels (``List(ClassLabel)``): staged as lists of names
+
+
+@dataclass(frozen=True)
+class SourceSplit:
+    """One split of the source as the remux reads it."""
+
+    name: str  # the source's
+    out: str  # the output's (a name the packer takes: the source's, other characters made "_")
+    n_shards: int
+    labels: tuple[ClassLabelColumn, ...] = ()  # in the order of the source's features
+
+
+def _labels_of_features(features: Any) -> tuple[ClassLabelColumn, ...]:
+    """The ClassLabel columns of a ``datasets.Features`` (None: none known)."""
+    import datasets
+
+    found = []
+    for name, feature in (features or {}).items():
+        inner = getattr(feature, "feature", None)  # List / Sequence of ClassLabel
+        if isinstance(feature, datasets.ClassLabel):
+            found.append(ClassLabelColumn(name, tuple(feature.names)))
+        elif isinstance(inner, datasets.ClassLabel):
+            found.append(ClassLabelColumn(name, tuple(inner.names), in_list=True))
+    return tuple(found)
+
+
+_NOT_IN_SPLIT_NAMES = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _output_split_names(names: list[str], source: str) -> dict[str, str]:
+    """Each source split's name in the output: as it is, or (datasets allows ``train.clean.100``,
+    the packer does not: each split is a folder on the Hub) with other characters made ``_``."""
+    out: dict[str, str] = {}
+    for name in names:
+        new = _NOT_IN_SPLIT_NAMES.sub("_", name)[:64]
+        if problem := split_problem(new):
+            raise UsageError(f"{source!r}: its split {name!r} cannot be a split of the output: {problem}")
+        if new in out.values():
+            other = next(k for k, v in out.items() if v == new)
+            raise UsageError(
+                f"{source!r}: its splits {other!r} and {name!r} would both be the output split {new!r};"
+                " remux them one at a time with --split and different OUT_DIRs"
+            )
+        if new != name:
+            log.warning(
+                "the source split %r is the split %r of the output (a split name is letters, digits, _)", name, new
+            )
+        out[name] = new
+    return out
+
+
+def source_splits(config: RemuxConfig, manifest: Manifest | None) -> list[SourceSplit]:
+    """The splits the remux reads: every split of the source, or ``config.split``; a split that
+    is not there is a UsageError naming those that are."""
+    if manifest is not None:
+        counts = {s.name: s.shards for s in manifest.splits()}
+        if config.split is not None:
+            manifest.shards_of(config.split)  # the error naming the splits there are
+            counts = {config.split: counts[config.split]}
+        labels = tuple(
+            ClassLabelColumn(f["name"], tuple(names))
+            for f in manifest.features
+            if (names := class_label_names(f)) is not None
+        )
+        out = _output_split_names(list(counts), config.source)
+        return [SourceSplit(name, out[name], n, labels) for name, n in counts.items()]
+    opened = _datasets_splits(config)
+    out = _output_split_names(list(opened), config.source)
+    return [SourceSplit(name, out[name], ds.n_shards, _labels_of_features(ds.features)) for name, ds in opened.items()]
+
+
+def _datasets_splits(config: RemuxConfig, split: str | None = None) -> dict[str, Any]:
+    """The source's splits (``split``, else ``config.split``, else all) as streaming datasets,
+    read with ``datasets``; files not decoded yet."""
+    import datasets
+
+    split = split or config.split
+    builder = data_files_builder(config.source)
+    try:
+        if builder is not None:
+            name = split or "train"
+            files = {name: config.source}
+            return {name: datasets.load_dataset(builder, data_files=files, split=name, streaming=True)}
+        if split is not None:
+            ds = datasets.load_dataset(
+                config.source, config.config_name, split=split, revision=config.revision, streaming=True
+            )
+            return {split: ds}
+        loaded = datasets.load_dataset(config.source, config.config_name, revision=config.revision, streaming=True)
+    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
+        raise UsageError(f"cannot read {config.source!r} with datasets: {exc}") from None
+    except Exception as exc:  # a damaged source: tarfile, pyarrow, fsspec... each raise their own
+        raise ShardkitError(f"cannot read {config.source!r} with datasets: {type(exc).__name__}: {exc}") from None
+    if not isinstance(loaded, dict) or not loaded:
+        raise UsageError(f"cannot read {config.source!r} with datasets: it has no splits")
+    return dict(loaded)
+
+
+def open_source(config: RemuxConfig, shardkit_source: bool, split: str) -> Any:
+    """One split of the source as a streaming ``datasets.IterableDataset``, files not decoded yet."""
     import datasets
 
     if shardkit_source:
         from .reader import stream
 
-        ds = stream(config.source, revision=config.revision, split=config.split)
+        ds = stream(config.source, revision=config.revision, split=split)
     else:
-        builder = data_files_builder(config.source)
-        try:
-            if builder is not None:
-                files = {config.split: config.source}
-                ds = datasets.load_dataset(builder, data_files=files, split=config.split, streaming=True)
-            else:
-                ds = datasets.load_dataset(
-                    config.source, config.config_name, split=config.split, revision=config.revision, streaming=True
-                )
-        except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
-            raise UsageError(f"cannot read {config.source!r} with datasets: {exc}") from None
-        except Exception as exc:  # a damaged source: tarfile, pyarrow, fsspec... each raise their own
-            raise ShardkitError(f"cannot read {config.source!r} with datasets: {type(exc).__name__}: {exc}") from None
+        ds = _datasets_splits(config, split)[split]
     # Decoding happens here, in the batch, so the function sees what it asked for.
     for name, feature in (ds.features or {}).items():
         if isinstance(feature, datasets.Image | datasets.Audio):
             ds = ds.cast_column(name, type(feature)(decode=False))
     return ds
+
+
+# --- the source's card -------------------------------------------------------------------------------
+
+#: The card keys a remux keeps from its source: what the data is, under which terms. Never
+#: shardkit's own (configs, dataset_info, size_categories): those describe the output's shards.
+CARD_KEYS = (
+    "license",
+    "license_name",
+    "license_link",
+    "pretty_name",
+    "language",
+    "task_categories",
+    "task_ids",
+    "tags",
+)
+_HUB_SOURCE = re.compile(r"^(?:hf://datasets/)?([\w.-]+/[\w.-]+?)(?:@([^/]+))?/?$")
+
+
+def _source_card_text(config: RemuxConfig) -> str | None:
+    """The source's README.md, or None if it has none (data files named directly have none)."""
+    source = config.source
+    if data_files_builder(source) is not None:
+        return None
+    if os.path.isdir(source):
+        try:
+            with open(os.path.join(source, "README.md"), "rb") as f:
+                data: bytes | None = f.read()
+        except FileNotFoundError:
+            return None
+    elif is_url(source) and not source.startswith("hf://"):  # http(s), s3...: a shardkit folder there
+        data = UrlStore(source).read_bytes("README.md")
+    elif match := _HUB_SOURCE.match(source):
+        data = _hub_card(match.group(1), config.revision or match.group(2), source)
+    else:
+        return None
+    if data is None:
+        return None
+    return data.decode("utf-8", "replace").removeprefix("\ufeff").replace("\r\n", "\n")
+
+
+def _hub_card(repo_id: str, revision: str | None, source: str) -> bytes | None:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=revision)
+    except EntryNotFoundError:  # a repo without a card
+        return None
+    except Exception as exc:  # the data was just read from there: this is a failure, not "no card"
+        raise ShardkitError(
+            f"cannot read the card (README.md) of {source!r}, whose license and description the output keeps:"
+            f" {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def source_card_fields(config: RemuxConfig) -> dict[str, Any]:
+    """The keys of :data:`CARD_KEYS` the source card's YAML front matter sets."""
+    import yaml
+
+    from .card import split_front_matter
+
+    text = _source_card_text(config)
+    if text is None:
+        return {}
+    try:
+        data, _ = split_front_matter(text)
+    except (yaml.YAMLError, ValueError) as exc:
+        log.warning("the card of %r does not parse (%s): its license and other fields are not kept", config.source, exc)
+        return {}
+    fields = {key: data[key] for key in CARD_KEYS if data.get(key) not in (None, "", [], {})}
+    if isinstance(fields.get("tags"), list):
+        fields["tags"] = [t for t in fields["tags"] if t != "shardkit"]  # the output card says so itself
+        if not fields["tags"]:
+            del fields["tags"]
+    return fields
+
+
+def keep_card_fields(out_dir: str, fields: dict[str, Any]) -> list[str]:
+    """Set the source's card fields in OUT_DIR's README.md where the card does not set them (a
+    key it sets is the user's, for this output: kept, with a warning if the source's differs);
+    tags are merged. Return the keys set."""
+    from .card import set_front_matter_keys, split_front_matter
+
+    path = os.path.join(out_dir, "README.md")
+    with open(path, encoding="utf-8", newline="") as f:
+        text = f.read()
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    text = text[len(bom) :]
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    text = text.replace("\r\n", "\n")
+    data, _ = split_front_matter(text)
+    values: dict[str, Any] = {}
+    for key, value in fields.items():
+        current = data.get(key)
+        if key == "tags" and isinstance(value, list) and isinstance(current, list | type(None)):
+            merged = list(current or [])
+            merged += [t for t in value if t not in merged]
+            if merged != current:
+                values[key] = merged
+        elif current in (None, "", [], {}):
+            values[key] = value
+        elif current != value:
+            log.warning(
+                "%s keeps its %s %s; the source's card says %s",
+                path,
+                key,
+                json.dumps(current, ensure_ascii=False, default=str),
+                json.dumps(value, ensure_ascii=False, default=str),
+            )
+    if values:
+        text = set_front_matter_keys(text, values)
+        write_atomic(path, (bom + (text.replace("\n", "\r\n") if crlf else text)).encode("utf-8"))
+    return list(values)
 
 
 # --- one source shard --------------------------------------------------------------------------------
@@ -209,9 +451,25 @@ def open_source(config: RemuxConfig, shardkit_source: bool) -> Any:
 class ShardTask:
     config: RemuxConfig
     shardkit_source: bool
-    shard: int
-    n_shards: int
+    split: SourceSplit
+    shard: int  # of the split's shards
     work_dir: str
+    #: Stage each row's split (the output has splits other than train, or a train that is not alone).
+    write_split: bool = False
+
+    @property
+    def n_shards(self) -> int:
+        return self.split.n_shards
+
+    @property
+    def name(self) -> str:
+        """How messages name the shard: ``split 'test', source shard 3``."""
+        return f"split {self.split.name!r}, source shard {self.shard}"
+
+    @property
+    def stem(self) -> str:
+        """Its staged files' and part's path under files/ and parts/: ``<split>/<shard>``."""
+        return f"{self.split.out}/{self.shard:05d}"
 
 
 def _encode(value: Any, config: RemuxConfig) -> tuple[bytes, str] | None:
@@ -335,58 +593,68 @@ def _batches(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[st
         yield batch
 
 
-def transform_shard(task: ShardTask) -> tuple[int, int, int]:
-    """Run one source shard through the function; return (shard, rows in, rows out)."""
+def transform_shard(task: ShardTask) -> tuple[str, int, int]:
+    """Run one source shard through the function; return (its stem, rows in, rows out)."""
     config = task.config
     fn = load_function(config.fn)
     with_seeds = wants_seeds(fn)
-    ds = open_source(config, task.shardkit_source)
+    ds = open_source(config, task.shardkit_source, task.split.name)
     file_columns = [n for n, f in (ds.features or {}).items() if type(f).__name__ in ("Image", "Audio")]
     ds = ds.shard(num_shards=task.n_shards, index=task.shard) if task.n_shards > 1 else ds
-    part = os.path.join(task.work_dir, "parts", f"{task.shard:05d}.jsonl")
-    files_dir = os.path.join(task.work_dir, "files", f"{task.shard:05d}")
+    part = os.path.join(task.work_dir, "parts", f"{task.stem}.jsonl")
+    files_dir = os.path.join(task.work_dir, "files", task.stem)
     shutil.rmtree(files_dir, ignore_errors=True)
     os.makedirs(files_dir)
+    os.makedirs(os.path.dirname(part), exist_ok=True)
     rows_in = rows_out = 0
+    columns: set[str] = set()
+    not_labels: set[str] = set()  # ClassLabel columns the function filled with something else
     lines: list[bytes] = []
     partial = f"{part}.{secrets.token_hex(4)}.partial"  # this attempt's own (see writer.write_shard)
-    for batch_rows in _batches(_source_rows(ds, config.source, task.shard), config.batch_size):
+    for batch_rows in _batches(_source_rows(ds, config.source, task.name), config.batch_size):
         first = rows_in
         identities = [
-            str(r["key"]) if isinstance(r.get("key"), str) else f"{task.shard}/{first + i}"
+            str(r["key"]) if isinstance(r.get("key"), str) else f"{task.split.name}/{task.shard}/{first + i}"
             for i, r in enumerate(batch_rows)
         ]
         rows_in += len(batch_rows)
         batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
-        _prepare_batch(batch, file_columns, config, f"source shard {task.shard}, row", first)
+        _prepare_batch(batch, file_columns, config, f"{task.name}, row", first)
         seeds = [sample_seed(config.seed, identity) for identity in identities]
         try:
             out = fn(batch, seeds) if with_seeds else fn(batch)
         except Exception as exc:
             raise ShardkitError(
-                f"the map function failed on source shard {task.shard}, rows {first}..{rows_in - 1}:"
+                f"the map function failed on {task.name}, rows {first}..{rows_in - 1}:"
                 f" {type(exc).__name__}: {exc}{_where_raised(exc)}"
             ) from exc
-        rows = _rows_of(out, task.shard, first)
+        where = f"{task.name}, batch from row {first}"
+        rows = _rows_of(out, where)
         same_rows = len(identities) == len(rows)
         for j, row in enumerate(rows):
-            file_column, encoded = _file_of(row, config, task.shard, first)
+            file_column, encoded = _file_of(row, config, where)
             data, ext = encoded
             key = row.get("key")
             if not (isinstance(key, str) and KEY_RE.match(key)):
                 key = identities[j] if same_rows and KEY_RE.match(identities[j]) else None
             if key is None:
                 key = derived_key(f"{identities[0]}#{j}")
-            name = f"{task.shard:05d}/{rows_out:08d}{ext}"
+            name = f"{task.stem}/{rows_out:08d}{ext}"
             with open(os.path.join(files_dir, f"{rows_out:08d}{ext}"), "wb") as f:
                 f.write(data)
             fields = {k: _json_value(v) for k, v in row.items() if k not in (file_column, "key")}
+            for label in task.split.labels:
+                if label.column in fields and not _as_class_names(fields, label, where):
+                    not_labels.add(label.column)
+            if task.write_split and fields.get(SPLIT_COLUMN) is None:
+                fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
+            columns.update(fields)
             try:
                 text = json.dumps({"file_name": name, "key": key, **fields}, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise ShardkitError(
-                    f"the map function returned a value that is not JSON (source shard {task.shard},"
-                    f" batch from row {first}): {exc}; return numbers, strings, lists or dicts besides the image"
+                    f"the map function returned a value that is not JSON ({where}): {exc};"
+                    " return numbers, strings, lists or dicts besides the image"
                 ) from None
             lines.append(text.encode("utf-8") + b"\n")
             rows_out += 1
@@ -395,12 +663,37 @@ def transform_shard(task: ShardTask) -> tuple[int, int, int]:
             lines = []
     _append(partial, lines)
     os.replace(partial, part)
-    counts = json.dumps({"rows_in": rows_in, "rows_out": rows_out}).encode()
-    write_atomic(_done_path(task.work_dir, task.shard), counts)  # the shard is done only now
-    return task.shard, rows_in, rows_out
+    counts = {"rows_in": rows_in, "rows_out": rows_out, "columns": sorted(columns), "not_labels": sorted(not_labels)}
+    write_atomic(_done_path(task.work_dir, task.stem), json.dumps(counts).encode())  # the shard is done only now
+    return task.stem, rows_in, rows_out
 
 
-def _source_rows(ds: Any, source: str, shard: int) -> Iterator[dict[str, Any]]:
+def _as_class_names(fields: dict[str, Any], label: ClassLabelColumn, where: str) -> bool:
+    """Put a ClassLabel column's class names in place of its integers (what the packer numbers
+    again, in the source's order); False if it holds something else (then it is no ClassLabel)."""
+    value = fields[label.column]
+
+    def name_of(v: Any) -> Any:
+        if not isinstance(v, int) or isinstance(v, bool):
+            return v
+        if v == -1:  # datasets' "no label"
+            return None
+        if not 0 <= v < len(label.names):
+            raise ShardkitError(
+                f"column {label.column!r} is a ClassLabel of {len(label.names)} names in the source, and the map"
+                f" function returned {v} in it ({where}); return a class's number or name, or rename the column"
+            )
+        return label.names[v]
+
+    if label.in_list:
+        if isinstance(value, list):
+            fields[label.column] = [name_of(v) for v in value]
+        return False  # the packer makes one ClassLabel, of single values: the names stay as strings
+    fields[label.column] = value = name_of(value)
+    return value is None or isinstance(value, str)
+
+
+def _source_rows(ds: Any, source: str, shard: str) -> Iterator[dict[str, Any]]:
     """The source shard's rows; a source that cannot be read (damaged, hostile, gone) is one
     error naming it, the shard and the row, not a traceback from deep inside datasets."""
     rows = iter(ds)
@@ -411,17 +704,15 @@ def _source_rows(ds: Any, source: str, shard: int) -> Iterator[dict[str, Any]]:
         except StopIteration:
             return
         except ShardkitError as exc:  # shardkit.stream's own, naming the shard file already
-            raise ShardkitError(f"cannot read source shard {shard} of {source!r}: {exc}") from None
+            raise ShardkitError(f"cannot read {shard} of {source!r}: {exc}") from None
         except Exception as exc:  # datasets, pyarrow, fsspec and the decoders raise many types
-            raise ShardkitError(
-                f"cannot read source shard {shard} of {source!r} at row {n}: {type(exc).__name__}: {exc}"
-            ) from None
+            raise ShardkitError(f"cannot read {shard} of {source!r} at row {n}: {type(exc).__name__}: {exc}") from None
         yield row
         n += 1
 
 
-def _done_path(work_dir: str, shard: int) -> str:
-    return os.path.join(work_dir, "parts", f"{shard:05d}.done")
+def _done_path(work_dir: str, stem: str) -> str:
+    return os.path.join(work_dir, "parts", f"{stem}.done")
 
 
 def _append(path: str, lines: list[bytes]) -> None:
@@ -443,9 +734,8 @@ def _where_raised(exc: BaseException) -> str:
     return f" (at {last.filename}:{last.lineno} in {last.name})\nTraceback of the map function:\n{lines}"
 
 
-def _rows_of(out: Any, shard: int, first: int) -> list[dict[str, Any]]:
+def _rows_of(out: Any, where: str) -> list[dict[str, Any]]:
     """The function's returned batch as rows, once checked to be a dict of equal-length lists."""
-    where = f"source shard {shard}, batch from row {first}"
     if not isinstance(out, dict) or not all(isinstance(v, list) for v in out.values()):
         raise ShardkitError(f"the map function must return a dict of lists ({where}); it returned {type(out).__name__}")
     lengths = {len(v) for v in out.values()}
@@ -455,13 +745,12 @@ def _rows_of(out: Any, shard: int, first: int) -> list[dict[str, Any]]:
     return [{name: out[name][i] for name in names} for i in range(lengths.pop() if lengths else 0)]
 
 
-def _file_of(row: dict[str, Any], config: RemuxConfig, shard: int, first: int) -> tuple[str, tuple[bytes, str]]:
+def _file_of(row: dict[str, Any], config: RemuxConfig, where: str) -> tuple[str, tuple[bytes, str]]:
     found = [(name, enc) for name, value in row.items() if (enc := _encode(value, config)) is not None]
     if len(found) != 1:
         what = "no image or file column" if not found else f"{len(found)} file columns ({[n for n, _ in found]})"
         raise ShardkitError(
-            f"each output row needs exactly one image (PIL image or bytes); the map function returned {what}"
-            f" (source shard {shard}, batch from row {first})"
+            f"each output row needs exactly one image (PIL image or bytes); the map function returned {what} ({where})"
         )
     return found[0]
 
@@ -469,12 +758,16 @@ def _file_of(row: dict[str, Any], config: RemuxConfig, shard: int, first: int) -
 # --- the whole run ---------------------------------------------------------------------------------
 
 
-def _state(config: RemuxConfig) -> dict[str, Any]:
+def _state(config: RemuxConfig, splits: list[SourceSplit]) -> dict[str, Any]:
+    """What the staged files depend on: a run with another state starts over (with --force)."""
     fn = config.fn if isinstance(config.fn, str) else f"{config.fn.__module__}:{config.fn.__qualname__}"
     return {
         "source": config.source,
         "config_name": config.config_name,
         "split": config.split,
+        # The splits read and their shard counts: a source that changed shape since is not resumed.
+        "splits": [[s.name, s.out, s.n_shards] for s in splits],
+        "labels": [[s.name, [[c.column, list(c.names), c.in_list] for c in s.labels]] for s in splits],
         "revision": config.revision,
         "fn": fn,
         "batch_size": config.batch_size,
@@ -504,12 +797,16 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     if not is_url(config.out_dir):
         check_out_dir(out_dir, adopt=config.adopt)
     started = time.perf_counter()
-    shardkit_source = _is_shardkit(config.source, config.revision)
-    n_shards = open_source(config, shardkit_source).n_shards
+    manifest = _shardkit_manifest(config.source, config.revision)
+    shardkit_source = manifest is not None
+    splits = source_splits(config, manifest)
+    card_fields = source_card_fields(config)  # now: a card that cannot be read fails before the work
+    write_split = [s.out for s in splits] != ["train"]
+    n_shards = sum(s.n_shards for s in splits)
     with locked(out_dir) as work_dir:
         remux_dir = os.path.join(work_dir, REMUX_DIR)
         state_path = os.path.join(remux_dir, "state.json")
-        state = _state(config)
+        state = _state(config, splits)
         previous = None
         with contextlib.suppress(FileNotFoundError, ValueError), open(state_path, encoding="utf-8") as f:
             previous = json.load(f)
@@ -525,34 +822,41 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
             local_source = [os.path.abspath(config.source)] if os.path.isdir(config.source) else []
             cluster.check_workers(work_dir, local_source)
         parts = os.path.join(remux_dir, "parts")
-        done: dict[int, dict[str, int]] = {}
-        for name in os.listdir(parts):
-            if name.endswith(".done"):
-                with open(os.path.join(parts, name), encoding="utf-8") as f:
-                    done[int(name[:5])] = json.load(f)
-            elif name.endswith(".partial"):
-                os.unlink(os.path.join(parts, name))
-        tasks = [ShardTask(config, shardkit_source, i, n_shards, remux_dir) for i in range(n_shards) if i not in done]
-        rows_in = sum(c["rows_in"] for c in done.values())
-        rows_out = sum(c["rows_out"] for c in done.values())
+        all_tasks = [
+            ShardTask(config, shardkit_source, split, i, remux_dir, write_split)
+            for split in splits
+            for i in range(split.n_shards)
+        ]
+        for dirpath, _, names in os.walk(parts):
+            for name in names:
+                if name.endswith(".partial"):
+                    os.unlink(os.path.join(dirpath, name))
+        resumed = {t.stem for t in all_tasks if os.path.exists(_done_path(remux_dir, t.stem))}
+        tasks = [t for t in all_tasks if t.stem not in resumed]
         progress.start("transforming source shards", total=n_shards, unit="shards")
-        progress.advance(len(done))
-        names = [f"{t.shard:05d}" for t in tasks]
-        for _, shard_in, shard_out in run_tasks(
-            transform_shard, tasks, names, "transform", jobs=config.jobs, cluster=cluster
+        progress.advance(len(resumed))
+        rows_so_far = 0
+        for _, _, shard_out in run_tasks(
+            transform_shard, tasks, [t.stem for t in tasks], "transform", jobs=config.jobs, cluster=cluster
         ):
-            rows_in += shard_in
-            rows_out += shard_out
-            progress.advance(1, rows=rows_out)
+            rows_so_far += shard_out
+            progress.advance(1, rows=rows_so_far)
         progress.finish()
         transform_seconds = time.perf_counter() - started
+        counts = []
+        for task in all_tasks:
+            with open(_done_path(remux_dir, task.stem), encoding="utf-8") as f:
+                counts.append(json.load(f))
+        rows_in = sum(c["rows_in"] for c in counts)
+        rows_out = sum(c["rows_out"] for c in counts)
         metadata = os.path.join(remux_dir, "metadata.jsonl")
         with open(metadata, "wb") as out:
-            for i in range(n_shards):
-                with open(os.path.join(parts, f"{i:05d}.jsonl"), "rb") as part:
+            for task in all_tasks:
+                with open(os.path.join(parts, f"{task.stem}.jsonl"), "rb") as part:
                     shutil.copyfileobj(part, out)
     if rows_out == 0:
         raise ShardkitError(f"the map function returned no rows for the {n_shards} source shards: nothing to pack")
+    label = _published_label(splits, counts)
     from .pack import PackConfig, pack
 
     kw: dict[str, Any] = {}
@@ -560,6 +864,9 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         kw["max_shard_bytes"] = config.max_shard_bytes
     if config.target_shard_bytes:
         kw["target_shard_bytes"] = config.target_shard_bytes
+    if label is not None:
+        kw["class_label"] = label.column
+        kw["class_names"] = label.names
     packed = pack(
         PackConfig(
             images_dir=os.path.join(remux_dir, "files"),
@@ -575,12 +882,31 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         progress,
         client=None if cluster is None else cluster.client,
     )
+    kept = keep_card_fields(out_dir, card_fields) if card_fields else []
+    if kept and is_url(config.out_dir):  # pack pushed the card before these keys were in it
+        UrlStore(config.out_dir).upload(os.path.join(out_dir, "README.md"), "README.md")
     shutil.rmtree(remux_dir, ignore_errors=True)  # packed: the staged files have served
     return RemuxSummary(
         source_shards=n_shards,
-        resumed_source_shards=len(done),
+        resumed_source_shards=len(resumed),
         rows_in=rows_in,
         rows_out=rows_out,
         transform_seconds=transform_seconds,
         pack=packed,
+        splits=[s.name for s in splits],
+        class_label=None if label is None else label.column,
+        card_fields=kept,
     )
+
+
+def _published_label(splits: list[SourceSplit], counts: list[dict[str, Any]]) -> ClassLabelColumn | None:
+    """The ClassLabel column the output publishes as one: the source's first that the function
+    kept, holding class names (staged) only. The packer makes one ClassLabel column; the others
+    keep their class names as strings, so no class is lost, only its number."""
+    columns = set().union(*(c.get("columns", []) for c in counts))
+    not_labels = set().union(*(c.get("not_labels", []) for c in counts))
+    for split in splits:
+        for label in split.labels:
+            if label.column in columns and label.column not in not_labels and not label.in_list:
+                return label
+    return None
