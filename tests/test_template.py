@@ -17,7 +17,7 @@ from datasets import load_dataset
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
-from shardkit.card import GITATTRIBUTES_LINES, split_front_matter
+from shardkit.card import GITATTRIBUTES_LINES, card_repo, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
 from shardkit.zipformat import iter_members
 from tests.http_server import serve_directory
@@ -75,7 +75,8 @@ def test_overrides_and_free_text_that_would_break_yaml(tmp_path: Path) -> None:
     assert card["pretty_name"] == 'Cats: "a study" # 1'
     assert card["license"] == "cc0-1.0" and card["tags"] == ["shardkit", "audio"]
     text = (repo / "README.md").read_text()
-    assert 'load_dataset("lab/cats"' in text
+    assert card_repo(str(repo)) == "lab/cats"  # what the load examples will name once packed
+    assert "--class-label label" in text  # an audio-classification dataset: the maintainer is told of labels
     loader = repo / "cats_loader.py"
     py_compile.compile(str(loader), doraise=True)
     assert '_FILE_COLUMN = "audio"' in loader.read_text()
@@ -119,6 +120,16 @@ def test_the_templates_own_hook_refuses_bad_names_for_plain_cookiecutter(tmp_pat
     with pytest.raises(FailedHookException):
         generate(tmp_path, dataset_name=name)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_templates_own_hook_refuses_a_homepage_that_is_not_a_link(tmp_path: Path) -> None:
+    from cookiecutter.exceptions import FailedHookException
+
+    with pytest.raises(FailedHookException):
+        generate(tmp_path, homepage="example.org")
+    assert list(tmp_path.iterdir()) == []
+    repo = generate(tmp_path, homepage="https://example.org/x")
+    assert "**Homepage:** <https://example.org/x>" in (repo / "README.md").read_text()
 
 
 def test_bad_namespace_is_refused(tmp_path: Path) -> None:

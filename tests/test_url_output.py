@@ -155,7 +155,10 @@ def test_a_template_repo_in_a_bucket_is_packed_in_place_then_pushed_from_there(
         assert pushed.returncode == 0, pushed.stderr[-3000:]
         summary = json.loads(pushed.stdout)
         assert summary["uploaded_files"] == len(in_bucket)
-        assert remote_files(hub) == in_bucket
+        # The push writes the repo's name into the card's load examples, at the URL too.
+        named = objects(fs, "bkt/tpl")
+        assert f'shardkit.stream("{REPO}"'.encode() in named["README.md"]
+        assert remote_files(hub) == named == {**in_bucket, "README.md": named["README.md"]}
         assert remote_files(hub, "script")["yfcc-mini.py"] == in_bucket["yfcc_mini_loader.py"]
 
         reader_env = hub_env(hub.url, tmp_path / "reader-home", token=None)

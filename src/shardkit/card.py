@@ -11,16 +11,20 @@ changed to this one's).
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
 import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
 
 from .formats import ZIP, ShardFormat
-from .manifest import SplitSummary, write_atomic
+from .manifest import Manifest, SplitSummary, write_atomic
+from .schema import class_label_names
+from .table import TABLE_NAME
 
 log = logging.getLogger(__name__)
 #: A ``data_files`` path shardkit writes: ``data/*.zip``, or a split's ``data/<split>/*.zip``.
@@ -74,7 +78,13 @@ def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
 
     A key's block (its line and the indented or ``- `` lines under it) is replaced by the new
     value's YAML, or appended at the end of the front matter; comments and blank lines that end
-    a block stay. A card without front matter gets one in front of its text.
+    a block stay. A card without front matter gets one in front of its text. Setting
+    ``license`` (``license_name``, ``license_link``) rewrites shardkit's license section too,
+    which says the same in words.
+
+    Not huggingface_hub's ``DatasetCard``: it writes the whole YAML again from the parsed data
+    (the user's comments, quoting, key order and line breaks would be lost); these are the
+    user's lines, edited one key at a time.
     """
     end = _front_matter_end(text)
     front, body = (text[4 : end + 1], text[end + 5 :]) if end != -1 else ("", text)
@@ -94,6 +104,8 @@ def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
     data = yaml.safe_load(new_front)
     if not isinstance(data, dict):
         raise ValueError("README.md front matter is not a YAML mapping")
+    if _LICENSE_KEYS & set(values) and _find_section(body, "license") is not None:
+        body = set_section(body, "license", license_section(data))  # the license in words stays the key's
     return f"---\n{new_front}---\n{body}"
 
 
@@ -213,6 +225,99 @@ def builtin_zip_builder(shard_members: list[list[str]]) -> str:
 STATS_BEGIN = "<!-- shardkit:stats -->"
 STATS_END = "<!-- /shardkit:stats -->"
 
+#: The card sections shardkit owns, each between ``<!-- shardkit:NAME -->`` and
+#: ``<!-- /shardkit:NAME -->``, in the order a missing one is put in. Every pack rewrites them
+#: (push rewrites ``usage`` too); the text around them is the user's and is never touched.
+SECTIONS = ("stats", "features", "usage", "layout", "license")
+#: A section's opening marker; ``usage`` records there, as ``key=value`` words, what push must
+#: know to render it again (``repo``, ``revision``, ``builtin``).
+_BEGIN = re.compile(r"<!-- shardkit:(?P<name>[a-z]+)(?P<attrs>(?: [a-z]+=[^\s>]+)*) -->")
+#: The Hub namespace the template offers before one is given: never a repo to load from.
+PLACEHOLDER_NAMESPACE = "your-username"
+#: Shown in a ClassLabel's row of the features table; the front matter lists every name.
+_SHOWN_LABELS = 20
+_LICENSES_PAGE = "https://huggingface.co/docs/hub/repositories-licenses"
+_LICENSE_KEYS = {"license", "license_name", "license_link"}
+
+
+def _end_marker(name: str) -> str:
+    return f"<!-- /shardkit:{name} -->"
+
+
+def _find_section(body: str, name: str) -> tuple[int, int, dict[str, str]] | None:
+    """Where section ``name`` starts and ends in ``body`` (its markers included) and the words of
+    its opening marker; None if it has no opening marker or no closing one after it."""
+    for match in _BEGIN.finditer(body):
+        if match.group("name") != name:
+            continue
+        end = body.find(_end_marker(name), match.end())
+        if end == -1:
+            return None
+        attrs = dict(word.split("=", 1) for word in match.group("attrs").split())
+        return match.start(), end + len(_end_marker(name)), attrs
+    return None
+
+
+def _has_marker(body: str, name: str) -> bool:
+    return any(m.group("name") == name for m in _BEGIN.finditer(body))
+
+
+def _section(name: str, content: str, attrs: dict[str, str] | None = None) -> str:
+    words = "".join(f" {k}={v}" for k, v in (attrs or {}).items())
+    if content and not content.endswith("\n"):
+        content += "\n"
+    return f"<!-- shardkit:{name}{words} -->\n{content}{_end_marker(name)}"
+
+
+def set_section(body: str, name: str, content: str, attrs: dict[str, str] | None = None) -> str:
+    """``body`` with section ``name`` holding ``content``: replaced where it is, else put after
+    the shardkit section before it in :data:`SECTIONS` (or before the one after it; or at the
+    end of the card). Every other character of ``body`` stays as it was. A section whose
+    opening marker has no closing one is left alone: where the user's text ends is unknown."""
+    text = _section(name, content, attrs)
+    found = _find_section(body, name)
+    if found is not None:
+        start, end, _ = found
+        return body[:start] + text + body[end:]
+    if _has_marker(body, name):
+        return body
+    order = SECTIONS.index(name)
+    for before in reversed(SECTIONS[:order]):
+        if (at := _find_section(body, before)) is not None:
+            return body[: at[1]] + "\n\n" + text + body[at[1] :]
+    for after in SECTIONS[order + 1 :]:
+        if (at := _find_section(body, after)) is not None:
+            return body[: at[0]] + text + "\n\n" + body[at[0] :]
+    # A card shardkit did not write (--adopt): its text stays; shardkit's sections go after it.
+    return body + ("" if body.endswith("\n") or not body else "\n") + "\n" + text + "\n"
+
+
+def human_size(n: float) -> str:
+    """Bytes as the card shows them: ``15.0 KB``, ``1.7 MB`` (powers of 1000, as the Hub does)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n} B"
+
+
+def _cell(text: str) -> str:
+    """Free text (a column or class name) safe in a markdown table cell, shown as written."""
+    return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    """``text`` as inline code in a table cell (a backtick in it, or a pipe, kept literal)."""
+    text = " ".join(text.split()).replace("|", "\\|")
+    fence = "``" if "`" in text else "`"
+    pad = " " if "`" in text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _py(value: str) -> str:
+    """A Python string literal (JSON's is one) for the examples."""
+    return json.dumps(value, ensure_ascii=False)
+
 
 def stats_section(
     rows: int,
@@ -221,38 +326,398 @@ def stats_section(
     preview: str | None = None,
     fmt: ShardFormat = ZIP,
     builtin_loader_note: str | None = None,
+    splits: list[SplitSummary] | None = None,
 ) -> str:
-    """The card text shardkit owns: rewritten on every pack, between two HTML comments."""
-    picture = f"\n![A sample of the images with their captions]({preview})\n" if preview else ""
-    note = f"\n**Note:** {builtin_loader_note}\n" if builtin_loader_note else ""
-    return (
-        f"{STATS_BEGIN}\n{rows:,} rows in {shards} {_FORMAT_WORDS[fmt.name]} shards ({total_bytes / 1e6:,.1f} MB),"
-        f" packed with shardkit.\n{note}{picture}"
-        f"{STATS_END}"
+    """What is in the dataset: rows, shards, format, each split's size, the preview."""
+    lines = [
+        f"{rows:,} rows in {shards} {_FORMAT_WORDS[fmt.name]} shards ({human_size(total_bytes)}),"
+        " packed with shardkit.",
+        "",
+    ]
+    if splits:
+        lines += ["| split | rows | shards | size |", "|---|---:|---:|---:|"]
+        lines += [f"| {_code(s.name)} | {s.rows:,} | {s.shards:,} | {human_size(s.bytes)} |" for s in splits]
+        lines.append("")
+    if builtin_loader_note:
+        lines += [f"**Note:** {builtin_loader_note}", ""]
+    if preview:
+        lines += [f"![A sample of the images with their captions]({preview})", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def row_features(fmt: ShardFormat, features: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The columns of a row as shardkit.stream gives them, from the card's features
+    (:func:`card_features` inverted: for tar, the file column and the fields inside ``json``)."""
+    if fmt.name != "tar":
+        return features
+    files = [f for f in features if f.get("name") not in ("json", "__key__", "__url__")]
+    line = next((f.get("struct") for f in features if f.get("name") == "json"), None) or []
+    file_dtype = str(files[0].get("dtype")) if files else "image"
+    return [{"name": file_dtype, "dtype": file_dtype}, *line[1:]]
+
+
+def _type_words(feature: dict[str, Any]) -> str:
+    """A feature's type in words for the features table."""
+    if (names := class_label_names(feature)) is not None:
+        return f"ClassLabel ({len(names)} classes)"
+    if "dtype" in feature:
+        return _cell(str(feature["dtype"]))
+    if "struct" in feature:
+        return "struct of " + ", ".join(f"{_code(str(f['name']))}: {_type_words(f)}" for f in feature["struct"])
+    inner = feature.get("list", feature.get("sequence"))
+    if isinstance(inner, str):
+        return f"list of {_cell(inner)}"
+    if isinstance(inner, list):
+        return "list of " + _type_words({"struct": inner})
+    if isinstance(inner, dict):
+        return "list of " + _type_words(inner)
+    return _cell(json.dumps({k: v for k, v in feature.items() if k != "name"}))
+
+
+def features_section(fmt: ShardFormat, features: list[dict[str, Any]]) -> str:
+    """The columns as a table: name, type, and a ClassLabel's names (the first 20 and a count)."""
+    columns = row_features(fmt, features)
+    lines = ["## Features", "", "| column | type | values |", "|---|---|---|"]
+    for feature in columns:
+        names = class_label_names(feature)
+        values = ""
+        if names is not None:
+            values = ", ".join(f"`{i}` {_cell(n)}" for i, n in enumerate(names[:_SHOWN_LABELS]))
+            if len(names) > _SHOWN_LABELS:
+                values += f", ... ({len(names) - _SHOWN_LABELS} more; all {len(names)} in `dataset_info` above)"
+        lines.append(f"| {_code(str(feature['name']))} | {_type_words(feature)} | {values} |")
+    file_column = str(columns[0]["name"]) if columns else "image"
+    what = "an audio file" if file_column == "audio" else "an image"
+    lines += [
+        "",
+        f"`{file_column}` is {what} (datasets decodes it; its bytes are the file as it was packed), `key` the"
+        " row's id: lowercase hex, unique in the dataset, given in the metadata or the sha256 of the file.",
+    ]
+    if names_column := next((str(f["name"]) for f in columns if class_label_names(f) is not None), None):
+        lines += [
+            "",
+            f"`{names_column}` holds class numbers; `ds.features[{_py(names_column)}].names` gives their names,"
+            f" `ds.features[{_py(names_column)}].int2str(n)` the name of one.",
+        ]
+    if fmt.name == "tar":
+        lines += [
+            "",
+            "datasets' builtin webdataset loader gives the file as a column named after its extension"
+            " (`jpg`...), the other columns inside `json`, and `__key__`, `__url__`; `shardkit.stream` gives"
+            " the columns above.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the load examples depend on. Rendered at every pack, and again by push, which knows
+    the repo: the examples name the repo the card is published in, or before that the folder they
+    run in."""
+
+    fmt: ShardFormat
+    splits: tuple[str, ...]
+    file_column: str
+    label_column: str | None = None
+    loader: str | None = None  # the loading script at OUT_DIR's root (read by datasets 3.6; ZIP only)
+    builtin: bool = True  # False: datasets' builtin loader would open the shards with the wrong builder
+    repo: str | None = None  # NAMESPACE/NAME on the Hub; None before the first push
+    revision: str = "main"
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        words = {"repo": self.repo or "", "revision": self.revision if self.revision != "main" else ""}
+        words["builtin"] = "" if self.builtin else "no"
+        return {k: v for k, v in words.items() if v}
+
+
+def known_repo(repo: str | None) -> str | None:
+    """``repo`` if it names a Hub repo to load from: not empty, nor the template's placeholder."""
+    if not repo or "/" not in repo or repo.split("/", 1)[0] == PLACEHOLDER_NAMESPACE:
+        return None
+    return repo
+
+
+def usage_section(u: Usage) -> str:
+    """How to load the dataset, fastest first, per datasets version; every example names the
+    repo (or, before it is pushed, the folder it runs in) and the splits."""
+    on_hub = u.repo is not None
+    # Before the push, the folder the examples run in: datasets names a local dataset after its
+    # folder, which "." has not, so it is given the folder's full path.
+    stream_from = _py(u.repo) if u.repo is not None else '"."'
+    load_from = _py(u.repo) if u.repo is not None else "os.getcwd()"
+    revision = f", revision={_py(u.revision)}" if on_hub and u.revision != "main" else ""
+    first = u.splits[0] if u.splits else "train"
+    others = [s for s in u.splits if s != first]
+    split_comment = f"  # or {', '.join(_py(s) for s in others)}" if others else ""
+    lines = ["## Load it", ""]
+    if not on_hub:
+        lines += [
+            "Not on the Hub yet: run these examples inside this folder. `shardkit push` writes the repo's name"
+            " into them.",
+            "",
+        ]
+    lines += [
+        "Each reader below gives every row with its file's bytes and each column's type as packed"
+        + (f", in the splits {', '.join(f'`{s}`' for s in u.splits)}." if len(u.splits) > 1 else "."),
+        "",
+    ]
+    per_split = "one for the whole split" if u.fmt.name == "zip" else "one per shard"
+    script = u.loader is not None and u.fmt.name == "zip"
+    lines += [
+        "| reader | datasets | units of work for DataLoader workers | requests |",
+        "|---|---|---|---|",
+        "| `shardkit.stream` | 3.6, 5.x | one per shard | one per shard |",
+    ]
+    if u.builtin:
+        requests = "several per file" if u.fmt.name == "zip" else "a few per shard"
+        lines.append(f"| `load_dataset` | 3.6 to 5.x | {per_split} | {requests} |")
+    if script:
+        lines.append('| `load_dataset(..., revision="script")` | 3.6 only | one per shard | one per shard |')
+    lines += [
+        "",
+        "**Fastest**, in datasets 3.6 and 5.x: `shardkit.stream` reads each shard front to back in one request"
+        " (shardkit is not on PyPI: `pip install ./shardkit` from a clone of its repository).",
+        "",
+        "```python",
+        "import shardkit",
+        "",
+        f"ds = shardkit.stream({stream_from}, split={_py(first)}{revision}){split_comment}",
+    ]
+    if u.label_column is not None:
+        lines.append(f"names = ds.features[{_py(u.label_column)}].names")
+    lines += ["for row in ds:"]
+    if u.label_column is not None:
+        lines.append(f'    print(row["key"], names[row[{_py(u.label_column)}]], row[{_py(u.file_column)}])')
+    else:
+        lines.append(f'    print(row["key"], row[{_py(u.file_column)}])')
+    lines += ["    break", "```", ""]
+    if u.builtin:
+        builder = {"zip": f"{u.file_column}folder", "tar": "webdataset", "parquet": "parquet"}[u.fmt.name]
+        slow = (
+            " It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one worker"
+            " busy, and fetches each file with requests of its own."
+            if u.fmt.name == "zip"
+            else ""
+        )
+        lines += [
+            f"**With datasets alone** (4 and 5; 3.6 too), its builtin `{builder}` loader, no script.{slow}"
+            " Leave out `streaming=True` to download the split first.",
+            "",
+            "```python",
+            *([] if on_hub else ["import os", ""]),
+            "from datasets import load_dataset",
+            "",
+            f"ds = load_dataset({load_from}, split={_py(first)}{revision}, streaming=True){split_comment}",
+            "```",
+            "",
+        ]
+    else:
+        lines += [
+            "datasets' builtin loader would open these shards with the wrong builder (see the note above):"
+            " read them with `shardkit.stream`" + (" or, in datasets 3.6, the loading script." if script else "."),
+            "",
+        ]
+    if script and u.loader is not None:
+        if on_hub:
+            call = (
+                f'load_dataset({load_from}, revision="script", split={_py(first)}, streaming=True,'
+                " trust_remote_code=True)"
+            )
+            where_script = "the loading script on the repo's `script` branch"
+        else:
+            call = f"load_dataset({_py(f'./{u.loader}')}, split={_py(first)}, trust_remote_code=True)"
+            where_script = f"the loading script `{u.loader}`"
+        lines += [
+            f"**datasets 3.6** (the last version that runs scripts): {where_script} reads each shard front to back"
+            " in one request and gives DataLoader workers one shard each.",
+            "",
+            "```python",
+            "from datasets import load_dataset",
+            "",
+            f"ds = {call}",
+            "```",
+            "",
+        ]
+    table = (
+        f"hf://datasets/{u.repo}{'@' + u.revision if u.revision != 'main' else ''}/{TABLE_NAME}"
+        if on_hub
+        else TABLE_NAME
+    )
+    lines += [
+        f"**Filter without downloading the files**: `{TABLE_NAME}` holds every row's metadata, typed (`__shard__`"
+        " is the shard file the row is in).",
+        "",
+        "```python",
+        "import duckdb",
+        "",
+        f"duckdb.sql({_py(f'SELECT * FROM {_sql(table)} LIMIT 5')}).show()",
+        "```",
+    ]
+    if u.file_column == "audio":
+        lines += [
+            "",
+            "Audio: datasets 5.x needs `torchcodec` (with torch and FFmpeg) to load audio through its builtin"
+            " loaders, even undecoded; 3.6 decodes with `soundfile` and `librosa`. Without them `shardkit.stream`"
+            " gives each file's bytes and path.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _sql(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
+
+
+def layout_section(fmt: ShardFormat, splits: list[SplitSummary] | None, loader: str | None) -> str:
+    """The files of the repo and what each holds."""
+    split_folders = bool(splits) and any(s.data_files.startswith(f"data/{s.name}/") for s in splits or [])
+    folder = "<split>/" if split_folders else ""
+    lengths = sorted({s.prefix_length for s in splits or []})
+    digits = "hex digit" if lengths == [1] else f"{' or '.join(map(str, lengths)) or 'few'} hex digits"
+    inside = {
+        "zip": "inside, `metadata.jsonl` first (the rows), then each file stored uncompressed at"
+        " `images/<key[:3]>/<key[3:6]>/<key><ext>`",
+        "tar": "inside, for each row `<key>.json` (its metadata) then `<key><ext>` (its file), the webdataset layout",
+        "parquet": "one row per file, its bytes in a `{bytes, path}` column beside the metadata columns",
+    }[fmt.name]
+    lines = ["## Layout", ""]
+    shard_line = (
+        f"- `data/{folder}<prefix>{fmt.suffix}`: {_FORMAT_WORDS[fmt.name]} shards; `<prefix>` is the first"
+        f" {digits} of each row's `key` (a group too big for one shard is cut into"
+        f" `<prefix>-<part>{fmt.suffix}`); {inside}."
+    )
+    if split_folders and splits:
+        shard_line += " Splits: " + ", ".join(f"`data/{s.name}/`" for s in splits) + "."
+    lines += [
+        shard_line,
+        f"- `metadata/{folder}<prefix>.jsonl`: each shard's rows, byte for byte as inside it.",
+        f"- `{TABLE_NAME}`: every row's metadata as one typed table (`__shard__`: the shard file, `file_name`"
+        " inside the shard, `key`, then every column).",
+        "- `shards.json`: the manifest (rows, bytes, sha256, first and last key of every shard).",
+    ]
+    if loader is not None and fmt.name == "zip":
+        lines.append(f"- `{loader}`: the loading script for datasets 3.6.")
+    return "\n".join(lines) + "\n"
+
+
+def license_section(front: dict[str, Any]) -> str:
+    """The license the card's metadata declares, in words (the front matter is the user's)."""
+    license_id = front.get("license")
+    ids = [str(x) for x in license_id] if isinstance(license_id, list) else [str(license_id)] if license_id else []
+    lines = ["## License", ""]
+    if not ids:
+        lines.append("This card declares no license (the `license` field of its metadata is empty).")
+    elif ids == ["other"]:
+        name = front.get("license_name")
+        link = front.get("license_link")
+        said = _cell(str(name)) if name else "a license of its own"
+        if isinstance(link, str) and re.match(r"^(https?://\S+|[\w./-]+)$", link):
+            said = f"[{said}]({link})"
+        lines.append(f"The data is published under {said}.")
+    else:
+        shown = " and ".join(f"`{_cell(i)}`" for i in ids)
+        lines.append(f"The data is published under {shown} ([the Hub's license ids]({_LICENSES_PAGE})).")
+    return "\n".join(lines) + "\n"
+
+
+# What shardkit before its card sections wrote after the stats of a card it made: replaced by
+# the sections (it named no repo: `<namespace>` stood for it).
+_OLD_LOAD_BLOCK = re.compile(
+    r"\n\n## Load it\n\nFastest, one shard per shard file for DataLoader workers, datasets 3\.6 and 5\.x \(needs"
+    r" shardkit, which is not on PyPI: `pip install \./shardkit` from a clone of its repository\):\n\n"
+    r"```python\nimport shardkit\n\nds = shardkit\.stream\(\"<namespace>/(?P<title>[^\n]*)\"\)\n```\n\n"
+    r"With datasets alone \(the builtin loader; types as declared above\):\n\n"
+    r"```python\nfrom datasets import load_dataset\n\n"
+    r"ds = load_dataset\(\"<namespace>/(?P=title)\", split=\"train\", streaming=True\)\n```\n\Z"
+)
+
+
+def minimal_body(title: str) -> str:
+    """A new card's text: its title, then shardkit's sections (filled by :func:`update_card`)."""
+    return f"\n# {title}\n\n" + "\n\n".join(_section(name, "") for name in SECTIONS) + "\n"
+
+
+def loader_in(out_dir: str) -> str | None:
+    """The loading script at OUT_DIR's root (the template's ``*_loader.py``), if there is one."""
+    try:
+        names = sorted(n for n in os.listdir(out_dir) if n.endswith(LOADER_SUFFIX))
+    except FileNotFoundError:
+        return None
+    return names[0] if names else None
+
+
+def usage_of(
+    fmt: ShardFormat,
+    columns: list[dict[str, Any]],
+    splits: list[SplitSummary] | None,
+    out_dir: str,
+    attrs: dict[str, str],
+) -> Usage:
+    """The load examples' facts: what was packed (``columns``: the rows' features, see
+    :func:`row_features`), OUT_DIR's loading script and the usage marker's words."""
+    return Usage(
+        fmt=fmt,
+        splits=tuple(s.name for s in splits) if splits else ("train",),
+        file_column=str(columns[0]["name"]) if columns else "image",
+        label_column=next((str(f["name"]) for f in columns if class_label_names(f) is not None), None),
+        loader=loader_in(out_dir) if fmt.name == "zip" else None,
+        builtin=attrs.get("builtin") != "no",
+        repo=known_repo(attrs.get("repo")),
+        revision=attrs.get("revision") or "main",
     )
 
 
-def replace_stats(body: str, section: str) -> str:
-    """Swap the shardkit-owned section in a card body; leave a body without markers alone."""
-    start, end = body.find(STATS_BEGIN), body.find(STATS_END)
-    if start == -1 or end < start:
-        return body
-    return body[:start] + section + body[end + len(STATS_END) :]
+def _read_card(path: str) -> tuple[str, str, bool]:
+    """A card's text with ``\\n`` line ends, its UTF-8 mark (kept, outside the YAML) and whether
+    it had ``\\r\\n`` line ends (it is written back with its own)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        text = f.read()
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    text = text[len(bom) :]
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    return text.replace("\r\n", "\n"), bom, crlf
 
 
-def minimal_body(title: str, section: str) -> str:
-    """A new card's text: how to load it, the fast reader first (one shard per shard file)."""
-    return (
-        f"\n# {title}\n\n{section}\n\n"
-        "## Load it\n\n"
-        "Fastest, one shard per shard file for DataLoader workers, datasets 3.6 and 5.x (needs shardkit,"
-        " which is not on PyPI: `pip install ./shardkit` from a clone of its repository):\n\n"
-        f'```python\nimport shardkit\n\nds = shardkit.stream("<namespace>/{title}")\n```\n\n'
-        "With datasets alone (the builtin loader; types as declared above):\n\n"
-        "```python\nfrom datasets import load_dataset\n\n"
-        f'ds = load_dataset("<namespace>/{title}", split="train", streaming=True)\n'
-        "```\n"
-    )
+def _write_card(path: str, text: str, bom: str, crlf: bool) -> None:
+    write_atomic(path, (bom + (text.replace("\n", "\r\n") if crlf else text)).encode("utf-8"))
+
+
+def card_repo(out_dir: str) -> str | None:
+    """The Hub repo OUT_DIR's card names in its load examples (``shardkit new``'s answers, or the
+    last push); None if it names none."""
+    try:
+        text, _, _ = _read_card(os.path.join(out_dir, "README.md"))
+    except FileNotFoundError:
+        return None
+    found = _find_section(text, "usage")
+    return known_repo(found[2].get("repo")) if found else None
+
+
+def name_repo(out_dir: str, repo_id: str, revision: str, manifest: Manifest) -> str | None:
+    """Write ``repo_id`` (and a branch other than main) into the load examples of OUT_DIR's
+    card, so that the card push publishes names the repo it is in; the next pack keeps it.
+    Only shardkit's usage section changes. Returns the card's path if it changed; None if it
+    named the repo already, or has no usage section (a card of an older shardkit: the next pack
+    adds one)."""
+    path = os.path.join(out_dir, "README.md")
+    try:
+        text, bom, crlf = _read_card(path)
+    except FileNotFoundError:
+        return None
+    end = _front_matter_end(text)
+    head, body = (text[: end + 5], text[end + 5 :]) if end != -1 else ("", text)
+    found = _find_section(body, "usage")
+    if found is None:
+        return None
+    fmt = manifest.options.shard_format
+    # The manifest's features are the rows' as shardkit.stream gives them (for tar too).
+    usage = usage_of(fmt, manifest.features, manifest.splits(), out_dir, found[2])
+    usage = replace(usage, repo=repo_id, revision=revision)
+    new_body = set_section(body, "usage", usage_section(usage), usage.attrs)
+    if new_body == body:
+        return None
+    _write_card(path, head + new_body, bom, crlf)
+    return path
 
 
 _SIZE_CATEGORIES = [
@@ -319,25 +784,23 @@ def update_card(
     builtin_loader_note: str | None = None,
     splits: list[SplitSummary] | None = None,
 ) -> str:
-    """Create README.md, or set ``configs`` (if absent), ``size_categories``, ``dataset_info.features``
-    and the stats section. ``name`` titles a new card (default: ``out_dir``'s folder name)."""
+    """Create README.md, or set ``configs`` (if absent), ``size_categories``, ``dataset_info`` and
+    shardkit's sections of the text (:data:`SECTIONS`). ``name`` titles a new card (default:
+    ``out_dir``'s folder name); nothing else in the card depends on where the folder is or what it
+    is called (a copy packs to the same bytes)."""
     path = os.path.join(out_dir, "README.md")
-    section = stats_section(rows, shards, total_bytes, preview, fmt, builtin_loader_note)
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            text = f.read()
-    except FileNotFoundError:
-        title = name or os.path.basename(os.path.abspath(out_dir))
-        # A folder name that is not UTF-8 (bytes Python holds as surrogates) titles the card
-        # with U+FFFD in their place: the card is UTF-8 text.
-        title = title.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        text = minimal_body(title, section)  # set_front_matter_keys puts the front matter on
-    bom = "\ufeff" if text.startswith("\ufeff") else ""  # Notepad's UTF-8 mark: kept, outside the YAML
-    text = text[len(bom) :]
-    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
-    text = text.replace("\r\n", "\n")  # edited with \n, written back with the card's own line ends
-    data, body = split_front_matter(text)
+    title = name or os.path.basename(os.path.abspath(out_dir))
+    # A folder name that is not UTF-8 (bytes Python holds as surrogates) titles the card with
+    # U+FFFD in their place: the card is UTF-8 text.
+    title = title.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     modality = str(features[0].get("dtype")) if features else ""
+    try:
+        text, bom, crlf = _read_card(path)
+    except FileNotFoundError:
+        # No pretty_name, license or tags: keys a new card leaves empty are the user's (or a
+        # remux's, from its source) to set. set_front_matter_keys puts the front matter on.
+        text, bom, crlf = minimal_body(title), "", False
+    data, body = split_front_matter(text)
     other = {"image": "audio", "audio": "image"}.get(modality)
     tags = data.get("tags")
     if other and isinstance(tags, list) and other in tags and modality not in tags:
@@ -348,10 +811,16 @@ def update_card(
             ", ".join(map(str, tags)),
             modality,
         )
-    if STATS_BEGIN in body:
-        new_body = replace_stats(body, section)
-    else:  # a card shardkit did not write (--adopt): its text stays; shardkit's section goes after it
-        new_body = body + ("" if body.endswith("\n") or not body else "\n") + "\n" + section + "\n"
+    new_body = _OLD_LOAD_BLOCK.sub("\n", body) if _find_section(body, "usage") is None else body
+    found = _find_section(new_body, "usage")
+    usage = usage_of(fmt, row_features(fmt, features), splits, out_dir, found[2] if found else {})
+    usage = replace(usage, builtin=builtin_loader_note is None)
+    stats = stats_section(rows, shards, total_bytes, preview, fmt, builtin_loader_note, splits)
+    new_body = set_section(new_body, "stats", stats)
+    new_body = set_section(new_body, "features", features_section(fmt, features))
+    new_body = set_section(new_body, "usage", usage_section(usage), usage.attrs)
+    new_body = set_section(new_body, "layout", layout_section(fmt, splits, usage.loader))
+    new_body = set_section(new_body, "license", license_section(data))
     text = text[: len(text) - len(body)] + new_body  # body is what follows the front matter
     info = data.get("dataset_info")
     info = dict(info) if isinstance(info, dict) else {}
@@ -372,7 +841,7 @@ def update_card(
             "dataset_info": info,
         },
     )
-    write_atomic(path, (bom + (text.replace("\n", "\r\n") if crlf else text)).encode("utf-8"))
+    _write_card(path, text, bom, crlf)
     return path
 
 

@@ -168,6 +168,9 @@ class RangeResult:
     order_dependent_problems: int = 0  # rows refused for their types or modality
     extensions: set[str] = field(default_factory=set)
     labels: set[str] = field(default_factory=set)  # the class_label column's names
+    #: The range's first row whose class_label value is not a class name: if no row of the file
+    #: has one, the column is not a column of names, one problem rather than one per row.
+    label_problem: InputProblem | None = None
     runs: list[str] = field(default_factory=list)
     file_runs: list[str] = field(default_factory=list)
 
@@ -183,6 +186,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
     audio_line = image_line = 0
     extensions: set[str] = set()
     labels: set[str] = set()
+    label_problem: InputProblem | None = None
     runs = RunWriter(os.path.join(job.work_dir, "keys"), run_bytes=job.run_bytes)
     # (file_name, line): rows naming one file meet when sorted.
     files = RunWriter(os.path.join(job.work_dir, "files"), run_bytes=job.file_run_bytes)
@@ -219,7 +223,9 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             if settings.class_label is not None:
                 label = item.fields.get(settings.class_label)
                 if problem := class_label_problem(settings.class_label, label):
-                    problems.add(InputProblem(item.line, problem, json.dumps(item.fields)))
+                    wrong = InputProblem(item.line, problem, json.dumps(item.fields))
+                    problems.add(wrong)
+                    label_problem = label_problem or wrong
                     continue
                 if label is not None:
                     labels.add(label)
@@ -268,6 +274,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
         order_dependent_problems=order_dependent,
         extensions=extensions,
         labels=labels,
+        label_problem=label_problem,
         runs=runs.finish(),
         file_runs=files.finish(),
     )

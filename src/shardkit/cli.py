@@ -548,7 +548,14 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
     " MODULE is an importable module or a path to a .py file.",
 )
 @click.option("--config", "config_name", default=None, help="Source dataset config (load_dataset's name).")
-@click.option("--split", default="train", show_default=True, help="Source split.")
+@click.option(
+    "--split",
+    default=None,
+    metavar="NAME",
+    show_default="every split",
+    help="Remux this split of the source alone. Without it every split is read, and each output row goes"
+    " to the split of its source row (or the `split` the function returns).",
+)
 @click.option("--revision", default=None, help="Source revision (branch, tag or commit) on the Hub.")
 @click.option(
     "--batch-size", type=click.IntRange(1), default=64, show_default=True, help="Rows per call of the function."
@@ -608,6 +615,12 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
     The output is packed as pack-shards packs (hash-prefixed shards, manifest, card). A killed run
     resumes: re-run the same command.
 
+    The output keeps what the source says of its data: its splits (data/<split>/; a source that
+    is train alone gives data/*.zip), its first ClassLabel column as a ClassLabel with the same
+    names and numbers (other ClassLabel columns keep their class names as strings; the function
+    sees the numbers), and the license, pretty_name, language, task_categories, task_ids and tags
+    of its card (keys OUT_DIR's card already sets are kept, with a warning where they differ).
+
     Reading a shardkit source at a URL or on the Hub, and writing to an OUT_DIR URL, fail after
     SHARDKIT_NETWORK_TIMEOUT seconds (default 60) without data (other sources: datasets' own timeouts).
     """
@@ -644,8 +657,9 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
     elif not kw["quiet"]:
         packed = summary.pack
         click.echo(
-            f"remuxed {summary.rows_in} rows from {summary.source_shards} source shards into {summary.rows_out} rows"
-            f" in {summary.transform_seconds:.1f} s"
+            f"remuxed {summary.rows_in} rows from {summary.source_shards} source shards"
+            + (f" (splits {', '.join(summary.splits)})" if len(summary.splits) > 1 else "")
+            + f" into {summary.rows_out} rows in {summary.transform_seconds:.1f} s"
             + (
                 f" ({summary.resumed_source_shards} source shards kept from an earlier run)"
                 if summary.resumed_source_shards
@@ -735,7 +749,7 @@ def new_cmd(
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
 
-    from .scaffold import answer_problems, load_questions, name_problems
+    from .scaffold import answer_problems, load_questions, name_problems, next_steps
 
     extra: dict[str, str] = {}
     for answer in answers:
@@ -780,6 +794,7 @@ def new_cmd(
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     click.echo(path)
+    click.echo("\n".join(next_steps(path)), err=True)  # stdout stays the path, for scripts
 
 
 @click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]}, help=_pack_command.__doc__)

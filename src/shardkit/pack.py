@@ -470,7 +470,7 @@ def _pack_locked(
     if staged.modality == "image":
         shards_at = store.location if remote else None
         preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt, shards_at=shards_at)
-    loader_note = _builtin_loader_note(fmt, plan, staged)
+    loader_note = _builtin_loader_note(fmt, plan, staged) or _split_types_note(fmt, plan, staged)
     if loader_note is not None:
         log.warning("%s", loader_note)
     update_card(
@@ -627,7 +627,7 @@ def _check_and_stage(
                 config.metadata_path,
                 [wrong],
                 1,
-                f"--class-label names a column of class names (strings such as \"cat\"), and no row of"
+                f'--class-label names a column of class names (strings such as "cat"), and no row of'
                 f" {column!r} holds one: publish it as it is, without --class-label, or name another column.",
             )
         if column not in {f["name"] for f in features}:
@@ -700,6 +700,59 @@ def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemLog
         f"None of the files the metadata names is under IMAGES_DIR {os.path.abspath(config.images_dir)!r}:"
         " is that the folder every file_name is relative to? (Give it as the first argument.)"
     )
+
+
+#: What datasets' folder builders read of a metadata.jsonl to infer its types: 10 MB, then the
+#: rest of the line (``FolderBasedBuilder._read_metadata``, datasets 3.6 to 5.x).
+_INFERENCE_METADATA_BYTES = 10 << 20
+
+
+def _split_types_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) -> str | None:
+    """Why ``load_dataset(repo)`` could refuse these ZIP splits (None: it will not).
+
+    datasets' imagefolder and audiofolder (3.6 to 5.x) infer the column types of ONE metadata.jsonl
+    per split (from its first 10 MB; in 5.x which one varies, as they are kept in a set) and refuse
+    the dataset if two splits' types differ, whatever the card's features say: a column null
+    throughout one shard (or absent there) and a number in a shard of another split. So every
+    shard's types are inferred here as datasets infers them (pyarrow), and any two shards of
+    different splits that disagree are named.
+    """
+    if fmt.name != "zip" or not staged.split_folders:
+        return None
+    import io
+
+    import pyarrow.json as paj
+
+    seen: dict[str, dict[tuple[tuple[str, str], ...], str]] = {}  # split -> types -> a shard with them
+    for p in plan:
+        head = bytearray()
+        for line in iter_published_lines(staged.path, p.offset, p.rows):
+            head += line
+            if len(head) >= _INFERENCE_METADATA_BYTES:
+                break
+        table = paj.read_json(io.BytesIO(bytes(head)), read_options=paj.ReadOptions(block_size=len(head) + 1))
+        types = tuple(sorted((field.name, str(field.type)) for field in table.schema))
+        seen.setdefault(p.split, {}).setdefault(types, p.name)
+    splits = list(seen.items())
+    for i, (split_a, kinds_a) in enumerate(splits):
+        for split_b, kinds_b in splits[i + 1 :]:
+            for types_a, shard_a in kinds_a.items():
+                for types_b, shard_b in kinds_b.items():
+                    if types_a == types_b:
+                        continue
+                    a, b = dict(types_a), dict(types_b)
+                    differing = sorted(name for name in {*a, *b} if a.get(name) != b.get(name))
+                    column = differing[0]
+                    return (
+                        "datasets' load_dataset(repo) may refuse these splits: its builtin loader infers each"
+                        " split's column types from the rows of one of its shards and requires them equal"
+                        f" across splits. Column {column!r} is {a.get(column, 'absent')} in {shard_a}"
+                        f" ({split_a}) but {b.get(column, 'absent')} in {shard_b} ({split_b})"
+                        + (f" (and {len(differing) - 1} more)" if len(differing) > 1 else "")
+                        + ". shardkit.stream(repo) and the datasets 3.6 loading script read it; or pack with"
+                        " --format parquet, whose files carry their types."
+                    )
+    return None
 
 
 def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) -> str | None:
@@ -900,19 +953,24 @@ def _reconcile(
             f"{where} already holds shardkit output from {differs}. Re-run with{hint} --force"
             " to replace it (only files shardkit wrote), or choose another OUT_DIR."
         )
+    # In this order, so that a run killed at any step leaves every file of data/ and metadata/
+    # named by a record (the old ones, or the new state's plan) and a re-run takes it up: the
+    # files that go first, while the records naming them are there; then the new state; then
+    # the old records (a record is trusted only for the rows it was written from, below).
     done_dir = os.path.join(work_dir, "done")
-    if not same_run:
-        shutil.rmtree(done_dir, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(out_dir, MANIFEST_NAME))
-        if isinstance(store, UrlStore):
-            store.remove(MANIFEST_NAME)
     for rel in ours:
         # An update overwrites a changed shard in place, when its new version is written.
         if rel not in planned or not (same_run or updating):
             store.remove(rel)
     os.makedirs(done_dir, exist_ok=True)
     write_atomic(os.path.join(work_dir, "state.json"), json.dumps(state, sort_keys=True).encode())
+    if not same_run:
+        shutil.rmtree(done_dir, ignore_errors=True)
+        os.makedirs(done_dir)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out_dir, MANIFEST_NAME))
+        if isinstance(store, UrlStore):
+            store.remove(MANIFEST_NAME)
 
     # At a URL, one listing: reading terabytes back to hash them would cost as much as the pack.
     sizes = store.find() if isinstance(store, UrlStore) else None
@@ -924,8 +982,12 @@ def _reconcile(
         result: ManifestShard | None = None
         with contextlib.suppress(FileNotFoundError, ValueError, TypeError), open(record_path, encoding="utf-8") as f:
             result = ManifestShard(**json.load(f))
+        if result is not None and result.input_sha256 and result.input_sha256 != p.input_sha256:
+            result = None  # written from other rows, by a run of other input killed part-way
         from_before = False
-        if result is None and updating:
+        # An update keeps the shards of the run before whose rows did not change; so does the
+        # re-run of an update killed before it recorded them (its manifest is still there).
+        if result is None and (updating or (same_run and config.update)):
             before = recorded.get(p.name)
             if before is not None and before.input_sha256 and before.input_sha256 == p.input_sha256:
                 result, from_before = before, True

@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .card import LOADER_SUFFIX
+from .card import LOADER_SUFFIX, name_repo
 from .errors import ShardkitError, UsageError, listed
 from .formats import SHARD_SUFFIXES
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
@@ -530,6 +530,28 @@ def _create_repo(api: HfApi, repo_id: str, private: bool) -> bool:
     )
 
 
+def _card_naming(
+    out_dir: str,
+    repo_id: str,
+    revision: str,
+    manifest: Manifest,
+    files: list[LocalFile],
+    store: UrlStore | None,
+) -> list[LocalFile]:
+    """Name ``repo_id`` in the card's load examples before it is published; ``files`` with the
+    card's new size. OUT_DIR's card (at its URL too) gets the same: that section is shardkit's,
+    and the next pack keeps the name."""
+    card = name_repo(out_dir, repo_id, revision, manifest)
+    if card is None:
+        return files
+    if store is not None:
+        with open(card, "rb") as f:
+            store.write_bytes("README.md", f.read())
+    return [
+        LocalFile(f.path, f.local, os.path.getsize(f.local), f.sha256) if f.path == "README.md" else f for f in files
+    ]
+
+
 def _check_shards(
     config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, listing: dict[str, int] | None
 ) -> None:
@@ -724,6 +746,7 @@ def _push_locked(
         head = api.repo_info(repo_id, repo_type="dataset", revision=config.revision).sha
         remote = list_remote(api, repo_id, config.revision)
     assert head is not None
+    other_files = _card_naming(out_dir, repo_id, config.revision, manifest, other_files, store)
     unchanged = functools.partial(is_unchanged, store=store)
     deletable = _published_by_shardkit(api, repo_id, head, remote)
     plan = plan_commits(shard_files, other_files, remote, config.files_per_commit, unchanged, deletable)

@@ -18,6 +18,10 @@ from typing import Any
 
 PLACEHOLDER_NAMESPACE = "your-username"
 _ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
+#: A homepage the card can show as a link: http(s), nothing that ends or breaks a markdown link.
+_URL = re.compile(r"^https?://[^\s<>\"'`]+$")
+#: Tasks whose datasets carry a class per row: `shardkit new` suggests --class-label for them.
+CLASSIFICATION_TASKS = ("image-classification", "audio-classification")
 
 
 def load_questions(template_dir: str, directory: str | None = None) -> dict[str, Any] | None:
@@ -86,9 +90,42 @@ def answer_problems(questions: dict[str, Any], answers: dict[str, str], *, no_in
                 f"task_category {answers['task_category']!r} does not fit modality {modality!r};"
                 f" use one of: {', '.join(fitting)}"
             )
+    homepage = answers.get("homepage")
+    if homepage and not _URL.match(homepage):
+        found.append(f"homepage {homepage!r} is not an http(s) URL (https://...); leave it out if there is none")
     if no_input and questions.get("namespace") == PLACEHOLDER_NAMESPACE and "namespace" not in answers:
         found.append(
             "namespace: give the Hub user or organization that will own the dataset (namespace=NAME);"
             f" the placeholder {PLACEHOLDER_NAMESPACE!r} would be published in the card"
         )
     return found
+
+
+def next_steps(repo_dir: str) -> list[str]:
+    """What to run next in a folder ``shardkit new`` made, as its card says (README.md's hidden
+    maintainer notes say the same): pack, verify, push; ``--class-label label`` for a
+    classification task."""
+    import shlex
+
+    from .card import card_repo, split_front_matter
+
+    try:
+        with open(os.path.join(repo_dir, "README.md"), encoding="utf-8") as f:
+            front, _ = split_front_matter(f.read())
+    except (FileNotFoundError, ValueError):
+        front = {}
+    tasks = front.get("task_categories")
+    classes = isinstance(tasks, list) and any(t in CLASSIFICATION_TASKS for t in tasks)
+    where = shlex.quote(repo_dir)
+    lines = [
+        "next (also in README.md, in a comment the Hub does not show):",
+        f"  pack-shards FILES_DIR METADATA_JSONL -o {where}" + (" --class-label label" if classes else ""),
+        f"  shardkit verify {where} --deep",
+        f"  shardkit push {where} --repo {card_repo(repo_dir) or 'NAMESPACE/NAME'}",
+    ]
+    if classes:
+        lines.append(
+            "  --class-label label: the metadata's `label` column (class names) is published as a ClassLabel;"
+            " a `split` column makes one split per name"
+        )
+    return lines

@@ -4,8 +4,8 @@ Hub repository names: 1 to 96 characters from letters, digits, '-', '_' and '.';
 start or end with '-' or '.', contain '--' or '..', or end in '.git'. Namespaces (users and
 organizations) follow the same rules. The license must be one of the Hub's license ids
 (https://huggingface.co/docs/hub/repositories-licenses; the list is cookiecutter.json's
-``__licenses``), and the task one for the modality (``__tasks``). A bad answer exits non-zero
-with what is wrong.
+``__licenses``), the task one for the modality (``__tasks``), and a homepage, if given, an
+http(s) URL (the card shows it as a link). A bad answer exits non-zero with what is wrong.
 """
 
 import json
@@ -33,7 +33,11 @@ LICENSES = json.loads(r"""
 TASKS = json.loads(r"""
 {{ cookiecutter.__tasks | tojson }}
 """)
+HOMEPAGE = json.loads(r"""
+{{ cookiecutter.homepage | tojson }}
+""")
 ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
+URL = re.compile(r"^https?://[^\s<>\"'`]+$")
 
 
 def problems(value: str, what: str) -> list:
@@ -62,6 +66,8 @@ def choice_problems() -> list:
     tasks = TASKS.get(MODALITY, []) + TASKS["any"]
     if TASK not in tasks:
         found.append(f"task_category {TASK!r} does not fit modality {MODALITY!r}; use one of: {', '.join(tasks)}")
+    if HOMEPAGE and not URL.match(HOMEPAGE):
+        found.append(f"homepage {HOMEPAGE!r} is not an http(s) URL (https://...); leave it out if there is none")
     return found
 
 
