@@ -372,7 +372,8 @@ def _pack_command(**kw: Any) -> None:
     Every other field is published as is. Rows go to data/<key prefix>.zip, at
     images/<key[:3]>/<key[3:6]>/<key><ext>, with metadata.jsonl as each ZIP's first member
     (--format tar: data/<prefix>.tar with <key>.json and <key><ext>; --format parquet:
-    data/<prefix>.parquet, one row per file).
+    data/<prefix>.parquet, one row per file). An optional "split" (train, validation,
+    test...) gives each split its own folder, data/<split>/, and its own entry in the card.
 
     With an OUT_DIR URL or --push, a connection or an answer that brings no data for
     SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails the run; re-run to resume (limits:
