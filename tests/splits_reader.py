@@ -11,7 +11,7 @@ input is a JSON list of cells::
 Standard output is one JSON object: {"version", "cells": {cell id: {split: {"rows", "names",
 "n_shards", "repeats"} or {"error", "traceback"}}}}. ``rows`` maps each row's ``source_path``
 (its ``key`` without one) to the sha256 of its file, its fields as ``typed`` gives them, and
-``labels``: each ClassLabel column's value as ``int2str`` names it (None for a null). ``names``
+``labels``: each ClassLabel column's value as ``int2str`` names it (None for -1, no label). ``names``
 maps each ClassLabel column to its ``names``. A webdataset row (file column per extension,
 fields in ``json``) is flattened to the same shape.
 """
@@ -72,7 +72,7 @@ def read_split(cell: dict[str, Any], split: str, cache: str) -> dict[str, Any]:
         rows[name] = {
             "sha256": hashlib.sha256(_file_bytes(files[0])).hexdigest(),
             "fields": typed(fields),
-            "labels": {c: None if fields[c] is None else f.int2str(fields[c]) for c, f in labels.items()},
+            "labels": {c: None if fields[c] in (None, -1) else f.int2str(fields[c]) for c, f in labels.items()},
         }
     return {
         "rows": rows,

@@ -115,7 +115,7 @@ def test_every_split_keeps_exactly_its_rows_labels_and_the_card(zoo: Path, tmp_p
     assert class_label_names(feature) == SOURCE_NAMES
     assert shardkit.stream(str(out), split="test").features["animal"].names == SOURCE_NAMES
     by_n = {r["n"]: r for s in SPLITS for r in split_rows(out, s).values()}
-    assert [by_n[i]["animal"] for i in range(8)] == [0, 1, 3, 2, 0, 1, 3, None]  # zebra ant cat bee ...
+    assert [by_n[i]["animal"] for i in range(8)] == [0, 1, 3, 2, 0, 1, 3, -1]  # zebra ant cat bee ...
     card = front_matter(out)
     assert {k: card.get(k) for k in CARD} == {**CARD, "tags": ["animals"]}  # shardkit's own tag not copied
     verify = subprocess.run(
@@ -263,7 +263,7 @@ def test_a_datasets_source_keeps_its_splits_first_class_label_and_card(tmp_path:
             assert got["image"]["bytes"] == row["image"]["bytes"]
             assert typed({k: got[k] for k in ("animal", "color", "n", "caption")}) == typed(
                 {
-                    "animal": None if row["animal"] == -1 else row["animal"],
+                    "animal": row["animal"],  # -1: no label, as published
                     "color": ["red", "blue"][row["color"]],
                     "n": row["n"],
                     "caption": row["caption"],

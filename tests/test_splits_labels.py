@@ -103,7 +103,7 @@ def expected_splits(images: Path, rows: list[dict[str, Any]]) -> dict[str, dict[
     for row in rows:
         data = (images / row["file_name"]).read_bytes()
         fields = {k: v for k, v in row.items() if k not in ("file_name", "split")}
-        fields["label"] = None if row["label"] is None else NAMES.index(row["label"])
+        fields["label"] = -1 if row["label"] is None else NAMES.index(row["label"])
         fields["source_path"] = row["file_name"]
         out[row["split"]][row["file_name"]] = {
             "sha256": hashlib.sha256(data).hexdigest(),
@@ -389,6 +389,9 @@ def _bad_rows(case: str, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any
     if case == "split all":
         rows[30]["split"] = "all"
         return rows, 31, "column 'split' holds \"all\"", []
+    if case == "split ALL":  # datasets refuses "all" in any case, even when asked for another split
+        rows[30]["split"] = "ALL"
+        return rows, 31, "column 'split' holds \"ALL\": a split name is 1 to 64 ASCII letters", []
     if case == "split a number":
         rows[8]["split"] = 3
         return rows, 9, "column 'split' holds 3, not a split name", []
@@ -409,6 +412,7 @@ def _bad_rows(case: str, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any
         "null split",
         "split ../x",
         "split all",
+        "split ALL",
         "split a number",
         "class label on a numeric column",
         "class label on a float column",
@@ -459,7 +463,7 @@ def test_splits_whose_shards_infer_other_types_are_named_at_pack_and_in_the_card
         row["key"] = f"{i % 4:x}{row['key'][1:]}"
         if row["split"] == "test":
             row["tags"] = []
-            row["label"] = None if i % 4 == 1 else row["label"]  # shard 1 of test: every label null
+            row["label"] = None if i % 4 == 1 else row["label"]  # shard 1 of test: every label null (-1)
         else:
             row["tags"] = row["tags"] or ["t0"]
             row["label"] = row["label"] or "cat"
@@ -467,9 +471,9 @@ def test_splits_whose_shards_infer_other_types_are_named_at_pack_and_in_the_card
     out = tmp_path / "out"
     result = pack_cli(images, meta, out, "--prefix-length", "1", "--class-label", "label", "--keep-source-path")
     assert result.returncode == 0, result.stderr
-    warning = "datasets' load_dataset(repo) may refuse these splits"
+    warning = "datasets' load_dataset(repo) refuses these splits"
     assert warning in result.stderr
-    assert "Column 'label' is int64 in data/train/" in result.stderr or "Column 'tags'" in result.stderr
+    assert "Column 'tags' is list<item: string> in data/train/" in result.stderr
     assert warning in (out / "README.md").read_text(encoding="utf-8")
     with pytest.raises(ValueError, match="have different features"):
         datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "cache"))
@@ -482,3 +486,63 @@ def test_splits_whose_shards_infer_other_types_are_named_at_pack_and_in_the_card
                 "fields": typed({k: v for k, v in row.items() if k != "image"}),
             }
         assert got == {k: {"sha256": v["sha256"], "fields": v["fields"]} for k, v in expected[split].items()}
+
+
+def test_an_unlabelled_test_split_is_published_as_minus_one_and_datasets_reads_every_split(tmp_path: Path) -> None:
+    """The usual shape of a benchmark: labels in train, none in test. A row without a label is
+    published as -1 (datasets' number for no label), never null, so every shard of every split
+    holds the label column as integers and datasets' builtin loader (which compares one
+    metadata file's inferred types per split) reads both splits."""
+    import datasets
+
+    images, _, rows = write_corpus(tmp_path / "in", 20)
+    for i, row in enumerate(rows):
+        row["split"] = "test" if i % 2 else "train"
+        row["label"] = None if row["split"] == "test" else (row["label"] or "cat")
+        row["tags"] = ["t0"]  # (a list empty throughout a split would be refused on its own: see above)
+    meta = write_jsonl(tmp_path / "meta.jsonl", rows)
+    out = tmp_path / "out"
+    result = pack_cli(images, meta, out, "--prefix-length", "1", "--class-label", "label", "--keep-source-path")
+    assert result.returncode == 0, result.stderr
+    assert "refuse" not in result.stderr
+    names = sorted({r["label"] for r in rows if r["label"] is not None})
+    for split in ("train", "test"):
+        ds = datasets.load_dataset(str(out), split=split, cache_dir=str(tmp_path / "cache"))
+        assert ds.features["label"].names == names
+        got = {r["source_path"]: r["label"] for r in ds}
+        mine = [r for r in rows if r["split"] == split]
+        want = {r["file_name"]: -1 if r["label"] is None else names.index(r["label"]) for r in mine}
+        assert got == want
+        assert all(type(v) is int for v in got.values())
+
+
+def test_split_names_that_differ_only_in_case_are_refused(packed: Packed, tmp_path: Path) -> None:
+    """data/Train/ and data/train/ are one folder on macOS, Windows and in a clone of the repo."""
+    rows = [dict(r) for r in packed.rows]
+    first_train = next(i for i, r in enumerate(rows) if r["split"] == "train")
+    later_train = next(i for i, r in enumerate(rows) if r["split"] == "train" and i > first_train)
+    rows[later_train]["split"] = "Train"
+    meta = write_jsonl(tmp_path / "case.jsonl", rows)
+    out = tmp_path / "out"
+    result = pack_cli(packed.images, meta, out, "--class-label", "label")
+    assert result.returncode == 2, result.stderr
+    says = f"line {later_train + 1} has split 'Train' and line {first_train + 1} 'train': split names that differ"
+    assert says in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_rows_left_out_add_no_class_name_and_a_leak_between_splits_is_named(packed: Packed, tmp_path: Path) -> None:
+    """A skipped duplicate's label (scraped copies often carry another one) is no class; a copy of
+    a train image in test is reported as a leak between the splits."""
+    rows = [dict(r) for r in packed.rows]
+    source = next(r for r in rows if r["split"] == "train")
+    copy = {**source, "key": source["key"], "label": "aaa_dup", "split": "test"}
+    meta = write_jsonl(tmp_path / "dup.jsonl", [*rows, copy])
+    refused = pack_cli(packed.images, meta, tmp_path / "refused", "--class-label", "label")
+    assert refused.returncode == 1
+    assert f"(split 'test'; line {rows.index(source) + 1} is in 'train': a leak between splits)" in refused.stderr
+    out = tmp_path / "out"
+    result = pack_cli(packed.images, meta, out, "--class-label", "label", "--on-duplicate", "skip", "--json")
+    assert result.returncode == 0, result.stderr
+    label = next(f for f in json.loads(result.stdout)["features"] if f["name"] == "label")
+    assert list(label["dtype"]["class_label"]["names"].values()) == NAMES

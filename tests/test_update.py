@@ -320,6 +320,17 @@ def test_an_update_with_splits_and_new_class_names_keeps_the_published_label_num
     # Every metadata file infers one schema, as datasets' folder builder needs across splits.
     assert len({paj.read_json(p).schema.to_string() for p in (out / "metadata").rglob("*.jsonl")}) == 1
 
+    # The published numbers stay on every later pack into this folder: a plain re-run is the
+    # same run, and --force rewrites every shard with the same numbers (never renumbered).
+    again = pack_cli(images, meta, out, *options)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["written_shards"] == 0
+    forced = pack_cli(images, meta, out, *options, "--force")
+    assert forced.returncode == 0, forced.stderr
+    label = next(f for f in json.loads(forced.stdout)["features"] if f["name"] == "label")
+    assert label["dtype"]["class_label"]["names"] == {str(i): n for i, n in enumerate(new_names)}
+    assert published_labels(out) == labels_after and files_under(out, "data") == shards_after
+
     pushed = push(hub, out, repo, home)
     assert pushed["deleted_files"] == 2  # data/test/4.zip and its metadata file
     assert not {"data/test/4.zip", "metadata/test/4.jsonl"} & set(hub.files(repo))
@@ -329,7 +340,7 @@ def test_an_update_with_splits_and_new_class_names_keeps_the_published_label_num
     for row in rows:
         data = (images / row["file_name"]).read_bytes()
         fields = {k: v for k, v in row.items() if k not in ("file_name", "split")}
-        fields["label"] = None if row["label"] is None else new_names.index(row["label"])
+        fields["label"] = -1 if row["label"] is None else new_names.index(row["label"])
         fields["source_path"] = row["file_name"]
         expected[row["split"]][row["file_name"]] = {
             "sha256": hashlib.sha256(data).hexdigest(),

@@ -70,14 +70,14 @@ from .plan import (
 )
 from .preview import write_preview
 from .progress import NullProgress, Progress
-from .schema import chained, class_label_names, float_retyper, label_retyper, with_class_label
+from .schema import class_label_names, float_retyper, with_class_label
 from .staging import (
     SplitRows,
     StagedEntries,
-    group_by_split,
     iter_published_lines,
     iter_staged,
     merge_runs,
+    regroup,
     repeated_files,
     rows_sha256,
 )
@@ -297,7 +297,7 @@ def _pack_locked(
             progress,
             check_cluster,
             None if config.dry_run else writers,
-            previous_labels=previous.labels if previous is not None and config.update else {},
+            previous_labels=previous.labels if previous is not None else {},
         )
     finally:
         problems.close()
@@ -410,7 +410,14 @@ def _pack_locked(
     salt = json.dumps(staged.features, sort_keys=True).encode() if fmt.name == "parquet" else b""
     plan = [replace(p, input_sha256=rows_sha256(staged.path, p.offset, p.rows, salt)) for p in plan]
     hashes = None if remote else HashCache(out_dir)
-    state = _RunState(staged.fingerprint, options, LAYOUT_VERSIONS[options.format], prefix_lengths, staged.labels)
+    state = _RunState(
+        staged.fingerprint,
+        options,
+        LAYOUT_VERSIONS[options.format],
+        prefix_lengths,
+        staged.labels,
+        staged.split_folders,
+    )
     done, kept = _reconcile(out_dir, work_dir, plan, state, previous, config, hashes, store)
     created.keep()  # OUT_DIR changes from here on: its work folder is what a re-run resumes from
     todo = [p for p in plan if p.name not in done]
@@ -470,9 +477,11 @@ def _pack_locked(
     if staged.modality == "image":
         shards_at = store.location if remote else None
         preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt, shards_at=shards_at)
-    loader_note = _builtin_loader_note(fmt, plan, staged) or _split_types_note(fmt, plan, staged)
+    loader_note = _builtin_loader_note(fmt, plan, staged)
     if loader_note is not None:
         log.warning("%s", loader_note)
+    elif (loader_note := _split_types_note(fmt, plan, staged)) is not None:
+        log.warning("%s Pack with --format parquet (its files carry their types) for every reader.", loader_note)
     update_card(
         out_dir,
         builtin_loader_note=loader_note,
@@ -616,7 +625,6 @@ def _check_and_stage(
     modality = "audio" if combined.audio_line else "image"  # mixing the two is refused above
     features = combined.schema.features_yaml(modality, modality)
     labels: dict[str, list[str]] = {}
-    label_retype = None
     if config.class_label is not None:
         column = config.class_label
         wrong = next((r.label_problem for r in results if r.label_problem is not None), None)
@@ -632,27 +640,27 @@ def _check_and_stage(
             )
         if column not in {f["name"] for f in features}:
             raise UsageError(f"--class-label {column}: no row of {config.metadata_path} has a column {column!r}")
-        # Names sorted (code point order), so a class's integer depends on the set of names alone.
-        # An update keeps the integers already published and numbers new names after them.
-        known = (previous_labels or {}).get(column) or list(config.class_names)
-        names = [*known, *sorted(combined.labels - set(known))]
-        labels[column] = names
-        features = with_class_label(features, column, names)
-        label_retype = label_retyper(column, names)
     merged = merge_runs(
         [run for r in results for run in r.runs],
         os.path.join(staging_dir, "sorted.tsv"),
         drop_lines=repeats.lines,
         fmt=fmt,
-        retype=chained(float_retyper(features), label_retype),
+        retype=float_retyper(features),
     )
+    # Class names sorted (code point order), so a class's integer depends on the set of names
+    # alone; a pack into an OUT_DIR that published some keeps their integers and numbers new
+    # names after them (as does a remux, with its source's names).
+    known = (previous_labels or {}).get(config.class_label or "") or list(config.class_names)
     try:
-        splits, unsplit, unsplit_count = group_by_split(merged.path, merged)
+        regrouped = regroup(merged.path, merged, fmt=fmt, label_column=config.class_label, known_labels=known)
     except ValueError as exc:
         raise UsageError(f"{config.metadata_path}: {exc}") from None
-    for problem in unsplit:
+    if config.class_label is not None and regrouped.label_names is not None:
+        labels[config.class_label] = regrouped.label_names
+        features = with_class_label(features, config.class_label, regrouped.label_names)
+    for problem in regrouped.unsplit:
         problems.add(problem)
-    problems.count += unsplit_count - len(unsplit)
+    problems.count += regrouped.unsplit_count - len(regrouped.unsplit)
     if config.on_duplicate != "skip":
         for problem in merged.duplicates:
             problems.add(problem)
@@ -663,7 +671,7 @@ def _check_and_stage(
     skipped = merged.duplicates if config.on_duplicate == "skip" else []
     return _Staged(
         merged.path,
-        merged.rows - unsplit_count,
+        merged.rows - regrouped.unsplit_count,
         merged.total_cost,
         fingerprint,
         modality,
@@ -671,7 +679,7 @@ def _check_and_stage(
         sorted(combined.extensions),
         skipped,
         merged.duplicate_count if skipped else 0,
-        splits,
+        regrouped.splits,
         split_folders=any(name for name in merged.splits),
         labels=labels,
     )
@@ -743,14 +751,15 @@ def _split_types_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) 
                     a, b = dict(types_a), dict(types_b)
                     differing = sorted(name for name in {*a, *b} if a.get(name) != b.get(name))
                     column = differing[0]
+                    always = all(ta != tb for ta in kinds_a for tb in kinds_b)  # every pick differs
                     return (
-                        "datasets' load_dataset(repo) may refuse these splits: its builtin loader infers each"
-                        " split's column types from the rows of one of its shards and requires them equal"
-                        f" across splits. Column {column!r} is {a.get(column, 'absent')} in {shard_a}"
-                        f" ({split_a}) but {b.get(column, 'absent')} in {shard_b} ({split_b})"
+                        f"datasets' load_dataset(repo) {'refuses' if always else 'may refuse'} these splits"
+                        " (3.6 to 5.x): its builtin loader infers each split's column types from the rows of"
+                        f" one of its shards and requires them equal across splits. Column {column!r} is"
+                        f" {a.get(column, 'absent')} in {shard_a} ({split_a}) but {b.get(column, 'absent')}"
+                        f" in {shard_b} ({split_b})"
                         + (f" (and {len(differing) - 1} more)" if len(differing) > 1 else "")
-                        + ". shardkit.stream(repo) and the datasets 3.6 loading script read it; or pack with"
-                        " --format parquet, whose files carry their types."
+                        + ". shardkit.stream(repo) and the datasets 3.6 loading script read every split."
                     )
     return None
 
@@ -808,6 +817,7 @@ class _RunState:
     layout: int
     prefix_lengths: dict[str, int]  # each split's
     labels: dict[str, list[str]]  # the class label column's names (an update keeps their order)
+    split_folders: bool  # the rows named their splits: data/<split>/
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -816,6 +826,7 @@ class _RunState:
             "layout": self.layout,
             "prefix_lengths": self.prefix_lengths,
             "labels": self.labels,
+            "split_folders": self.split_folders,
         }
 
 
@@ -855,6 +866,7 @@ def _previous_run(out_dir: str, work_dir: str) -> _PreviousRun | None:
     # State from before splits and labels: one split, train, with the options' prefix length.
     state.setdefault("prefix_lengths", {"train": options.get("prefix_length")})
     state.setdefault("labels", {})
+    state.setdefault("split_folders", manifest.split_folders if manifest is not None else False)
     return _PreviousRun(state, manifest)
 
 
@@ -870,7 +882,15 @@ def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str
             " the same input packs to other bytes now"
         )
     parts = []
-    old, new = previous.get("options") or {}, state["options"]
+    old, new = dict(previous.get("options") or {}), state["options"]
+    if previous.get("split_folders") != state["split_folders"]:
+        parts.append(
+            "rows without splits (the rows now name their splits: one folder each)"
+            if state["split_folders"]
+            else "rows with splits (the rows no longer name splits)"
+        )
+        old.pop("prefix_length", None)  # (with splits, each split has its own: not an option changed)
+        new = {k: v for k, v in new.items() if k != "prefix_length"}
     # A shard format names the files inside shards its own way, which the fingerprint covers:
     # with another format, a changed fingerprint does not mean changed input.
     if previous.get("input_fingerprint") != state["input_fingerprint"] and old.get("format") == new["format"]:

@@ -316,31 +316,16 @@ def with_class_label(features: list[dict[str, Any]], column: str, names: list[st
 
 def label_retyper(column: str, names: list[str]) -> Callable[[str], str]:
     """A function that rewrites a published line's class name in ``column`` to its index in
-    ``names`` (null stays null: a row without a label)."""
+    ``names``; a row without a label (null, or no such field) gets -1, datasets' number for
+    "no label". A number in every row, never a null: datasets' folder builders infer each split's
+    types from one of its metadata files and refuse splits that differ (a test split without
+    labels would be null there)."""
     index = {name: i for i, name in enumerate(names)}
 
     def retype(line: str) -> str:
         row = json.loads(line)
         value = row.get(column)
-        if value is None:
-            return line
-        row[column] = index[value]
+        row[column] = -1 if value is None else index[value]
         return published_json(row)
-
-    return retype
-
-
-def chained(*retypers: Callable[[str], str] | None) -> Callable[[str], str] | None:
-    """One retyper that applies each given one in turn (None when none is given)."""
-    given = [r for r in retypers if r is not None]
-    if not given:
-        return None
-    if len(given) == 1:
-        return given[0]
-
-    def retype(line: str) -> str:
-        for r in given:
-            line = r(line)
-        return line
 
     return retype

@@ -34,6 +34,7 @@ from .errors import InputProblem
 from .formats import ZIP, ShardFormat
 from .metadata import SourceRecord
 from .plan import PlanEntry
+from .schema import label_retyper
 
 DEFAULT_RUN_BYTES = 8 << 20
 #: Most runs merged at once; more are merged in rounds (keeps open files and memory bounded).
@@ -221,16 +222,21 @@ def merge_runs(
 
 def _duplicate(key: str, line: int, rest: str, first_line: int, first_rest: str) -> InputProblem:
     """A row whose key an earlier row has (``rest``: a staged line after "key\tline\t")."""
-    _, _, check, _, source, published = rest.split("\t", 5)
+    _, _, check, split, source, published = rest.split("\t", 5)
+    first_split = first_rest.split("\t", 5)[3]
+    # The same image in two splits is a leak between them (a test image seen in training).
+    leak = ""
+    if split != first_split:
+        leak = f" (split {split!r}; line {first_line} is in {first_split!r}: a leak between splits)"
     if check.endswith(":h"):  # the key is the hash of the file's bytes: the user gave no keys
         name, first = _source_of(source), _source_of(first_rest.split("\t", 5)[4])
         if _normal_path(name) == _normal_path(first):
-            message = f"file_name {name!r} is named again (first on line {first_line})"
+            message = f"file_name {name!r} is named again (first on line {first_line}){leak}"
         else:
-            message = f"file_name {name!r} has the same bytes as {first!r} on line {first_line}"
-        message += ": a file is published once; drop one of the rows"
+            message = f"file_name {name!r} has the same bytes as {first!r} on line {first_line}{leak}"
+        message += ": a file is published once; drop one of the rows (or pass --on-duplicate skip to keep the first)"
     else:
-        message = f"duplicate key {key} (first used on line {first_line})"
+        message = f"duplicate key {key} (first used on line {first_line}){leak}"
     return InputProblem(line, message, published.rstrip("\n"))
 
 
@@ -373,20 +379,41 @@ def split_order(name: str) -> tuple[int, str]:
     return (_USUAL_SPLITS.index(name) if name in _USUAL_SPLITS else len(_USUAL_SPLITS), name)
 
 
-def group_by_split(
-    path: str, merged: MergeResult, keep_problems: int = 1000
-) -> tuple[list[SplitRows], list[InputProblem], int]:
+@dataclass(frozen=True)
+class Regrouped:
+    """``sorted.tsv`` as the planner reads it: where each split's rows are, and the class names."""
+
+    splits: list[SplitRows]
+    unsplit: list[InputProblem]  # rows left out for having no split (the first ``keep_problems``)
+    unsplit_count: int
+    label_names: list[str] | None  # the class_label column's names, numbered in this order
+
+
+def regroup(
+    path: str,
+    merged: MergeResult,
+    *,
+    fmt: ShardFormat = ZIP,
+    label_column: str | None = None,
+    known_labels: tuple[str, ...] | list[str] = (),
+    keep_problems: int = 1000,
+) -> Regrouped:
     """Rewrite ``sorted.tsv`` so that each split's rows are together (train, validation, test,
-    then the others by name; rows by key within each), and say where each split is.
+    then the others by name; rows by key within each), and with ``label_column`` write each
+    row's class name as its number.
 
     Rows without a split in a dataset whose other rows have one are left out and returned as
-    problems (with their count): put in ``train`` they would leak what was held out. A dataset
-    without a ``split`` column is one split, ``train``, and its file is not read again.
+    problems: put in ``train`` they would leak what was held out. The class names are those of
+    the rows that stay (a duplicate left out adds none): ``known_labels`` first, in their order
+    (what an earlier pack published), then the others sorted; a row without a label gets -1,
+    datasets' number for no label. Split names that differ only in case are refused: on macOS,
+    Windows and in a clone of the repo they would be one folder. A dataset without a ``split``
+    column and without labels is one split, ``train``, and its file is not read again.
     """
     named = sorted((name for name in merged.splits if name), key=split_order)
-    if not named:
+    if not named and label_column is None:
         rows, cost = merged.splits.get("", (0, 0))
-        return [SplitRows("train", 0, rows, cost)], [], 0
+        return Regrouped([SplitRows("train", 0, rows, cost)], [], 0, None)
     if len(named) > MAX_SPLITS:
         raise ValueError(
             f"the split column has {len(named)} different values ({', '.join(named[:5])}, ...): more than"
@@ -395,13 +422,17 @@ def group_by_split(
         )
     problems: list[InputProblem] = []
     missing = 0
+    first_line: dict[str, int] = {}
+    labels: set[str] = set()
     folder = os.path.dirname(path)
-    parts = {name: os.path.join(folder, f"split-{i:03d}.tsv") for i, name in enumerate(named)}
+    order = named or [""]
+    parts = {name: os.path.join(folder, f"split-{i:03d}.tsv") for i, name in enumerate(order)}
     with contextlib.ExitStack() as stack:
         outs = {name: stack.enter_context(open(part, "wb")) for name, part in parts.items()}
         for _, raw in _raw_rows(path, 0, None):
-            _, line_text, _, _, _, split, _, published = raw.split(b"\t", 7)
-            if not split:
+            _, line_text, _, _, _, split_bytes, _, published = raw.split(b"\t", 7)
+            split = split_bytes.decode("utf-8")
+            if named and not split:
                 missing += 1
                 if len(problems) < keep_problems:
                     message = (
@@ -410,17 +441,43 @@ def group_by_split(
                     )
                     problems.append(InputProblem(int(line_text), message, published.decode("utf-8").rstrip("\n")))
                 continue
-            outs[split.decode("utf-8")].write(raw)
+            line = int(line_text)
+            first_line[split] = min(first_line.get(split, line), line)
+            if label_column is not None:
+                value = json.loads(published).get(label_column)
+                if isinstance(value, str):
+                    labels.add(value)
+            outs[split].write(raw)
+    folded: dict[str, str] = {}
+    for name in named:
+        other = folded.setdefault(name.casefold(), name)
+        if other != name:
+            a, b = sorted((other, name), key=lambda n: first_line.get(n, 0))
+            raise ValueError(
+                f"line {first_line.get(b, 0)} has split {b!r} and line {first_line.get(a, 0)} {a!r}: split names"
+                " that differ only in case are one folder on macOS, Windows and in a clone of the repo; spell"
+                " each split one way"
+            )
+    names = [*known_labels, *sorted(labels - set(known_labels))] if label_column is not None else None
+    relabel = label_retyper(label_column, names) if label_column is not None and names is not None else None
     found: list[SplitRows] = []
     offset = 0
     with open(path, "wb") as out:
-        for name in named:
-            rows, cost = merged.splits[name]
-            found.append(SplitRows(name, offset, rows, cost))
+        for name in order:
+            start, rows, cost = offset, 0, 0
             with open(parts[name], "rb") as part:
-                offset += _copy_file(part, out)
+                for raw in part:
+                    if relabel is not None:
+                        head, published = raw.rsplit(b"\t", 1)  # published JSON escapes every tab
+                        raw = head + b"\t" + relabel(published[:-1].decode("utf-8")).encode("utf-8") + b"\n"
+                    out.write(raw)
+                    offset += len(raw)
+                    rows += 1
+                    key, _, rest = raw.decode("utf-8").split("\t", 2)
+                    cost += _cost(fmt, key, rest)
             os.unlink(parts[name])
-    return found, problems, missing
+            found.append(SplitRows(name or "train", start, rows, cost))
+    return Regrouped(found, problems, missing, names)
 
 
 def _copy_file(src: IO[bytes], dst: IO[bytes]) -> int:
