@@ -272,8 +272,9 @@ pack_options = [
         metavar="COLUMN",
         default=None,
         help="Publish this column of class names (strings) as a ClassLabel: integers, with the names in the"
-        " card (ds.features[COLUMN].names). Names are numbered in sorted order; --update keeps the numbers"
-        " already published and numbers new names after them. A null is a row without a label.",
+        " card (ds.features[COLUMN].names). Names are numbered in sorted order; a later pack into the same"
+        " OUT_DIR keeps the numbers already published and numbers new names after them. A null (no label)"
+        " is published as -1, datasets' number for no label.",
     ),
     click.option(
         "--check-images",
