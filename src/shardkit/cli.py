@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from . import __version__
+from .card import human_size
 from .errors import ShardkitError, UsageError
 from .formats import FORMAT_NAMES
 from .plan import default_target
@@ -101,14 +102,6 @@ def _exit_now(code: int) -> None:
 
 def _setup_logging(quiet: bool) -> None:
     logging.basicConfig(level=logging.ERROR if quiet else logging.WARNING, format="%(levelname)s: %(message)s")
-
-
-def _human_size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return f"{n} B"
 
 
 push_options = [
@@ -348,7 +341,7 @@ def _push_config(out_dir: str, repo: str, kw: dict[str, Any]) -> PushConfig:
 def _print_push(summary: PushSummary) -> None:
     if summary.commits:
         click.echo(
-            f"pushed {summary.uploaded_files} files ({_human_size(summary.uploaded_bytes)}) to {summary.url} in"
+            f"pushed {summary.uploaded_files} files ({human_size(summary.uploaded_bytes)}) to {summary.url} in"
             f" {summary.commits} commits, {summary.seconds:.1f} s"
             + (f"; {summary.skipped_files} files were already there" if summary.skipped_files else "")
             + (f"; deleted {summary.deleted_files} old shard files" if summary.deleted_files else "")
@@ -443,14 +436,14 @@ def _pack_command(**kw: Any) -> None:
         for split in summary.splits:
             click.echo(
                 f"  split {split['name']}: {split['rows']} rows, {split['shards']} shards"
-                f" ({_human_size(split['bytes'])}), prefix length {split['prefix_length']}"
+                f" ({human_size(split['bytes'])}), prefix length {split['prefix_length']}"
             )
         for p in summary.plan:
-            click.echo(f"  {p.name:<24} {p.rows:>8} rows  {_human_size(p.bytes):>10}  {p.first_key}..{p.last_key}")
+            click.echo(f"  {p.name:<24} {p.rows:>8} rows  {human_size(p.bytes):>10}  {p.first_key}..{p.last_key}")
         click.echo("dry run: nothing written")
     else:
         click.echo(
-            f"packed {summary.rows} rows into {summary.shards} shards ({_human_size(summary.bytes)}) in "
+            f"packed {summary.rows} rows into {summary.shards} shards ({human_size(summary.bytes)}) in "
             f"{summary.seconds:.1f} s, {summary.mb_per_s:.0f} MB/s"
             + _phases(summary.phase_seconds)
             + (f"; {summary.resumed_shards} shards kept from an earlier run" if summary.resumed_shards else "")
@@ -669,7 +662,7 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
             )
         )
         click.echo(
-            f"packed {packed.rows} rows into {packed.shards} shards ({_human_size(packed.bytes)}) in"
+            f"packed {packed.rows} rows into {packed.shards} shards ({human_size(packed.bytes)}) in"
             f" {packed.seconds:.1f} s; manifest: {packed.manifest}"
         )
 
@@ -704,7 +697,7 @@ def verify_cmd(out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
             click.echo(problem.format())
         if len(report.problems) > SHOWN_PROBLEMS:
             click.echo(f"... and {len(report.problems) - SHOWN_PROBLEMS} more (--json lists them all)")
-        what = f"{report.shards} shards, {report.rows} rows, {_human_size(report.bytes)}"
+        what = f"{report.shards} shards, {report.rows} rows, {human_size(report.bytes)}"
         if report.deep:
             what += f", {report.decoded} files decoded" + (
                 f" ({report.not_decoded} of a type with no decoder here)" if report.not_decoded else ""
