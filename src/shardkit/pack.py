@@ -481,7 +481,10 @@ def _pack_locked(
     if loader_note is not None:
         log.warning("%s", loader_note)
     elif (loader_note := _split_types_note(fmt, plan, staged)) is not None:
-        log.warning("%s Pack with --format parquet (its files carry their types) for every reader.", loader_note)
+        log.warning(
+            "%s Pack with --format parquet or tar (datasets reads their types from the card) for every reader.",
+            loader_note,
+        )
     update_card(
         out_dir,
         builtin_loader_note=loader_note,
