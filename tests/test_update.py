@@ -320,16 +320,19 @@ def test_an_update_with_splits_and_new_class_names_keeps_the_published_label_num
     # Every metadata file infers one schema, as datasets' folder builder needs across splits.
     assert len({paj.read_json(p).schema.to_string() for p in (out / "metadata").rglob("*.jsonl")}) == 1
 
-    # The published numbers stay on every later pack into this folder: a plain re-run is the
-    # same run, and --force rewrites every shard with the same numbers (never renumbered).
+    # A plain re-run is the same run: the published numbers stay. --force (here on a copy)
+    # numbers the classes afresh, sorted, and says which published numbers change.
     again = pack_cli(images, meta, out, *options)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["written_shards"] == 0
-    forced = pack_cli(images, meta, out, *options, "--force")
+    assert published_labels(out) == labels_after and files_under(out, "data") == shards_after
+    copy = tmp_path / "forced"
+    shutil.copytree(out, copy)
+    forced = pack_cli(images, meta, copy, *options, "--force")
     assert forced.returncode == 0, forced.stderr
     label = next(f for f in json.loads(forced.stdout)["features"] if f["name"] == "label")
-    assert label["dtype"]["class_label"]["names"] == {str(i): n for i, n in enumerate(new_names)}
-    assert published_labels(out) == labels_after and files_under(out, "data") == shards_after
+    assert list(label["dtype"]["class_label"]["names"].values()) == sorted(new_names)
+    assert "--force numbers the classes of label afresh: 'aardvark' 5 -> 0, 'ant' 0 -> 1" in forced.stderr
 
     pushed = push(hub, out, repo, home)
     assert pushed["deleted_files"] == 2  # data/test/4.zip and its metadata file
@@ -515,3 +518,36 @@ def test_an_update_killed_at_any_step_resumes_to_the_output_of_one_that_was_not(
     again = pack(corpus, meta, out, "--update")
     assert again["written_shards"] == 0
     assert tree_bytes(out) == tree_bytes(folders["reference"])
+
+
+def test_a_class_left_without_rows_keeps_its_number_with_a_warning_and_force_numbers_afresh(tmp_path: Path) -> None:
+    """A typo'd class fixed in the metadata: --update keeps the published numbers (the typo's
+    class stays, without rows, and the warning names it and the way out); --force numbers the
+    classes of the rows there are, sorted, and names the numbers that change."""
+    images = tmp_path / "in" / "images"
+    rows = corpus_rows(24)
+    for i, row in enumerate(rows):
+        path = images / row["file_name"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(tiny_image(i, "PNG" if row["file_name"].endswith(".png") else "JPEG", (9 + i % 6, 7 + i % 4)))
+        row["label"] = "cirlce" if i == 3 else ("circle" if i % 2 else "square")
+    meta = write_jsonl(tmp_path / "in" / "meta.jsonl", rows)
+    out = tmp_path / "out"
+    options = ["--prefix-length", "1", "--class-label", "label", "--keep-source-path", "--json"]
+    assert pack_cli(images, meta, out, *options).returncode == 0
+    rows[3]["label"] = "circle"
+    write_jsonl(meta, rows)
+
+    def names_of(result: subprocess.CompletedProcess[str]) -> list[str]:
+        assert result.returncode == 0, result.stderr
+        label = next(f for f in json.loads(result.stdout)["features"] if f["name"] == "label")
+        return list(label["dtype"]["class_label"]["names"].values())
+
+    updated = pack_cli(images, meta, out, *options, "--update")
+    assert names_of(updated) == ["circle", "cirlce", "square"]
+    assert "--class-label label: no row is of class 'cirlce' now; kept with the number published" in updated.stderr
+    assert "To number the classes afresh: --force" in updated.stderr
+    forced = pack_cli(images, meta, out, *options, "--force")
+    assert names_of(forced) == ["circle", "square"]
+    assert "--force numbers the classes of label afresh: 'square' 2 -> 1" in forced.stderr
+    assert set(published_labels(out).values()) == {0, 1}

@@ -397,7 +397,8 @@ def features_section(fmt: ShardFormat, features: list[dict[str, Any]]) -> str:
         lines += [
             "",
             f"`{names_column}` holds class numbers; `ds.features[{_py(names_column)}].names` gives their names,"
-            f" `ds.features[{_py(names_column)}].int2str(n)` the name of one.",
+            f" `ds.features[{_py(names_column)}].int2str(n)` the name of one; -1 is a row without a label"
+            " (test for it: `names[-1]` is the last name).",
         ]
     if fmt.name == "tar":
         lines += [
@@ -488,7 +489,9 @@ def usage_section(u: Usage) -> str:
         lines.append(f"names = ds.features[{_py(u.label_column)}].names")
     lines += ["for row in ds:"]
     if u.label_column is not None:
-        lines.append(f'    print(row["key"], names[row[{_py(u.label_column)}]], row[{_py(u.file_column)}])')
+        label = f"row[{_py(u.label_column)}]"
+        lines.append(f"    name = names[{label}] if {label} >= 0 else None  # -1: no label")
+        lines.append(f'    print(row["key"], name, row[{_py(u.file_column)}])')
     else:
         lines.append(f'    print(row["key"], row[{_py(u.file_column)}])')
     lines += ["    break", "```", ""]

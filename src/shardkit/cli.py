@@ -6,6 +6,7 @@ Progress goes to stderr; ``--json`` prints one summary object on stdout.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -266,8 +267,8 @@ pack_options = [
         default=None,
         help="Publish this column of class names (strings) as a ClassLabel: integers, with the names in the"
         " card (ds.features[COLUMN].names). Names are numbered in sorted order; a later pack into the same"
-        " OUT_DIR keeps the numbers already published and numbers new names after them. A null (no label)"
-        " is published as -1, datasets' number for no label.",
+        " OUT_DIR keeps the numbers already published and numbers new names after them (--force numbers"
+        " them afresh, with a warning). A null (no label) is published as -1, datasets' number for no label.",
     ),
     click.option(
         "--check-images",
@@ -788,8 +789,24 @@ def new_cmd(
     except CookiecutterException as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    _drop_template_bytecode(path)
     click.echo(path)
     click.echo("\n".join(next_steps(path)), err=True)  # stdout stays the path, for scripts
+
+
+def _drop_template_bytecode(path: str) -> None:
+    """Remove the loading script's ``.pyc`` that cookiecutter copied along: pip byte-compiles the
+    installed template's script, and that cache is not part of the repo (only files named after
+    the loader go; anything else in ``__pycache__`` is the user's)."""
+    cache = os.path.join(path, "__pycache__")
+    if not os.path.isdir(cache):
+        return
+    for name in os.listdir(cache):
+        if name.endswith(".pyc") and name.split(".", 1)[0].endswith("_loader"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(cache, name))
+    with contextlib.suppress(OSError):
+        os.rmdir(cache)  # only if empty
 
 
 @click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]}, help=_pack_command.__doc__)

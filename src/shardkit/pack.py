@@ -72,6 +72,7 @@ from .preview import write_preview
 from .progress import NullProgress, Progress
 from .schema import class_label_names, float_retyper, with_class_label
 from .staging import (
+    Regrouped,
     SplitRows,
     StagedEntries,
     iter_published_lines,
@@ -297,7 +298,9 @@ def _pack_locked(
             progress,
             check_cluster,
             None if config.dry_run else writers,
-            previous_labels=previous.labels if previous is not None else {},
+            # --force numbers the classes afresh (and says what changed); any other run into
+            # this OUT_DIR keeps the numbers it published.
+            previous_labels=previous.labels if previous is not None and not config.force else {},
         )
     finally:
         problems.close()
@@ -317,6 +320,8 @@ def _pack_locked(
             first.line,
             first.message.split("; drop one of the rows")[0],
         )
+    if config.force:
+        _warn_if_renumbered(previous, staged)
     phases.end("check")
 
     # The prefix length of each split follows from its size, unless given, or kept from the run
@@ -651,9 +656,9 @@ def _check_and_stage(
         retype=float_retyper(features),
     )
     # Class names sorted (code point order), so a class's integer depends on the set of names
-    # alone; a pack into an OUT_DIR that published some keeps their integers and numbers new
-    # names after them (as does a remux, with its source's names).
-    known = (previous_labels or {}).get(config.class_label or "") or list(config.class_names)
+    # alone; a remux numbers them as its source does, and a pack into an OUT_DIR that published
+    # some keeps their integers and numbers new names after them.
+    known = list(config.class_names) or (previous_labels or {}).get(config.class_label or "") or []
     try:
         regrouped = regroup(merged.path, merged, fmt=fmt, label_column=config.class_label, known_labels=known)
     except ValueError as exc:
@@ -661,6 +666,7 @@ def _check_and_stage(
     if config.class_label is not None and regrouped.label_names is not None:
         labels[config.class_label] = regrouped.label_names
         features = with_class_label(features, config.class_label, regrouped.label_names)
+        _warn_about_classes(config, regrouped, merged.rows)
     for problem in regrouped.unsplit:
         problems.add(problem)
     problems.count += regrouped.unsplit_count - len(regrouped.unsplit)
@@ -686,6 +692,43 @@ def _check_and_stage(
         split_folders=any(name for name in merged.splits),
         labels=labels,
     )
+
+
+def _warn_about_classes(config: PackConfig, regrouped: Regrouped, rows: int) -> None:
+    """Say what a user may not expect of the class names: kept ones without rows, or so many
+    names that the column is likely not one of classes."""
+    column, names = config.class_label, regrouped.label_names or []
+    empty = regrouped.empty_labels
+    if empty and not config.class_names:
+        log.warning(
+            "--class-label %s: no row is of class %s now; kept with the number published (numbers never"
+            " change in an OUT_DIR). To number the classes afresh: --force (or a new OUT_DIR).",
+            column,
+            listed([repr(n) for n in empty], 5),
+        )
+    if len(names) > 1000 and 2 * len(names) > rows:
+        log.warning(
+            "--class-label %s: %d class names for %d rows: is it a column of class names? Every name is in the card.",
+            column,
+            len(names),
+            rows,
+        )
+
+
+def _warn_if_renumbered(previous: _PreviousRun | None, staged: _Staged) -> None:
+    """--force numbers the classes afresh: say which published numbers change."""
+    for column, names in staged.labels.items():
+        before = (previous.labels if previous is not None else {}).get(column)
+        if not before:
+            continue
+        moved = [f"{n!r} {before.index(n)} -> {i}" for i, n in enumerate(names) if n in before and before.index(n) != i]
+        if moved:
+            log.warning(
+                "--force numbers the classes of %s afresh: %s. A model trained on the data published before reads"
+                " these numbers as other classes.",
+                column,
+                listed(moved, 5),
+            )
 
 
 def _class_label_problem(config: PackConfig) -> str | None:

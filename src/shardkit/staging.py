@@ -226,7 +226,7 @@ def _duplicate(key: str, line: int, rest: str, first_line: int, first_rest: str)
     first_split = first_rest.split("\t", 5)[3]
     # The same image in two splits is a leak between them (a test image seen in training).
     leak = ""
-    if split != first_split:
+    if split and first_split and split != first_split:
         leak = f" (split {split!r}; line {first_line} is in {first_split!r}: a leak between splits)"
     if check.endswith(":h"):  # the key is the hash of the file's bytes: the user gave no keys
         name, first = _source_of(source), _source_of(first_rest.split("\t", 5)[4])
@@ -387,6 +387,7 @@ class Regrouped:
     unsplit: list[InputProblem]  # rows left out for having no split (the first ``keep_problems``)
     unsplit_count: int
     label_names: list[str] | None  # the class_label column's names, numbered in this order
+    empty_labels: list[str] = field(default_factory=list)  # known names no packed row has
 
 
 def regroup(
@@ -477,7 +478,8 @@ def regroup(
                     cost += _cost(fmt, key, rest)
             os.unlink(parts[name])
             found.append(SplitRows(name or "train", start, rows, cost))
-    return Regrouped(found, problems, missing, names)
+    empty = [n for n in known_labels if n not in labels] if label_column is not None else []
+    return Regrouped(found, problems, missing, names, empty)
 
 
 def _copy_file(src: IO[bytes], dst: IO[bytes]) -> int:
