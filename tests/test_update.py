@@ -551,3 +551,21 @@ def test_a_class_left_without_rows_keeps_its_number_with_a_warning_and_force_num
     assert names_of(forced) == ["circle", "square"]
     assert "--force numbers the classes of label afresh: 'square' 2 -> 1" in forced.stderr
     assert set(published_labels(out).values()) == {0, 1}
+
+
+def test_a_copy_without_its_work_folder_re_runs_keeping_every_shard(tmp_path: Path) -> None:
+    """A clone of a packed repo (no .shardkit/): the same input keeps every shard (each checked
+    against the manifest's sha256 and its rows' hash), and --update after a change keeps the
+    shards whose rows did not change."""
+    corpus = Corpus(tmp_path / "in", 32)
+    meta = corpus.write()
+    out = tmp_path / "out"
+    pack(corpus, meta, out, "--class-label", "caption")
+    clone = tmp_path / "clone"
+    shutil.copytree(out, clone, ignore=shutil.ignore_patterns(".shardkit"))
+    before = files_under(clone, "data")
+    again = pack(corpus, meta, clone, "--class-label", "caption")
+    assert again["written_shards"] == 0 and files_under(clone, "data") == before
+    corpus.rows.append(corpus.row(100))
+    updated = pack(corpus, corpus.write(), clone, "--class-label", "caption", "--update")
+    assert updated["written_shards"] == 1 and updated["kept_shards"] == len(before) - 1

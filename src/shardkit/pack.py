@@ -939,7 +939,9 @@ def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str
         new = {k: v for k, v in new.items() if k != "prefix_length"}
     # A shard format names the files inside shards its own way, which the fingerprint covers:
     # with another format, a changed fingerprint does not mean changed input.
-    if previous.get("input_fingerprint") != state["input_fingerprint"] and old.get("format") == new["format"]:
+    if previous.get("labels") != state["labels"]:
+        parts.append("other class labels (--class-label)")
+    elif previous.get("input_fingerprint") != state["input_fingerprint"] and old.get("format") == new["format"]:
         parts.append("other input (rows, files or fields changed)")
     changed = [f"{_OPTION_FLAGS.get(k, k)} {old.get(k)} -> {new[k]}" for k in new if old.get(k) != new[k]]
     if changed:
@@ -1051,9 +1053,10 @@ def _reconcile(
         if result is not None and result.input_sha256 and result.input_sha256 != p.input_sha256:
             result = None  # written from other rows, by a run of other input killed part-way
         from_before = False
-        # An update keeps the shards of the run before whose rows did not change; so does the
-        # re-run of an update killed before it recorded them (its manifest is still there).
-        if result is None and (updating or (same_run and config.update)):
+        # An update keeps the shards of the run before whose rows did not change; so does a
+        # re-run of the same input without done records (an update killed before it recorded
+        # them, or a copy of the folder without its .shardkit/), from the manifest.
+        if result is None and (updating or same_run):
             before = recorded.get(p.name)
             if before is not None and before.input_sha256 and before.input_sha256 == p.input_sha256:
                 result, from_before = before, True
