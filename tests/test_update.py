@@ -255,17 +255,23 @@ def test_update_rewrites_and_pushes_only_the_shards_whose_rows_changed(hub: HubS
     assert (nothing["uploaded_files"], nothing["deleted_files"], nothing["commits"]) == (0, 0, 0)
 
 
+def split_corpus(root: Path, n: int) -> tuple[Path, list[dict[str, Any]]]:
+    """test_splits_labels' rows (splits, labels, typed columns) and their images under ``root``."""
+    images = root / "images"
+    rows = corpus_rows(n)
+    for i, row in enumerate(rows):
+        path = images / row["file_name"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(tiny_image(i, "PNG" if row["file_name"].endswith(".png") else "JPEG", (9 + i % 6, 7 + i % 4)))
+    return images, rows
+
+
 def test_an_update_with_splits_and_new_class_names_keeps_the_published_label_numbers(
     hub: HubServer, tmp_path: Path
 ) -> None:
     """Splits and --class-label: new names are numbered after the published ones (even one that
     sorts first), a shard whose last row went is deleted from the repo, other shards stay."""
-    images = tmp_path / "in" / "images"
-    rows = corpus_rows(60)
-    for i, row in enumerate(rows):
-        path = images / row["file_name"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(tiny_image(i, "PNG" if row["file_name"].endswith(".png") else "JPEG", (9 + i % 6, 7 + i % 4)))
+    images, rows = split_corpus(tmp_path / "in", 60)
     meta = write_jsonl(tmp_path / "in" / "meta.jsonl", rows)
     out = tmp_path / "update-splits"
     options = ["--prefix-length", "1", "--class-label", "label", "--keep-source-path", "--json"]
@@ -524,12 +530,8 @@ def test_a_class_left_without_rows_keeps_its_number_with_a_warning_and_force_num
     """A typo'd class fixed in the metadata: --update keeps the published numbers (the typo's
     class stays, without rows, and the warning names it and the way out); --force numbers the
     classes of the rows there are, sorted, and names the numbers that change."""
-    images = tmp_path / "in" / "images"
-    rows = corpus_rows(24)
+    images, rows = split_corpus(tmp_path / "in", 24)
     for i, row in enumerate(rows):
-        path = images / row["file_name"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(tiny_image(i, "PNG" if row["file_name"].endswith(".png") else "JPEG", (9 + i % 6, 7 + i % 4)))
         row["label"] = "cirlce" if i == 3 else ("circle" if i % 2 else "square")
     meta = write_jsonl(tmp_path / "in" / "meta.jsonl", rows)
     out = tmp_path / "out"
