@@ -62,7 +62,7 @@ def corpus_rows(n: int) -> list[dict[str, Any]]:
     Keys are given, so a row's shard is its key's first hex digit, ``i % 8``: every shard of a
     split then has a row with a label and a row with tags (datasets' folder builder infers each
     split's types from one metadata file and refuses splits whose files infer differently; see
-    :func:`test_the_builtin_zip_loader_reads_splits_whose_shards_infer_other_types`).
+    :func:`test_splits_whose_shards_infer_other_types_are_named_at_pack_and_in_the_card`).
     """
     rows = []
     for i in range(n):
@@ -546,3 +546,22 @@ def test_rows_left_out_add_no_class_name_and_a_leak_between_splits_is_named(pack
     assert result.returncode == 0, result.stderr
     label = next(f for f in json.loads(result.stdout)["features"] if f["name"] == "label")
     assert list(label["dtype"]["class_label"]["names"].values()) == NAMES
+
+
+def test_the_preview_captions_images_with_class_names_not_numbers(tmp_path: Path) -> None:
+    """The contact sheet in the card (example_datasets/shapes-mini: label is its caption column):
+    a ClassLabel caption is the class's name, not its number."""
+    from shardkit.formats import ZIP
+    from shardkit.preview import _samples
+    from shardkit.reader import Source
+
+    example = REPO_ROOT / "example_datasets" / "shapes-mini"
+    out = tmp_path / "shapes"
+    result = pack_cli(example / "images", example / "metadata.jsonl", out, "--class-label", "label", "-q")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "shards.json").read_text(encoding="utf-8"))
+    names = ["circle", "square", "triangle"]
+    shards = [s["file"] for s in manifest["shards"]]
+    captions = [c for _, c in _samples(Source(str(out), remote=False), shards, 12, ZIP, {"label": names})]
+    assert len(captions) == 12 and set(captions) <= set(names)
+    assert (out / "preview.jpg").stat().st_size > 0

@@ -481,7 +481,7 @@ def _pack_locked(
     preview = None
     if staged.modality == "image":
         shards_at = store.location if remote else None
-        preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt, shards_at=shards_at)
+        preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt, shards_at=shards_at, labels=staged.labels)
     loader_note = _builtin_loader_note(fmt, plan, staged)
     if loader_note is not None:
         log.warning("%s", loader_note)

@@ -37,13 +37,20 @@ def caption_of(row: dict[str, Any]) -> str:
     return str(row.get("key", ""))[:12]
 
 
-def _samples(source: Source, shard_files: list[str], limit: int, fmt: ShardFormat) -> Iterator[tuple[bytes, str]]:
-    """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look."""
+def _samples(
+    source: Source, shard_files: list[str], limit: int, fmt: ShardFormat, labels: dict[str, list[str]]
+) -> Iterator[tuple[bytes, str]]:
+    """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look.
+    ``labels``: ClassLabel columns' names, so a caption shows "cat", not the class number."""
     quota = max(1, -(-limit // max(len(shard_files), 1)))
     taken = 0
     for shard in shard_files:
         rows = iter_shard(source, shard, "image", fmt.name)
         for from_this_shard, row in enumerate(rows, 1):
+            for column, names in labels.items():
+                number = row.get(column)
+                if isinstance(number, int):
+                    row[column] = names[number] if 0 <= number < len(names) else None  # (-1: no label)
             yield row.pop("image")["bytes"], caption_of(row)
             taken += 1
             if taken >= limit:
@@ -55,7 +62,13 @@ def _samples(source: Source, shard_files: list[str], limit: int, fmt: ShardForma
 
 
 def write_preview(
-    out_dir: str, shard_files: list[str], *, count: int = 12, fmt: ShardFormat = ZIP, shards_at: str | None = None
+    out_dir: str,
+    shard_files: list[str],
+    *,
+    count: int = 12,
+    fmt: ShardFormat = ZIP,
+    shards_at: str | None = None,
+    labels: dict[str, list[str]] | None = None,
 ) -> str | None:
     """Write ``preview.jpg`` into ``out_dir`` from up to ``count`` images of the shards in
     ``out_dir`` (or at the URL ``shards_at``); return its name, or None if none decode."""
@@ -63,7 +76,7 @@ def write_preview(
 
     source = resolve_source(shards_at) if shards_at else Source(out_dir, remote=False)
     tiles: list[tuple[Image.Image, str]] = []
-    for data, caption in _samples(source, shard_files, count, fmt):
+    for data, caption in _samples(source, shard_files, count, fmt, labels or {}):
         try:
             with Image.open(io.BytesIO(data)) as img:
                 # A JPEG decodes at 1/2 to 1/8 scale where that still fills a cell: a 12 MP
