@@ -457,7 +457,10 @@ class ParquetShard:
             except ParquetShardError as exc:
                 raise ParquetShardError(f"row group {index}: {exc}") from None
             try:
-                table = self._file.read_row_group(index)
+                # One thread: with pyarrow's pool, a column that fails its checksum raises while
+                # the other columns still decode on pool threads, and a process that exits then
+                # can abort in C++ teardown ("terminate called without an active exception").
+                table = self._file.read_row_group(index, use_threads=False)
             except ParquetShardError as exc:
                 raise ParquetShardError(f"row group {index}: {exc}") from None
             except (pa.ArrowException, OSError):  # only checked bytes in memory: the data is bad
@@ -484,7 +487,7 @@ class ParquetShard:
 
         for name in self.columns:
             try:
-                self._file.read_row_group(index, columns=[name])
+                self._file.read_row_group(index, columns=[name], use_threads=False)
             except (pa.ArrowException, OSError) as exc:
                 return ParquetShardError(f"row group {index}, column {name}: {_one_line(exc)}")
         return ParquetShardError(f"row group {index}: unreadable as a whole, though each column reads")
