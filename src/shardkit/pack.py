@@ -784,7 +784,9 @@ def _split_types_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) 
             head += line
             if len(head) >= _INFERENCE_METADATA_BYTES:
                 break
-        table = paj.read_json(io.BytesIO(bytes(head)), read_options=paj.ReadOptions(block_size=len(head) + 1, use_threads=False))
+        table = paj.read_json(
+            io.BytesIO(bytes(head)), read_options=paj.ReadOptions(block_size=len(head) + 1, use_threads=False)
+        )
         types = tuple(sorted((field.name, str(field.type)) for field in table.schema))
         seen.setdefault(p.split, {}).setdefault(types, p.name)
     splits = list(seen.items())
