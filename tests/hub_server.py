@@ -56,6 +56,9 @@ class Faults:
     commits_before_failure: int | None = None  # this many commits succeed, then every commit fails
     status: int = 507  # not one huggingface_hub retries (it retries 429 and 5xx up to 504)
     lfs_upload_delay: float = 0.0  # seconds each LFS PUT takes: a slow link, to interrupt a push mid-upload
+    #: While set to an Event that is not set, every LFS PUT waits for it: uploads that never end
+    #: (a dead link), so that a client that stops at all was interrupted.
+    lfs_upload_gate: threading.Event | None = None
     latency: float = 0.0  # seconds before every answer: a network round trip, for benchmarks
 
 
@@ -562,6 +565,9 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             if hashlib.sha256(data).hexdigest() != oid:
                 raise HttpError(400, f"uploaded bytes do not hash to {oid}")
             time.sleep(hub.faults.lfs_upload_delay)
+            gate = hub.faults.lfs_upload_gate
+            if gate is not None:
+                gate.wait(300)
             with hub.counters_lock:  # uploads run in parallel: check and count as one step
                 limit = hub.faults.lfs_uploads_before_failure
                 if limit is not None and hub.counters.lfs_uploads >= limit:

@@ -303,14 +303,14 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
             time.sleep(0.01)
         time.sleep(0.3)
         assert proc.poll() is None and not (out / "shards.json").exists()  # stuck on the read
-        started = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
-        _, stderr = proc.communicate(timeout=20)
+        # The read never returns: a packer that waited for it would never exit, so exiting at
+        # all (130) is the proof, whatever the machine's load (no time is measured).
+        _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:  # a failed assertion must not leave a packer blocked
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert time.monotonic() - started < 2
     assert proc.returncode == 130, stderr
     assert "interrupted; re-run the same command to resume" in stderr
     assert list((out / ".shardkit" / "tmp").glob("*.partial")) == []
@@ -355,15 +355,23 @@ def test_non_utf8_line_names_line_and_column(corpus: Corpus, tmp_path: Path) -> 
 
 
 def test_ctrl_c_while_metadata_ranges_are_checked_stops_every_process(corpus: Corpus, tmp_path: Path) -> None:
-    # 52 MB of metadata: checked in ranges by two worker processes for about 8 s, so the
-    # interrupt lands while they check even on a loaded machine, and "at once" (under 2.5 s)
-    # cannot be met by a run that waits for the check to end.
+    # 52 MB of metadata, checked in ranges by two worker processes; the check of one file never
+    # returns (tests/hang_on_read), so the check never ends: a run that waited for it would
+    # never exit, and exiting at all (130) proves the interrupt stopped it, with no time measured.
     with open(corpus.root / "big.jsonl", "w") as f:
         for i in range(600_000):
-            f.write(json.dumps({"file_name": corpus.rows[i % 20]["file_name"], "key": f"{i:016x}", "n": i}) + "\n")
+            # No key: the check opens every file to hash it, and the hung open is met at once.
+            f.write(json.dumps({"file_name": corpus.rows[i % 20]["file_name"], "n": i}) + "\n")
     meta = corpus.root / "big.jsonl"
     cmd = [str(Path(sys.executable).parent / "pack-shards"), str(corpus.images), str(meta), "-o", str(tmp_path / "o")]
-    proc = subprocess.Popen([*cmd, "-j", "2", "-q"], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    hang = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parent / "hang_on_read"),
+        "SHARDKIT_TEST_HANG_ON_READ": Path(corpus.rows[7]["file_name"]).name,
+    }
+    proc = subprocess.Popen(
+        [*cmd, "-j", "2", "-q"], stderr=subprocess.PIPE, text=True, start_new_session=True, env=hang
+    )
     try:
         deadline = time.monotonic() + 30
         workers: list[psutil.Process] = []
@@ -372,14 +380,12 @@ def test_ctrl_c_while_metadata_ranges_are_checked_stops_every_process(corpus: Co
                 workers = [p for p in psutil.Process(proc.pid).children() if "shardkit.worker" in p.cmdline()]
             time.sleep(0.05)
         assert len(workers) == 2 and proc.poll() is None  # still checking
-        started = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
-        _, stderr = proc.communicate(timeout=20)
+        _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert time.monotonic() - started < 2.5  # at once, not after the check
     assert proc.returncode == 130, stderr
     assert "interrupted; re-run the same command to resume" in stderr
     gone = psutil.wait_procs(workers, timeout=5)[1] == []

