@@ -571,3 +571,22 @@ def test_a_copy_without_its_work_folder_re_runs_keeping_every_shard(tmp_path: Pa
     corpus.rows.append(corpus.row(100))
     updated = pack(corpus, corpus.write(), clone, "--class-label", "caption", "--update")
     assert updated["written_shards"] == 1 and updated["kept_shards"] == len(before) - 1
+
+
+def test_a_dry_run_says_what_an_update_would_keep_or_that_the_run_would_be_refused(tmp_path: Path) -> None:
+    """--dry-run reconciles with OUT_DIR as the run would, and changes nothing in it: the same
+    refusal (exit 2) for changed input without --update, and with --update the shards it would
+    write and keep, which the real update then does."""
+    corpus = Corpus(tmp_path / "in", 32)
+    out = tmp_path / "out"
+    pack(corpus, corpus.write(), out)
+    corpus.rows.append(corpus.row(100))
+    meta = corpus.write()
+    before = tree_bytes(out)
+    refused = pack_cli(corpus.images, meta, out, "--prefix-length", "1", "--dry-run")
+    assert refused.returncode == 2 and "Re-run with --update" in refused.stderr
+    dry = pack(corpus, meta, out, "--dry-run", "--update")
+    assert tree_bytes(out) == before
+    assert dry["dry_run"] and (dry["written_shards"], dry["kept_shards"]) == (1, len(files_under(out, "data")) - 1)
+    real = pack(corpus, meta, out, "--update")
+    assert (real["written_shards"], real["kept_shards"]) == (dry["written_shards"], dry["kept_shards"])

@@ -441,6 +441,10 @@ def _pack_command(**kw: Any) -> None:
             )
         for p in summary.plan:
             click.echo(f"  {p.name:<24} {p.rows:>8} rows  {human_size(p.bytes):>10}  {p.first_key}..{p.last_key}")
+        kept = summary.kept_shards + summary.resumed_shards
+        if kept:
+            why = "their rows did not change" if summary.kept_shards else "written by an earlier run"
+            click.echo(f"would write {summary.written_shards} shards, keep {kept} ({why})")
         click.echo("dry run: nothing written")
     else:
         click.echo(

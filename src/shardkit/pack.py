@@ -375,7 +375,7 @@ def _pack_locked(
             bytes=sum(p.bytes for p in plan) if total_bytes is None else total_bytes,
             prefix_length=prefix_length,
             written_shards=written,
-            resumed_shards=0 if config.dry_run else len(plan) - written - kept,
+            resumed_shards=len(plan) - written - kept,
             kept_shards=kept,
             rejected_rows=problems.count,
             skipped_duplicates=staged.duplicate_count,
@@ -398,17 +398,6 @@ def _pack_locked(
         )
 
     phases.end("plan")
-    if config.dry_run:
-        return summary(written=0, manifest=None)
-
-    # The metadata table now, in the work folder: a row it cannot hold stops the run before any
-    # shard is written, not after hours of writing.
-    table_tmp = os.path.join(staging_dir, TABLE_NAME)
-    table_sha256 = write_metadata_table(
-        table_tmp,
-        ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
-        staged.features,
-    )
     # What each shard is made of: an update keeps a shard whose rows are those it was written
     # from. A ZIP's or tar's bytes follow from its rows alone; a Parquet file's also from the
     # features (its schema).
@@ -422,6 +411,18 @@ def _pack_locked(
         prefix_lengths,
         staged.labels,
         staged.split_folders,
+    )
+    if config.dry_run:  # what the run would do with OUT_DIR (or its refusal), changing nothing
+        done, kept = _reconcile(out_dir, work_dir, plan, state, previous, config, hashes, store, dry_run=True)
+        return summary(written=len(plan) - len(done), manifest=None, kept=kept)
+
+    # The metadata table now, in the work folder: a row it cannot hold stops the run before any
+    # shard is written, not after hours of writing.
+    table_tmp = os.path.join(staging_dir, TABLE_NAME)
+    table_sha256 = write_metadata_table(
+        table_tmp,
+        ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
+        staged.features,
     )
     done, kept = _reconcile(out_dir, work_dir, plan, state, previous, config, hashes, store)
     created.keep()  # OUT_DIR changes from here on: its work folder is what a re-run resumes from
@@ -973,9 +974,12 @@ def _reconcile(
     config: PackConfig,
     hashes: HashCache | None,
     store: ShardStore,
+    *,
+    dry_run: bool = False,
 ) -> tuple[dict[str, ManifestShard], int]:
     """Compare OUT_DIR with the plan: return the shards already done (and how many of them an
-    update kept from the run before); refuse foreign output."""
+    update kept from the run before); refuse foreign output. ``dry_run``: decide the same,
+    refuse the same, and change nothing."""
     where = store.location
     state = run.to_json()
     previous = previous_run.state if previous_run is not None else None
@@ -1028,19 +1032,20 @@ def _reconcile(
     # files that go first, while the records naming them are there; then the new state; then
     # the old records (a record is trusted only for the rows it was written from, below).
     done_dir = os.path.join(work_dir, "done")
-    for rel in ours:
-        # An update overwrites a changed shard in place, when its new version is written.
-        if rel not in planned or not (same_run or updating):
-            store.remove(rel)
-    os.makedirs(done_dir, exist_ok=True)
-    write_atomic(os.path.join(work_dir, "state.json"), json.dumps(state, sort_keys=True).encode())
-    if not same_run:
-        shutil.rmtree(done_dir, ignore_errors=True)
-        os.makedirs(done_dir)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(out_dir, MANIFEST_NAME))
-        if isinstance(store, UrlStore):
-            store.remove(MANIFEST_NAME)
+    if not dry_run:
+        for rel in ours:
+            # An update overwrites a changed shard in place, when its new version is written.
+            if rel not in planned or not (same_run or updating):
+                store.remove(rel)
+        os.makedirs(done_dir, exist_ok=True)
+        write_atomic(os.path.join(work_dir, "state.json"), json.dumps(state, sort_keys=True).encode())
+        if not same_run:
+            shutil.rmtree(done_dir, ignore_errors=True)
+            os.makedirs(done_dir)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(out_dir, MANIFEST_NAME))
+            if isinstance(store, UrlStore):
+                store.remove(MANIFEST_NAME)
 
     # At a URL, one listing: reading terabytes back to hash them would cost as much as the pack.
     sizes = store.find() if isinstance(store, UrlStore) else None
@@ -1050,8 +1055,10 @@ def _reconcile(
     for p in plan:
         record_path = _done_record(work_dir, p.name)
         result: ManifestShard | None = None
-        with contextlib.suppress(FileNotFoundError, ValueError, TypeError), open(record_path, encoding="utf-8") as f:
-            result = ManifestShard(**json.load(f))
+        # (A run of other input clears the done records: a dry run leaves them and ignores them.)
+        if same_run or not dry_run:
+            with contextlib.suppress(FileNotFoundError, ValueError, TypeError), open(record_path, "rb") as f:
+                result = ManifestShard(**json.load(f))
         if result is not None and result.input_sha256 and result.input_sha256 != p.input_sha256:
             result = None  # written from other rows, by a run of other input killed part-way
         from_before = False
@@ -1069,8 +1076,9 @@ def _reconcile(
         if planned_size and problem is None:
             done[p.name] = result
             if from_before:  # recorded, so that a run killed from here on keeps it too
-                write_atomic(record_path, json.dumps(result.to_json()).encode())
+                if not dry_run:
+                    write_atomic(record_path, json.dumps(result.to_json()).encode())
                 kept += 1
-        elif not from_before:
+        elif not from_before and not dry_run:
             log.warning("%s: recorded as written but missing or changed; writing it again", p.name)
     return done, kept
