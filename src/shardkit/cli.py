@@ -368,7 +368,8 @@ def _pack_command(**kw: Any) -> None:
     images/<key[:3]>/<key[3:6]>/<key><ext>, with metadata.jsonl as each ZIP's first member
     (--format tar: data/<prefix>.tar with <key>.json and <key><ext>; --format parquet:
     data/<prefix>.parquet, one row per file). An optional "split" (train, validation,
-    test...) gives each split its own folder, data/<split>/, and its own entry in the card.
+    test...: 1 to 64 ASCII letters, digits or _, not "all") gives each split its own folder,
+    data/<split>/, and its own entry in the card; when some rows have one, every row needs one.
 
     With an OUT_DIR URL or --push, a connection or an answer that brings no data for
     SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails the run; re-run to resume (limits:
@@ -745,6 +746,11 @@ def new_cmd(
 
     \b
         shardkit new --no-input dataset_name=yfcc-mini namespace=me license=cc-by-4.0
+
+    The KEY=VALUE answers, by key: dataset_name, namespace, pretty_name, modality (image,
+    audio), description, license (a Hub license id: cc-by-4.0, cc0-1.0, mit, other...),
+    task_category, language, homepage (an http(s) link), citation. Each is checked before
+    anything is asked or written; --no-input needs namespace=.
     """
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
