@@ -49,10 +49,10 @@ MIN_RANGE_BYTES = 1 << 20
 MAX_RANGE_BYTES = 64 << 20
 RANGES_WANTED = 64  # ranges of a large file, for even load and progress (within the bounds above)
 #: A smaller file whose rows give their keys is checked in one pass: for a stat and a parse per
-#: row, starting worker processes and merging their runs cost more than they save below about
-#: 60,000 rows (measured on 2 cores). Rows without keys are hashed while checked, and ranges in
-#: separate processes hash twice as fast on 2 cores as threads in one, so those files are split
-#: from 2 MiB (two ranges) on.
+#: row, starting worker processes and merging their runs cost more than they save (the
+#: measurement: docs/performance.md, "Figures behind design choices"). Rows without keys are
+#: hashed while checked, and ranges in separate processes hash faster than threads in one (the
+#: GIL), so those files are split from 2 MiB (two ranges) on.
 MIN_SPLIT_BYTES = 8 << 20
 
 
@@ -75,7 +75,7 @@ class ProblemLog:
         if self.rejects_path is not None:
             if self._rejects is None:
                 # Opened on the first problem and kept open across calls; close() ends it.
-                # (Imported here: jsonlines and attrs cost a packer 25 ms to import.)
+                # (Imported here: a pack without rejects need not pay for jsonlines and attrs.)
                 import jsonlines
 
                 self._rejects = jsonlines.open(self.rejects_path, "a", compact=True)
@@ -321,10 +321,9 @@ def split_for_workers(path: str, workers: int) -> int | None:
     """Range bytes that split a file of 2 to 8 MiB (``MIN_SPLIT_BYTES``) into one range for each
     of ``workers`` processes that are running already (a pack's write workers, started early).
 
-    Without their start to pay for, two ranges beat one pass over rows with keys (on the bench's
-    20,000 rows the check took 0.63-1.07 s, against 0.88-1.06 s in one pass), and one range per
-    worker beats the 1 MiB ranges :func:`plan_ranges` gives rows without keys (three for the
-    bench's 2.2 MB: two workers hashed the files of two of them, then one the third). None for
+    Without their start to pay for, two ranges beat one pass over rows with keys, and one range
+    per worker beats the 1 MiB ranges :func:`plan_ranges` gives rows without keys (three ranges
+    over two workers leave one to finish alone; figures in docs/performance.md). None for
     a file under 2 MiB (the round trips cost more), a larger one (its range tasks get workers of
     their own, as their check memory grows with the file), or one that cannot be split.
     """

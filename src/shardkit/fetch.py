@@ -12,8 +12,7 @@ Two ways, and the reader moves between them as it goes:
   copied in chunks by the writer at its turn (:class:`BigFile`).
 * **inline**: the writer's own thread reads each file when its turn comes. While the files are
   in the page cache (a warm cache, files just made), a read is a memory copy, and handing it to
-  another thread costs more CPU than the copy (on the bench's 2-core VM, 1 GB of warm 100 KB
-  files took 1.2-1.5 s to read on 8 threads, 0.2-0.3 s inline). Each inline read asks the
+  another thread costs more CPU than the copy (figures in docs/performance.md). Each inline read asks the
   kernel not to wait for the disk (``RWF_NOWAIT``); a file that is not all in memory is read
   there and then, from the disk.
 
@@ -47,9 +46,8 @@ COPY_CHUNK = 4 << 20  # read size for a file too big for the ring
 READ_BATCH_BYTES = 1 << 20
 READ_BATCH_ROWS = 32
 #: Every ``MODE_WINDOW`` files the reader chooses its way for the next ones: inline when at
-#: most ``MAX_MISSES`` of the last ones were not all in memory (on the bench's VM the kernel
-#: takes back about 2% of a warm corpus's pages within seconds; those few are read inline,
-#: from the disk, at their turn).
+#: most ``MAX_MISSES`` of the last ones were not all in memory (the kernel takes back a few of a
+#: warm corpus's pages within seconds; those few are read inline, from the disk, at their turn).
 MODE_WINDOW = 64
 MAX_MISSES = 4
 
@@ -64,8 +62,8 @@ class Ring:
     object per file, keeps memory flat and avoids a page fault storm per file.
 
     Regions go round the whole buffer even when one at a time is taken (inline reads): reading
-    every file into the same few pages made a pack's system CPU 1.6x on the bench's VM (the
-    kernel's copy into them got 3x slower per byte, measured with perf).
+    every file into the same few pages made the kernel's copy into them slower per byte, and a
+    pack's system CPU higher (measured with perf: docs/performance.md).
     """
 
     def __init__(self, capacity: int) -> None:

@@ -147,7 +147,7 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
     """Yield one _Row per non-blank line, numbered from ``first_line`` (1: as an editor numbers them).
 
     Accepts a UTF-8 byte order mark on the first line and CRLF line ends. Lines are parsed
-    with the stdlib ``json`` (3x faster per row than going through jsonlines' reader).
+    with the stdlib ``json`` directly (jsonlines' reader adds work per row and gives nothing here).
     """
     for lineno, raw in enumerate(stream, first_line):
         if raw is TOO_LONG:

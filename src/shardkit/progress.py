@@ -34,7 +34,7 @@ class TqdmProgress(Progress):
         self._started = 0.0
 
     def start(self, phase: str, *, total: int | None, unit: str) -> None:
-        if self.disable:  # (importing tqdm alone costs 50 ms, a tenth of a small pack)
+        if self.disable:  # (no tqdm import when nothing is shown: it is slow to import)
             return
         from tqdm.auto import tqdm
 

@@ -1,9 +1,8 @@
 """The shard file being written: bytes gathered in aligned chunks, hashed and written by threads.
 
 Writing a shard through the page cache costs more CPU than anything else the writer does: the
-kernel copies every byte into the cache, then its write-back walks it again (on the bench's
-2-core VM, writing 2 GB took 0.7 to 2.4 CPU-seconds that way, 0.2 to 0.4 with ``O_DIRECT``; its
-write limit is 460 MB/s through the page cache and 1,214 MB/s with ``O_DIRECT``). So
+kernel copies every byte into the cache, then its write-back walks it again (figures for both
+ways in docs/performance.md). So
 :class:`ShardFile` copies what it is given into chunks of page-aligned memory; a thread hashes
 each full chunk (sha256, which frees the GIL) and another writes it with ``O_DIRECT`` straight
 to the device, while the caller fills the next chunk. The last chunk is written padded to the
@@ -29,10 +28,10 @@ from functools import lru_cache
 
 from .errors import naming
 
-# Chunk sizes, measured on the bench corpus: O_DIRECT writes of 2 and 4 MiB were as fast (1 MiB
-# about 10% slower, 256 KiB 40%), and 2 MiB keeps a worker's memory 6 MiB smaller; page-cache
-# writes cost the least CPU in 256 KiB pieces (the kernel copies them while they are still in
-# the CPU's cache; 4 MiB pieces cost 3x the CPU).
+# Chunk sizes: O_DIRECT writes need chunks large enough for the device (smaller ones were
+# slower), and the smallest of those keeps a worker's memory down; page-cache writes cost the
+# least CPU in small pieces, which the kernel copies while they are still in the CPU's cache
+# (the measurements: docs/performance.md, "Figures behind design choices").
 DIRECT_CHUNK = (2 << 20, 3)  # bytes per chunk, chunks: one being filled, one hashed, one written (4 or 6: alike)
 CACHED_CHUNK = (256 << 10, 8)
 WRITEBACK_BYTES = 32 << 20  # page cache only: how often write-back is started (as the writer always did)
@@ -117,8 +116,7 @@ class ShardFile:
         self._handed = 0  # bytes handed to the threads
         self._advised = 0  # page cache only: bytes whose write-back was started
         # Hashing and writing each have a thread, so a chunk is hashed while the one before it
-        # is written (one thread doing both spent the sum of the two per chunk: the write phase
-        # of the bench corpus took 1.9-2.3 s that way, 1.6-1.9 s with two; A/B, 2 jobs).
+        # is written (one thread doing both spends the sum of the two per chunk).
         self._threads = [
             threading.Thread(target=self._hash_chunks, name="shardkit-shard-hash", daemon=True),
             threading.Thread(target=self._write_chunks, name="shardkit-shard-write", daemon=True),

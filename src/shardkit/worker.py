@@ -21,9 +21,9 @@ A pool asked to ``fork`` (pack's write workers, started before its check phase) 
 the calling process instead, on Linux, while that process has a single thread (forking a
 threaded process can copy a lock some other thread holds) and is small (:func:`can_fork`).
 A forked worker has every module the caller imported, so it is ready at once: a started worker
-takes 0.15-0.25 s to start Python and import the writer, and pack's check waits for that when
-the workers split it. A forked worker shares the caller's pages until either changes them, so
-pack forks before its check, while it holds 28 MB, and starts later workers the plain way.
+must start Python and import the writer first, and pack's check waits for that when the
+workers split it. A forked worker shares the caller's pages until either changes them, so
+pack forks before its check, while it is small, and starts later workers the plain way.
 A forked worker serves the same task lines over a pipe pair and always leaves with
 ``os._exit`` (never back into the caller's code).
 """
@@ -338,7 +338,7 @@ def main() -> None:
     with contextlib.suppress(OSError):
         sys.stderr.flush()
     # Nothing is left to clean up (a task closes its files), and tearing the interpreter down
-    # took a worker 25 ms, which the pack waited for before its finish phase.
+    # would delay the pack, which waits for its workers before its finish phase.
     os._exit(code)
 
 
