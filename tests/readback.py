@@ -74,3 +74,22 @@ def read_with(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def run_reader(
+    python: str, reader: Path, cells: list[dict[str, Any]], env: dict[str, str] | None, timeout: float
+) -> Any:
+    """Run a reader script (tests/compat_reader.py, tests/splits_reader.py) with a venv's
+    ``python`` over ``cells`` given as JSON on stdin; its last stdout line is the JSON result."""
+    assert Path(python).exists(), f"{python} missing: scripts/test.sh builds it"
+    result = subprocess.run(
+        [python, str(reader)],
+        input=json.dumps(cells),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -30,7 +30,7 @@ from cookiecutter.main import cookiecutter
 from tests import compat_corpus
 from tests.conftest import REPO_ROOT, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
-from tests.readback import DS36_PYTHON
+from tests.readback import DS36_PYTHON, run_reader
 
 DS40_PYTHON = os.environ.get("SHARDKIT_DS40_PYTHON", str(REPO_ROOT / ".venv-ds40" / "bin" / "python"))
 SCRIPTS = Path(sys.executable).parent
@@ -151,17 +151,7 @@ def _cells(packed: Packed, venv: str) -> list[dict[str, Any]]:
 
 
 def _run_cells(python: str, cells: list[dict[str, Any]], env: dict[str, str]) -> dict[str, Any]:
-    result = subprocess.run(
-        [python, str(READER)],
-        input=json.dumps(cells),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_reader(python, READER, cells, env, timeout=1200)  # type: ignore[no-any-return]
 
 
 #: Cells that cannot work, by the datasets code that decides it (README.md lists them).

@@ -38,7 +38,7 @@ from cookiecutter.main import cookiecutter
 from tests.compat_reader import typed
 from tests.conftest import REPO_ROOT, tiny_image, tree_bytes, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
-from tests.readback import DS36_PYTHON
+from tests.readback import DS36_PYTHON, run_reader
 
 SCRIPTS = Path(sys.executable).parent
 READER = Path(__file__).with_name("splits_reader.py")
@@ -139,18 +139,7 @@ def hub_env(endpoint: str, home: Path, *, token: str | None = WRITE_TOKEN) -> di
 
 def read_cells(python: str, cells: list[dict[str, Any]], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run tests/splits_reader.py with ``python`` (a venv's) over ``cells``."""
-    assert Path(python).exists(), f"{python} missing: scripts/test.sh builds it"
-    result = subprocess.run(
-        [python, str(READER)],
-        input=json.dumps(cells),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_reader(python, READER, cells, env, timeout=600)  # type: ignore[no-any-return]
 
 
 @dataclass

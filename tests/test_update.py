@@ -30,7 +30,7 @@ import pytest
 from tests.compat_reader import typed
 from tests.conftest import tiny_image, tree_bytes, write_jsonl
 from tests.hub_server import HubServer, run_hub_server
-from tests.test_splits_labels import FIRST_SEEN, NAMES, corpus_rows, hub_env, pack_cli, read_cells
+from tests.test_splits_labels import FIRST_SEEN, NAMES, hub_env, pack_cli, read_cells, write_corpus
 
 SCRIPTS = Path(sys.executable).parent
 SHARDS = 16
@@ -255,24 +255,12 @@ def test_update_rewrites_and_pushes_only_the_shards_whose_rows_changed(hub: HubS
     assert (nothing["uploaded_files"], nothing["deleted_files"], nothing["commits"]) == (0, 0, 0)
 
 
-def split_corpus(root: Path, n: int) -> tuple[Path, list[dict[str, Any]]]:
-    """test_splits_labels' rows (splits, labels, typed columns) and their images under ``root``."""
-    images = root / "images"
-    rows = corpus_rows(n)
-    for i, row in enumerate(rows):
-        path = images / row["file_name"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(tiny_image(i, "PNG" if row["file_name"].endswith(".png") else "JPEG", (9 + i % 6, 7 + i % 4)))
-    return images, rows
-
-
 def test_an_update_with_splits_and_new_class_names_keeps_the_published_label_numbers(
     hub: HubServer, tmp_path: Path
 ) -> None:
     """Splits and --class-label: new names are numbered after the published ones (even one that
     sorts first), a shard whose last row went is deleted from the repo, other shards stay."""
-    images, rows = split_corpus(tmp_path / "in", 60)
-    meta = write_jsonl(tmp_path / "in" / "meta.jsonl", rows)
+    images, meta, rows = write_corpus(tmp_path / "in", 60)
     out = tmp_path / "update-splits"
     options = ["--prefix-length", "1", "--class-label", "label", "--keep-source-path", "--json"]
     first = pack_cli(images, meta, out, *options)
@@ -530,10 +518,10 @@ def test_a_class_left_without_rows_keeps_its_number_with_a_warning_and_force_num
     """A typo'd class fixed in the metadata: --update keeps the published numbers (the typo's
     class stays, without rows, and the warning names it and the way out); --force numbers the
     classes of the rows there are, sorted, and names the numbers that change."""
-    images, rows = split_corpus(tmp_path / "in", 24)
+    images, meta, rows = write_corpus(tmp_path / "in", 24)
     for i, row in enumerate(rows):
         row["label"] = "cirlce" if i == 3 else ("circle" if i % 2 else "square")
-    meta = write_jsonl(tmp_path / "in" / "meta.jsonl", rows)
+    write_jsonl(meta, rows)
     out = tmp_path / "out"
     options = ["--prefix-length", "1", "--class-label", "label", "--keep-source-path", "--json"]
     assert pack_cli(images, meta, out, *options).returncode == 0
