@@ -141,9 +141,9 @@ class PushSummary:
 # -- planning (pure) -------------------------------------------------------------------------------
 #
 # huggingface_hub does the uploads, the commits and the blob ids. What is kept here is what it
-# lacks: its multi-commit uploader (``upload_large_folder``) commits files in the order it
-# uploads them, so a manifest could go up before the shards it names, and uploads through Xet
-# only; nor does it check files against a manifest or skip them by a sha256 already known.
+# lacks: ``upload_folder`` commits in batches of its own size and order through Xet (so the
+# manifest could go up before shards it names), and in one commit without Xet; nothing in it
+# checks files against a manifest, or skips a file by a sha256 known without reading it.
 
 
 def ignore_rules(out_dir: str) -> pathspec.GitIgnoreSpec:
