@@ -497,6 +497,17 @@ def test_a_gitignore_line_that_is_not_a_pattern_is_refused_naming_it(tmp_path: P
         ignore_rules(str(tmp_path))
 
 
+def test_push_with_a_bad_gitignore_line_exits_2_with_one_line_and_changes_nothing(
+    repo_dir: Path, tmp_path: Path
+) -> None:
+    (repo_dir / ".gitignore").write_text(".shardkit/\n!\n")
+    before = local_files(repo_dir)
+    result = shardkit("push", str(repo_dir), "--repo", REPO, env=hub_env(f"http://127.0.0.1:{_free_port()}", tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{repo_dir / '.gitignore'}:2: '!' is not a .gitignore pattern" in result.stderr.splitlines()[-1]
+    assert local_files(repo_dir) == before
+
+
 def test_push_leaves_out_what_gitignore_ignores_and_takes_back_what_a_bang_rule_names(repo_dir: Path) -> None:
     (repo_dir / ".gitignore").write_text("*.txt\n!keep.txt\n.shardkit/\n")
     (repo_dir / "notes.txt").write_text("ignored")
