@@ -24,8 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from huggingface_hub.utils.sha import git_hash
 
-from shardkit.push import LocalFile, RemoteFile, git_blob_oid, is_ignored, plan_commits
+from shardkit.errors import UsageError
+from shardkit.manifest import read_manifest
+from shardkit.outdir import unnamed_files
+from shardkit.push import LocalFile, RemoteFile, collect_files, ignore_rules, is_ignored, plan_commits
 from tests.conftest import Corpus, pack_example
 from tests.hub_server import READ_TOKEN, WRITE_TOKEN, HubServer, run_hub_server
 from tests.readback import DS36_PYTHON, expected_rows, read_with
@@ -448,15 +452,27 @@ def test_regular_files_compare_by_git_blob_id(tmp_path: Path) -> None:
     path = tmp_path / "README.md"
     path.write_bytes(b"hello\n")
     local = LocalFile("README.md", str(path), 6)
-    assert git_blob_oid(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"  # `git hash-object`
+    assert git_hash(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"  # `git hash-object`
     assert is_unchanged(local, RemoteFile(6, None, "ce013625030ba8dba906f756967f9e9ca394464a"))
     assert not is_unchanged(local, RemoteFile(6, None, "0" * 40))
+
+
+GITIGNORE = """# a comment
+build/
+docs/draft.md
+*.log
+!keep.log
+scratch/
+!scratch/wanted.txt
+!.shardkit/
+"""
 
 
 @pytest.mark.parametrize(
     ("path", "is_dir", "ignored"),
     [
         (".shardkit", True, True),
+        (".shardkit/lock", False, True),  # "!.shardkit/" cannot publish the working folder
         ("notes/.ipynb_checkpoints", True, True),
         ("x/y.pyc", False, True),
         ("build", True, True),
@@ -464,12 +480,67 @@ def test_regular_files_compare_by_git_blob_id(tmp_path: Path) -> None:
         ("docs/draft.md", False, True),
         ("draft.md", False, False),  # "docs/draft.md" is anchored
         ("README.md", False, False),
+        ("run.log", False, True),
+        ("keep.log", False, False),  # "!keep.log" takes it back
+        ("logs/keep.log", False, False),
+        ("scratch/wanted.txt", False, True),  # as in git: a file in an ignored folder stays out
     ],
 )
-def test_gitignore_rules(path: str, is_dir: bool, ignored: bool) -> None:
-    from shardkit.push import ALWAYS_IGNORED
+def test_gitignore_rules(path: str, is_dir: bool, ignored: bool, tmp_path: Path) -> None:
+    (tmp_path / ".gitignore").write_text(GITIGNORE)
+    assert is_ignored(path, is_dir, ignore_rules(str(tmp_path))) is ignored
 
-    assert is_ignored(path, is_dir, [*ALWAYS_IGNORED, "build/", "docs/draft.md"]) is ignored
+
+def test_a_gitignore_line_that_is_not_a_pattern_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / ".gitignore").write_text("*.log\nbad\\\n")
+    with pytest.raises(UsageError, match=r"\.gitignore:2: 'bad\\\\' is not a \.gitignore pattern; fix or remove"):
+        ignore_rules(str(tmp_path))
+
+
+def test_push_with_a_bad_gitignore_line_exits_2_with_one_line_and_changes_nothing(
+    repo_dir: Path, tmp_path: Path
+) -> None:
+    (repo_dir / ".gitignore").write_text(".shardkit/\n!\n")
+    before = local_files(repo_dir)
+    result = shardkit("push", str(repo_dir), "--repo", REPO, env=hub_env(f"http://127.0.0.1:{_free_port()}", tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{repo_dir / '.gitignore'}:2: '!' is not a .gitignore pattern" in result.stderr.splitlines()[-1]
+    assert local_files(repo_dir) == before
+
+
+def test_push_leaves_out_what_gitignore_ignores_and_takes_back_what_a_bang_rule_names(repo_dir: Path) -> None:
+    (repo_dir / ".gitignore").write_text("*.txt\n!keep.txt\n.shardkit/\n")
+    (repo_dir / "notes.txt").write_text("ignored")
+    (repo_dir / "keep.txt").write_text("published")
+    manifest = read_manifest(str(repo_dir))
+    assert manifest is not None
+    left_out: list[str] = []
+    _, other = collect_files(str(repo_dir), manifest, include=("*.txt",), left_out=left_out)
+    published = {f.path for f in other}
+    assert "keep.txt" in published and "notes.txt" not in published and "notes.txt" not in left_out
+    assert {".gitignore", "README.md", "shards.json", "data/.gitkeep"} <= published
+
+
+def test_push_refuses_any_file_in_data_or_metadata_the_manifest_does_not_name(repo_dir: Path) -> None:
+    (repo_dir / "data" / "my_results.csv").write_text("a,b\n")
+    manifest = read_manifest(str(repo_dir))
+    assert manifest is not None
+    with pytest.raises(UsageError, match=r"shards\.json does not name \(data/my_results\.csv\)"):
+        collect_files(str(repo_dir), manifest, include=("data/",))
+
+
+def test_unnamed_files_are_those_of_data_and_metadata_no_manifest_names() -> None:
+    paths = ["README.md", "data/0.zip", "data/.gitkeep", "data/x.csv", "metadata/0.jsonl", "metadata/1.jsonl", "docs/a"]
+    assert unnamed_files(paths, {"data/0.zip", "metadata/0.jsonl"}) == ["data/x.csv", "metadata/1.jsonl"]
+
+
+def test_include_patterns_match_as_hf_upload_does() -> None:
+    from shardkit.push import is_published
+
+    assert is_published("docs/a/b.md", ("docs/",))  # a folder: everything under it
+    assert is_published("docs/a.md", ("/docs/*.md",))
+    assert not is_published("notes.txt", ("docs/",))
+    assert is_published("README.md") and is_published("data/.gitkeep") and not is_published("metadata/.gitkeep")
 
 
 def test_layouts_over_the_hubs_advice_are_refused_before_uploading() -> None:

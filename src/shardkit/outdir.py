@@ -10,7 +10,7 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
 
 from .card import LOADER_SUFFIX, STATS_BEGIN
 from .errors import UsageError, listed
@@ -28,6 +28,24 @@ PLACEHOLDERS = frozenset({".gitkeep"})
 #: What may be at the root of a shardkit repo: its files and folders, and ``.git`` (a clone),
 #: which shardkit never touches. Anything else in OUT_DIR is the user's.
 SHARDKIT_ROOT_ENTRIES = SMALL_FILES | {WORK_DIR, ".git", "data", "metadata"}
+#: The folders that hold a dataset's shards and their metadata files, and nothing else.
+SHARD_FOLDERS = ("data/", "metadata/")
+
+
+def unnamed_files(paths: Iterable[str], named: Container[str]) -> list[str]:
+    """The files among ``paths`` (repo-relative, with "/") in data/ or metadata/ that ``named``
+    does not hold, a template's placeholders aside; in the order given.
+
+    What is in those folders is the dataset (the card's ``data/...`` patterns read it), so pack
+    refuses to write beside such a file, push refuses to publish one (and leaves one it finds on
+    the Hub), and verify reports it. One definition, here beside the layout it is about, keeps
+    them agreeing on what counts.
+    """
+    return [
+        rel
+        for rel in paths
+        if rel.startswith(SHARD_FOLDERS) and rel.rsplit("/", 1)[-1] not in PLACEHOLDERS and rel not in named
+    ]
 
 
 def is_small_file(name: str) -> bool:

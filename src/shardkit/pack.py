@@ -55,6 +55,7 @@ from .outdir import (
     pull_small_files,
     push_small_files,
     shard_problem,
+    unnamed_files,
     url_shard_problem,
 )
 from .plan import (
@@ -1005,7 +1006,7 @@ def _reconcile(
         for rel in store.files_under(sub)
         if rel.rsplit("/", 1)[-1] not in PLACEHOLDERS
     )
-    unknown = [rel for rel in present if rel not in owned and not (same_run and rel in planned)]
+    unknown = unnamed_files(present, (owned | planned) if same_run else owned)
     if unknown:
         shown = listed(unknown, 5)
         raise UsageError(

@@ -22,9 +22,7 @@ The planning (:func:`collect_files`, :func:`plan_commits`) is pure; :func:`push`
 
 from __future__ import annotations
 
-import fnmatch
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -40,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX, name_repo
 from .errors import ShardkitError, UsageError, listed
-from .formats import SHARD_SUFFIXES
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
 from .metadata import sha256_stream
 from .outdir import (
@@ -51,6 +48,7 @@ from .outdir import (
     locked,
     pull_small_files,
     shard_problem,
+    unnamed_files,
     url_shard_problem,
 )
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
@@ -60,6 +58,7 @@ from .table import TABLE_NAME
 from .threads import call_interruptibly, interruptible_pool
 
 if TYPE_CHECKING:
+    import pathspec
     from huggingface_hub import HfApi
 
 log = logging.getLogger(__name__)
@@ -67,7 +66,6 @@ log = logging.getLogger(__name__)
 FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP
 UPLOAD_GROUP = 8  # files uploaded between two progress updates
 SCRIPT_BRANCH = "script"
-SHARD_FOLDERS = ("data/", "metadata/")  # shardkit owns these folders in the repo
 ALWAYS_IGNORED = (f"{WORK_DIR}/", ".git/", "__pycache__/", ".ipynb_checkpoints/", ".DS_Store", "*.pyc")
 REGULAR_FILE_LIMIT = 10_000_000  # bigger files are always LFS on the Hub
 
@@ -113,7 +111,7 @@ class PushConfig:
     files_per_commit: int = FILES_PER_COMMIT
     verify_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
     work_dir: str | None = None  # for an OUT_DIR URL, as PackConfig.work_dir
-    include: tuple[str, ...] = ()  # other files to publish: repo-relative paths or fnmatch patterns
+    include: tuple[str, ...] = ()  # other files to publish: repo-relative paths or patterns, as `hf upload --include`
 
 
 @dataclass(frozen=True)
@@ -141,47 +139,58 @@ class PushSummary:
 
 
 # -- planning (pure) -------------------------------------------------------------------------------
+#
+# huggingface_hub does the uploads, the commits and the blob ids. What is kept here is what it
+# lacks: ``upload_folder`` commits in batches of its own size and order through Xet (so the
+# manifest could go up before shards it names), and in one commit without Xet; nothing in it
+# checks files against a manifest, or skips a file by a sha256 known without reading it.
 
 
-def git_blob_oid(data: bytes) -> str:
-    """The id git (and the Hub) gives a regular file's content."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+def ignore_rules(out_dir: str) -> pathspec.GitIgnoreSpec:
+    """OUT_DIR's ``.gitignore`` with git's rules (``!`` included), then :data:`ALWAYS_IGNORED`,
+    last so that no ``!`` rule publishes the working folder or a clone's ``.git``.
 
+    huggingface_hub applies ``.gitignore`` on the server only, after a file is uploaded;
+    ``pathspec`` is the library git-style tools use to match it here. A line pathspec cannot read
+    is refused, naming it: silently publishing what the user meant to keep out is worse.
+    """
+    import pathspec
 
-def _ignore_rules(out_dir: str) -> list[str]:
-    rules = list(ALWAYS_IGNORED)
+    path = os.path.join(out_dir, ".gitignore")
     try:
-        with open(os.path.join(out_dir, ".gitignore"), encoding="utf-8") as f:
-            rules += [line.strip() for line in f if line.strip() and not line.startswith(("#", "!"))]
+        # surrogateescape: a rule names a file as os.walk does, whatever bytes its name has.
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
     except FileNotFoundError:
-        pass
-    return rules
+        lines = []
+    for number, line in enumerate(lines, 1):
+        try:
+            pathspec.GitIgnoreSpec.from_lines([line])
+        except ValueError:
+            raise UsageError(
+                f"{path}:{number}: {line!r} is not a .gitignore pattern; fix or remove that line, then push again"
+            ) from None
+    return pathspec.GitIgnoreSpec.from_lines([*lines, *ALWAYS_IGNORED])
 
 
-def is_ignored(path: str, is_dir: bool, rules: list[str]) -> bool:
-    """A small .gitignore matcher: ``dir/`` matches folders, ``a/b`` is anchored, ``*.x`` matches anywhere."""
-    name = path.rsplit("/", 1)[-1]
-    for rule in rules:
-        dir_only = rule.endswith("/")
-        pattern = rule.rstrip("/")
-        if dir_only and not is_dir:
-            continue
-        if "/" in pattern:
-            if fnmatch.fnmatchcase(path, pattern.lstrip("/")):
-                return True
-        elif fnmatch.fnmatchcase(name, pattern):
-            return True
-    return False
+def is_ignored(path: str, is_dir: bool, rules: pathspec.GitIgnoreSpec) -> bool:
+    """Whether git would leave ``path`` out: it or a folder on the way to it is ignored (as in
+    git, a file in an ignored folder stays out, whatever ``!`` rule names it)."""
+    parts = path.split("/")
+    folders = ["/".join(parts[:i]) + "/" for i in range(1, len(parts))]
+    return any(rules.match_file(folder) for folder in folders) or rules.match_file(path + "/" if is_dir else path)
 
 
 def is_published(rel: str, include: tuple[str, ...] = ()) -> bool:
     """Whether a repo file other than a shard goes up: shardkit's own (a root file it writes, a
-    template's placeholder in data/), or one ``include`` names (a path or fnmatch pattern such as
-    ``docs/*.md``, matched against the repo-relative path)."""
+    template's placeholder in data/), or one ``include`` names. Patterns match the repo-relative
+    path as ``hf upload --include`` matches them (``docs/*.md``; ``docs/`` is the folder)."""
+    from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]
+
     folder, _, name = rel.rpartition("/")
     if (not folder and is_small_file(name)) or (folder == "data" and name in PLACEHOLDERS):
         return True
-    return any(fnmatch.fnmatchcase(rel, pattern.strip("/")) for pattern in include)
+    return bool(include) and any(filter_repo_objects([rel], allow_patterns=[p.lstrip("/") for p in include]))
 
 
 #: A file a run was writing when it stopped (an older shardkit wrote them beside the card):
@@ -214,11 +223,11 @@ def collect_files(
     loading script) and those ``include`` names. The folder's other files are listed in
     ``left_out`` and not published: shardkit publishes nothing it did not write without being told.
 
-    A shard file (``.zip``, ``.tar``, ``.parquet``) in ``data/`` or ``.jsonl`` in ``metadata/`` that
-    the manifest does not name is an error: the card's ``data/*`` pattern would publish it as part
-    of the dataset (or it is left from a pack in another format). With ``store`` (an OUT_DIR URL),
-    the shard files are those at the URL (``listing``: its files and their sizes, from
-    :meth:`UrlStore.find`) and ``out_dir`` is the local copy of the small files.
+    A file in ``data/`` or ``metadata/`` that the manifest does not name (:func:`unnamed_files`)
+    is an error: the card's ``data/*`` pattern would publish it as part of the dataset (or it is
+    left from a pack in another format). With ``store`` (an OUT_DIR URL), the shard files are
+    those at the URL (``listing``: its files and their sizes, from :meth:`UrlStore.find`) and
+    ``out_dir`` is the local copy of the small files.
     """
     listing = listing or {}
     shard_files: list[LocalFile] = []
@@ -235,59 +244,38 @@ def collect_files(
         size = os.path.getsize(meta) if os.path.exists(meta) else 0
         shard_files.append(LocalFile(shard.metadata, meta, size, shard.metadata_sha256))
     named = {f.path for f in shard_files}
-    # The table's sha256 too: an unchanged table (GBs, maybe at a URL) is not read to compare.
-    known = {TABLE_NAME: manifest.metadata_table_sha256} if manifest.metadata_table_sha256 else {}
-    rules = _ignore_rules(out_dir)
-    other: list[LocalFile] = []
-    strays: list[str] = []
+    rules = ignore_rules(out_dir)
+    found: dict[str, tuple[str, int | None]] = {}  # repo path -> (where it is, its size if known)
     for folder, dirs, files in os.walk(out_dir):
         rel_folder = os.path.relpath(folder, out_dir).replace(os.sep, "/")
         prefix = "" if rel_folder == "." else rel_folder + "/"
-        dirs[:] = sorted(d for d in dirs if not is_ignored(prefix + d, True, rules))
-        for name in sorted(files):
-            rel = prefix + name
-            if rel in named or is_ignored(rel, False, rules):
-                continue
-            if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
-                strays.append(rel)
-                continue
-            if not is_published(rel, include) or name.endswith(_PARTIAL):
-                if left_out is not None:
-                    left_out.append(rel)
-                continue
-            path = os.path.join(folder, name)
-            _check_name(rel, path)
-            other.append(LocalFile(rel, path, os.path.getsize(path), known.get(rel)))
+        dirs[:] = sorted(d for d in dirs if not rules.match_file(prefix + d + "/"))
+        found.update((prefix + name, (os.path.join(folder, name), None)) for name in sorted(files))
     if store is not None:  # the files below the top level are at the URL only
         for rel, size in sorted(listing.items()):
-            name = rel.rsplit("/", 1)[-1]
-            at_root_only_there = rel == TABLE_NAME  # the one root file not copied to the work folder
-            if rel in named or is_ignored(rel, False, rules) or _ignored_folder(rel, rules):
-                continue
-            if "/" not in rel and not at_root_only_there:
-                continue
-            if rel.startswith(SHARD_FOLDERS) and name.endswith((*SHARD_SUFFIXES, ".jsonl")):
-                strays.append(rel)
-                continue
-            if not is_published(rel, include) or name.endswith(_PARTIAL):
-                if left_out is not None:
-                    left_out.append(rel)
-                continue
-            _check_name(rel, f"{store.location}/{rel}")
-            other.append(LocalFile(rel, f"{store.location}/{rel}", size, known.get(rel)))
-    if strays:
-        shown = listed(strays, 5)
+            if "/" in rel or rel == TABLE_NAME:  # the one root file not copied to the work folder
+                found[rel] = (f"{store.location}/{rel}", size)
+    candidates = [rel for rel in found if rel not in named and not is_ignored(rel, False, rules)]
+    unnamed = unnamed_files(candidates, named)
+    if unnamed:
         raise UsageError(
-            f"{out_dir} holds shard files that {MANIFEST_NAME} does not name ({shown}); the dataset would read them"
-            " too. Move them away, or run the pack again to rebuild the folder."
+            f"{out_dir} holds files in data/ or metadata/ that {MANIFEST_NAME} does not name ({listed(unnamed, 5)});"
+            " the dataset would read them too. Move them out of those folders, or, if a pack stopped"
+            " part-way, run the same pack command again to finish it."
         )
+    # The table's sha256 too: an unchanged table (GBs, maybe at a URL) is not read to compare.
+    known = {TABLE_NAME: manifest.metadata_table_sha256} if manifest.metadata_table_sha256 else {}
+    other: list[LocalFile] = []
+    for rel in candidates:
+        where, known_size = found[rel]
+        if not is_published(rel, include) or rel.endswith(_PARTIAL):
+            if left_out is not None:
+                left_out.append(rel)
+            continue
+        _check_name(rel, where)
+        size_of = os.path.getsize(where) if known_size is None else known_size
+        other.append(LocalFile(rel, where, size_of, known.get(rel)))
     return shard_files, other
-
-
-def _ignored_folder(rel: str, rules: list[str]) -> bool:
-    """Whether a folder on the way to ``rel`` is ignored (as os.walk prunes it for a local OUT_DIR)."""
-    parts = rel.split("/")[:-1]
-    return any(is_ignored("/".join(parts[: i + 1]), True, rules) for i in range(len(parts)))
 
 
 def check_hub_limits(files: list[LocalFile]) -> None:
@@ -306,7 +294,13 @@ def check_hub_limits(files: list[LocalFile]) -> None:
 
 def is_unchanged(local: LocalFile, remote: RemoteFile | None, store: UrlStore | None = None) -> bool:
     """Whether the repo already holds this file's content at this path (reads small files only,
-    and files whose sha256 is not known; a file whose ``local`` is a URL is read through ``store``)."""
+    and files whose sha256 is not known; a file whose ``local`` is a URL is read through ``store``).
+
+    Decided here, from one listing of the repo, rather than left to ``create_commit`` (which also
+    drops unchanged files): a shard's sha256 is the manifest's, so an unchanged shard is neither
+    read nor sent to preupload, and the summary can count what was skipped."""
+    from huggingface_hub.utils.sha import git_hash
+
     if remote is None or remote.size != local.size:
         return False
     if remote.sha256 is not None and local.sha256 is not None:
@@ -316,7 +310,7 @@ def is_unchanged(local: LocalFile, remote: RemoteFile | None, store: UrlStore | 
     with store.open(local.path) if store is not None and is_url(local.local) else open(local.local, "rb") as f:
         if remote.sha256 is not None:
             return sha256_stream(f) == remote.sha256
-        return git_blob_oid(f.read()) == remote.git_oid
+        return git_hash(f.read()) == remote.git_oid
 
 
 def plan_commits(
@@ -327,7 +321,11 @@ def plan_commits(
     unchanged: Callable[[LocalFile, RemoteFile | None], bool] = is_unchanged,
     deletable: set[str] | None = None,
 ) -> CommitPlan:
-    """Split the files that differ from the repo into commits; see the module docstring for the order."""
+    """Split the files that differ from the repo into commits; see the module docstring for the order.
+
+    Own code (see above): huggingface_hub has no planner that keeps shards before the manifest,
+    a shard with its metadata file, and a commit under ``files_per_commit`` files.
+    """
     if files_per_commit < 2:
         raise UsageError("files per commit must be at least 2 (a shard and its metadata file go together)")
     skipped = [f for f in shard_files + other_files if unchanged(f, remote.get(f.path))]
@@ -350,7 +348,7 @@ def plan_commits(
     if batch and shard_todo:
         batches.append(batch)
     local_paths = {f.path for f in shard_files}
-    gone = sorted(p for p in remote if p.startswith(SHARD_FOLDERS) and p not in local_paths and _is_shard(p))
+    gone = sorted(unnamed_files(remote, local_paths))
     deletions = [p for p in gone if deletable is None or p in deletable]
     kept = [p for p in gone if p not in deletions]
     return CommitPlan(batches=batches, final=final, deletions=deletions, skipped=skipped, kept_remote=kept)
@@ -369,10 +367,6 @@ def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[s
     except (OSError, ValueError, TypeError, KeyError):
         return set()  # not a manifest shardkit can read: delete nothing
     return {rel for shard in published.shards for rel in (shard.file, shard.metadata)}
-
-
-def _is_shard(path: str) -> bool:
-    return path.endswith((*SHARD_SUFFIXES, ".jsonl"))
 
 
 def find_loader(out_dir: str) -> str | None:
@@ -642,6 +636,7 @@ def _publish_script_branch(
 ) -> str:
     """Make ``branch`` = the pushed commit + the loading script as ``<name>.py``; return its commit."""
     from huggingface_hub import CommitOperationAdd
+    from huggingface_hub.utils.sha import git_hash
 
     script_name = repo_id.split("/")[1] + ".py"
     with hub_errors(f"publishing the {branch!r} branch", repo_id):
@@ -650,7 +645,7 @@ def _publish_script_branch(
             wanted = dict(list_remote(api, repo_id, main_commit))
             with open(loader, "rb") as f:
                 script = f.read()
-            wanted[script_name] = RemoteFile(len(script), None, git_blob_oid(script))
+            wanted[script_name] = RemoteFile(len(script), None, git_hash(script))
             if list_remote(api, repo_id, refs[branch]) == wanted:
                 return refs[branch]  # already the pushed data plus this script
             api.delete_branch(repo_id, branch=branch, repo_type="dataset")

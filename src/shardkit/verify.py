@@ -44,7 +44,7 @@ from .errors import UsageError, source_note
 from .formats import PARQUET, TAR, ZIP, ShardFormat
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .metadata import can_decode, decode_problem, sha256_stream
-from .outdir import PLACEHOLDERS
+from .outdir import unnamed_files
 from .progress import NullProgress, Progress
 from .store import LocalStore, ShardStore, store_for
 from .streamio import crc32, jsonl_lines
@@ -401,10 +401,8 @@ def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, 
 
 def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
-    for sub in ("data", "metadata"):  # a dataset's folders: anything else there is not the dataset
-        for rel in store.files_under(sub):
-            if rel.rsplit("/", 1)[-1] not in PLACEHOLDERS and rel not in named:
-                report.problems.append(Problem(rel, f"not named in {MANIFEST_NAME}"))
+    present = [rel for sub in ("data", "metadata") for rel in store.files_under(sub)]
+    report.problems.extend(Problem(rel, f"not named in {MANIFEST_NAME}") for rel in unnamed_files(present, named))
     # Each split's shards hold key ranges that do not overlap (splits are cut by key apart).
     ranges = sorted((s.split, r.keys, s.file) for r, s in zip(results, manifest.shards, strict=True) if r.keys)
     for (split_a, a, file_a), (split_b, b, file_b) in itertools.pairwise(ranges):
