@@ -115,6 +115,13 @@ class TaskExecutor(Executor):
         """Stop now (an error or Ctrl-C): cancel what has not started, end what runs."""
         self.shutdown(wait=False, cancel_futures=True)
 
+    def __exit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: Any) -> None:
+        """Leaving a ``with`` block normally waits for the tasks; with an exception, :meth:`stop`."""
+        if exc_type is None:
+            self.shutdown(wait=True)
+        else:
+            self.stop()
+
     def task_error(self, exc: BaseException, future: Future[Any], names: dict[Future[Any], str]) -> BaseException:
         """The error to raise for ``future``, which failed with ``exc``; ``names`` names it and
         the other tasks in flight."""
@@ -193,12 +200,8 @@ def task_executor(jobs: int, cluster: Cluster | None, tasks: int) -> Iterator[Ex
         return
     else:
         executor = LocalPool(min(jobs, tasks), tasks)
-    try:
+    with executor:
         yield executor
-    except BaseException:
-        executor.stop()
-        raise
-    executor.shutdown(wait=True)
 
 
 # --- local worker processes ------------------------------------------------------------------------
