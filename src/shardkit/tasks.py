@@ -70,6 +70,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait as wait_for_any
 from types import FrameType
 from typing import Any, NoReturn, Protocol, TypeVar
 
@@ -142,8 +143,8 @@ def run_tasks(
     ``executor`` None runs them here, one after the other. Otherwise at most ``in_flight`` tasks
     are submitted at a time (by default the executor's :attr:`TaskExecutor.in_flight`), items
     taken from ``items`` only as they are submitted. The first failed task stops the run: what
-    has not started is cancelled and its error raised (a lost worker's names ``names[i]``); so
-    does a KeyboardInterrupt. ``what`` ("check", "write", "transform") names the kind of task
+    has not started is cancelled and its error raised (that of a lost worker names its task,
+    ``names[i]``); so does a KeyboardInterrupt. ``what`` ("check", "write", "transform") names the kind of task
     in messages. The caller owns ``executor``: it stops it when this raises
     (:func:`task_executor` does).
     """
@@ -255,7 +256,7 @@ class LocalPool(ProcessPoolExecutor, TaskExecutor):
         sentinels = {process.sentinel: process for process in processes}
         deadline = time.monotonic() + STOP_SECONDS
         while sentinels and (left := deadline - time.monotonic()) > 0:
-            for ready in multiprocessing.connection.wait(list(sentinels), timeout=left):
+            for ready in wait_for_any(list(sentinels), timeout=left):
                 sentinels.pop(ready)
         for process in sentinels.values():  # stuck where no signal reaches (a hung NFS read in C)
             with contextlib.suppress(OSError, ValueError):
