@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.check import MIN_SPLIT_BYTES, plan_ranges, split_for_workers
+from shardkit.check import MIN_SPLIT_BYTES, plan_ranges
 from shardkit.errors import InputErrors
 from shardkit.pack import PackConfig, pack
 from shardkit.schema import SchemaTracker
@@ -139,31 +139,33 @@ def test_type_conflicts_are_reported_as_one_pass_reports_them(make_corpus: Any, 
     assert "checking it again in one pass" in caplog.text
 
 
-def test_running_workers_split_a_file_of_2_to_8_mib_one_range_each(tmp_path: Path) -> None:
+def test_a_file_is_split_by_its_size_alone(tmp_path: Path) -> None:
+    """Whatever --jobs is and whether workers run: one pass under 2 MiB, or under 8 MiB with
+    keys; 1 MiB ranges without keys; and given range bytes cut a file into whole-line ranges."""
+
     def meta(name: str, rows: int, key: bool, pad: int = 1000) -> str:
         lines = [
             {"file_name": f"{i}.jpg", **({"key": f"{i:032x}"} if key else {}), "x": "y" * pad} for i in range(rows)
         ]
         return str(write_jsonl(tmp_path / name, lines))
 
-    small = meta("small.jsonl", 1000, True)  # about 1 MB: the round trips would cost more
+    small = meta("small.jsonl", 1000, True)  # about 1 MB: one pass
     keyed = meta("keyed.jsonl", 3000, True)  # about 3 MB: one pass by the file alone
     unkeyed = meta("unkeyed.jsonl", 3000, False)  # 1 MiB ranges by the file alone: three
-    large = meta("large.jsonl", 9000, True)  # over MIN_SPLIT_BYTES: split by the file alone already
+    large = meta("large.jsonl", 9000, True)  # over MIN_SPLIT_BYTES: split by the file alone
     assert os.path.getsize(large) > MIN_SPLIT_BYTES
-    assert split_for_workers(small, 2) is None
-    assert split_for_workers(keyed, 1) is None
+    assert len(plan_ranges(small)) == 1
+    assert len(plan_ranges(keyed)) == 1
     parities = set()
     for pad in (1000, 1001):  # an even and an odd number of bytes
         keyed = meta("keyed.jsonl", 3001, True, pad)
         size = os.path.getsize(keyed)
         parities.add(size % 2)
-        for workers in (2, 3, 4):
-            assert split_for_workers(keyed, workers) == size // workers
-            assert len(plan_ranges(keyed, split_for_workers(keyed, workers))) == workers, (size, workers)
+        for parts in (2, 3, 4):
+            assert len(plan_ranges(keyed, size // parts)) == parts, (size, parts)
     assert parities == {0, 1}
-    thirds = plan_ranges(keyed, split_for_workers(keyed, 3))
+    thirds = plan_ranges(keyed, os.path.getsize(keyed) // 3)
     assert len(thirds) == 3 and thirds[0][:2] == (0, thirds[1][0]) and thirds[2][1] is None
     assert len(plan_ranges(unkeyed)) == 3
-    assert len(plan_ranges(unkeyed, split_for_workers(unkeyed, 2))) == 2
-    assert split_for_workers(large, 2) is None and len(plan_ranges(large)) > 1
+    assert len(plan_ranges(unkeyed, os.path.getsize(unkeyed) // 2)) == 2
+    assert len(plan_ranges(large)) > 1

@@ -170,9 +170,9 @@ def test_a_cluster_that_cannot_do_the_work_is_refused_before_any_task(cluster: D
 
     # One worker runs another shardkit version: its bytes could differ, so no task is sent.
     def set_version(version: str) -> None:
-        import shardkit.cluster
+        import shardkit.tasks
 
-        shardkit.cluster.__version__ = version
+        shardkit.tasks.__version__ = version
 
     with cluster.client() as client:
         w1 = next(a for a, w in client.scheduler_info(n_workers=-1)["workers"].items() if w["name"] == "w1")

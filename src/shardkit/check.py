@@ -18,9 +18,9 @@ file, because of what each check needs:
   whole file is checked again in one pass, so verdicts and messages are exactly one pass's.
   Inputs without such conflicts, the ones that get packed, are checked once.
 
-Small files (under 2 MiB, or 8 MiB when rows give keys) are checked in one pass in this process,
-except where workers are running already (a pack's write workers): then a file of 2 to 8 MiB is
-split over them, one range each (:func:`split_for_workers`).
+Small files (under 2 MiB, or 8 MiB when rows give keys) are checked in one pass in this process.
+How a file is split depends on the file alone (:func:`plan_ranges`), so it is the same on every
+machine and for every ``--jobs``.
 """
 
 from __future__ import annotations
@@ -315,24 +315,6 @@ def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, in
             if end is not None:
                 line += _count_newlines(f, end - start)
     return ranges
-
-
-def split_for_workers(path: str, workers: int) -> int | None:
-    """Range bytes that split a file of 2 to 8 MiB (``MIN_SPLIT_BYTES``) into one range for each
-    of ``workers`` processes that are running already (a pack's write workers, started early).
-
-    Without their start to pay for, two ranges beat one pass over rows with keys, and one range
-    per worker beats the 1 MiB ranges :func:`plan_ranges` gives rows without keys (three ranges
-    over two workers leave one to finish alone; figures in docs/performance.md). None for
-    a file under 2 MiB (the round trips cost more), a larger one (its range tasks get workers of
-    their own, as their check memory grows with the file), or one that cannot be split.
-    """
-    if workers < 2 or path.endswith(".gz"):
-        return None
-    size = os.path.getsize(path)  # (a FIFO has size 0: it is never read here)
-    if size < 2 * MIN_RANGE_BYTES or size >= MIN_SPLIT_BYTES:
-        return None
-    return size // workers  # (an odd size rounded up was one range: plan_ranges splits from 2x on)
 
 
 def _first_row_has_key(path: str) -> bool:

@@ -40,9 +40,7 @@ from .check import (
     check_range,
     combine,
     range_jobs,
-    split_for_workers,
 )
-from .cluster import Cluster, Tasks, cluster_for, run_tasks
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
@@ -85,49 +83,13 @@ from .staging import (
 )
 from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
 from .table import TABLE_NAME, write_metadata_table
-from .worker import WorkerPool
+from .tasks import Cluster, Tasks, cluster_for, run_tasks, task_executor
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
 log = logging.getLogger(__name__)
 
 PLAN_IN_MEMORY_ROWS = 50_000  # up to this many rows (12 MB at most), the planner reads a list twice, not the file
 HASHES_SAVE_SECONDS = 10.0  # how often the hash cache is written while shards are written
-_WORKER_MODULES = ("shardkit.writer", "shardkit.check")  # what the write workers import as they start
-
-
-class _LocalWriters:
-    """The worker processes that write the shards on this machine (``jobs`` over 1, no cluster).
-
-    Started once, by the first call to :meth:`start`: before a check phase that runs in this
-    process, so they start and import while it runs, or that is a small file they split between
-    them (:func:`~shardkit.check.split_for_workers`); otherwise after the check (a large file's
-    range tasks have workers of their own: sharing them would carry each one's check-phase
-    memory, which grows with the file, into the write phase). Closed by :meth:`finish` as soon
-    as the shards are written (they would otherwise sit beside the finish phase's preview,
-    adding to the peak memory), or terminated when ``stack`` unwinds on an error.
-    """
-
-    def __init__(self, stack: contextlib.ExitStack, jobs: int) -> None:
-        self._jobs = jobs
-        self._pool: WorkerPool | None = None
-        stack.callback(self._terminate)
-
-    def start(self, *, early: bool = False) -> WorkerPool | None:
-        """The workers, started now unless they are running. ``early``: before the check phase,
-        while this process is small, so they are forked from it (ready at once) where they can be."""
-        if self._pool is None and self._jobs > 1:
-            self._pool = WorkerPool(self._jobs, _WORKER_MODULES, fork=early)
-        return self._pool
-
-    def finish(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-    def _terminate(self) -> None:
-        if self._pool is not None:  # not finished: an error (or Ctrl-C) left the write phase
-            self._pool.terminate()
-            self._pool = None
 
 
 @dataclass(frozen=True)
@@ -215,7 +177,7 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
 
     ``client``, a ``distributed.Client``, runs the row checks and the shard writes as tasks on
     that Dask cluster (as does ``config.executor="dask"`` with ``config.scheduler``); see
-    :mod:`shardkit.cluster`.
+    :mod:`shardkit.tasks`.
     """
     progress = progress or NullProgress()
     started = time.perf_counter()
@@ -244,11 +206,10 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
         cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
         work_dir = stack.enter_context(locked(out_dir))
         created.locked()
-        # Runs after the write workers are gone and before the lock is released (LIFO): a refused
-        # run or a dry run takes away what it made, while no other run can be working here. A run
-        # refused the lock made nothing and undoes nothing.
+        # Runs before the lock is released (LIFO): a refused run or a dry run takes away what it
+        # made, while no other run can be working here. A run refused the lock made nothing and
+        # undoes nothing.
         stack.callback(lambda: created.undo() if not created.finished or config.dry_run else None)
-        writers = _LocalWriters(stack, config.jobs if cluster is None else 1)
         if cluster is not None:  # before the check phase, which can take hours
             metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
             cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
@@ -257,7 +218,7 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
             pull_small_files(store, out_dir)
         if problem := card_problem(out_dir):  # a card shardkit cannot keep true: before hours of work
             raise UsageError(problem)
-        summary = _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, writers, created)
+        summary = _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, created)
         created.finished = True
     return summary
 
@@ -271,7 +232,6 @@ def _pack_locked(
     started: float,
     cluster: Cluster | None,
     store: ShardStore,
-    writers: _LocalWriters,
     created: CreatedHere,
 ) -> PackSummary:
     """Pack, holding the lock; ``out_dir`` is OUT_DIR, or for a URL the local work folder."""
@@ -298,7 +258,6 @@ def _pack_locked(
             problems,
             progress,
             check_cluster,
-            None if config.dry_run else writers,
             # --force numbers the classes afresh (and says what changed); any other run into
             # this OUT_DIR keeps the numbers it published.
             previous_labels=previous.labels if previous is not None and not config.force else {},
@@ -449,21 +408,21 @@ def _pack_locked(
     saved = time.monotonic()
     try:
         names = [job.plan.name for job in jobs]
-        pool = writers.start() if len(tasks) > 1 else None
-        for result in run_tasks(write_shard, tasks, names, "write", jobs=config.jobs, cluster=cluster, pool=pool):
-            done[result.file] = result
-            write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
-            if hashes is not None:  # so a resume or the push need not read the files again
-                hashes.record(result.file, result.sha256)
-                hashes.record(result.metadata, result.metadata_sha256)
-                if time.monotonic() - saved > HASHES_SAVE_SECONDS:
-                    hashes.save()
-                    saved = time.monotonic()
-            progress.advance(result.bytes, shards=len(done), rows=result.rows)
+        # The workers are gone when the block ends: the finish phase's preview does not sit beside them.
+        with task_executor(config.jobs, cluster, len(tasks)) as executor:
+            for result in run_tasks(write_shard, tasks, names=names, executor=executor, what="write"):
+                done[result.file] = result
+                write_atomic(_done_record(work_dir, result.file), json.dumps(result.to_json()).encode())
+                if hashes is not None:  # so a resume or the push need not read the files again
+                    hashes.record(result.file, result.sha256)
+                    hashes.record(result.metadata, result.metadata_sha256)
+                    if time.monotonic() - saved > HASHES_SAVE_SECONDS:
+                        hashes.save()
+                        saved = time.monotonic()
+                progress.advance(result.bytes, shards=len(done), rows=result.rows)
     finally:
         if hashes is not None:
             hashes.save()
-    writers.finish()
     progress.finish()
     phases.end("write")
     if isinstance(store, UrlStore):
@@ -579,7 +538,6 @@ def _check_and_stage(
     problems: ProblemLog,
     progress: Progress,
     cluster: Cluster | None = None,
-    writers: _LocalWriters | None = None,
     previous_labels: dict[str, list[str]] | None = None,
 ) -> _Staged:
     settings = CheckSettings(
@@ -596,21 +554,16 @@ def _check_and_stage(
     skip = problems.rejects_path is not None
     progress.start("checking rows", total=None, unit="rows")
     at_once = 1 if cluster is not None else config.jobs  # range tasks sharing this machine's memory
-    range_bytes = config.check_range_bytes
-    early = None  # the write phase's workers, started now to check a file they split
-    if range_bytes is None and cluster is None and writers is not None:
-        range_bytes = split_for_workers(settings.metadata_path, config.jobs)
-        early = writers.start(early=True) if range_bytes is not None else None
-    jobs = range_jobs(settings, ranges_dir, skip, at_once, range_bytes)
+    jobs = range_jobs(settings, ranges_dir, skip, at_once, config.check_range_bytes)
     parallel = len(jobs) > 1 and (config.jobs > 1 or cluster is not None)
     combined = None
     if parallel:
         results = []
         names = [f"{job.index:05d}" for job in jobs]
-        tasks = run_tasks(check_range, jobs, names, "check", jobs=config.jobs, cluster=cluster, pool=early)
-        for result in tasks:
-            results.append(result)
-            progress.advance(result.rows)
+        with task_executor(config.jobs, cluster, len(jobs)) as executor:
+            for result in run_tasks(check_range, jobs, names=names, executor=executor, what="check"):
+                results.append(result)
+                progress.advance(result.rows)
         results.sort(key=lambda r: r.index)
         combined = combine(results)
         if combined is None:  # a type or modality conflict across ranges: one pass gives the exact verdicts
@@ -618,8 +571,6 @@ def _check_and_stage(
             shutil.rmtree(ranges_dir)
             progress.start("checking rows again, in one pass", total=None, unit="rows")
     if combined is None:
-        if writers is not None:  # the write phase's workers start and import while this checks
-            writers.start(early=True)
         whole = RangeJob(settings, 0, 0, None, 1, os.path.join(ranges_dir, "whole"), skip)
         results = [check_range(whole, progress)]
         combined = combine(results)

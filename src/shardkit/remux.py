@@ -69,7 +69,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .check import SPLIT_COLUMN, split_problem
-from .cluster import Cluster, cluster_for, run_tasks
 from .errors import NetworkError, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
 from .metadata import EXT_RE, KEY_RE
@@ -77,6 +76,7 @@ from .outdir import check_out_dir, locked
 from .progress import NullProgress, Progress
 from .schema import class_label_names
 from .store import UrlStore, is_network_error, is_timeout, is_url, run_folder
+from .tasks import Cluster, cluster_for, run_tasks, task_executor
 
 log = logging.getLogger(__name__)
 
@@ -836,11 +836,11 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         progress.start("transforming source shards", total=n_shards, unit="shards")
         progress.advance(len(resumed))
         rows_so_far = 0
-        for _, _, shard_out in run_tasks(
-            transform_shard, tasks, [t.stem for t in tasks], "transform", jobs=config.jobs, cluster=cluster
-        ):
-            rows_so_far += shard_out
-            progress.advance(1, rows=rows_so_far)
+        with task_executor(config.jobs, cluster, len(tasks)) as executor:
+            names = [t.stem for t in tasks]
+            for _, _, shard_out in run_tasks(transform_shard, tasks, names=names, executor=executor, what="transform"):
+                rows_so_far += shard_out
+                progress.advance(1, rows=rows_so_far)
         progress.finish()
         transform_seconds = time.perf_counter() - started
         counts = []
