@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import shardkit.pack
-from shardkit import fetch
+from shardkit import readahead
 from shardkit.inputfile import OutsideImagesDir, SourceChanged, open_inside
 from shardkit.pack import PackConfig, pack
 from shardkit.staging import StagedRow
@@ -165,10 +165,10 @@ def test_a_content_keyed_file_whose_bytes_no_longer_hash_to_its_key_is_refused(t
         pattern = rf"a\.jpg \(metadata line 2\): .*no longer hash to its key {key_a}"
         with (
             pytest.raises(SourceChanged, match=pattern),
-            fetch.read_in_order(rows, str(images), threads=2, ring_bytes=ring) as files,
+            readahead.read_in_order(rows, str(images), threads=2, ring_bytes=ring) as files,
         ):
             for _, _, data, _ in files:
-                if isinstance(data, fetch.BigFile):
+                if isinstance(data, readahead.BigFile):
                     with data:
                         data.read_all()
 

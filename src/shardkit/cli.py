@@ -223,7 +223,7 @@ pack_options = [
         type=click.IntRange(1),
         default=8,
         show_default=True,
-        help="Threads per job reading input files ahead of the writer (while they are not in the page cache).",
+        help="Threads per job reading input files ahead of the writer.",
     ),
     click.option(
         "--read-buffer",

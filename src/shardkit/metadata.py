@@ -19,7 +19,6 @@ import os
 import re
 import stat
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
@@ -348,8 +347,6 @@ class _FileChecker:
         self.max_file_bytes = max_file_bytes
         self.decode = decode
         self._dirs: dict[str, str] = {}
-        self._fast = False  # whether the last timed batch was fast; the first batch is timed on a thread
-        self._batches = 0
 
     def _real_dir(self, directory: str) -> str:
         real = self._dirs.get(directory)
@@ -369,31 +366,6 @@ class _FileChecker:
 
     def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
         return [item if isinstance(item, InputProblem) else self.check(item) for item in batch]
-
-    def how(self, batch: list[_Pending | InputProblem]) -> str:
-        """Where to check this batch: "inline" (the reading thread), "probe" (a thread, timed,
-        with the others idle) or "pool" (the threads, with others in flight).
-
-        Handing a batch to a thread costs more than the cached lstat each row needs, so while
-        stats are fast the reading thread does them itself. The first batch, and every
-        ``PROBE_EVERY``-th while stats are slow (a cold cache, a network filesystem), is timed
-        on a thread while the reading thread waits (a wait Ctrl-C interrupts, should the very
-        first stat hang on a dead mount); an inline batch that turns out slow sends the next
-        ones back to the threads. Hashing (rows without a key) and decoding always run on the
-        threads, where they run in parallel.
-        """
-        self._batches += 1
-        if self.decode or not all(isinstance(item, InputProblem) or item.key is not None for item in batch):
-            return "pool"
-        if self._fast:
-            return "inline"
-        return "probe" if self._batches % PROBE_EVERY == 1 else "pool"
-
-    def check_timed(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
-        started = time.perf_counter()
-        out = self.check_batch(batch)
-        self._fast = time.perf_counter() - started <= INLINE_SECONDS_PER_ROW * len(batch)
-        return out
 
     def _stat(self, p: _Pending) -> tuple[os.stat_result, str | None] | str:
         """The file's stat and, for a row without a key, its sha256; or a problem."""
@@ -495,11 +467,9 @@ def _audio_problem(source: str | BinaryIO) -> str | None:
     return None if frames else "audio file has no samples"
 
 
+#: Rows per thread-pool task: a task per row would cost more in hand-offs than the cached stat
+#: most rows need.
 _BATCH = 64
-#: A batch checked in the reading thread that took longer than this per row (a cold cache, a
-#: network mount) sends the next batches to the thread pool; see _FileChecker.check_inline.
-INLINE_SECONDS_PER_ROW = 50e-6
-PROBE_EVERY = 16
 
 
 def read_metadata(
@@ -516,7 +486,9 @@ def read_metadata(
     """Stream checked records (or problems) from a metadata file, in input order.
 
     ``max_file_bytes`` is the largest file that still fits in a shard on its own. Rows are
-    parsed here and their files checked on ``threads`` threads, in batches. With ``decode``,
+    parsed here and their files checked on ``threads`` threads, every batch of rows alike (about
+    twice ``threads`` batches in flight); this thread only waits for the results, oldest first,
+    a wait Ctrl-C interrupts even while a stat hangs on a dead network mount. With ``decode``,
     every image and audio file is decoded, and one that does not decode is a problem.
     ``start``, ``end`` and ``first_line`` read one range of whole lines (an uncompressed file).
     """
@@ -532,18 +504,9 @@ def read_metadata(
             batch.append(_pending_or_problem(row, images_root))
             if len(batch) < _BATCH:
                 continue
-            how = checker.how(batch)
-            if how != "pool":
-                while window:  # earlier batches first, and no thread competes while it is timed
-                    yield from window.popleft().result()
-                if how == "inline":
-                    yield from checker.check_timed(batch)
-                else:
-                    yield from pool.submit(checker.check_timed, batch).result()
-            else:
-                window.append(pool.submit(checker.check_batch, batch))
-                if len(window) > threads * 2:
-                    yield from window.popleft().result()
+            window.append(pool.submit(checker.check_batch, batch))
+            if len(window) > threads * 2:
+                yield from window.popleft().result()
             batch = []
         if batch:
             window.append(pool.submit(checker.check_batch, batch))

@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from .errors import ShardkitError, naming
-from .fetch import BigFile, Fetched, forget_ring, read_in_order
 from .formats import METADATA_MEMBER, PARQUET, TAR, ZIP, format_named
 from .manifest import ManifestShard
 from .plan import ShardPlan
+from .readahead import BigFile, Fetched, forget_ring, read_in_order
 from .shardfile import ShardFile
 from .staging import iter_published_lines, iter_staged
 from .store import store_for

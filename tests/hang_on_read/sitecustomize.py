@@ -18,5 +18,5 @@ if _NAME:
             threading.Event().wait()
         return _real(path, inside)
 
-    # Before shardkit.fetch imports it by name.
+    # Before shardkit.readahead imports it by name.
     shardkit.inputfile.open_inside = _open_inside

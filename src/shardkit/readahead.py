@@ -4,29 +4,18 @@ Every file is opened through :func:`~shardkit.inputfile.open_inside` and compare
 check saw, so a file rewritten or swapped since (for a symlink to a file outside IMAGES_DIR, say)
 is refused, never published.
 
-Two ways, and the reader moves between them as it goes:
-
-* **read ahead**: a thread pool reads the files ahead, in batches of consecutive rows, into a
-  fixed ring buffer (:class:`Ring`), so a cold cache or a network filesystem has many reads in
-  flight. Memory is the ring's, whatever the files weigh; a file larger than half the ring is
-  copied in chunks by the writer at its turn (:class:`BigFile`).
-* **inline**: the writer's own thread reads each file when its turn comes. While the files are
-  in the page cache (a warm cache, files just made), a read is a memory copy, and handing it to
-  another thread costs more CPU than the copy (figures in docs/performance.md). Each inline read asks the
-  kernel not to wait for the disk (``RWF_NOWAIT``); a file that is not all in memory is read
-  there and then, from the disk.
-
-Reads ahead ask with ``RWF_NOWAIT`` first too, so the reader learns when the files come from
-memory; every :data:`MODE_WINDOW` files it chooses its way by how many of the last ones were
-(see :data:`MAX_MISSES`). Where the kernel or the filesystem cannot answer (``RWF_NOWAIT``
-unsupported: tmpfs, NFS, FUSE, macOS), every file is read ahead. The mode, and the count
-towards the next choice, carry over from one shard to the next on the same thread.
+One way, the same whatever the machine does: a thread pool (``--read-threads``) reads the files
+ahead of the writer, in batches of consecutive rows, into a fixed ring buffer (:class:`Ring`,
+``--read-buffer``), so a cold cache or a network filesystem has many reads in flight. Memory is
+the ring's, whatever the files weigh; a file larger than half the ring is copied in chunks by
+the writer at its turn (:class:`BigFile`). Which thread reads which file varies from run to run;
+what the writer receives does not: every row in order with its file's bytes and CRC-32, or, at
+the turn of the first file that cannot be read as checked, the error naming it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import threading
@@ -43,15 +32,10 @@ from .threads import interruptible_pool
 COPY_CHUNK = 4 << 20  # read size for a file too big for the ring
 #: Files are read ahead in batches of consecutive rows: one thread-pool task per batch, not per
 #: file (a task per 100 KB file cost more CPU in thread hand-offs than the reading itself).
+#: A batch closes at whichever limit it reaches first, or when the reader must wait for the
+#: writer: which rows share a batch depends on the rows and the ring alone.
 READ_BATCH_BYTES = 1 << 20
 READ_BATCH_ROWS = 32
-#: Every ``MODE_WINDOW`` files the reader chooses its way for the next ones: inline when at
-#: most ``MAX_MISSES`` of the last ones were not all in memory (the kernel takes back a few of a
-#: warm corpus's pages within seconds; those few are read inline, from the disk, at their turn).
-MODE_WINDOW = 64
-MAX_MISSES = 4
-
-_NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # Linux 4.14+
 
 
 class Ring:
@@ -61,9 +45,12 @@ class Ring:
     come back first-in first-out. Reading into one long-lived buffer, instead of a new bytes
     object per file, keeps memory flat and avoids a page fault storm per file.
 
-    Regions go round the whole buffer even when one at a time is taken (inline reads): reading
-    every file into the same few pages made the kernel's copy into them slower per byte, and a
-    pack's system CPU higher (measured with perf: docs/performance.md).
+    Regions go round the whole buffer even when one at a time is live (a writer that keeps up
+    with the reads): reading every file into the same few pages made the kernel's copy into
+    them slower per byte, and a pack's system CPU higher (measured with perf: docs/performance.md).
+
+    ``in_use`` is what the live regions hold and ``most_in_use`` the most they ever held: the
+    reader's memory, never more than ``capacity``.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -71,12 +58,14 @@ class Ring:
         self.capacity = capacity
         self._regions: deque[tuple[int, int]] = deque()  # (start, size), oldest first
         self._tail = 0
+        self.in_use = 0
+        self.most_in_use = 0
 
     def take(self, size: int) -> memoryview | None:
         """A region of ``size`` bytes, or None until older regions are released."""
         if size > self.capacity:
             return None
-        if not self._regions:  # all free: go on from the tail all the same (see below)
+        if not self._regions:  # all free: go on from the tail all the same (see above)
             start = self._tail if self._tail + size <= self.capacity else 0
         else:
             head = self._regions[0][0]
@@ -96,22 +85,21 @@ class Ring:
                 return None
         self._regions.append((start, size))
         self._tail = start + size
+        self.in_use += size
+        self.most_in_use = max(self.most_in_use, self.in_use)
         return self.buffer[start : start + size]
 
     def release_oldest(self) -> None:
-        self._regions.popleft()
+        self.in_use -= self._regions.popleft()[1]
 
     def reset(self) -> None:
         self._regions.clear()
         self._tail = 0
+        self.in_use = 0
 
 
 class _ThreadState(threading.local):
     ring: Ring | None = None
-    # The reading mode and the evidence for the next choice carry over from shard to shard.
-    inline = False  # read inline: the files lately were in memory
-    seen = 0  # files of this mode window whose reads told whether they were in memory
-    misses = 0  # of those, the ones that were not
 
 
 _state = _ThreadState()
@@ -124,13 +112,6 @@ def _ring_for(capacity: int) -> Ring:
         ring = _state.ring = Ring(capacity)
     ring.reset()
     return ring
-
-
-def _note(cached: bool | None) -> None:
-    """Count a read's answer towards the next choice of mode (see MODE_WINDOW)."""
-    if cached is not None:
-        _state.seen += 1
-        _state.misses += not cached
 
 
 def forget_ring() -> None:
@@ -172,33 +153,24 @@ def _check_key(row: StagedRow, path: str, digest: str) -> None:
         raise _changed(row, path, f"its bytes no longer hash to its key {row.key}")
 
 
-def read_file(row: StagedRow, path: str, inside: str, region: memoryview, nowait: bool) -> tuple[int, bool | None]:
-    """Read a file into its region, through one descriptor inside IMAGES_DIR (``inside``).
+def read_file(row: StagedRow, path: str, inside: str, region: memoryview) -> int:
+    """Read a file into its region, through one descriptor inside IMAGES_DIR (``inside``); its CRC-32.
 
-    Returns the CRC-32 and whether the file came whole from memory (None: not known, without
-    ``nowait``). Checks the file is still as checked: its stamp, its size (the read asks for
-    one byte more, so a grown file shows without another read: a regular file's read comes
-    back short only at its end) and, for a content key, the hash of the bytes read.
+    Checks the file is still as checked: its stamp, its size (the read asks for one byte more,
+    so a grown file shows without another read: a regular file's read comes back short only at
+    its end) and, for a content key, the hash of the bytes read.
     """
     size = 0
-    cached = None
     fd = _opened(row, path, inside)
     try:
         spare = bytearray(1)
         want = len(region)
-        if nowait:
-            cached = False
-            with contextlib.suppress(BlockingIOError):  # not all in memory: read it the slow way
-                size = os.preadv(fd, [region, spare], 0, _NOWAIT)
-                cached = size >= want
         while size < want:  # one call per file, unless a read comes back short before the end
             n = os.preadv(fd, [region[size:], spare], size)
             size += n
             if not n:
                 break
     except OSError as exc:
-        if exc.errno == errno.EOPNOTSUPP and nowait:
-            raise _NoWaitUnsupported from None
         raise SourceChanged(f"{path} (metadata line {row.line}): cannot read: {exc.strerror}") from exc
     finally:
         os.close(fd)
@@ -206,7 +178,7 @@ def read_file(row: StagedRow, path: str, inside: str, region: memoryview, nowait
         raise _changed(row, path, f"{size} bytes, {row.size} when checked")
     if row.content_keyed:
         _check_key(row, path, hashlib.sha256(region).hexdigest())
-    return crc32(region), cached
+    return crc32(region)
 
 
 class BigFile:
@@ -269,11 +241,6 @@ class BigFile:
 
 
 _Wanted = tuple[StagedRow, str, "memoryview | None"]  # a row, its file's path, the region to read it into
-_Answer = tuple[int, "bool | None"]  # what read_file returns: the CRC-32, whether it came from memory
-
-
-class _NoWaitUnsupported(Exception):
-    """The filesystem cannot say whether a read would wait (``RWF_NOWAIT``)."""
 
 
 class _Reader:
@@ -291,33 +258,27 @@ class _Reader:
         self.max_in_flight = threads * 2 * READ_BATCH_ROWS
         self.ring = ring
         self.big = max(ring.capacity // 2, 1)  # larger files are copied in chunks at their turn (BigFile)
-        self.nowait = bool(_NOWAIT)
 
-    def read(self, row: StagedRow, path: str, region: memoryview | None) -> _Answer:
-        """Read one file (on any thread); a filesystem without RWF_NOWAIT turns it off for good.
-        A file too big for the ring (no region) is read by the writer, at its turn."""
-        if region is None:
-            return 0, None
-        if self.nowait:
+    def read_batch(self, batch: list[_Wanted]) -> list[int | Exception]:
+        """Read a batch's files (on a pool thread): per row, in order, the CRC-32 or the error
+        that stopped the batch there, raised at that row's turn so the rows before it are still
+        delivered whichever thread failed when. A file too big for the ring (no region) is read
+        by the writer, at its turn."""
+        answers: list[int | Exception] = []
+        for row, path, region in batch:
             try:
-                return read_file(row, path, self.inside, region, True)
-            except _NoWaitUnsupported:
-                self.nowait = False
-        return read_file(row, path, self.inside, region, False)
-
-    def fetched(self, row: StagedRow, path: str, region: memoryview | None, crc: int) -> Fetched:
-        return row, path, region if region is not None else BigFile(row, path, self.inside), crc
-
-    def read_batch(self, batch: list[_Wanted]) -> list[_Answer]:
-        return [self.read(row, path, region) for row, path, region in batch]
+                answers.append(0 if region is None else read_file(row, path, self.inside, region))
+            except Exception as exc:  # handed to the writer's thread, raised at this row's turn
+                answers.append(exc)
+                break
+        return answers
 
     def __iter__(self) -> Iterator[Fetched]:
         ring = self.ring
         # (row, path, region, its batch's future, its place in the batch), oldest first
-        window: deque[tuple[StagedRow, str, memoryview | None, Future[list[_Answer]], int]] = deque()
+        window: deque[tuple[StagedRow, str, memoryview | None, Future[list[int | Exception]], int]] = deque()
         batch: list[_Wanted] = []  # not yet sent: newer than the window
         batch_bytes = 0
-        inline = _state.inline and self.nowait
 
         def send() -> None:
             nonlocal batch, batch_bytes
@@ -327,36 +288,16 @@ class _Reader:
 
         def oldest() -> Iterator[Fetched]:
             """The oldest row in flight, once read (its region is free again once the next is asked for)."""
-            done_row, done_path, done_region, future, i = window.popleft()
-            crc, cached = future.result()[i]
-            _note(cached)
-            yield self.fetched(done_row, done_path, done_region, crc)
-            if done_region is not None:
+            row, path, region, future, i = window.popleft()
+            answer = future.result()[i]
+            if isinstance(answer, Exception):
+                raise answer
+            yield row, path, region if region is not None else BigFile(row, path, self.inside), answer
+            if region is not None:
                 ring.release_oldest()
-
-        def drain() -> Iterator[Fetched]:
-            """Everything in flight, in order."""
-            if batch:
-                send()
-            while window:
-                yield from oldest()
 
         for row in self.rows:
             path = self.images_root + row.source
-            if _state.seen >= MODE_WINDOW or (inline and not self.nowait):  # choose the way for the next files
-                in_memory = _state.misses <= MAX_MISSES and self.nowait
-                _state.seen = _state.misses = 0
-                if in_memory and not inline:
-                    yield from drain()  # what is in flight first, in order
-                inline = in_memory
-            if inline:
-                region = ring.take(row.size) if row.size <= self.big else None  # the ring is empty
-                crc, cached = self.read(row, path, region)
-                _note(cached)
-                yield self.fetched(row, path, region, crc)
-                if region is not None:
-                    ring.release_oldest()
-                continue
             region = None
             while (window or batch) and (
                 len(window) + len(batch) >= self.max_in_flight
@@ -371,15 +312,17 @@ class _Reader:
             batch_bytes += row.size
             if batch_bytes >= READ_BATCH_BYTES or len(batch) >= READ_BATCH_ROWS:
                 send()
-        yield from drain()
-        _state.inline = inline
+        if batch:
+            send()
+        while window:
+            yield from oldest()
 
 
 @contextlib.contextmanager
 def read_in_order(
     rows: Iterable[StagedRow], images_dir: str, *, threads: int, ring_bytes: int
 ) -> Iterator[Iterator[Fetched]]:
-    """The rows with their files' bytes and CRC-32, in order: read inline or ahead on ``threads``
-    threads into a ring of ``ring_bytes`` (this thread's, reused from shard to shard)."""
+    """The rows with their files' bytes and CRC-32, in order: read ahead on ``threads`` threads
+    into a ring of ``ring_bytes`` (this thread's, reused from shard to shard)."""
     with interruptible_pool(threads, "shardkit-read") as pool:
         yield iter(_Reader(rows, images_dir, pool, threads, _ring_for(ring_bytes)))
