@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -188,3 +189,21 @@ def test_rows_sha256_is_of_what_is_published(tmp_path: Path) -> None:
     assert sha(SourceRecord(9, base.key, base.source, base.size, base.ext, base.fields, stamp="1:2:3")) == sha(base)
     assert sha(SourceRecord(1, base.key, base.source, base.size, base.ext, base.fields, split="test")) != sha(base)
     assert sha(SourceRecord(1, base.key, "other.jpg", base.size, base.ext, base.fields)) != sha(base)
+
+
+def test_fingerprint_and_rows_sha256_bytes_stay_as_they_were(tmp_path: Path) -> None:
+    # Both are kept across runs (state.json, each shard's input_sha256 in shards.json): a change
+    # in how a staged line is written must not change them, or every resume and update restarts.
+    rows = [
+        SourceRecord(2, "0a" * 8, 'x "y".jpg', 5, ".jpg", {"c": "é"}, "5:1:1", split="test"),
+        SourceRecord(1, "0b" * 8, "z.png", 7, ".png", {}, "7:1:1", content_keyed=True),
+    ]
+    writer = RunWriter(str(tmp_path))
+    for r in rows:
+        writer.add(StagedRow.of(r, metadata_line(r)).to_line())
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
+    a, b = (f"{r.size}\t{r.ext}\t{json.dumps(r.source)}\t{metadata_line(r)}\n" for r in rows)
+    expected = hashlib.sha256(f"split=test\t{a}{rows[0].key}{b}{rows[1].key}".encode())
+    assert result.fingerprint == expected.hexdigest()
+    published = f"{rows[0].key}\t5\t.jpg\ttest\t{json.dumps(rows[0].source)}\t{metadata_line(rows[0])}\n"
+    assert rows_sha256(result.path, 0, 1, b"salt") == hashlib.sha256(b"salt" + published.encode()).hexdigest()

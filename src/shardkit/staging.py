@@ -21,7 +21,6 @@ import posixpath
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO
 
 from .errors import InputProblem
 from .formats import ZIP, ShardFormat
@@ -234,10 +233,9 @@ def merge_runs(
     prev_key = None
     prev_text = ""  # the row that keeps the key (as read: before ``retype``)
     splits: dict[str, tuple[int, int]] = {}
-    fields_of = StagedRow.fields
     with _consuming(runs, fan_in) as lines, open(out_path, "w", encoding="utf-8", newline="\n") as out:
         for text in lines:
-            fields = fields_of(text)
+            fields = StagedRow.fields(text)
             key = fields[_KEY]
             if drop_lines and int(fields[_LINE]) in drop_lines:
                 continue
@@ -541,14 +539,6 @@ def regroup(
             found.append(SplitRows(name or "train", start, rows, cost))
     empty = [n for n in known_labels if n not in labels] if label_column is not None else []
     return Regrouped(found, problems, missing, names, empty)
-
-
-def _copy_file(src: IO[bytes], dst: IO[bytes]) -> int:
-    copied = 0
-    while block := src.read(1 << 20):
-        dst.write(block)
-        copied += len(block)
-    return copied
 
 
 def rows_sha256(path: str, offset: int, count: int, salt: bytes = b"") -> str:
