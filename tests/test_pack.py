@@ -18,7 +18,7 @@ from shardkit.inputfile import SourceChanged
 from shardkit.metadata import SourceRecord, member_name
 from shardkit.pack import PackConfig, pack
 from shardkit.plan import ShardPlan
-from shardkit.staging import format_staged
+from shardkit.staging import StagedRow
 from shardkit.writer import ShardJob, write_shard
 from shardkit.zipformat import iter_members
 from tests.conftest import Corpus, shard_files, tree_bytes
@@ -211,7 +211,7 @@ def test_file_changed_after_checking_leaves_no_shard(corpus: Corpus, tmp_path: P
     size = (corpus.images / source).stat().st_size
     key = "abcdef0123456789"
     line = json.dumps({"file_name": member_name(key, ".jpg"), "key": key})
-    staging.write_text(format_staged(SourceRecord(1, key, source, size + 5, ".jpg", {}), line))
+    staging.write_text(StagedRow.of(SourceRecord(1, key, source, size + 5, ".jpg", {}), line).to_line())
     plan = ShardPlan("data/a.zip", "a", None, 0, 1, 0, key, key)
     job = ShardJob(plan, str(staging), str(corpus.images), str(out), str(out / ".shardkit" / "tmp"))
     with pytest.raises(SourceChanged, match=r"img_0000.jpg \(metadata line 1\): file changed since it was checked"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -11,13 +12,15 @@ from hypothesis import strategies as st
 
 from shardkit.metadata import SourceRecord, metadata_line
 from shardkit.staging import (
+    FileRef,
     RunWriter,
     StagedEntries,
-    format_staged,
+    StagedRow,
     iter_staged,
     json_string,
     merge_runs,
-    parse_staged,
+    repeated_files,
+    rows_sha256,
 )
 
 
@@ -42,7 +45,7 @@ def test_many_small_runs_merge_in_rounds_sorted_and_deduplicated(tmp_path: Path)
     rng.shuffle(records)
     writer = RunWriter(str(tmp_path), run_bytes=4000)  # ~20 rows a run: ~100 runs
     for r in records:
-        writer.add(format_staged(r, metadata_line(r)))
+        writer.add(StagedRow.of(r, metadata_line(r)).to_line())
     runs = writer.finish()
     assert len(runs) > 64
     result = merge_runs(runs, str(tmp_path / "sorted.tsv"), fan_in=4)  # forces several rounds
@@ -69,7 +72,7 @@ def test_fingerprint_ignores_row_order_but_not_content(tmp_path: Path) -> None:
         d.mkdir()
         writer = RunWriter(str(d), run_bytes=1000)
         for r in records:
-            writer.add(format_staged(r, metadata_line(r)))
+            writer.add(StagedRow.of(r, metadata_line(r)).to_line())
         return merge_runs(writer.finish(), str(d / "sorted.tsv")).fingerprint
 
     base = fingerprint(rows, "a")
@@ -89,5 +92,118 @@ def test_json_string_is_json_dumps_for_every_text(text: str) -> None:
 @given(st.text(min_size=1))
 def test_a_staged_file_name_reads_back_as_written(name: str) -> None:
     # The reader takes the name between the quotes as is when it has no backslash.
-    staged = format_staged(SourceRecord(7, "ab" * 8, name, 10, ".jpg", {}), '{"k":1}')
-    assert parse_staged(staged).source == name
+    staged = StagedRow.of(SourceRecord(7, "ab" * 8, name, 10, ".jpg", {}), '{"k":1}').to_line()
+    assert StagedRow.from_line(staged).source == name
+
+
+names = st.text(min_size=1)
+
+
+@given(
+    name=names,
+    stamp=st.from_regex(r"\A[0-9]{1,6}:[0-9]{1,19}:[0-9]{1,19}\Z"),
+    content_keyed=st.booleans(),
+    split=st.from_regex(r"\A[A-Za-z0-9_]{0,8}\Z"),
+    fields=st.dictionaries(st.text(), st.text() | st.integers(), max_size=3),
+)
+def test_a_staged_row_reads_back_from_its_line(
+    name: str, stamp: str, content_keyed: bool, split: str, fields: dict[str, object]
+) -> None:
+    published = json.dumps(fields, ensure_ascii=False)
+    row = StagedRow("0123abcd" * 2, 42, 1234, ".JPG", name, published, 0, stamp, content_keyed, split)
+    line = row.to_line()
+    assert line.endswith(f"\t{published}\n") and line.count("\n") == 1
+    assert StagedRow.from_line(line) == row
+    assert StagedRow.from_line(line, 99) == StagedRow(
+        row.key, 42, 1234, ".JPG", name, published, 99, stamp, content_keyed, split
+    )
+    # The partial reads pick the same fields out of the line, as text or as bytes.
+    assert StagedRow.fields(line)[0] == row.key and StagedRow.fields(line)[-1] == published + "\n"
+    assert StagedRow.raw_fields(line.encode())[-1] == (published + "\n").encode()
+
+
+def test_a_staged_row_is_its_record_with_the_published_line() -> None:
+    record = SourceRecord(3, "ff" * 8, "a/b.png", 77, ".png", {"x": 1}, "77:1:2", content_keyed=True, split="test")
+    row = StagedRow.of(record, '{"x":1}')
+    assert row == StagedRow("ff" * 8, 3, 77, ".png", "a/b.png", '{"x":1}', 0, "77:1:2", True, "test")
+    # Its line sorts by key, then by input line.
+    assert row.to_line().startswith("ffffffffffffffff\t000000000003\t77\t.png\t77:1:2:h\ttest\t")
+
+
+@given(name=names, published=st.text().map(lambda t: json.dumps(t, ensure_ascii=False)))
+def test_a_file_ref_reads_back_from_its_line(name: str, published: str) -> None:
+    ref = FileRef(5, "00" * 8, name, published)
+    line = ref.to_line()
+    assert FileRef.from_line(line) == ref
+    assert FileRef.fields(line)[2] == ref.key
+
+
+def test_repeated_files_names_the_row_that_keeps_the_file(tmp_path: Path) -> None:
+    def ref(line: int, key: str, source: str) -> FileRef:
+        return FileRef(line, key, source, json.dumps({"n": line}))
+
+    writer = RunWriter(str(tmp_path), run_bytes=60)  # a run or two per row
+    refs = [
+        ref(1, "a" * 16, "x/one.jpg"),
+        ref(2, "b" * 16, "x//one.jpg"),  # the same file, another key: a repeat
+        ref(3, "a" * 16, "x/one.jpg"),  # the same key: a duplicate key, not a repeat
+        ref(4, "c" * 16, 'we"ird\\.jpg'),
+        ref(5, "d" * 16, 'we"ird\\.jpg'),
+    ]
+    for r in reversed(refs):
+        writer.add(r.to_line())
+    repeats = repeated_files(writer.finish())
+    assert repeats.count == 2 and repeats.lines == {2, 5}
+    first, second = sorted(repeats.problems, key=lambda p: p.line)
+    assert first.line == 2 and first.raw == '{"n": 2}'
+    assert "'x//one.jpg' is the same file as line 1 names ('x/one.jpg', key aaaaaaaaaaaaaaaa)" in first.message
+    assert second.line == 5 and "line 4 names ('we\"ird\\\\.jpg'" in second.message
+
+
+def test_duplicates_name_the_first_row_and_a_leak_between_splits(tmp_path: Path) -> None:
+    key = "12" * 8
+    rows = [
+        SourceRecord(1, key, "a.jpg", 10, ".jpg", {}, content_keyed=True, split="train"),
+        SourceRecord(2, key, "b.jpg", 10, ".jpg", {}, content_keyed=True, split="test"),
+        SourceRecord(3, key, "./a.jpg", 10, ".jpg", {}, content_keyed=True, split="train"),
+    ]
+    writer = RunWriter(str(tmp_path))
+    for r in rows:
+        writer.add(StagedRow.of(r, metadata_line(r)).to_line())
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
+    assert result.rows == 1 and result.duplicate_count == 2
+    leak, again = result.duplicates
+    assert leak.line == 2 and leak.message.startswith("file_name 'b.jpg' has the same bytes as 'a.jpg' on line 1")
+    assert "(split 'test'; line 1 is in 'train': a leak between splits)" in leak.message
+    assert again.line == 3 and again.message.startswith("file_name './a.jpg' is named again (first on line 1):")
+    assert again.raw == metadata_line(rows[2])
+
+
+def test_rows_sha256_is_of_what_is_published(tmp_path: Path) -> None:
+    def sha(record: SourceRecord) -> str:
+        path = tmp_path / "sorted.tsv"
+        path.write_text(StagedRow.of(record, metadata_line(record)).to_line(), encoding="utf-8")
+        return rows_sha256(str(path), 0, 1)
+
+    base = record("ab" * 8, 1)
+    assert sha(SourceRecord(9, base.key, base.source, base.size, base.ext, base.fields, stamp="1:2:3")) == sha(base)
+    assert sha(SourceRecord(1, base.key, base.source, base.size, base.ext, base.fields, split="test")) != sha(base)
+    assert sha(SourceRecord(1, base.key, "other.jpg", base.size, base.ext, base.fields)) != sha(base)
+
+
+def test_fingerprint_and_rows_sha256_bytes_stay_as_they_were(tmp_path: Path) -> None:
+    # Both are kept across runs (state.json, each shard's input_sha256 in shards.json): a change
+    # in how a staged line is written must not change them, or every resume and update restarts.
+    rows = [
+        SourceRecord(2, "0a" * 8, 'x "y".jpg', 5, ".jpg", {"c": "é"}, "5:1:1", split="test"),
+        SourceRecord(1, "0b" * 8, "z.png", 7, ".png", {}, "7:1:1", content_keyed=True),
+    ]
+    writer = RunWriter(str(tmp_path))
+    for r in rows:
+        writer.add(StagedRow.of(r, metadata_line(r)).to_line())
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
+    a, b = (f"{r.size}\t{r.ext}\t{json.dumps(r.source)}\t{metadata_line(r)}\n" for r in rows)
+    expected = hashlib.sha256(f"split=test\t{a}{rows[0].key}{b}{rows[1].key}".encode())
+    assert result.fingerprint == expected.hexdigest()
+    published = f"{rows[0].key}\t5\t.jpg\ttest\t{json.dumps(rows[0].source)}\t{metadata_line(rows[0])}\n"
+    assert rows_sha256(result.path, 0, 1, b"salt") == hashlib.sha256(b"salt" + published.encode()).hexdigest()

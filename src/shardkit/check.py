@@ -38,7 +38,7 @@ from .formats import format_named
 from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
 from .progress import NullProgress, Progress
 from .schema import SchemaTracker
-from .staging import DEFAULT_RUN_BYTES, RunWriter, format_file_id, format_staged
+from .staging import DEFAULT_RUN_BYTES, FileRef, RunWriter, StagedRow
 
 if TYPE_CHECKING:
     import jsonlines
@@ -257,8 +257,8 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             else:
                 image_line = image_line or item.line
             extensions.add(item.ext.lower())
-            runs.add(format_staged(item, line))
-            files.add(format_file_id(item, line))
+            runs.add(StagedRow.of(item, line).to_line())
+            files.add(FileRef.of(item, line).to_line())
     finally:
         problems.close()
     progress.advance(n % 1000)

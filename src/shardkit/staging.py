@@ -1,20 +1,13 @@
 """Stage 2: sort the checked records by key on disk, in bounded memory.
 
-Records are written as tab-separated lines whose plain string order is (key, input line)
-order, sorted in runs of bounded size, then merged into one ``sorted.tsv``. Duplicate keys meet
-during the merge; the first row (lowest input line) wins and later ones become problems.
-The merge also computes the input fingerprint: a sha256 over the sorted lines, so it changes
-when any key, file size, source path or published field changes.
+Each record is a :class:`StagedRow`, written as one line whose plain string order is (key,
+input line) order, sorted in runs of bounded size, then merged into one ``sorted.tsv``.
+Duplicate keys meet during the merge; the first row (lowest input line) wins and later ones
+become problems. The merge also computes the input fingerprint: a sha256 over the sorted
+lines, so it changes when any key, file size, source path or published field changes.
+A second sort, of :class:`FileRef` lines, finds rows that name one file under two keys.
 
-A staged line::
-
-    key \\t line(12 digits) \\t size \\t ext \\t check \\t split \\t json(source) \\t metadata.jsonl line
-
-``check`` is what the writer compares the file with: the check's stamp of it
-(:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, else ``:k``.
-It is not part of the fingerprint: touching a file does not change what gets published.
-``split`` is the row's ``split`` column ("" for a dataset without one, whose one split is
-``train``); keys are unique across splits (an image in two splits is a leak between them).
+Keys are unique across splits (an image in two splits is a leak between them).
 """
 
 from __future__ import annotations
@@ -26,9 +19,8 @@ import json
 import os
 import posixpath
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO
 
 from .errors import InputProblem
 from .formats import ZIP, ShardFormat
@@ -40,19 +32,75 @@ DEFAULT_RUN_BYTES = 8 << 20
 #: Most runs merged at once; more are merged in rounds (keeps open files and memory bounded).
 MAX_FAN_IN = 64
 
+#: Where each field of a staged line is (see :class:`StagedRow`). The hot loops (merge, regroup,
+#: plan, hashes) split a line with :meth:`StagedRow.fields` and pick fields by these positions
+#: instead of building a row: most of them need two or three fields of every row.
+_KEY, _LINE, _SIZE, _EXT, _CHECK, _SPLIT, _SOURCE, _PUBLISHED = range(8)
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class StagedRow:
+    """One checked row on its way to a shard: a line of the staging files (``run-*.tsv``,
+    ``sorted.tsv``). The line, tab-separated, with its fields at the positions above::
+
+        key \\t line(12 digits) \\t size \\t ext \\t check \\t split \\t json(source) \\t metadata.jsonl line \\n
+
+    ``check`` is what the writer compares the file with: the check's stamp of it
+    (:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, else
+    ``:k``. It is not part of the fingerprint: touching a file does not change what gets
+    published. ``split`` is the row's ``split`` column ("" for a dataset without one, whose one
+    split is ``train``). No field holds a tab (keys are hex, extensions and split names are
+    letters and digits, the stamp is numbers, JSON escapes tabs), so a line splits in eight, and
+    the published line, last, can be sliced off as it is.
+    """
+
     key: str
-    line: int
-    size: int
+    line: int  # 1-based line in the metadata file
+    size: int  # bytes of the file
     ext: str
-    source: str
-    metadata_line: str
-    offset: int = 0  # byte offset of this row in sorted.tsv
+    source: str  # file_name as given, relative to IMAGES_DIR
+    metadata_line: str  # as published in metadata.jsonl, without its newline
+    offset: int = 0  # byte offset of this row in sorted.tsv (not part of the line)
     stamp: str = ""  # the file as the check saw it; "" compares nothing (rows made by hand, in tests)
     content_keyed: bool = False  # the key is the hash of the file's bytes: the writer hashes them again
     split: str = ""
+
+    @classmethod
+    def of(cls, record: SourceRecord, metadata_line: str) -> StagedRow:
+        """The checked ``record`` with its published line."""
+        return cls(
+            record.key,
+            record.line,
+            record.size,
+            record.ext,
+            record.source,
+            metadata_line,
+            stamp=record.stamp,
+            content_keyed=record.content_keyed,
+            split=record.split,
+        )
+
+    def to_line(self) -> str:
+        check = f"{self.stamp}:{'h' if self.content_keyed else 'k'}"
+        head = f"{self.key}\t{self.line:012d}\t{self.size}\t{self.ext}\t{check}"
+        return f"{head}\t{self.split}\t{json_string(self.source)}\t{self.metadata_line}\n"
+
+    @classmethod
+    def from_line(cls, text: str, offset: int = 0) -> StagedRow:
+        key, line, size, ext, check, split, source, published = StagedRow.fields(text)
+        stamp, _, how = check.rpartition(":")
+        metadata_line = published.rstrip("\n")
+        return cls(key, int(line), int(size), ext, _source_of(source), metadata_line, offset, stamp, how == "h", split)
+
+    @staticmethod
+    def fields(text: str) -> list[str]:
+        """A staged line's eight fields as text, unparsed (the published line keeps its newline)."""
+        return text.split("\t", _PUBLISHED)
+
+    @staticmethod
+    def raw_fields(raw: bytes) -> list[bytes]:
+        """:meth:`fields` of a line read as bytes: nothing is decoded."""
+        return raw.split(b"\t", _PUBLISHED)
 
 
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
@@ -63,18 +111,17 @@ def json_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False) if _JSON_ESCAPED.search(text) else f'"{text}"'
 
 
-def format_staged(record: SourceRecord, metadata_line: str) -> str:
-    source = json_string(record.source)
-    check = f"{record.stamp}:{'h' if record.content_keyed else 'k'}"
-    head = f"{record.key}\t{record.line:012d}\t{record.size}\t{record.ext}\t{check}"
-    return f"{head}\t{record.split}\t{source}\t{metadata_line}\n"
+def _source_of(field: str) -> str:
+    """A staged line's json(source) field as the file_name (see :func:`json_string`)."""
+    return field[1:-1] if "\\" not in field else str(json.loads(field))
 
 
-def parse_staged(text: str, offset: int = 0) -> StagedRow:
-    key, line, size, ext, check, split, source, metadata_line = text.rstrip("\n").split("\t", 7)
-    source = _source_of(source)
-    file_stamp, _, how = check.rpartition(":")
-    return StagedRow(key, int(line), int(size), ext, source, metadata_line, offset, file_stamp, how == "h", split)
+def _cost(fmt: ShardFormat, fields: Sequence[str] | Sequence[bytes]) -> int:
+    """A staged row's shard cost from its :meth:`StagedRow.fields` (or raw ones)."""
+    key, size, ext, published = fields[_KEY], fields[_SIZE], fields[_EXT], fields[_PUBLISHED]
+    # Keys and extensions are ASCII: their length is their length in bytes.
+    line_bytes = len(published) if isinstance(published, bytes) else len(published.encode("utf-8"))
+    return fmt.row_cost(len(key), len(ext), int(size), line_bytes - 1)  # the line without "\n"
 
 
 class RunWriter:
@@ -184,77 +231,94 @@ def merge_runs(
     rows = 0
     total_cost = 0
     prev_key = None
-    prev_line = 0
-    prev_rest = ""
+    prev_text = ""  # the row that keeps the key (as read: before ``retype``)
     splits: dict[str, tuple[int, int]] = {}
     with _consuming(runs, fan_in) as lines, open(out_path, "w", encoding="utf-8", newline="\n") as out:
         for text in lines:
-            key, line_text, rest = text.split("\t", 2)
-            line = int(line_text)
-            if line in drop_lines:
+            fields = StagedRow.fields(text)
+            key = fields[_KEY]
+            if drop_lines and int(fields[_LINE]) in drop_lines:
                 continue
             if key == prev_key:
                 duplicate_count += 1
                 if len(duplicates) < keep_problems:
-                    duplicates.append(_duplicate(key, line, rest, prev_line, prev_rest))
+                    duplicates.append(_duplicate(StagedRow.from_line(text), StagedRow.from_line(prev_text)))
                 continue
-            prev_key, prev_line, prev_rest = key, line, rest
+            prev_key, prev_text = key, text
             if retype is not None:
-                head, published = rest.rsplit("\t", 1)  # published JSON escapes every tab
-                rest = f"{head}\t{retype(published[:-1])}\n"
-                text = f"{key}\t{line_text}\t{rest}"
+                fields[_PUBLISHED] = f"{retype(fields[_PUBLISHED][:-1])}\n"
+                text = "\t".join(fields)
             # Neither the input line number nor the file's stamp is part of the fingerprint:
             # moving rows around in the metadata file, or touching a file, does not change
             # what gets published.
-            size, ext, _, split, source_published = rest.split("\t", 4)
+            split = fields[_SPLIT]
             if split:  # (rows without a split hash as before splits existed: their outputs resume)
                 fingerprint.update(f"split={split}\t".encode())
-            fingerprint.update(f"{size}\t{ext}\t{source_published}".encode())
+            size, ext, source, published = fields[_SIZE], fields[_EXT], fields[_SOURCE], fields[_PUBLISHED]
+            fingerprint.update(f"{size}\t{ext}\t{source}\t{published}".encode())
             fingerprint.update(key.encode("ascii"))
             out.write(text)
             rows += 1
-            cost = _cost(fmt, key, rest)
+            cost = _cost(fmt, fields)
             total_cost += cost
             split_rows, split_cost = splits.get(split, (0, 0))
             splits[split] = (split_rows + 1, split_cost + cost)
     return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count, splits)
 
 
-def _duplicate(key: str, line: int, rest: str, first_line: int, first_rest: str) -> InputProblem:
-    """A row whose key an earlier row has (``rest``: a staged line after "key\tline\t")."""
-    _, _, check, split, source, published = rest.split("\t", 5)
-    first_split = first_rest.split("\t", 5)[3]
+def _duplicate(row: StagedRow, first: StagedRow) -> InputProblem:
+    """``row``, whose key ``first`` (an earlier row) has too."""
     # The same image in two splits is a leak between them (a test image seen in training).
     leak = ""
-    if split and first_split and split != first_split:
-        leak = f" (split {split!r}; line {first_line} is in {first_split!r}: a leak between splits)"
-    if check.endswith(":h"):  # the key is the hash of the file's bytes: the user gave no keys
-        name, first = _source_of(source), _source_of(first_rest.split("\t", 5)[4])
-        if _normal_path(name) == _normal_path(first):
-            message = f"file_name {name!r} is named again (first on line {first_line}){leak}"
+    if row.split and first.split and row.split != first.split:
+        leak = f" (split {row.split!r}; line {first.line} is in {first.split!r}: a leak between splits)"
+    if row.content_keyed:  # the key is the hash of the file's bytes: the user gave no keys
+        name = row.source
+        if _normal_path(name) == _normal_path(first.source):
+            message = f"file_name {name!r} is named again (first on line {first.line}){leak}"
         else:
-            message = f"file_name {name!r} has the same bytes as {first!r} on line {first_line}{leak}"
+            message = f"file_name {name!r} has the same bytes as {first.source!r} on line {first.line}{leak}"
         message += ": a file is published once; drop one of the rows (or pass --on-duplicate skip to keep the first)"
     else:
-        message = f"duplicate key {key} (first used on line {first_line}){leak}"
-    return InputProblem(line, message, published.rstrip("\n"))
+        message = f"duplicate key {row.key} (first used on line {first.line}){leak}"
+    return InputProblem(row.line, message, row.metadata_line)
 
 
-def _source_of(field: str) -> str:
-    """A staged line's json(source) field as the file_name (see :func:`json_string`)."""
-    return field[1:-1] if "\\" not in field else str(json.loads(field))
+@dataclass(frozen=True, slots=True)
+class FileRef:
+    """A row as :func:`repeated_files` sorts it: by the file it names, then by input line. The
+    line, tab-separated::
 
-
-def format_file_id(record: SourceRecord, metadata_line: str) -> str:
-    """A line for :func:`repeated_files`: the file (its normalized file_name), input line, key, file_name, row.
+        json(normalized file_name) \t line(12 digits) \t key \t json(file_name) \t metadata.jsonl line \n
 
     Identity is the path, not the inode: hard or symbolic links are how some collections
     deduplicate files shared by distinct rows, and those rows are meant to stay.
     """
-    source = json_string(record.source)
-    normal = _normal_path(record.source)
-    path = source if normal == record.source else json_string(normal)
-    return f"{path}\t{record.line:012d}\t{record.key}\t{source}\t{metadata_line}\n"
+
+    line: int
+    key: str
+    source: str  # file_name as given
+    metadata_line: str  # without its newline
+
+    @classmethod
+    def of(cls, record: SourceRecord, metadata_line: str) -> FileRef:
+        return cls(record.line, record.key, record.source, metadata_line)
+
+    def to_line(self) -> str:
+        source = json_string(self.source)
+        normal = _normal_path(self.source)
+        path = source if normal == self.source else json_string(normal)
+        return f"{path}\t{self.line:012d}\t{self.key}\t{source}\t{self.metadata_line}\n"
+
+    @classmethod
+    def from_line(cls, text: str) -> FileRef:
+        _, line, key, source, published = FileRef.fields(text)
+        return cls(int(line), key, _source_of(source), published.rstrip("\n"))
+
+    @staticmethod
+    def fields(text: str) -> list[str]:
+        """The line's five fields, unparsed: the file (sort key), line, key, file_name, published line."""
+        return text.split("\t", 4)
 
 
 def _normal_path(name: str) -> str:
@@ -280,30 +344,25 @@ def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = 
     """
     problems: list[InputProblem] = []
     lines: set[int] = set()
-    first: tuple[str, int, str, str] | None = None  # file id, line, key, file_name of the row that keeps it
+    first_file, first_key, first_text = None, "", ""  # of the row that keeps the file
     with _consuming(runs, fan_in) as merged:
         for text in merged:
-            file_id, line_text, key, source, published = text.rstrip("\n").split("\t", 4)
+            file, line_text, key, _, _ = FileRef.fields(text)
+            if file != first_file:
+                first_file, first_key, first_text = file, key, text
+                continue
+            if key == first_key:
+                continue
             line = int(line_text)
-            if first is None or first[0] != file_id:
-                first = (file_id, line, key, source)
-                continue
-            if key == first[2]:
-                continue
             lines.add(line)
             if len(problems) < keep_problems:
+                row, first = FileRef.from_line(text), FileRef.from_line(first_text)
                 message = (
-                    f"file_name {_source_of(source)!r} is the same file as line {first[1]} names"
-                    f" ({_source_of(first[3])!r}, key {first[2]}): a file is published once; drop one of the rows"
+                    f"file_name {row.source!r} is the same file as line {first.line} names"
+                    f" ({first.source!r}, key {first.key}): a file is published once; drop one of the rows"
                 )
-                problems.append(InputProblem(line, message, published))
+                problems.append(InputProblem(line, message, row.metadata_line))
     return Repeats(problems, len(lines), frozenset(lines))
-
-
-def _cost(fmt: ShardFormat, key: str, rest: str) -> int:
-    """A staged row's shard cost from its text after "key\tline\t"."""
-    size, ext, _, _, _, published = rest.split("\t", 5)
-    return fmt.row_cost(len(key), len(ext), int(size), len(published.encode("utf-8")) - 1)
 
 
 def _raw_rows(path: str, offset: int, count: int | None) -> Iterator[tuple[int, bytes]]:
@@ -326,13 +385,13 @@ def iter_published_lines(path: str, offset: int, count: int) -> Iterator[bytes]:
     Sliced from the staged bytes as they are: nothing is decoded or re-encoded.
     """
     for _, raw in _raw_rows(path, offset, count):
-        yield raw.split(b"\t", 7)[7]
+        yield StagedRow.raw_fields(raw)[_PUBLISHED]
 
 
 def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterator[StagedRow]:
     """Read staged rows from ``sorted.tsv``, starting at a byte offset, at most ``count`` rows."""
     for position, raw in _raw_rows(path, offset, count):
-        yield parse_staged(raw.decode("utf-8"), position)
+        yield StagedRow.from_line(raw.decode("utf-8"), position)
 
 
 class StagedEntries:
@@ -349,11 +408,10 @@ class StagedEntries:
         self.count = count
 
     def __iter__(self) -> Iterator[PlanEntry]:
-        row_cost = self.fmt.row_cost
+        fmt = self.fmt
         for offset, raw in _raw_rows(self.path, self.offset, self.count):
-            key, _, size, ext, _, _, _, published = raw.split(b"\t", 7)
-            cost = row_cost(len(key), len(ext), int(size), len(published) - 1)  # the line without "\n"
-            yield PlanEntry(key.decode("ascii"), cost, offset)
+            fields = StagedRow.raw_fields(raw)
+            yield PlanEntry(fields[_KEY].decode("ascii"), _cost(fmt, fields), offset)
 
 
 @dataclass(frozen=True)
@@ -431,8 +489,8 @@ def regroup(
     with contextlib.ExitStack() as stack:
         outs = {name: stack.enter_context(open(part, "wb")) for name, part in parts.items()}
         for _, raw in _raw_rows(path, 0, None):
-            _, line_text, _, _, _, split_bytes, _, published = raw.split(b"\t", 7)
-            split = split_bytes.decode("utf-8")
+            fields = StagedRow.raw_fields(raw)
+            line_text, split, published = fields[_LINE], fields[_SPLIT].decode("utf-8"), fields[_PUBLISHED]
             if named and not split:
                 missing += 1
                 if len(problems) < keep_problems:
@@ -468,26 +526,19 @@ def regroup(
             start, rows, cost = offset, 0, 0
             with open(parts[name], "rb") as part:
                 for raw in part:
+                    fields = StagedRow.raw_fields(raw)
                     if relabel is not None:
-                        head, published = raw.rsplit(b"\t", 1)  # published JSON escapes every tab
-                        raw = head + b"\t" + relabel(published[:-1].decode("utf-8")).encode("utf-8") + b"\n"
+                        relabeled = relabel(fields[_PUBLISHED][:-1].decode("utf-8"))
+                        fields[_PUBLISHED] = relabeled.encode("utf-8") + b"\n"
+                        raw = b"\t".join(fields)
                     out.write(raw)
                     offset += len(raw)
                     rows += 1
-                    key, _, rest = raw.decode("utf-8").split("\t", 2)
-                    cost += _cost(fmt, key, rest)
+                    cost += _cost(fmt, fields)
             os.unlink(parts[name])
             found.append(SplitRows(name or "train", start, rows, cost))
     empty = [n for n in known_labels if n not in labels] if label_column is not None else []
     return Regrouped(found, problems, missing, names, empty)
-
-
-def _copy_file(src: IO[bytes], dst: IO[bytes]) -> int:
-    copied = 0
-    while block := src.read(1 << 20):
-        dst.write(block)
-        copied += len(block)
-    return copied
 
 
 def rows_sha256(path: str, offset: int, count: int, salt: bytes = b"") -> str:
@@ -497,6 +548,6 @@ def rows_sha256(path: str, offset: int, count: int, salt: bytes = b"") -> str:
     the shards whose rows did not change."""
     digest = hashlib.sha256(salt)
     for _, raw in _raw_rows(path, offset, count):
-        key, _line, size, ext, _check, split_source_published = raw.split(b"\t", 5)
-        digest.update(b"\t".join((key, size, ext, split_source_published)))
+        f = StagedRow.raw_fields(raw)
+        digest.update(b"\t".join((f[_KEY], f[_SIZE], f[_EXT], f[_SPLIT], f[_SOURCE], f[_PUBLISHED])))
     return digest.hexdigest()
