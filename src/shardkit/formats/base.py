@@ -104,9 +104,6 @@ class ShardCheck(Protocol):
     def shard_file(self) -> str: ...  # "data/3f.zip", relative to the dataset
     @property
     def metadata_file(self) -> str: ...  # "metadata/3f.jsonl"
-    @property
-    def deep(self) -> bool: ...  # decode every file too
-
     def open(self, relative: str) -> AbstractContextManager[IO[bytes]]:
         """Open one of the dataset's files (raises FileNotFoundError if it is not there)."""
 
@@ -185,6 +182,12 @@ class ShardFormat(abc.ABC):
     random_access: bool = False
     #: A shard's bytes follow from its rows and the card's features, not its rows alone.
     typed_by_features: bool = False
+    #: datasets chooses the builder for these shards from the names of their members (the most
+    #: common extension), as for any archive: a card setting cannot override it.
+    builder_from_members: bool = False
+    #: What a pack publishes in this format, beyond the input and options: a new layout rewrites
+    #: unchanged input (with --force). pack.py's LAYOUT_CHANGES says what each number changed.
+    layout_version: int = 3
     #: What datasets' builtin loader gives DataLoader workers as units of work, and the requests
     #: it makes (the card's table of readers), and what else the card says of it.
     builtin_units: str = "one per shard"

@@ -551,6 +551,8 @@ ZIP = ZipFormat(
     " `images/<key[:3]>/<key[3:6]>/<key><ext>`",
     metadata_member=METADATA_MEMBER,
     loading_script=True,
+    builder_from_members=True,
+    layout_version=2,
     builtin_units="one for the whole split",
     builtin_requests="several per file",
     builtin_caveat=" It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one"
