@@ -37,9 +37,7 @@ from .errors import InputProblem
 from .formats import format_named
 from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
 from .progress import NullProgress, Progress
-from .rowrules import (
-    SOURCE_PATH_COLUMN as SOURCE_PATH_COLUMN,  # defined where the formats, which read it, can import it
-)
+from .rowrules import SOURCE_PATH_COLUMN as SOURCE_PATH_COLUMN  # its home now; pack.py imports it from here
 from .schema import SchemaTracker
 from .staging import DEFAULT_RUN_BYTES, RunWriter, format_file_id, format_staged
 
