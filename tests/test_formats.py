@@ -23,10 +23,10 @@ import yaml
 
 import shardkit
 from shardkit.formats import PARQUET, TAR
-from shardkit.tarformat import TarFormatError, TarWriter, iter_tar_members, member_header
+from shardkit.formats.tar import TarFormatError, TarWriter, iter_tar_members, member_header
 from tests.conftest import Corpus, pack_example, tiny_image, tree_bytes
 from tests.readback import DS36_PYTHON, expected_rows, read_with
-from tests.test_reader import digest_rows
+from tests.test_streaming import digest_rows
 
 FILE_COLUMN = {"tar": "jpg", "parquet": "image"}
 

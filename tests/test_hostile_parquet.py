@@ -27,7 +27,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import ShardkitError
-from shardkit.parquetformat import arrow_schema
+from shardkit.formats.parquet import arrow_schema
 from tests.conftest import Corpus
 
 SCRIPTS = Path(sys.executable).parent

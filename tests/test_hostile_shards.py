@@ -29,8 +29,8 @@ from click.testing import CliRunner
 import shardkit
 from shardkit.cli import main
 from shardkit.errors import ShardkitError
-from shardkit.tarformat import crc_record, iter_tar_members, member_header
-from shardkit.zipformat import central_header, end_record, iter_members, local_header
+from shardkit.formats.tar import crc_record, iter_tar_members, member_header
+from shardkit.formats.zip import central_header, end_record, iter_members, local_header
 from tests.conftest import REPO_ROOT, pack_example
 from tests.readback import DS36_PYTHON, expected_rows
 

@@ -14,13 +14,13 @@ import pytest
 
 import shardkit.pack
 from shardkit.errors import UsageError
+from shardkit.formats.zip import iter_members
 from shardkit.inputfile import SourceChanged
 from shardkit.metadata import SourceRecord, member_name
 from shardkit.pack import PackConfig, pack
 from shardkit.plan import ShardPlan
 from shardkit.staging import StagedRow
 from shardkit.writer import ShardJob, write_shard
-from shardkit.zipformat import iter_members
 from tests.conftest import Corpus, shard_files, tree_bytes
 
 

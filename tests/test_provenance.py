@@ -30,7 +30,7 @@ from cookiecutter.main import cookiecutter
 import shardkit
 from shardkit.cli import main
 from shardkit.errors import SOURCE_SHOWN_CHARS, ShardkitError, source_note
-from shardkit.parquetformat import ParquetShardWriter
+from shardkit.formats.parquet import ParquetShardWriter
 from tests.conftest import EXAMPLE_DIR, REPO_ROOT
 from tests.readback import DS36_PYTHON
 from tests.test_hostile_shards import set_shard, with_field, zip_bytes, zip_members

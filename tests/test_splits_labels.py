@@ -542,7 +542,7 @@ def test_the_preview_captions_images_with_class_names_not_numbers(tmp_path: Path
     a ClassLabel caption is the class's name, not its number."""
     from shardkit.formats import ZIP
     from shardkit.preview import _samples
-    from shardkit.reader import Source
+    from shardkit.streaming import Source
 
     example = REPO_ROOT / "example_datasets" / "shapes-mini"
     out = tmp_path / "shapes"

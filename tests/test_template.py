@@ -19,7 +19,7 @@ from huggingface_hub import DatasetCard
 
 from shardkit.card import GITATTRIBUTES_LINES, card_repo, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
-from shardkit.zipformat import iter_members
+from shardkit.formats.zip import iter_members
 from tests.http_server import serve_directory
 from tests.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
 from tests.test_hostile_shards import zip_bytes

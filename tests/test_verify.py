@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from shardkit.zipformat import ZipWriter, iter_members
+from shardkit.formats.zip import ZipWriter, iter_members
 from tests.test_hostile_shards import zip_bytes
 
 Members = list[tuple[str, bytes]]

@@ -30,7 +30,7 @@ _LAZY = {
     "PushSummary": "push",
     "RemuxConfig": "remux",
     "RemuxSummary": "remux",
-    "stream": "reader",
+    "stream": "streaming",
 }
 
 

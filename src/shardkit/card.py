@@ -21,20 +21,17 @@ from typing import Any
 
 import yaml
 
-from .formats import ZIP, ShardFormat
+from .formats import FORMAT_NAMES, SHARD_SUFFIXES, ZIP, ShardFormat
 from .manifest import Manifest, SplitSummary, write_atomic
 from .schema import class_label_names
 from .table import TABLE_NAME
 
 log = logging.getLogger(__name__)
 #: A ``data_files`` path shardkit writes: ``data/*.zip``, or a split's ``data/<split>/*.zip``.
-_SHARDKIT_PATTERN = re.compile(r"^data/(?:[A-Za-z0-9_]{1,64}/)?\*\.(?:zip|tar|parquet)$")
-_FORMAT_WORDS = {"zip": "ZIP", "tar": "tar (webdataset)", "parquet": "Parquet"}
+_SHARDKIT_PATTERN = re.compile(rf"^data/(?:[A-Za-z0-9_]{{1,64}}/)?\*\.(?:{'|'.join(FORMAT_NAMES)})$")
 
 GITATTRIBUTES_LINES = [
-    "*.zip filter=lfs diff=lfs merge=lfs -text",
-    "*.tar filter=lfs diff=lfs merge=lfs -text",
-    "*.parquet filter=lfs diff=lfs merge=lfs -text",
+    *(f"*{suffix} filter=lfs diff=lfs merge=lfs -text" for suffix in SHARD_SUFFIXES),
     "*.jsonl filter=lfs diff=lfs merge=lfs -text",
     "*.jsonl.gz filter=lfs diff=lfs merge=lfs -text",
     "*.jpg filter=lfs diff=lfs merge=lfs -text",
@@ -176,16 +173,7 @@ def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: 
     (datasets' webdataset builder): one column per file extension (``jpg``...), ``json`` (the
     row's metadata line as a struct) and the builder's ``__key__`` and ``__url__``.
     """
-    if fmt.name != "tar":
-        return features
-    file_dtype = features[0]["dtype"]
-    line = [{"name": "file_name", "dtype": "string"}, *features[1:]]
-    return [
-        *({"name": ext.lstrip("."), "dtype": file_dtype} for ext in extensions),
-        {"name": "json", "struct": line},
-        {"name": "__key__", "dtype": "string"},
-        {"name": "__url__", "dtype": "string"},
-    ]
+    return fmt.card_features(features, extensions)
 
 
 #: How many ZIPs, and members of each, datasets lists to choose the builder for ``data/*.zip``
@@ -330,8 +318,7 @@ def stats_section(
 ) -> str:
     """What is in the dataset: rows, shards, format, each split's size, the preview."""
     lines = [
-        f"{rows:,} rows in {shards} {_FORMAT_WORDS[fmt.name]} shards ({human_size(total_bytes)}),"
-        " packed with shardkit.",
+        f"{rows:,} rows in {shards} {fmt.words} shards ({human_size(total_bytes)}), packed with shardkit.",
         "",
     ]
     if splits:
@@ -348,12 +335,7 @@ def stats_section(
 def row_features(fmt: ShardFormat, features: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The columns of a row as shardkit.stream gives them, from the card's features
     (:func:`card_features` inverted: for tar, the file column and the fields inside ``json``)."""
-    if fmt.name != "tar":
-        return features
-    files = [f for f in features if f.get("name") not in ("json", "__key__", "__url__")]
-    line = next((f.get("struct") for f in features if f.get("name") == "json"), None) or []
-    file_dtype = str(files[0].get("dtype")) if files else "image"
-    return [{"name": file_dtype, "dtype": file_dtype}, *line[1:]]
+    return fmt.row_features(features)
 
 
 def _type_words(feature: dict[str, Any]) -> str:
@@ -400,13 +382,8 @@ def features_section(fmt: ShardFormat, features: list[dict[str, Any]]) -> str:
             f" `ds.features[{_py(names_column)}].int2str(n)` the name of one; -1 is a row without a label"
             " (test for it: `names[-1]` is the last name).",
         ]
-    if fmt.name == "tar":
-        lines += [
-            "",
-            "datasets' builtin webdataset loader gives the file as a column named after its extension"
-            " (`jpg`...), the other columns inside `json`, and `__key__`, `__url__`; `shardkit.stream` gives"
-            " the columns above.",
-        ]
+    if note := fmt.builtin_columns_note():
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -420,7 +397,7 @@ class Usage:
     splits: tuple[str, ...]
     file_column: str
     label_column: str | None = None
-    loader: str | None = None  # the loading script at OUT_DIR's root (read by datasets 3.6; ZIP only)
+    loader: str | None = None  # the loading script at OUT_DIR's root (read by datasets 3.6; fmt.loading_script)
     builtin: bool = True  # False: datasets' builtin loader would open the shards with the wrong builder
     repo: str | None = None  # NAMESPACE/NAME on the Hub; None before the first push
     revision: str = "main"
@@ -463,16 +440,14 @@ def usage_section(u: Usage) -> str:
         + (f", in the splits {', '.join(f'`{s}`' for s in u.splits)}." if len(u.splits) > 1 else "."),
         "",
     ]
-    per_split = "one for the whole split" if u.fmt.name == "zip" else "one per shard"
-    script = u.loader is not None and u.fmt.name == "zip"
+    script = u.loader is not None and u.fmt.loading_script
     lines += [
         "| reader | datasets | units of work for DataLoader workers | requests |",
         "|---|---|---|---|",
         "| `shardkit.stream` | 3.6, 5.x | one per shard | one per shard |",
     ]
     if u.builtin:
-        requests = "several per file" if u.fmt.name == "zip" else "a few per shard"
-        lines.append(f"| `load_dataset` | 3.6 to 5.x | {per_split} | {requests} |")
+        lines.append(f"| `load_dataset` | 3.6 to 5.x | {u.fmt.builtin_units} | {u.fmt.builtin_requests} |")
     if script:
         lines.append('| `load_dataset(..., revision="script")` | 3.6 only | one per shard | one per shard |')
     lines += [
@@ -496,15 +471,9 @@ def usage_section(u: Usage) -> str:
         lines.append(f'    print(row["key"], row[{_py(u.file_column)}])')
     lines += ["    break", "```", ""]
     if u.builtin:
-        builder = {"zip": f"{u.file_column}folder", "tar": "webdataset", "parquet": "parquet"}[u.fmt.name]
-        slow = (
-            " It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one worker"
-            " busy, and fetches each file with requests of its own."
-            if u.fmt.name == "zip"
-            else ""
-        )
+        builder, caveat = u.fmt.builtin_builder(u.file_column), u.fmt.builtin_caveat
         lines += [
-            f"**With datasets alone** (4 and 5; 3.6 too), its builtin `{builder}` loader, no script.{slow}"
+            f"**With datasets alone** (4 and 5; 3.6 too), its builtin `{builder}` loader, no script.{caveat}"
             " Leave out `streaming=True` to download the split first.",
             "",
             "```python",
@@ -577,17 +546,11 @@ def layout_section(fmt: ShardFormat, splits: list[SplitSummary] | None, loader: 
     folder = "<split>/" if split_folders else ""
     lengths = sorted({s.prefix_length for s in splits or []})
     digits = "hex digit" if lengths == [1] else f"{' or '.join(map(str, lengths)) or 'few'} hex digits"
-    inside = {
-        "zip": "inside, `metadata.jsonl` first (the rows), then each file stored uncompressed at"
-        " `images/<key[:3]>/<key[3:6]>/<key><ext>`",
-        "tar": "inside, for each row `<key>.json` (its metadata) then `<key><ext>` (its file), the webdataset layout",
-        "parquet": "one row per file, its bytes in a `{bytes, path}` column beside the metadata columns",
-    }[fmt.name]
     lines = ["## Layout", ""]
     shard_line = (
-        f"- `data/{folder}<prefix>{fmt.suffix}`: {_FORMAT_WORDS[fmt.name]} shards; `<prefix>` is the first"
+        f"- `data/{folder}<prefix>{fmt.suffix}`: {fmt.words} shards; `<prefix>` is the first"
         f" {digits} of each row's `key` (a group too big for one shard is cut into"
-        f" `<prefix>-<part>{fmt.suffix}`); {inside}."
+        f" `<prefix>-<part>{fmt.suffix}`); {fmt.layout_words}."
     )
     if split_folders and splits:
         shard_line += " Splits: " + ", ".join(f"`data/{s.name}/`" for s in splits) + "."
@@ -598,7 +561,7 @@ def layout_section(fmt: ShardFormat, splits: list[SplitSummary] | None, loader: 
         " inside the shard, `key`, then every column).",
         "- `shards.json`: the manifest (rows, bytes, sha256, first and last key of every shard).",
     ]
-    if loader is not None and fmt.name == "zip":
+    if loader is not None and fmt.loading_script:
         lines.append(f"- `{loader}`: the loading script for datasets 3.6.")
     return "\n".join(lines) + "\n"
 
@@ -663,7 +626,7 @@ def usage_of(
         splits=tuple(s.name for s in splits) if splits else ("train",),
         file_column=str(columns[0]["name"]) if columns else "image",
         label_column=next((str(f["name"]) for f in columns if class_label_names(f) is not None), None),
-        loader=loader_in(out_dir) if fmt.name == "zip" else None,
+        loader=loader_in(out_dir) if fmt.loading_script else None,
         builtin=attrs.get("builtin") != "no",
         repo=known_repo(attrs.get("repo")),
         revision=attrs.get("revision") or "main",

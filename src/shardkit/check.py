@@ -37,6 +37,7 @@ from .errors import InputProblem
 from .formats import format_named
 from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
 from .progress import NullProgress, Progress
+from .rowrules import SOURCE_PATH_COLUMN as SOURCE_PATH_COLUMN  # its home now; pack.py imports it from here
 from .schema import SchemaTracker
 from .staging import DEFAULT_RUN_BYTES, FileRef, RunWriter, StagedRow
 
@@ -94,11 +95,6 @@ class ProblemLog:
         if self._rejects is not None:
             self._rejects.close()
             self._rejects = None
-
-
-#: The column ``--keep-source-path`` adds: the row's file_name as given (files are published
-#: under their key, so without it an input file cannot be found again from a published row).
-SOURCE_PATH_COLUMN = "source_path"
 
 
 #: The column that names each row's split (train, validation, test...); it becomes the split,

@@ -16,16 +16,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import UsageError, naming
-from .formats import ShardFormat, format_named, format_of_manifest
+from .formats import FORMAT_NAMES, ShardFormat, format_named, format_of_manifest
 from .metadata import KEY_SCHEME
 from .table import TABLE_NAME
 
 MANIFEST_NAME = "shards.json"
-MEMBER_TEMPLATES = {
-    "zip": "images/{key[0:3]}/{key[3:6]}/{key}{ext}",
-    "tar": "{key}.json, then {key}{ext.lower()}",
-    "parquet": "{key}{ext} (the path in the file column)",
-}
 
 
 @dataclass(frozen=True)
@@ -126,8 +121,8 @@ class Manifest:
         return {
             "format": fmt.manifest_format,
             "key_scheme": self.key_scheme,
-            "member_template": MEMBER_TEMPLATES[fmt.name],
-            **({"metadata_member": "metadata.jsonl"} if fmt.name == "zip" else {}),
+            "member_template": fmt.member_template,
+            **({"metadata_member": fmt.metadata_member} if fmt.metadata_member else {}),
             "prefix_length": self.options.prefix_length,
             "max_shard_bytes": self.options.max_shard_bytes,
             "target_shard_bytes": self.options.target_shard_bytes,
@@ -168,7 +163,9 @@ class Manifest:
 #: A shard's name as the planner makes it: ``data/[<split>/]<hex prefix>[-<part>]<suffix>``.
 #: Readers follow nothing else: a manifest naming ``../elsewhere.zip`` or an absolute path would
 #: make them read (and publish) files outside the dataset.
-_SHARD_NAME = re.compile(r"^data/((?:([A-Za-z0-9_]{1,64})/)?[0-9a-f]{1,16}(?:-[0-9]{1,6})?)\.(zip|tar|parquet)$")
+_SHARD_NAME = re.compile(
+    rf"^data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,16}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})$"
+)
 
 
 def _checked_shards(shards: list[ManifestShard], fmt: ShardFormat) -> list[ManifestShard]:

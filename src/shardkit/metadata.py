@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 
 from .errors import InputProblem
+from .formats.zip import member_name as member_name  # a row's file inside a ZIP shard: metadata_line's default
 from .inputfile import OutsideImagesDir, open_inside, stamp
+from .rowrules import EXT_RE as EXT_RE
+from .rowrules import KEY_RE as KEY_RE
+from .rowrules import MAX_LINE_BYTES as MAX_LINE_BYTES
 from .threads import interruptible_pool
 
-KEY_RE = re.compile(r"^[0-9a-f]{8,128}$")
-EXT_RE = re.compile(r"^\.[A-Za-z0-9]{1,16}$")
 CONTENT_KEY_HEX_DIGITS = 32
 AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif", ".wma"})
 KEY_SCHEME = "hex: the row's 'key' (8-128 lowercase hex digits), else sha256(file bytes)[:32]"
@@ -51,15 +53,6 @@ class SourceRecord:
     stamp: str = ""
     content_keyed: bool = False  # the key is the hash of the file's bytes (the row gave none)
     split: str = ""  # the row's split column ("": none)
-
-
-def member_name(key: str, ext: str) -> str:
-    """Where a row's file lives inside its shard (the YFCC layout, without a leading 'data/')."""
-    return f"images/{key[:3]}/{key[3:6]}/{key}{ext}"
-
-
-#: Bytes of a member name beyond its key and extension (all ASCII): "images/abc/def/".
-MEMBER_NAME_FIXED = len(member_name("00000000", "")) - len("00000000")
 
 
 def metadata_line(record: SourceRecord, file_name: str | None = None) -> str:
@@ -514,9 +507,6 @@ def read_metadata(
             yield from window.popleft().result()
 
 
-#: A longer metadata line is refused without being held in memory (it would be published in
-#: the shard's metadata.jsonl and the metadata table, and read whole by every reader of them).
-MAX_LINE_BYTES = 16 << 20
 #: What :func:`_bounded_lines` yields in place of a line longer than MAX_LINE_BYTES.
 TOO_LONG = b"\0too long"
 

@@ -181,7 +181,7 @@ def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
         return None
     if os.path.isdir(source) and not os.path.exists(os.path.join(source, MANIFEST_NAME)):
         return None
-    from .reader import read_manifest_from, resolve_source
+    from .streaming import read_manifest_from, resolve_source
 
     if os.path.isdir(source):
         return read_manifest_from(resolve_source(source, revision))  # a damaged one is an error, as before
@@ -316,7 +316,7 @@ def open_source(config: RemuxConfig, shardkit_source: bool, split: str) -> Any:
     import datasets
 
     if shardkit_source:
-        from .reader import stream
+        from .streaming import stream
 
         ds = stream(config.source, revision=config.revision, split=split)
     else:

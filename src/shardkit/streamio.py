@@ -1,4 +1,4 @@
-"""Small pieces the container formats (:mod:`.zipformat`, :mod:`.tarformat`) share."""
+"""Small pieces the container formats (:mod:`.formats.zip`, :mod:`.formats.tar`) share."""
 
 from __future__ import annotations
 

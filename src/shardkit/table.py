@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
 from .errors import naming
+from .formats.parquet import arrow_schema
 from .metadata import sha256_stream
-from .parquetformat import arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa

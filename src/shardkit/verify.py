@@ -24,6 +24,10 @@ And for the whole: shards' key ranges do not overlap, totals add up, ``data/`` a
 ``metadata/`` hold nothing the manifest does not name, and ``metadata.parquet`` holds every
 shard's rows, in order, within its key range. Problems are collected, not raised:
 each names its file (and member), so one run lists everything wrong.
+
+The walk over one shard is its format's (:meth:`.formats.base.ShardFormat.verify_shard`); this
+module runs the walks over the manifest, gives them the checks every format shares (the rows'
+keys and names, the deep decode) and makes the report.
 """
 
 from __future__ import annotations
@@ -35,25 +39,21 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from .check import SOURCE_PATH_COLUMN
 from .errors import UsageError, source_note
-from .formats import PARQUET, TAR, ZIP, ShardFormat
+from .formats import ShardFormat
+from .formats.base import source_of_row
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .metadata import can_decode, decode_problem, sha256_stream
 from .outdir import unnamed_files
 from .progress import NullProgress, Progress
+from .rowrules import SOURCE_PATH_COLUMN
 from .store import LocalStore, ShardStore, store_for
-from .streamio import crc32, jsonl_lines
+from .streamio import jsonl_lines
 from .table import table_problems
-from .tarformat import TarFormatError, iter_tar_members
 from .threads import interruptible_pool
-from .zipformat import ZipFormatError, iter_members
-
-METADATA_MEMBER = "metadata.jsonl"
 
 
 @dataclass(frozen=True)
@@ -95,40 +95,6 @@ class VerifyReport:
         return data
 
 
-class _HashingReader:
-    """A forward-only reader that hashes everything read through it (one pass: walk + sha256)."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
-        self.sha256 = hashlib.sha256()
-        self.sound = True  # False once the walk over it met a shard that is not sound
-
-    def read(self, n: int = -1) -> bytes:
-        data: bytes = self.raw.read(n)
-        self.sha256.update(data)
-        return data
-
-    def drain(self) -> None:
-        while self.read(1 << 20):
-            pass
-
-
-@contextlib.contextmanager
-def _walking(
-    store: ShardStore, shard: ManifestShard, problems: list[Problem], error: type[ValueError]
-) -> Iterator[_HashingReader]:
-    """A hashing reader over the shard file; a format ``error`` raised while walking it becomes a
-    problem. Whatever the walk left unread is read too, so the sha256 covers the whole file."""
-    with store.open(shard.file) as raw:
-        reader = _HashingReader(raw)
-        try:
-            yield reader
-        except error as exc:
-            reader.sound = False
-            problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
-        reader.drain()
-
-
 @dataclass
 class _ShardResult:
     rows: int = 0
@@ -136,12 +102,6 @@ class _ShardResult:
     not_decoded: int = 0
     keys: tuple[str, str] | None = None
     problems: list[Problem] = field(default_factory=list)
-
-
-def _source(row: object) -> str | None:
-    """A row's source_path (``--keep-source-path``), for messages only; None if it has none."""
-    source = row.get(SOURCE_PATH_COLUMN) if isinstance(row, dict) else None
-    return source if isinstance(source, str) else None
 
 
 def _check_rows(
@@ -162,7 +122,7 @@ def _check_rows(
         if not isinstance(row, dict) or not isinstance(row.get("file_name"), str) or "key" not in row:
             problems.append(Problem(shard.file, "row is not an object with 'file_name' and 'key'", where))
             continue
-        name, key, source = row["file_name"], str(row["key"]), _source(row)
+        name, key, source = row["file_name"], str(row["key"]), source_of_row(row, SOURCE_PATH_COLUMN)
         if name in rows:
             problems.append(Problem(shard.file, f"file_name {name!r} appears twice", where, source))
         if key <= previous:
@@ -192,169 +152,38 @@ def _decode(result: _ShardResult, shard: ManifestShard, name: str, data: bytes, 
 
 
 @dataclass
-class _Walk:
-    """What walking one shard found, for the checks all formats share."""
+class _Check:
+    """One shard being verified, as its format's walk sees it (:class:`~.formats.base.ShardCheck`)."""
 
-    sha256: str
-    members: int  # file members (rows' files) met
-    keys: list[str]  # every row's key, sorted
-    metadata: bytes | None  # the metadata lines the shard holds, to compare with metadata/; None: compared already
+    store: ShardStore
+    shard: ManifestShard
+    fmt: ShardFormat
+    prefix: str
+    deep: bool
+    result: _ShardResult
 
+    @property
+    def shard_file(self) -> str:
+        return self.shard.file
 
-def _walk_zip(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
-    problems = result.problems
-    rows: dict[str, str] | None = None
-    sources: dict[str, str] = {}  # file_name -> source_path, once metadata.jsonl is read
-    keys: list[str] = []
-    members = 0
-    inner_metadata = b""
+    @property
+    def metadata_file(self) -> str:
+        return self.shard.metadata
 
-    def note(name: str) -> str:
-        return source_note(sources.get(name))
+    def open(self, relative: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+        return self.store.open(relative)
 
-    # The walk also checks the central directory against the members (iter_members): what zipfile
-    # and datasets read through it is then what was walked.
-    with _walking(store, shard, problems, ZipFormatError) as reader:
-        for member in iter_members(reader, check_crc=False, note=note):  # type: ignore[arg-type]
-            members += 1
-            if crc32(member.data) != member.crc:
-                mismatch = "CRC mismatch: the bytes are not what was written"
-                problems.append(Problem(shard.file, mismatch, member.name, sources.get(member.name)))
-            if rows is None:
-                if member.name != METADATA_MEMBER:
-                    problems.append(Problem(shard.file, f"first member is {member.name!r}, not {METADATA_MEMBER}"))
-                    rows = {}
-                else:
-                    inner_metadata = member.data
-                    text = member.data.decode("utf-8", "replace")
-                    rows, sources = _check_rows(shard, text, prefix, problems, ZIP, METADATA_MEMBER)
-                    keys = sorted(rows.values())
-                    continue
-            if rows.pop(member.name, None) is None:
-                problems.append(Problem(shard.file, "member has no row in metadata.jsonl", member.name))
-            if deep:  # a member without a row has no source: sources holds rows' names only
-                _decode(result, shard, member.name, member.data, sources.get(member.name))
-    if reader.sound:  # else the walk stopped short: the rows left say nothing more
-        for name in sorted(rows or {}):
-            problems.append(Problem(shard.file, "row in metadata.jsonl has no member", name, sources.get(name)))
-    return _Walk(reader.sha256.hexdigest(), max(members - 1, 0), keys, inner_metadata)
+    def problem(
+        self, message: str, member: str | None = None, source: str | None = None, *, file: str | None = None
+    ) -> None:
+        self.result.problems.append(Problem(file or self.shard.file, message, member, source))
 
+    def check_rows(self, text: str, where: str) -> tuple[dict[str, str], dict[str, str]]:
+        return _check_rows(self.shard, text, self.prefix, self.result.problems, self.fmt, where)
 
-def _walk_tar(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
-    """``<key>.json`` then ``<key><ext>`` per row, the json naming the file that follows it."""
-    problems = result.problems
-    lines: list[bytes] = []
-    files = 0
-    expected: str | None = None  # the file_name the last .json announced
-    source: str | None = None  # and its source_path
-
-    def source_of(name: str) -> str | None:
-        """The source of member ``name``'s row: known only for the file its .json announced."""
-        return source if name == expected else None
-
-    def note(name: str) -> str:
-        return source_note(source_of(name))
-
-    with _walking(store, shard, problems, TarFormatError) as reader:
-        for member in iter_tar_members(reader, check_crc=False, note=note):  # type: ignore[arg-type]
-            if member.crc is not None and crc32(member.data) != member.crc:
-                mismatch = "CRC mismatch: the bytes are not what was written"
-                problems.append(Problem(shard.file, mismatch, member.name, source_of(member.name)))
-            if expected is None:
-                if not member.name.endswith(".json"):
-                    problems.append(Problem(shard.file, "file member without its .json before it", member.name))
-                    files += 1
-                    continue
-                lines.append(member.data)
-                try:
-                    row = json.loads(member.data)
-                    expected, source = str(row["file_name"]), _source(row)
-                except (ValueError, KeyError, TypeError, RecursionError):
-                    problems.append(Problem(shard.file, "not a JSON object with a file_name", member.name))
-                    expected, source = "", None  # the row's problem is reported: not again for the file after it
-                continue
-            files += 1
-            member_source = source_of(member.name)
-            if member.name != expected and expected:
-                problem = f"follows the row for {expected!r}{source_note(source)}"
-                problems.append(Problem(shard.file, problem, member.name))
-            expected = None
-            if deep:
-                _decode(result, shard, member.name, member.data, member_source)
-    if expected is not None and reader.sound:
-        problems.append(Problem(shard.file, f"the last row's file {expected!r}{source_note(source)} is missing"))
-    text = b"\n".join(lines).decode("utf-8", "replace")
-    keys = sorted(_check_rows(shard, text, prefix, problems, TAR, "row")[0].values())
-    if not reader.sound:  # the rows read are only some: their keys and lines say nothing more
-        return _Walk(reader.sha256.hexdigest(), files, [], None)
-    metadata = b"".join(line + b"\n" for line in lines)
-    return _Walk(reader.sha256.hexdigest(), files, keys, metadata)
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """A JSON value equals what Parquet returned for it (an absent struct field reads as null)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return all(_same_value(a.get(k), b.get(k)) for k in a.keys() | b.keys())
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
-def _walk_parquet(store: ShardStore, shard: ManifestShard, prefix: str, deep: bool, result: _ShardResult) -> _Walk:
-    """Every row against its metadata line (values compared as typed), in order. The shard is
-    opened as every reader opens it (:func:`.parquetformat.open_parquet_shard`): each row group
-    checked before it is decoded, each page's checksum verified."""
-    from .parquetformat import ParquetShardError, open_parquet_shard
-
-    problems = result.problems
-    with store.open(shard.file) as raw:
-        reader = _HashingReader(raw)
-        reader.drain()
-    try:
-        with store.open(shard.metadata) as f:
-            text = f.read().decode("utf-8", "replace")
-    except FileNotFoundError:
-        text = ""  # reported by the shared check
-    rows, _ = _check_rows(shard, text, prefix, problems, PARQUET, shard.metadata)
-    lines = iter(jsonl_lines(text))
-    count = 0
-    try:
-        with store.open(shard.file) as raw_file:
-            parquet = open_parquet_shard(raw_file)
-            file_column = parquet.columns[0] if parquet.columns else ""
-            for record in parquet.rows(batch_size=64):
-                count += 1
-                content = record.pop(file_column, None) or {}
-                name = str(content.get("path"))
-                _compare_parquet_row(shard, count, name, record, next(lines, None), problems)
-                if deep and content.get("bytes") is not None:
-                    _decode(result, shard, name, content["bytes"], _source(record))
-    except (ParquetShardError, OSError) as exc:
-        problems.append(Problem(shard.file, f"not a sound shard: {exc}"))
-    if next(lines, None) is not None:
-        problems.append(Problem(shard.metadata, f"has more lines than {shard.file} has rows"))
-    return _Walk(reader.sha256.hexdigest(), count, sorted(rows.values()), None)
-
-
-def _compare_parquet_row(
-    shard: ManifestShard, count: int, name: str, record: dict[str, Any], line: str | None, problems: list[Problem]
-) -> None:
-    """A Parquet row (its path ``name`` and typed fields) against its line in metadata/."""
-    try:
-        expected = json.loads(line) if line is not None else None
-    except (ValueError, RecursionError):
-        expected = {}  # _check_rows reported it
-    source = _source(record)  # the shard's own row: the one the problem is about
-    if not isinstance(expected, dict):
-        problems.append(Problem(shard.file, f"row {count} has no line in {shard.metadata}", name, source))
-        return
-    if expected.pop("file_name", None) != name:
-        problems.append(Problem(shard.file, f"row {count}: path differs from {shard.metadata}", name, source))
-    if not _same_value(expected, record):
-        problems.append(Problem(shard.file, f"row {count}: fields differ from {shard.metadata}", name, source))
-
-
-_WALKERS = {"zip": _walk_zip, "tar": _walk_tar, "parquet": _walk_parquet}
+    def file(self, name: str, data: bytes, source: str | None) -> None:
+        if self.deep:
+            _decode(self.result, self.shard, name, data, source)
 
 
 def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
@@ -370,7 +199,7 @@ def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, 
     if size > cap:
         problems.append(Problem(shard.file, f"{size} bytes, over the cap of {cap}"))
 
-    walk = _WALKERS[fmt.name](store, shard, prefix, deep, result)
+    walk = fmt.verify_shard(_Check(store, shard, fmt, prefix, deep, result))
     if walk.sha256 != shard.sha256:
         problems.append(Problem(shard.file, "sha256 differs from the manifest's"))
     result.rows = walk.members
@@ -390,8 +219,7 @@ def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, 
         with store.open(shard.metadata) as f:
             outer = f.read()
         if walk.metadata is not None and outer != walk.metadata:
-            inside = f"the {METADATA_MEMBER} inside" if fmt.name == "zip" else "the .json members of"
-            problems.append(Problem(shard.metadata, f"differs from {inside} {shard.file}"))
+            problems.append(Problem(shard.metadata, f"differs from {fmt.metadata_inside} {shard.file}"))
         if hashlib.sha256(outer).hexdigest() != shard.metadata_sha256:
             problems.append(Problem(shard.metadata, "sha256 differs from the manifest's"))
     except FileNotFoundError:

@@ -1,12 +1,9 @@
 """Stage 4: write one planned shard, atomically.
 
-A ZIP shard is ``metadata.jsonl`` first (so a front-to-back reader knows every row before the
-first image), then one stored member per row in key order; its rows are read from the staging
-file in three streaming passes (CRC of metadata.jsonl, its bytes, the members), so memory does
-not grow with rows per shard. A tar shard is ``<key>.json`` then ``<key><ext>`` per row; a
-Parquet shard is row groups of rows (see :mod:`.parquetformat`). The files are read by
-:mod:`.fetch`: inline while they are in the page cache, else ahead on a thread pool within a
-byte budget; a file larger than the budget is copied in chunks.
+The layout inside the shard is the format's (:meth:`.formats.base.ShardFormat.write`, in
+:mod:`.formats.zip`, :mod:`.formats.tar`, :mod:`.formats.parquet`); this module is the frame
+around it: the rows from the staging file, their files read by :mod:`.readahead` (ahead on a thread pool into a fixed
+ring buffer; a file larger than half of it is copied in chunks), and the temporary files renamed into place.
 
 The shard file itself goes through :class:`~shardkit.shardfile.ShardFile` (aligned chunks, hashed
 and written by threads, ``O_DIRECT`` on local filesystems). Everything is written under
@@ -23,21 +20,19 @@ import hashlib
 import os
 import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from .errors import ShardkitError, naming
-from .formats import METADATA_MEMBER, PARQUET, TAR, ZIP, format_named
+from .formats import format_named
+from .formats.base import RowFile
 from .manifest import ManifestShard
 from .plan import ShardPlan
 from .readahead import BigFile, Fetched, forget_ring, read_in_order
 from .shardfile import ShardFile
-from .staging import iter_published_lines, iter_staged
+from .staging import StagedRow, iter_published_lines, iter_staged
 from .store import store_for
-from .streamio import crc32
-from .tarformat import TarWriter
-from .zipformat import ZipWriter
 
 DEFAULT_READ_THREADS = 8
 DEFAULT_PREFETCH_BYTES = 16 << 20
@@ -68,12 +63,6 @@ def metadata_path_for(plan: ShardPlan) -> str:
     return f"metadata/{plan.name.removeprefix('data/').rsplit('.', 1)[0]}.jsonl"
 
 
-def _read_ahead(job: ShardJob) -> contextlib.AbstractContextManager[Iterator[Fetched]]:
-    """The shard's rows with their files' bytes and CRC-32, in order (see :mod:`.fetch`)."""
-    rows = iter_staged(job.staging_path, job.plan.offset, job.plan.rows)
-    return read_in_order(rows, job.images_dir, threads=job.read_threads, ring_bytes=job.prefetch_bytes)
-
-
 def _fsync_close(f: BinaryIO, fsync: bool) -> None:
     f.flush()
     if fsync:
@@ -81,81 +70,64 @@ def _fsync_close(f: BinaryIO, fsync: bool) -> None:
     f.close()
 
 
-class _MetadataFile:
-    """``metadata/<stem>.jsonl``: every row's metadata line, hashed as written."""
+class _RowFile:
+    """A row and its file's bytes as :mod:`.readahead` read them (:class:`~.formats.base.RowFile`)."""
 
-    def __init__(self, f: BinaryIO) -> None:
-        self.f = f
+    def __init__(self, row: StagedRow, data: memoryview | BigFile, crc: int) -> None:
+        self.key, self.ext, self.size, self.metadata_line = row.key, row.ext, row.size, row.metadata_line
+        self._data = data
+        # A big file's CRC is known once it is open: the caller opens it before handing it over.
+        self.crc = data.crc if isinstance(data, BigFile) else crc
+
+    def copy_to(self, write: Callable[[bytes | memoryview], object]) -> None:
+        if isinstance(self._data, BigFile):
+            self._data.copy_to(write)
+        else:
+            write(self._data)
+
+    def read_all(self) -> bytes:
+        return self._data.read_all() if isinstance(self._data, BigFile) else bytes(self._data)
+
+
+class _ShardRows:
+    """One job's rows for the format's writer (:class:`~.formats.base.ShardRows`): the staged
+    lines, the files read ahead, and ``metadata/<stem>.jsonl`` hashed as it is written."""
+
+    def __init__(self, job: ShardJob, meta: BinaryIO) -> None:
+        self.job = job
+        self.name = job.plan.name
+        self.features = job.features
+        self._meta = meta
         self.digest = hashlib.sha256()
 
-    def write(self, line: bytes) -> None:
-        self.f.write(line)
+    def published_lines(self) -> Iterator[bytes]:
+        return iter_published_lines(self.job.staging_path, self.job.plan.offset, self.job.plan.rows)
+
+    @contextlib.contextmanager
+    def files(self) -> Iterator[Iterator[RowFile]]:
+        job = self.job
+        rows = iter_staged(job.staging_path, job.plan.offset, job.plan.rows)
+        ring = job.prefetch_bytes
+        with contextlib.ExitStack() as stack:
+            fetched = stack.enter_context(
+                read_in_order(rows, job.images_dir, threads=job.read_threads, ring_bytes=ring)
+            )
+            yield stack.enter_context(contextlib.closing(_opened_files(fetched)))
+
+    def record_line(self, line: bytes) -> None:
+        self._meta.write(line)
         self.digest.update(line)
 
 
-def _write_zip(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
-    plan = job.plan
-    # Pass 1: size and CRC of metadata.jsonl, which goes first and so must be known first.
-    meta_crc = 0
-    meta_size = 0
-    for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
-        meta_crc = crc32(line, meta_crc)
-        meta_size += len(line)
-    zw = ZipWriter(out)
-    # Pass 2: metadata.jsonl inside the ZIP, and the same bytes in metadata/.
-    zw.start_member(METADATA_MEMBER, meta_size, meta_crc)
-    for line in iter_published_lines(job.staging_path, plan.offset, plan.rows):
-        zw.write_data(line)
-        meta.write(line)
-    # Pass 3: the members, read ahead on a thread pool into a fixed ring buffer.
-    with _read_ahead(job) as files:
-        for row, _, data, crc in files:
-            if isinstance(data, BigFile):
-                with data:
-                    zw.start_member(ZIP.member_name(row.key, row.ext), row.size, data.crc)
-                    data.copy_to(zw.write_data)
-            else:
-                zw.start_member(ZIP.member_name(row.key, row.ext), row.size, crc)
-                zw.write_data(data)
-    return zw.close()
-
-
-def _write_tar(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
-    tw = TarWriter(out)
-    with _read_ahead(job) as files:
-        for row, _, data, crc in files:
-            line = row.metadata_line.encode("utf-8")
-            tw.add(f"{row.key}.json", line)
-            meta.write(line + b"\n")
-            if isinstance(data, BigFile):
-                with data:
-                    tw.start_member(TAR.member_name(row.key, row.ext), row.size, data.crc)
-                    data.copy_to(tw.write_data)
-            else:
-                tw.start_member(TAR.member_name(row.key, row.ext), row.size, crc)
-                tw.write_data(data)
-    return tw.close()
-
-
-def _write_parquet(job: ShardJob, out: ShardFile, meta: _MetadataFile) -> int:
-    from .parquetformat import ParquetShardWriter
-
-    if not job.features:
-        raise ShardkitError(f"internal error: no features to type {job.plan.name}'s columns")
-    pw = ParquetShardWriter(out, job.features)
-    with _read_ahead(job) as files:
-        for row, _, data, _ in files:
-            if isinstance(data, BigFile):
-                with data:
-                    content = data.read_all()
-            else:
-                content = bytes(data)
-            pw.add(row.metadata_line, content)
-            meta.write(row.metadata_line.encode("utf-8") + b"\n")
-    return pw.close()
-
-
-_WRITERS = {ZIP.name: _write_zip, TAR.name: _write_tar, PARQUET.name: _write_parquet}
+def _opened_files(fetched: Iterator[Fetched]) -> Generator[RowFile, None, None]:
+    """Each fetched row as a :class:`_RowFile`; a file too big for the ring stays open (its one
+    descriptor) while the format writes it, until the next row is asked for."""
+    for row, _, data, crc in fetched:
+        if isinstance(data, BigFile):
+            with data:
+                yield _RowFile(row, data, crc)
+        else:
+            yield _RowFile(row, data, crc)
 
 
 def write_shard(job: ShardJob) -> ManifestShard:
@@ -179,10 +151,10 @@ def write_shard(job: ShardJob) -> ManifestShard:
             job = replace(job, staging_path=tmp_staged, plan=replace(plan, offset=0), staged=None)
         meta_out = open(tmp_meta, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below, never over an error
         try:
-            meta = _MetadataFile(meta_out)
+            rows = _ShardRows(job, meta_out)
             out = ShardFile(tmp_shard, fsync=job.fsync)
             try:
-                total = _WRITERS[fmt.name](job, out, meta)
+                total = fmt.write(out, rows)
                 shard_sha256 = out.close()
             finally:
                 out.abort()  # a no-op after close
@@ -220,7 +192,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
         rows=plan.rows,
         bytes=total,
         sha256=shard_sha256,
-        metadata_sha256=meta.digest.hexdigest(),
+        metadata_sha256=rows.digest.hexdigest(),
         first_key=plan.first_key,
         last_key=plan.last_key,
         split=plan.split,

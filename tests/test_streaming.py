@@ -16,8 +16,8 @@ import pytest
 from datasets.distributed import split_dataset_by_node
 
 import shardkit
-from shardkit.reader import Source, iter_shard
-from shardkit.zipformat import ZipFormatError, ZipWriter
+from shardkit.formats.zip import ZipFormatError, ZipWriter
+from shardkit.streaming import Source, iter_shard
 from tests.http_server import serve_directory
 from tests.readback import expected_rows
 

@@ -1,4 +1,8 @@
-"""The subset of the tar format that shardkit writes and reads for ``--format tar``.
+"""``--format tar``: the subset of the tar format that shardkit writes and reads.
+
+datasets' webdataset builder and the ``webdataset`` library read these shards. Sizes are
+exact. This module holds the container (below), the format's size cost and member names, and
+its writer, reader and verifier parts (:class:`TarFormat`, at the end).
 
 A shard is a ustar archive in the webdataset layout: for each row, ``<key>.json`` then
 ``<key><ext>``. Headers carry no clock, owner or machine (mtime 0, uid/gid 0, mode 0644), so
@@ -26,13 +30,17 @@ right checksum, regular files, plain names), zero padding, and nothing after the
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from .errors import ShardkitError, no_note
-from .streamio import CountingOutput, crc32, decode_member_name, read_exact
+from ..errors import no_note, source_note
+from ..rowrules import SOURCE_PATH_COLUMN
+from ..streamio import CountingOutput, Output, crc32, decode_member_name, read_exact
+from .base import HashingReader, ShardCheck, ShardFormat, ShardFormatError, ShardRecord, ShardRows, Walk, source_of_row
+from .zip import MAX_ZIP_BYTES, MAX_ZIP_MEMBERS
 
 BLOCK = 512
 END_BYTES = 2 * BLOCK
@@ -70,7 +78,7 @@ _FIELDS = (
 )
 
 
-class TarFormatError(ShardkitError, ValueError):
+class TarFormatError(ShardFormatError):
     """A shard's bytes are not the tar subset shardkit writes, or are damaged."""
 
 
@@ -283,3 +291,171 @@ def iter_tar_members(
             raise TarFormatError(f"CRC mismatch in member {name!r}{note(name)} at offset {offset}")
         yield TarMember(name=name, offset=offset, size=size, data=data, crc=crc)
         offset += BLOCK + padded(size)
+
+
+# --- the format: member names, size cost, writer, reader, verifier --------------------------------
+
+
+class TarFormat(ShardFormat):
+    def member_name(self, key: str, ext: str) -> str:
+        # Lower case: webdataset readers name the column after the extension, so "x.JPG" and
+        # "y.jpg" would otherwise land in two columns.
+        return f"{key}{ext.lower()}"
+
+    def row_cost(self, key_length: int, ext_length: int, file_bytes: int, line_bytes: int) -> int:
+        return member_bytes(line_bytes) + member_bytes(file_bytes)  # <key>.json, then the file
+
+    def key_problem(self, key: str, ext: str) -> str | None:
+        if ext.lower() == ".json":
+            return "a .json file cannot go into a tar shard: <key>.json holds the row's metadata there"
+        longest = len(key) + max(len(ext), len(".json"))
+        if longest > MAX_NAME_BYTES:
+            return (
+                f"key {key} is {len(key)} digits: with --format tar a member name must fit in"
+                f" {MAX_NAME_BYTES} bytes, so keys can be at most {MAX_NAME_BYTES - max(len(ext), 5)} digits"
+            )
+        return None
+
+    def builtin_builder(self, file_column: str) -> str:
+        return "webdataset"
+
+    def card_features(self, features: list[dict[str, Any]], extensions: list[str]) -> list[dict[str, Any]]:
+        """datasets' webdataset builder: one column per file extension (``jpg``...), ``json`` (the
+        row's metadata line as a struct) and the builder's ``__key__`` and ``__url__``."""
+        file_dtype = features[0]["dtype"]
+        line = [{"name": "file_name", "dtype": "string"}, *features[1:]]
+        return [
+            *({"name": ext.lstrip("."), "dtype": file_dtype} for ext in extensions),
+            {"name": "json", "struct": line},
+            {"name": "__key__", "dtype": "string"},
+            {"name": "__url__", "dtype": "string"},
+        ]
+
+    def row_features(self, features: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        files = [f for f in features if f.get("name") not in ("json", "__key__", "__url__")]
+        line = next((f.get("struct") for f in features if f.get("name") == "json"), None) or []
+        file_dtype = str(files[0].get("dtype")) if files else "image"
+        return [{"name": file_dtype, "dtype": file_dtype}, *line[1:]]
+
+    def builtin_columns_note(self) -> str:
+        return (
+            "datasets' builtin webdataset loader gives the file as a column named after its extension"
+            " (`jpg`...), the other columns inside `json`, and `__key__`, `__url__`; `shardkit.stream` gives"
+            " the columns above."
+        )
+
+    @property
+    def metadata_inside(self) -> str:
+        return "the .json members of"
+
+    def write(self, out: Output, rows: ShardRows) -> int:
+        """``<key>.json`` (the row's metadata line) then ``<key><ext>``, per row."""
+        tw = TarWriter(out)
+        with rows.files() as files:
+            for row in files:
+                line = row.metadata_line.encode("utf-8")
+                tw.add(f"{row.key}.json", line)
+                rows.record_line(line + b"\n")
+                tw.start_member(self.member_name(row.key, row.ext), row.size, row.crc)
+                row.copy_to(tw.write_data)
+        return tw.close()
+
+    def read_rows(self, f: BinaryIO, record: ShardRecord) -> Iterator[dict[str, Any]]:
+        row: dict[str, Any] | None = None  # the row its .json member gave, until its file comes
+
+        def note(name: str) -> str:
+            return source_note(row.get(SOURCE_PATH_COLUMN)) if row is not None and row.get("file_name") == name else ""
+
+        try:
+            for member in iter_tar_members(f, note=note):
+                if row is None:
+                    if not member.name.endswith(".json"):
+                        raise TarFormatError(f"member {member.name!r} has no .json before it")
+                    try:
+                        row = json.loads(member.data)
+                    except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
+                        row = None
+                    if not isinstance(row, dict):
+                        raise TarFormatError(f"member {member.name!r} is not a JSON object") from None
+                    continue
+                name = row.pop("file_name", None)
+                if name != member.name:
+                    expected = f"{name!r}{source_note(row.get(SOURCE_PATH_COLUMN))}"
+                    raise TarFormatError(f"member {member.name!r} follows the row for {expected}")
+                row[record.file_column] = {"bytes": member.data, "path": member.name}
+                yield row
+                row = None
+            if row is not None:
+                expected = f"{row.get('file_name')!r}{source_note(row.get(SOURCE_PATH_COLUMN))}"
+                raise TarFormatError(f"the last row's file {expected} is missing")
+        except TarFormatError as exc:
+            raise TarFormatError(f"{record.where}: {exc}") from None
+
+    def verify_shard(self, check: ShardCheck) -> Walk:
+        """``<key>.json`` then ``<key><ext>`` per row, the json naming the file that follows it."""
+        lines: list[bytes] = []
+        files = 0
+        expected: str | None = None  # the file_name the last .json announced
+        source: str | None = None  # and its source_path
+
+        def source_of(name: str) -> str | None:
+            """The source of member ``name``'s row: known only for the file its .json announced."""
+            return source if name == expected else None
+
+        def note(name: str) -> str:
+            return source_note(source_of(name))
+
+        with check.open(check.shard_file) as raw:
+            reader = HashingReader(raw)
+            try:
+                for member in iter_tar_members(reader, check_crc=False, note=note):  # type: ignore[arg-type]
+                    if member.crc is not None and crc32(member.data) != member.crc:
+                        mismatch = "CRC mismatch: the bytes are not what was written"
+                        check.problem(mismatch, member.name, source_of(member.name))
+                    if expected is None:
+                        if not member.name.endswith(".json"):
+                            check.problem("file member without its .json before it", member.name)
+                            files += 1
+                            continue
+                        lines.append(member.data)
+                        try:
+                            row = json.loads(member.data)
+                            expected, source = str(row["file_name"]), source_of_row(row, SOURCE_PATH_COLUMN)
+                        except (ValueError, KeyError, TypeError, RecursionError):
+                            check.problem("not a JSON object with a file_name", member.name)
+                            expected, source = (
+                                "",
+                                None,
+                            )  # the row's problem is reported: not again for the file after it
+                        continue
+                    files += 1
+                    member_source = source_of(member.name)
+                    if member.name != expected and expected:
+                        check.problem(f"follows the row for {expected!r}{source_note(source)}", member.name)
+                    expected = None
+                    check.file(member.name, member.data, member_source)
+            except TarFormatError as exc:
+                reader.sound = False
+                check.problem(f"not a sound shard: {exc}")
+            reader.drain()  # whatever the walk left unread: the sha256 covers the whole file
+        if expected is not None and reader.sound:
+            check.problem(f"the last row's file {expected!r}{source_note(source)} is missing")
+        text = b"\n".join(lines).decode("utf-8", "replace")
+        keys = sorted(check.check_rows(text, "row")[0].values())
+        if not reader.sound:  # the rows read are only some: their keys and lines say nothing more
+            return Walk(reader.sha256.hexdigest(), files, [], None)
+        metadata = b"".join(line + b"\n" for line in lines)
+        return Walk(reader.sha256.hexdigest(), files, keys, metadata)
+
+
+TAR = TarFormat(
+    "tar",
+    exact=True,
+    fixed_bytes=END_BYTES,
+    max_rows=MAX_ZIP_MEMBERS - 1,  # the same row cap and largest shard as ZIP's
+    max_bytes=MAX_ZIP_BYTES,
+    words="tar (webdataset)",
+    member_template="{key}.json, then {key}{ext.lower()}",
+    layout_words="inside, for each row `<key>.json` (its metadata) then `<key><ext>` (its file), the webdataset layout",
+    config_features=False,
+)

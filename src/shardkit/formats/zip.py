@@ -1,4 +1,10 @@
-"""The exact subset of the ZIP format that shardkit writes and reads.
+"""``--format zip`` (the default): the exact subset of the ZIP format that shardkit writes and reads.
+
+A shard is ``metadata.jsonl`` first (so a front-to-back reader knows every row before the
+first file), then one stored member per row at ``images/<key[:3]>/<key[3:6]>/<key><ext>``.
+datasets' imagefolder/audiofolder, the loading script of datasets 3.x and ``shardkit.stream``
+read it. Sizes are exact. This module holds the container (below), the format's size cost and
+member names, and its writer, reader and verifier parts (:class:`ZipFormat`, at the end).
 
 shardkit shards are plain ZIP files with three properties that make them fast to stream:
 
@@ -23,15 +29,27 @@ shard where both lead to the same bytes is accepted.
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
-from .errors import ShardkitError, no_note
-from .streamio import CountingOutput, crc32, decode_member_name, read_exact
+from ..errors import listed, no_note, source_note
+from ..rowrules import SOURCE_PATH_COLUMN
+from ..streamio import CountingOutput, Output, crc32, decode_member_name, jsonl_lines, read_exact
+from .base import (
+    METADATA_MEMBER,
+    HashingReader,
+    ShardCheck,
+    ShardFormat,
+    ShardFormatError,
+    ShardRecord,
+    ShardRows,
+    Walk,
+)
 
 LOCAL_HEADER_SIG = 0x04034B50
 CENTRAL_HEADER_SIG = 0x02014B50
@@ -85,7 +103,7 @@ _UNIX_MODE = 0o100644  # regular file, rw-r--r--
 _MADE_BY = (3 << 8) | _VERSION  # 3 = Unix, so the mode in external_attr is honoured
 
 
-class ZipFormatError(ShardkitError, ValueError):
+class ZipFormatError(ShardFormatError):
     """A shard's bytes are not the ZIP subset shardkit writes, or are damaged."""
 
 
@@ -331,3 +349,212 @@ def _directory_difference(found: bytes, expected: bytes, count: int, cd_offset: 
     if len(record) < END_RECORD_SIZE:
         return f"truncated: the file ends inside the end record at offset {cd_offset + at}"
     return f"the end record at offset {cd_offset + at}: {_difference(_END_RECORD, _END_FIELDS, record, wanted)}"
+
+
+# --- the format: member names, size cost, writer, reader, verifier --------------------------------
+
+
+def member_name(key: str, ext: str) -> str:
+    """Where a row's file lives inside its shard (the YFCC layout, without a leading 'data/')."""
+    return f"images/{key[:3]}/{key[3:6]}/{key}{ext}"
+
+
+#: Bytes of a member name beyond its key and extension (all ASCII): "images/abc/def/".
+MEMBER_NAME_FIXED = len(member_name("00000000", "")) - len("00000000")
+
+
+class ZipFormat(ShardFormat):
+    def member_name(self, key: str, ext: str) -> str:
+        return member_name(key, ext)
+
+    def row_cost(self, key_length: int, ext_length: int, file_bytes: int, line_bytes: int) -> int:
+        name_bytes = MEMBER_NAME_FIXED + key_length + ext_length
+        return member_overhead_for_length(name_bytes) + file_bytes + line_bytes + 1
+
+    def builtin_builder(self, file_column: str) -> str:
+        return f"{file_column}folder"
+
+    def write(self, out: Output, rows: ShardRows) -> int:
+        """``metadata.jsonl`` then the members. The rows' lines are read in two streaming passes
+        (its CRC and size, which its header carries, then its bytes), so memory does not grow
+        with rows per shard."""
+        meta_crc = 0
+        meta_size = 0
+        for line in rows.published_lines():
+            meta_crc = crc32(line, meta_crc)
+            meta_size += len(line)
+        zw = ZipWriter(out)
+        zw.start_member(METADATA_MEMBER, meta_size, meta_crc)
+        for line in rows.published_lines():
+            zw.write_data(line)
+            rows.record_line(line)
+        with rows.files() as files:
+            for row in files:
+                zw.start_member(member_name(row.key, row.ext), row.size, row.crc)
+                row.copy_to(zw.write_data)
+        return zw.close()
+
+    def read_rows(self, f: BinaryIO, record: ShardRecord) -> Iterator[dict[str, Any]]:
+        rows: _ZipRows | None = None
+
+        def note(name: str) -> str:
+            return rows.note(name) if rows is not None else ""  # before metadata.jsonl no row is known
+
+        try:
+            for member in iter_members(f, note=note):
+                if rows is None:
+                    if member.name != METADATA_MEMBER:
+                        raise ZipFormatError(f"the first member is {member.name!r}, not {METADATA_MEMBER}")
+                    try:
+                        rows = _ZipRows(jsonl_lines(member.data.decode("utf-8")))
+                    except UnicodeDecodeError:
+                        raise ZipFormatError(f"{METADATA_MEMBER} is not UTF-8 text") from None
+                    continue
+                row = rows.take(member.name)
+                if row is None:
+                    raise ZipFormatError(f"member {member.name!r} has no row in {METADATA_MEMBER}")
+                row[record.file_column] = {"bytes": member.data, "path": member.name}
+                yield row
+            if rows is not None and (left := rows.left()):
+                raise ZipFormatError(f"{len(left)} row(s) in {METADATA_MEMBER} have no member: {listed(left, 3)}")
+        except ZipFormatError as exc:
+            raise ZipFormatError(f"{record.where}: {exc}") from None
+
+    def verify_shard(self, check: ShardCheck) -> Walk:
+        """One front-to-back read: the structure (iter_members also checks the central directory
+        against the members: what zipfile and datasets read through it is then what was walked),
+        every CRC, and ``metadata.jsonl``'s rows against the members one to one."""
+        rows: dict[str, str] | None = None
+        sources: dict[str, str] = {}  # file_name -> source_path, once metadata.jsonl is read
+        keys: list[str] = []
+        members = 0
+        inner_metadata = b""
+
+        def note(name: str) -> str:
+            return source_note(sources.get(name))
+
+        with check.open(check.shard_file) as raw:
+            reader = HashingReader(raw)
+            try:
+                for member in iter_members(reader, check_crc=False, note=note):  # type: ignore[arg-type]
+                    members += 1
+                    if crc32(member.data) != member.crc:
+                        mismatch = "CRC mismatch: the bytes are not what was written"
+                        check.problem(mismatch, member.name, sources.get(member.name))
+                    if rows is None:
+                        if member.name != METADATA_MEMBER:
+                            check.problem(f"first member is {member.name!r}, not {METADATA_MEMBER}")
+                            rows = {}
+                        else:
+                            inner_metadata = member.data
+                            rows, sources = check.check_rows(member.data.decode("utf-8", "replace"), METADATA_MEMBER)
+                            keys = sorted(rows.values())
+                            continue
+                    if rows.pop(member.name, None) is None:
+                        check.problem(f"member has no row in {METADATA_MEMBER}", member.name)
+                    # a member without a row has no source: sources holds rows' names only
+                    check.file(member.name, member.data, sources.get(member.name))
+            except ZipFormatError as exc:
+                reader.sound = False
+                check.problem(f"not a sound shard: {exc}")
+            reader.drain()  # whatever the walk left unread: the sha256 covers the whole file
+        if reader.sound:  # else the walk stopped short: the rows left say nothing more
+            for name in sorted(rows or {}):
+                check.problem(f"row in {METADATA_MEMBER} has no member", name, sources.get(name))
+        return Walk(reader.sha256.hexdigest(), max(members - 1, 0), keys, inner_metadata)
+
+
+class _ZipRows:
+    """The rows of a ZIP shard's ``metadata.jsonl``, handed out by member name.
+
+    shardkit writes the rows in the order of the members, so each row is parsed only when its
+    member comes (a reader that stops early, like the card's preview, parses a few of a
+    shard's rows, not all); rows in another order are matched by name.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines = lines
+        self._next = 0  # the next line, while the rows come in member order
+        self._by_name: dict[str, dict[str, Any]] | None = None  # once they do not
+        self._sources: dict[str, Any] = {}  # the source_path of each row taken, for messages after it
+
+    def take(self, name: str) -> dict[str, Any] | None:
+        if self._by_name is None and self._next < len(self._lines):
+            row = _metadata_row(self._lines[self._next], self._next)
+            if row["file_name"] == name:
+                self._next += 1
+                del row["file_name"]
+                self._remember(name, row)
+                return row
+            self._by_name = {}
+            for number, line in enumerate(self._lines[self._next :], self._next):
+                other = _metadata_row(line, number)
+                other_name = other.pop("file_name")
+                if other_name in self._by_name:
+                    raise ZipFormatError(f"{METADATA_MEMBER} has two rows for member {other_name!r}")
+                self._by_name[other_name] = other
+        taken = self._by_name.pop(name, None) if self._by_name is not None else None
+        if taken is not None:
+            self._remember(name, taken)
+        return taken
+
+    def _remember(self, name: str, row: dict[str, Any]) -> None:
+        if SOURCE_PATH_COLUMN in row:
+            self._sources[name] = row[SOURCE_PATH_COLUMN]
+
+    def note(self, name: str) -> str:
+        """What follows member ``name`` in a message: its row's source, if the row is known
+        (taken, or the next in order, or matched by name) and has one; never raises."""
+        if name in self._sources:
+            return source_note(self._sources[name])
+        if self._by_name is not None:
+            return source_note((self._by_name.get(name) or {}).get(SOURCE_PATH_COLUMN))
+        if self._next < len(self._lines):
+            try:
+                row = json.loads(self._lines[self._next])
+            except (ValueError, RecursionError):
+                return ""
+            if isinstance(row, dict) and row.get("file_name") == name:
+                return source_note(row.get(SOURCE_PATH_COLUMN))
+        return ""
+
+    def left(self) -> list[str]:
+        """The rows no member has taken, as a message names them: member name, then source."""
+        if self._by_name is not None:
+            rows = list(self._by_name.items())
+        else:
+            pending = enumerate(self._lines[self._next :], self._next)
+            rows = [(row.pop("file_name"), row) for row in (_metadata_row(line, i) for i, line in pending)]
+        return [name + source_note(row.get(SOURCE_PATH_COLUMN)) for name, row in rows]
+
+
+def _metadata_row(line: str, index: int) -> dict[str, Any]:
+    """Row ``index`` (0-based) of a ZIP shard's metadata.jsonl: a JSON object with a file_name."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):  # a hostile row nested too deep for the parser
+        row = None
+    if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+        raise ZipFormatError(f"{METADATA_MEMBER} line {index + 1} is not a JSON object with a file_name")
+    return row
+
+
+ZIP = ZipFormat(
+    "zip",
+    exact=True,
+    fixed_bytes=member_overhead_for_length(len(METADATA_MEMBER)) + END_RECORD_SIZE,
+    max_rows=MAX_ZIP_MEMBERS - 1,  # one member is metadata.jsonl
+    max_bytes=MAX_ZIP_BYTES,
+    words="ZIP",
+    member_template="images/{key[0:3]}/{key[3:6]}/{key}{ext}",
+    layout_words="inside, `metadata.jsonl` first (the rows), then each file stored uncompressed at"
+    " `images/<key[:3]>/<key[3:6]>/<key><ext>`",
+    metadata_member=METADATA_MEMBER,
+    loading_script=True,
+    builder_from_members=True,
+    layout_version=2,
+    builtin_units="one for the whole split",
+    builtin_requests="several per file",
+    builtin_caveat=" It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one"
+    " worker busy, and fetches each file with requests of its own.",
+)

@@ -1,11 +1,17 @@
 """``--format parquet``: rows as Parquet, the file's bytes in a ``{bytes, path}`` column.
 
+One row per file, the metadata fields as typed columns, row groups of at most 100 rows.
+datasets' parquet builder reads it. Parquet encodes as it goes, so a shard's size is estimated
+(an upper bound, checked after writing), not exact. This module holds the container code, the
+format's size cost and member names, and its writer, reader and verifier parts
+(:class:`ParquetFormat`, at the end).
+
 The column types come from the same features the dataset card declares (inferred from every
 row by :mod:`.schema`), so datasets' parquet builder decodes the image (or audio) column and
 types every field as the card says. The file column is stored without compression,
 dictionary or statistics (images are compressed already, and min/max of JPEG bytes is
 useless); the other columns use zstd. Row groups hold at most
-:data:`~shardkit.formats.PARQUET_ROWS_PER_GROUP` rows and about 32 MiB of files, so a reader
+:data:`PARQUET_ROWS_PER_GROUP` rows and about 32 MiB of files, so a reader
 holds about one group at a time and so does the writer. Every page carries a CRC-32 of its bytes
 (``write_page_checksum``), the Parquet shard's equivalent of a ZIP member's CRC.
 
@@ -27,16 +33,23 @@ import json
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from .errors import ShardkitError
-from .formats import PARQUET, PARQUET_GROUP_BYTES, PARQUET_ROWS_PER_GROUP
-from .metadata import MAX_LINE_BYTES
-from .streamio import Output
+from ..errors import ShardkitError, source_note
+from ..rowrules import EXT_RE, KEY_RE, MAX_LINE_BYTES, SOURCE_PATH_COLUMN
+from ..streamio import Output, jsonl_lines
+from .base import HashingReader, ShardCheck, ShardFormat, ShardFormatError, ShardRecord, ShardRows, Walk, source_of_row
+from .zip import MAX_ZIP_BYTES, MAX_ZIP_MEMBERS
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+#: Rows per Parquet row group: what datasets' own writer uses for image datasets, so a streaming
+#: reader holds about 100 images at a time.
+PARQUET_ROWS_PER_GROUP = 100
+#: Row groups are also cut before they pass this many bytes of file data.
+PARQUET_GROUP_BYTES = 32 << 20
 
 _SCALARS = {"string": "string", "int64": "int64", "float64": "float64", "bool": "bool_", "binary": "binary"}
 
@@ -166,7 +179,7 @@ class ParquetShardWriter:
 # --- reading -------------------------------------------------------------------------------------
 
 
-class ParquetShardError(ShardkitError, ValueError):
+class ParquetShardError(ShardFormatError):
     """A Parquet shard that is damaged, or declares more than a shardkit shard can hold. The
     message names the row group (and column) where known; the caller puts the file in front."""
 
@@ -643,3 +656,132 @@ def open_parquet_shard(
     every page) and, once decoded, each page's checksum and the group's decoded size.
     """
     return ParquetShard(raw, max_bytes, schema)
+
+
+# --- the format: member names, size cost, writer, reader, verifier --------------------------------
+
+
+class ParquetFormat(ShardFormat):
+    def member_name(self, key: str, ext: str) -> str:
+        return f"{key}{ext}"
+
+    def row_cost(self, key_length: int, ext_length: int, file_bytes: int, line_bytes: int) -> int:
+        # An upper bound: the file stored plain (4-byte length) plus 0.2% for page headers, its
+        # path (value and dictionary), the fields (their JSON text, twice: once for the values,
+        # once for each row's share of the footer's per-row-group column metadata), and levels.
+        return file_bytes + file_bytes // 512 + 4 + 2 * (key_length + ext_length + 4) + 2 * line_bytes + 128
+
+    def builtin_builder(self, file_column: str) -> str:
+        return "parquet"
+
+    def write(self, out: Output, rows: ShardRows) -> int:
+        if not rows.features:
+            raise ShardkitError(f"internal error: no features to type {rows.name}'s columns")
+        pw = ParquetShardWriter(out, rows.features)
+        with rows.files() as files:
+            for row in files:
+                pw.add(row.metadata_line, row.read_all())
+                rows.record_line(row.metadata_line.encode("utf-8") + b"\n")
+        return pw.close()
+
+    def read_rows(self, f: BinaryIO, record: ShardRecord) -> Iterator[dict[str, Any]]:
+        """Each row group checked before it is decoded (:func:`open_parquet_shard`). The
+        manifest's cap, the shard's recorded size and rows and the columns its features declare
+        are what the shard is held to."""
+        schema = arrow_schema(record.features) if record.features else None
+        file_column, where = record.file_column, record.where
+        try:
+            parquet = open_parquet_shard(f, max_bytes=record.max_bytes, schema=schema)
+            recorded = (record.bytes, record.rows)
+            if record.bytes is not None and (parquet.size, parquet.num_rows) != recorded:
+                raise ParquetShardError(
+                    f"{parquet.size} bytes and {parquet.num_rows} rows, the manifest says {record.bytes} and"
+                    f" {record.rows}"
+                )
+            for row in parquet.rows():
+                # The path as shardkit writes it, <key><ext> (never a path to follow).
+                file_path, key = (row.get(file_column) or {}).get("path"), row.get("key")
+                if not (
+                    isinstance(file_path, str)
+                    and isinstance(key, str)
+                    and KEY_RE.match(key)
+                    and file_path.startswith(key)
+                    and EXT_RE.match(file_path[len(key) :])
+                ):
+                    named = f"row {row.get('key')!r}{source_note(row.get(SOURCE_PATH_COLUMN))}"
+                    raise ShardkitError(f"{where}: {named} names its file {file_path!r}, not <key><ext>")
+                yield row
+        except ParquetShardError as exc:
+            raise ParquetShardError(f"{where}: {exc}") from None
+
+    def verify_shard(self, check: ShardCheck) -> Walk:
+        """Every row against its metadata line (values compared as typed), in order. The shard is
+        opened as every reader opens it (:func:`open_parquet_shard`): each row group checked
+        before it is decoded, each page's checksum verified."""
+        with check.open(check.shard_file) as raw:
+            reader = HashingReader(raw)
+            reader.drain()
+        try:
+            with check.open(check.metadata_file) as f:
+                text = f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            text = ""  # reported by the shared check
+        rows, _ = check.check_rows(text, check.metadata_file)
+        lines = iter(jsonl_lines(text))
+        count = 0
+        try:
+            with check.open(check.shard_file) as raw_file:
+                parquet = open_parquet_shard(raw_file)
+                file_column = parquet.columns[0] if parquet.columns else ""
+                for record in parquet.rows(batch_size=64):
+                    count += 1
+                    content = record.pop(file_column, None) or {}
+                    name = str(content.get("path"))
+                    _compare_row(check, count, name, record, next(lines, None))
+                    if content.get("bytes") is not None:
+                        check.file(name, content["bytes"], source_of_row(record, SOURCE_PATH_COLUMN))
+        except (ParquetShardError, OSError) as exc:
+            check.problem(f"not a sound shard: {exc}")
+        if next(lines, None) is not None:
+            check.problem(f"has more lines than {check.shard_file} has rows", file=check.metadata_file)
+        return Walk(reader.sha256.hexdigest(), count, sorted(rows.values()), None)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """A JSON value equals what Parquet returned for it (an absent struct field reads as null)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(_same_value(a.get(k), b.get(k)) for k in a.keys() | b.keys())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _compare_row(check: ShardCheck, count: int, name: str, record: dict[str, Any], line: str | None) -> None:
+    """A Parquet row (its path ``name`` and typed fields) against its line in metadata/."""
+    try:
+        expected = json.loads(line) if line is not None else None
+    except (ValueError, RecursionError):
+        expected = {}  # check_rows reported it
+    source = source_of_row(record, SOURCE_PATH_COLUMN)  # the shard's own row: the one the problem is about
+    meta = check.metadata_file
+    if not isinstance(expected, dict):
+        check.problem(f"row {count} has no line in {meta}", name, source)
+        return
+    if expected.pop("file_name", None) != name:
+        check.problem(f"row {count}: path differs from {meta}", name, source)
+    if not _same_value(expected, record):
+        check.problem(f"row {count}: fields differ from {meta}", name, source)
+
+
+PARQUET = ParquetFormat(
+    "parquet",
+    exact=False,
+    fixed_bytes=16 << 10,
+    max_rows=MAX_ZIP_MEMBERS - 1,  # the same row cap and largest shard as ZIP's
+    max_bytes=MAX_ZIP_BYTES,
+    words="Parquet",
+    member_template="{key}{ext} (the path in the file column)",
+    layout_words="one row per file, its bytes in a `{bytes, path}` column beside the metadata columns",
+    random_access=True,
+    typed_by_features=True,
+)

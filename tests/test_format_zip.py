@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from shardkit.zipformat import (
+from shardkit.formats.zip import (
     END_RECORD_SIZE,
     ZipFormatError,
     ZipWriter,
@@ -57,13 +57,13 @@ def test_a_central_directory_over_1_mib_waits_in_a_file_and_comes_out_the_same(
 ) -> None:
     """12,000 members make a 1.1 MB directory: past CENTRAL_IN_MEMORY_BYTES it is spooled to a
     temporary file, and the shard is byte for byte the one an all-in-memory directory gives."""
-    import shardkit.zipformat
+    import shardkit.formats.zip
 
     members = [(f"images/{i:03x}/{i:06x}/{i:032x}.jpg", i.to_bytes(4, "big")) for i in range(12_000)]
     spooled = build(members)
     central = len(spooled) - sum(len(n) + 30 + len(d) for n, d in members) - END_RECORD_SIZE
-    assert central > shardkit.zipformat.CENTRAL_IN_MEMORY_BYTES
-    monkeypatch.setattr(shardkit.zipformat, "CENTRAL_IN_MEMORY_BYTES", 64 << 20)
+    assert central > shardkit.formats.zip.CENTRAL_IN_MEMORY_BYTES
+    monkeypatch.setattr(shardkit.formats.zip, "CENTRAL_IN_MEMORY_BYTES", 64 << 20)
     assert build(members) == spooled
     with zipfile.ZipFile(io.BytesIO(spooled)) as zf:
         assert zf.testzip() is None

@@ -1,0 +1,256 @@
+"""What a shard format is: :class:`ShardFormat`, and what its three operations are given.
+
+A format is one object (``ZIP``, ``TAR``, ``PARQUET`` in :mod:`shardkit.formats`) that knows
+everything shardkit does differently per format:
+
+* for the planner: its suffix, what a shard costs empty (``fixed_bytes``) and per row
+  (:meth:`~ShardFormat.row_cost`), whether that is exact, the most rows and bytes a shard holds,
+  and which rows it cannot hold (:meth:`~ShardFormat.key_problem`);
+* for the manifest and the card: its manifest tag, member names, how datasets' builtin
+  loaders read it, and the words the card uses for it;
+* three operations: :meth:`~ShardFormat.write` a shard from its rows (the writer's frame gives a
+  :class:`ShardRows`), :meth:`~ShardFormat.read_rows` a shard for ``shardkit.stream`` (the
+  stream reader gives an open file and a :class:`ShardRecord`), and
+  :meth:`~ShardFormat.verify_shard`, member by member (``verify`` gives a :class:`ShardCheck`).
+
+The stages (writer, streaming, verify, card...) call these and never ask which format it is.
+This package imports only I/O and small helpers, never a stage: the Protocols below are what
+the stages hand in.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import IO, Any, BinaryIO, Protocol
+
+from ..errors import ShardkitError
+from ..streamio import Output
+
+#: A ZIP shard's first member: every row's metadata line, before any file.
+METADATA_MEMBER = "metadata.jsonl"
+
+
+class ShardFormatError(ShardkitError, ValueError):
+    """A shard's bytes are not what shardkit writes in its format, or are damaged."""
+
+
+# --- what the writer's frame gives a format ---------------------------------------------------
+
+
+class RowFile(Protocol):
+    """One row and its file, read at its turn (the writer's read-ahead holds the bytes)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def ext(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def metadata_line(self) -> str: ...  # the published line, without its newline
+    @property
+    def crc(self) -> int: ...  # the file's CRC-32
+
+    def copy_to(self, write: Callable[[bytes | memoryview], object]) -> None:
+        """Write the file's bytes (in one piece or several)."""
+
+    def read_all(self) -> bytes: ...
+
+
+class ShardRows(Protocol):
+    """A planned shard's rows, as the writer's frame hands them to :meth:`ShardFormat.write`."""
+
+    @property
+    def name(self) -> str: ...  # the shard's name, "data/3f.zip", for messages
+    @property
+    def features(self) -> list[dict[str, Any]] | None: ...  # the card's features (what types Parquet's columns)
+
+    def published_lines(self) -> Iterator[bytes]:
+        """The rows' metadata lines (UTF-8, each with its newline), read again at each call."""
+
+    def files(self) -> AbstractContextManager[Iterator[RowFile]]:
+        """The rows with their files, in order (read once)."""
+
+    def record_line(self, line: bytes) -> None:
+        """Add a line (with its newline) to the shard's ``metadata/<stem>.jsonl``."""
+
+
+# --- what the stream reader gives a format ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """What a reader holds one shard to, from the dataset's manifest."""
+
+    where: str  # the shard's path or URL, the start of every message about it
+    file_column: str  # "image" or "audio": the column the file's bytes go in
+    features: list[dict[str, Any]] | None = None
+    max_bytes: int | None = None  # the manifest's cap
+    bytes: int | None = None  # what the manifest records of this shard (None: not recorded)
+    rows: int | None = None
+
+
+# --- what verify gives a format ---------------------------------------------------------------
+
+
+class ShardCheck(Protocol):
+    """One shard being verified: where problems go, and the checks every format shares."""
+
+    @property
+    def shard_file(self) -> str: ...  # "data/3f.zip", relative to the dataset
+    @property
+    def metadata_file(self) -> str: ...  # "metadata/3f.jsonl"
+    def open(self, relative: str) -> AbstractContextManager[IO[bytes]]:
+        """Open one of the dataset's files (raises FileNotFoundError if it is not there)."""
+
+    def problem(
+        self, message: str, member: str | None = None, source: str | None = None, *, file: str | None = None
+    ) -> None:
+        """Record a problem of the shard (or of ``file``), of one ``member`` (its row's ``source``)."""
+
+    def check_rows(self, text: str, where: str) -> tuple[dict[str, str], dict[str, str]]:
+        """Check metadata lines (``where``: what names them in messages, "row", "metadata.jsonl"...);
+        return file_name -> key, and file_name -> source_path of the rows that have one."""
+
+    def file(self, name: str, data: bytes, source: str | None) -> None:
+        """A row's file met in the shard: with ``deep``, it is decoded."""
+
+
+@dataclass
+class Walk:
+    """What walking one shard found, for the checks every format shares."""
+
+    sha256: str  # of the whole file
+    members: int  # file members (rows' files) met
+    keys: list[str]  # every row's key, sorted
+    metadata: bytes | None  # the metadata lines the shard holds, to compare with metadata/; None: compared already
+
+
+class HashingReader:
+    """A forward-only reader that hashes everything read through it (one pass: walk + sha256)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.sha256 = hashlib.sha256()
+        self.sound = True  # False once the walk over it met a shard that is not sound
+
+    def read(self, n: int = -1) -> bytes:
+        data: bytes = self.raw.read(n)
+        self.sha256.update(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+
+def source_of_row(row: object, column: str) -> str | None:
+    """A row's source_path (``--keep-source-path``), for messages only; None if it has none."""
+    source = row.get(column) if isinstance(row, dict) else None
+    return source if isinstance(source, str) else None
+
+
+# --- the format ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardFormat(abc.ABC):
+    name: str  # "zip" | "tar" | "parquet", also the shard files' extension
+    exact: bool  # the planner knows each shard's size to the byte before writing it
+    fixed_bytes: int  # what a shard costs with no rows
+    max_rows: int
+    max_bytes: int  # the largest shard the container can describe
+    #: How the card and messages name the format ("ZIP", "tar (webdataset)", "Parquet").
+    words: str
+    #: The manifest's ``member_template``: where a row's file is inside a shard.
+    member_template: str
+    #: What a shard holds, in the card's layout section.
+    layout_words: str
+    #: The card declares the features in the config too: the datasets builder for this format
+    #: reads them there (imagefolder/audiofolder, parquet); webdataset's config has no such
+    #: field (a warning), it reads ``dataset_info.features``.
+    config_features: bool = True
+    #: The member a shard's rows are in, before the files (the manifest names it); None: none.
+    metadata_member: str | None = None
+    #: The template's loading script (datasets 3.6) reads shards of this format.
+    loading_script: bool = False
+    #: Read with ranged reads of a seekable file (its footer first), not front to back in one read.
+    random_access: bool = False
+    #: A shard's bytes follow from its rows and the card's features, not its rows alone.
+    typed_by_features: bool = False
+    #: datasets chooses the builder for these shards from the names of their members (the most
+    #: common extension), as for any archive: a card setting cannot override it.
+    builder_from_members: bool = False
+    #: What a pack publishes in this format, beyond the input and options: a new layout rewrites
+    #: unchanged input (with --force). pack.py's LAYOUT_CHANGES says what each number changed.
+    layout_version: int = 3
+    #: What datasets' builtin loader gives DataLoader workers as units of work, and the requests
+    #: it makes (the card's table of readers), and what else the card says of it.
+    builtin_units: str = "one per shard"
+    builtin_requests: str = "a few per shard"
+    builtin_caveat: str = ""
+
+    @property
+    def suffix(self) -> str:
+        return "." + self.name
+
+    @property
+    def manifest_format(self) -> str:
+        return f"shardkit.{self.name}/1"
+
+    @property
+    def data_files_pattern(self) -> str:
+        return f"data/*{self.suffix}"
+
+    @abc.abstractmethod
+    def member_name(self, key: str, ext: str) -> str:
+        """The row's file name inside the shard (the ``file_name`` its metadata line gives)."""
+
+    @abc.abstractmethod
+    def row_cost(self, key_length: int, ext_length: int, file_bytes: int, line_bytes: int) -> int:
+        """Bytes a row adds to a shard (``line_bytes``: its metadata line without the newline)."""
+
+    def key_problem(self, key: str, ext: str) -> str | None:
+        """Why a row cannot go into this format (None if it can)."""
+        return None
+
+    @abc.abstractmethod
+    def builtin_builder(self, file_column: str) -> str:
+        """The datasets builder ``load_dataset(repo)`` reads these shards with."""
+
+    def card_features(self, features: list[dict[str, Any]], extensions: list[str]) -> list[dict[str, Any]]:
+        """The features the card declares for the builtin loader (``features``: a row's columns as
+        ``shardkit.stream`` gives them; ``extensions``: the files' extensions)."""
+        return features
+
+    def row_features(self, features: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """:meth:`card_features` inverted: a row's columns as ``shardkit.stream`` gives them."""
+        return features
+
+    def builtin_columns_note(self) -> str:
+        """What the card's features section adds when the builtin loader's columns differ."""
+        return ""
+
+    @abc.abstractmethod
+    def write(self, out: Output, rows: ShardRows) -> int:
+        """Write one shard's bytes to ``out`` and its metadata lines to ``rows.record_line``;
+        return the shard's size."""
+
+    @abc.abstractmethod
+    def read_rows(self, f: BinaryIO, record: ShardRecord) -> Iterator[dict[str, Any]]:
+        """The rows of one shard, in order: metadata fields plus ``{file_column: {"bytes", "path"}}``.
+        ``f`` is read front to back, or (``random_access``) seekable. Damage raises a
+        :class:`ShardFormatError` naming ``record.where``."""
+
+    @abc.abstractmethod
+    def verify_shard(self, check: ShardCheck) -> Walk:
+        """Walk a shard member by member, every problem to ``check.problem``."""
+
+    @property
+    def metadata_inside(self) -> str:
+        """How a message names the copy of the metadata lines inside a shard ("the X inside")."""
+        return f"the {self.metadata_member} inside" if self.metadata_member else "the rows of"

@@ -1,0 +1,19 @@
+"""What every published row obeys, whatever its shard format: the shapes of keys and file
+extensions, the longest metadata line, the column ``--keep-source-path`` adds.
+
+A module of its own so that the formats (:mod:`.formats`), which check these in the shards they
+read, need not import the stages that first enforce them (:mod:`.metadata`, :mod:`.check`).
+"""
+
+from __future__ import annotations
+
+import re
+
+KEY_RE = re.compile(r"^[0-9a-f]{8,128}$")
+EXT_RE = re.compile(r"^\.[A-Za-z0-9]{1,16}$")
+#: A longer metadata line is refused without being held in memory (it would be published in
+#: the shard's metadata.jsonl and the metadata table, and read whole by every reader of them).
+MAX_LINE_BYTES = 16 << 20
+#: The column ``--keep-source-path`` adds: the row's file_name as given (files are published
+#: under their key, so without it an input file cannot be found again from a published row).
+SOURCE_PATH_COLUMN = "source_path"
