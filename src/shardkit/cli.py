@@ -32,10 +32,10 @@ if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit -
     from .progress import TqdmProgress
     from .remux import ImageFormatName
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 #: A command's function: click calls it with each parameter by name (keyword-only here).
-Callback = Callable[..., None]
-Decorator = Callable[[Callback], Callback]
+_Callback = Callable[..., None]
+_Decorator = Callable[[_Callback], _Callback]
 
 _UNITS = {
     "": 1,
@@ -55,7 +55,7 @@ _UNITS = {
 }
 
 
-# click 8.1 (the oldest supported) has no type parameters on ParamType; 8.2+ would take [int, str | int].
+# No type arguments: ParamType takes none at run time in click 8.1, the oldest supported.
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
     """A size such as 1GB, 500MB, 256MiB or 1000000 (decimal units: 1 GB = 10**9 bytes)."""
 
@@ -90,7 +90,7 @@ class FolderOrUrl(click.Path):
         return os.fsdecode(super().convert(value, param, ctx))  # str already: no path_type was given
 
 
-def _run(action: Callable[[], T]) -> T:
+def _run(action: Callable[[], _T]) -> _T:
     """Run a library call, turning its errors into messages and exit codes."""
     try:
         return action()
@@ -133,7 +133,7 @@ def _progress(quiet: bool, as_json: bool) -> TqdmProgress:
     return TqdmProgress(disable=quiet or (not sys.stderr.isatty() and as_json))
 
 
-push_options: list[Decorator] = [
+push_options: list[_Decorator] = [
     click.option("--private", is_flag=True, help="Create the repo private (an existing repo keeps its visibility)."),
     click.option("--revision", default="main", show_default=True, help="Branch to push to (created if missing)."),
     click.option(
@@ -167,7 +167,7 @@ push_options: list[Decorator] = [
 ]
 
 
-executor_options: list[Decorator] = [
+executor_options: list[_Decorator] = [
     click.option(
         "--executor",
         type=click.Choice(["local", "dask"]),
@@ -195,7 +195,7 @@ work_dir_option = click.option(
     " repo's small files; keep it to resume  [default: ~/.cache/shardkit/work/<hash of the URL>]",
 )
 
-pack_options: list[Decorator] = [
+pack_options: list[_Decorator] = [
     click.argument("images_dir", type=click.Path(exists=True, file_okay=False)),
     click.argument("meta_jsonl", type=click.Path(exists=True, dir_okay=False)),
     click.option(
@@ -344,8 +344,8 @@ pack_options: list[Decorator] = [
 ]
 
 
-def _with_options(options: list[Decorator]) -> Decorator:
-    def decorate(f: Callback) -> Callback:
+def _with_options(options: list[_Decorator]) -> _Decorator:
+    def decorate(f: _Callback) -> _Callback:
         for option in reversed(options):
             f = option(f)
         return f
