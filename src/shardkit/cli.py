@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
@@ -22,10 +22,20 @@ from . import __version__
 from .card import human_size
 from .errors import ShardkitError, UsageError
 from .formats import FORMAT_NAMES
-from .plan import default_target
+from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .schema import class_label_names
 from .store import is_url
+
+if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit --help` stays quick
+    from .pack import ExecutorName, OnProblem, ShardFormatName
+    from .progress import TqdmProgress
+    from .remux import ImageFormatName
+
+_T = TypeVar("_T")
+#: A command's function: click calls it with each parameter by name (keyword-only here).
+_Callback = Callable[..., None]
+_Decorator = Callable[[_Callback], _Callback]
 
 _UNITS = {
     "": 1,
@@ -45,12 +55,13 @@ _UNITS = {
 }
 
 
+# No type arguments: ParamType takes none at run time in click 8.1, the oldest supported.
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
     """A size such as 1GB, 500MB, 256MiB or 1000000 (decimal units: 1 GB = 10**9 bytes)."""
 
     name = "size"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+    def convert(self, value: str | int, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
@@ -59,17 +70,27 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
         return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
+def _size_text(n: int) -> str:
+    """A size as ByteSize reads it, in the largest decimal unit that holds it whole: ``1GB``."""
+    for unit in ("TB", "GB", "MB", "KB"):
+        if n and n % _UNITS[unit.lower()] == 0:
+            return f"{n // _UNITS[unit.lower()]}{unit}"
+    return str(n)
+
+
 class FolderOrUrl(click.Path):
     """An existing folder, or an fsspec URL (s3://bucket/name) passed on as it is."""
 
     def __init__(self) -> None:
         super().__init__(exists=True, file_okay=False)
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        return value if isinstance(value, str) and is_url(value) else super().convert(value, param, ctx)
+    def convert(self, value: str | os.PathLike[str], param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if isinstance(value, str) and is_url(value):
+            return value
+        return os.fsdecode(super().convert(value, param, ctx))  # str already: no path_type was given
 
 
-def _run(action: Callable[[], Any]) -> Any:
+def _run(action: Callable[[], _T]) -> _T:
     """Run a library call, turning its errors into messages and exit codes."""
     try:
         return action()
@@ -91,7 +112,7 @@ def _run(action: Callable[[], Any]) -> Any:
         sys.exit(1)
 
 
-def _exit_now(code: int) -> None:
+def _exit_now(code: int) -> NoReturn:
     """Exit without joining threads: a reader stuck on a hung mount must not hold up Ctrl-C.
 
     Partial files are already removed by then (the writer cleans up as the exception passes).
@@ -105,7 +126,14 @@ def _setup_logging(quiet: bool) -> None:
     logging.basicConfig(level=logging.ERROR if quiet else logging.WARNING, format="%(levelname)s: %(message)s")
 
 
-push_options = [
+def _progress(quiet: bool, as_json: bool) -> TqdmProgress:
+    """Bars on stderr, unless -q, or --json with stderr not a terminal (a script reads the JSON)."""
+    from .progress import TqdmProgress
+
+    return TqdmProgress(disable=quiet or (not sys.stderr.isatty() and as_json))
+
+
+push_options: list[_Decorator] = [
     click.option("--private", is_flag=True, help="Create the repo private (an existing repo keeps its visibility)."),
     click.option("--revision", default="main", show_default=True, help="Branch to push to (created if missing)."),
     click.option(
@@ -139,7 +167,7 @@ push_options = [
 ]
 
 
-executor_options = [
+executor_options: list[_Decorator] = [
     click.option(
         "--executor",
         type=click.Choice(["local", "dask"]),
@@ -167,7 +195,7 @@ work_dir_option = click.option(
     " repo's small files; keep it to resume  [default: ~/.cache/shardkit/work/<hash of the URL>]",
 )
 
-pack_options = [
+pack_options: list[_Decorator] = [
     click.argument("images_dir", type=click.Path(exists=True, file_okay=False)),
     click.argument("meta_jsonl", type=click.Path(exists=True, dir_okay=False)),
     click.option(
@@ -193,7 +221,7 @@ pack_options = [
     click.option(
         "--max-shard-size",
         type=ByteSize(),
-        default="1GB",
+        default=_size_text(DEFAULT_MAX_SHARD_BYTES),  # as text, so --help shows "1GB"
         show_default=True,
         help="Hard cap: no shard file is larger (headers, central directory and metadata.jsonl included).",
     ),
@@ -316,8 +344,8 @@ pack_options = [
 ]
 
 
-def _with_options(options: list[Callable[..., Any]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+def _with_options(options: list[_Decorator]) -> _Decorator:
+    def decorate(f: _Callback) -> _Callback:
         for option in reversed(options):
             f = option(f)
         return f
@@ -325,17 +353,30 @@ def _with_options(options: list[Callable[..., Any]]) -> Callable[[Callable[..., 
     return decorate
 
 
-def _push_config(out_dir: str, repo: str, kw: dict[str, Any]) -> PushConfig:
+def _push_config(
+    out_dir: str,
+    repo: str,
+    *,
+    work_dir: str | None,
+    private: bool,
+    revision: str,
+    token: str | None,
+    script_branch: str,
+    no_script_branch: bool,
+    files_per_commit: int,
+    include: tuple[str, ...],
+) -> PushConfig:
+    """The push options (shared by push and pack --push) as the library's config."""
     return PushConfig(
         out_dir=out_dir,
         repo_id=repo,
-        private=kw["private"],
-        revision=kw["revision"],
-        token=kw["token"],
-        script_branch=None if kw["no_script_branch"] else kw["script_branch"],
-        files_per_commit=kw["files_per_commit"],
-        work_dir=kw.get("work_dir"),
-        include=tuple(kw["include"]),
+        private=private,
+        revision=revision,
+        token=token,
+        script_branch=None if no_script_branch else script_branch,
+        files_per_commit=files_per_commit,
+        work_dir=work_dir,
+        include=include,
     )
 
 
@@ -359,7 +400,43 @@ def _print_push(summary: PushSummary) -> None:
         )
 
 
-def _pack_command(**kw: Any) -> None:
+def _pack_command(
+    *,
+    images_dir: str,
+    meta_jsonl: str,
+    out_dir: str,
+    work_dir: str | None,
+    shard_format: ShardFormatName,
+    max_shard_size: int,
+    target_shard_size: int | None,
+    prefix_length: int | None,
+    jobs: int,
+    read_threads: int,
+    read_buffer: int,
+    on_error: OnProblem,
+    on_duplicate: OnProblem,
+    rejects: str | None,
+    keep_source_path: bool,
+    class_label: str | None,
+    check_images: bool,
+    force: bool,
+    update: bool,
+    adopt: bool,
+    dry_run: bool,
+    executor: ExecutorName,
+    scheduler: str | None,
+    no_fsync: bool,
+    quiet: bool,
+    as_json: bool,
+    push_repo: str | None,
+    private: bool,
+    revision: str,
+    token: str | None,
+    script_branch: str,
+    no_script_branch: bool,
+    files_per_commit: int,
+    include: tuple[str, ...],
+) -> None:
     """Pack IMAGES_DIR (files) and META_JSONL (one JSON object per line) into shards.
 
     Each row needs "file_name", the file's path relative to IMAGES_DIR. An optional "key"
@@ -376,59 +453,70 @@ def _pack_command(**kw: Any) -> None:
     README.md, "Guarantees").
     """
     from .pack import PackConfig, pack
-    from .progress import TqdmProgress
 
-    if kw["push_repo"]:
-        _run(lambda: check_repo_id(kw["push_repo"]))  # before hours of packing, not after
-        if is_url(kw["out_dir"]):
+    push_config = None
+    if push_repo:
+        _run(lambda: check_repo_id(push_repo))  # before hours of packing, not after
+        if is_url(out_dir):
             click.echo(
                 "error: --push needs a local OUT_DIR; push the URL with `shardkit push URL --repo ...`", err=True
             )
             sys.exit(2)
+        push_config = _push_config(
+            out_dir,
+            push_repo,
+            work_dir=work_dir,
+            private=private,
+            revision=revision,
+            token=token,
+            script_branch=script_branch,
+            no_script_branch=no_script_branch,
+            files_per_commit=files_per_commit,
+            include=include,
+        )
 
-    _setup_logging(kw["quiet"])
+    _setup_logging(quiet)
     config = PackConfig(
-        images_dir=kw["images_dir"],
-        metadata_path=kw["meta_jsonl"],
-        out_dir=kw["out_dir"],
-        max_shard_bytes=kw["max_shard_size"],
-        target_shard_bytes=kw["target_shard_size"] or default_target(kw["max_shard_size"]),
-        prefix_length=kw["prefix_length"],
-        jobs=kw["jobs"],
-        read_threads=kw["read_threads"],
-        prefetch_bytes=kw["read_buffer"],
-        on_error=kw["on_error"],
-        on_duplicate=kw["on_duplicate"],
-        rejects_path=kw["rejects"],
-        force=kw["force"],
-        adopt=kw["adopt"],
-        dry_run=kw["dry_run"],
-        fsync=not kw["no_fsync"],
-        check_images=kw["check_images"],
-        keep_source_path=kw["keep_source_path"],
-        class_label=kw["class_label"],
-        update=kw["update"],
-        format=kw["shard_format"],
-        executor=kw["executor"],
-        scheduler=kw["scheduler"],
-        work_dir=kw["work_dir"],
+        images_dir=images_dir,
+        metadata_path=meta_jsonl,
+        out_dir=out_dir,
+        max_shard_bytes=max_shard_size,
+        target_shard_bytes=target_shard_size,
+        prefix_length=prefix_length,
+        jobs=jobs,
+        read_threads=read_threads,
+        prefetch_bytes=read_buffer,
+        on_error=on_error,
+        on_duplicate=on_duplicate,
+        rejects_path=rejects,
+        force=force,
+        adopt=adopt,
+        dry_run=dry_run,
+        fsync=not no_fsync,
+        check_images=check_images,
+        keep_source_path=keep_source_path,
+        class_label=class_label,
+        update=update,
+        format=shard_format,
+        executor=executor,
+        scheduler=scheduler,
+        work_dir=work_dir,
     )
-    progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
-    summary = _run(lambda: pack(config, progress))
+    progress = _progress(quiet, as_json)
+    summary = _run(lambda: pack(config, progress=progress))
     pushed = None
-    if kw["push_repo"] and not summary.dry_run:
-        push_config = _push_config(kw["out_dir"], kw["push_repo"], kw)
-        pushed = _run(lambda: push(push_config, progress))
+    if push_config is not None and not summary.dry_run:
+        pushed = _run(lambda: push(push_config, progress=progress))
     if summary.rejected_rows:  # on stderr whatever the format, so it is never missed
         where = f"; see {summary.rejects_file}" if summary.rejects_file else " (a dry run: --rejects FILE lists them)"
         click.echo(f"skipped {summary.rejected_rows} bad rows{where}", err=True)
-    if kw["as_json"]:
+    if as_json:
         data = summary.to_json()
         if pushed is not None:
             data["push"] = pushed.to_json()
         click.echo(json.dumps(data))
         return
-    if kw["quiet"]:
+    if quiet:
         return
     if summary.dry_run:
         click.echo("schema (the card's features):")
@@ -462,7 +550,7 @@ def _pack_command(**kw: Any) -> None:
         _print_push(pushed)
 
 
-def _feature_type(feature: dict[str, Any]) -> str:
+def _feature_type(feature: dict[str, object]) -> str:
     """A feature's type as the card's YAML gives it, on one line: ``string``, ``{"list": "int64"}``..."""
     rest = {k: v for k, v in feature.items() if k != "name"}
     if list(rest) == ["dtype"] and isinstance(rest["dtype"], str):
@@ -495,13 +583,8 @@ def main() -> None:
     """shardkit: author large image and audio datasets for the Hugging Face Hub."""
 
 
-@main.command("pack")
-@_with_options(pack_options)
-def pack_cmd(**kw: Any) -> None:
-    _pack_command(**kw)
-
-
-pack_cmd.help = _pack_command.__doc__
+# One function behind `shardkit pack` and `pack-shards`: each decoration makes its own options.
+pack_cmd = main.command("pack")(_with_options(pack_options)(_pack_command))
 
 
 @main.command("push")
@@ -511,7 +594,21 @@ pack_cmd.help = _pack_command.__doc__
 @_with_options(push_options)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary (errors still go to stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
-def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
+def push_cmd(
+    *,
+    out_dir: str,
+    work_dir: str | None,
+    repo: str,
+    private: bool,
+    revision: str,
+    token: str | None,
+    script_branch: str,
+    no_script_branch: bool,
+    files_per_commit: int,
+    include: tuple[str, ...],
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Upload OUT_DIR (packed by pack-shards: a folder, or the URL it packed to) to a dataset repo
     on the Hugging Face Hub.
 
@@ -524,15 +621,24 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
     A request that gets or takes no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails
     the push; a re-run resumes. Ctrl-C stops it at once.
     """
-    from .progress import TqdmProgress
-
-    _setup_logging(kw["quiet"])
-    config = _push_config(out_dir, repo, kw)
-    progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
-    summary = _run(lambda: push(config, progress))
-    if kw["as_json"]:
+    _setup_logging(quiet)
+    config = _push_config(
+        out_dir,
+        repo,
+        work_dir=work_dir,
+        private=private,
+        revision=revision,
+        token=token,
+        script_branch=script_branch,
+        no_script_branch=no_script_branch,
+        files_per_commit=files_per_commit,
+        include=include,
+    )
+    progress = _progress(quiet, as_json)
+    summary = _run(lambda: push(config, progress=progress))
+    if as_json:
         click.echo(json.dumps(summary.to_json()))
-    elif not kw["quiet"]:
+    elif not quiet:
         _print_push(summary)
 
 
@@ -590,7 +696,11 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
     help="Output shard format, as for pack.",
 )
 @click.option(
-    "--max-shard-size", type=ByteSize(), default="1GB", show_default=True, help="Hard cap per shard, as for pack."
+    "--max-shard-size",
+    type=ByteSize(),
+    default=_size_text(DEFAULT_MAX_SHARD_BYTES),
+    show_default=True,
+    help="Hard cap per shard, as for pack.",
 )
 @click.option(
     "--target-shard-size", type=ByteSize(), default=None, show_default="half of --max-shard-size", help="As for pack."
@@ -604,7 +714,31 @@ def push_cmd(out_dir: str, repo: str, **kw: Any) -> None:
 @_with_options(executor_options)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
-def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
+def remux_cmd(
+    *,
+    source: str,
+    out_dir: str,
+    work_dir: str | None,
+    fn: str,
+    config_name: str | None,
+    split: str | None,
+    revision: str | None,
+    batch_size: int,
+    jobs: int,
+    seed: int,
+    no_decode: bool,
+    image_format: ImageFormatName,
+    quality: int,
+    shard_format: ShardFormatName,
+    max_shard_size: int,
+    target_shard_size: int | None,
+    force: bool,
+    adopt: bool,
+    executor: ExecutorName,
+    scheduler: str | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Stream SOURCE through a per-batch function straight into new shards in OUT_DIR.
 
     SOURCE is a Hub dataset id, a local dataset folder, a shardkit output (folder or repo, read
@@ -625,37 +759,36 @@ def remux_cmd(source: str, out_dir: str, **kw: Any) -> None:
     Reading a shardkit source at a URL or on the Hub, and writing to an OUT_DIR URL, fail after
     SHARDKIT_NETWORK_TIMEOUT seconds (default 60) without data (other sources: datasets' own timeouts).
     """
-    from .progress import TqdmProgress
     from .remux import RemuxConfig, remux
 
-    _setup_logging(kw["quiet"])
+    _setup_logging(quiet)
     config = RemuxConfig(
         source=source,
         out_dir=out_dir,
-        fn=kw["fn"],
-        config_name=kw["config_name"],
-        split=kw["split"],
-        revision=kw["revision"],
-        batch_size=kw["batch_size"],
-        jobs=kw["jobs"],
-        seed=kw["seed"],
-        decode=not kw["no_decode"],
-        image_format=kw["image_format"],
-        quality=kw["quality"],
-        format=kw["shard_format"],
-        max_shard_bytes=kw["max_shard_size"],
-        target_shard_bytes=kw["target_shard_size"] or default_target(kw["max_shard_size"]),
-        force=kw["force"],
-        adopt=kw["adopt"],
-        executor=kw["executor"],
-        scheduler=kw["scheduler"],
-        work_dir=kw["work_dir"],
+        fn=fn,
+        config_name=config_name,
+        split=split,
+        revision=revision,
+        batch_size=batch_size,
+        jobs=jobs,
+        seed=seed,
+        decode=not no_decode,
+        image_format=image_format,
+        quality=quality,
+        format=shard_format,
+        max_shard_bytes=max_shard_size,
+        target_shard_bytes=target_shard_size,
+        force=force,
+        adopt=adopt,
+        executor=executor,
+        scheduler=scheduler,
+        work_dir=work_dir,
     )
-    progress = TqdmProgress(disable=kw["quiet"] or (not sys.stderr.isatty() and kw["as_json"]))
-    summary = _run(lambda: remux(config, progress))
-    if kw["as_json"]:
+    progress = _progress(quiet, as_json)
+    summary = _run(lambda: remux(config, progress=progress))
+    if as_json:
         click.echo(json.dumps(summary.to_json()))
-    elif not kw["quiet"]:
+    elif not quiet:
         packed = summary.pack
         click.echo(
             f"remuxed {summary.rows_in} rows from {summary.source_shards} source shards"
@@ -681,7 +814,7 @@ SHOWN_PROBLEMS = 1000
 @click.option("--deep", is_flag=True, help="Also decode every image (Pillow) and audio file (soundfile).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; problems and the summary still print.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout (every problem).")
-def verify_cmd(out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
+def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     """Check OUT_DIR (a folder, or the URL pack wrote to) against its shards.json: every shard's
     size, sha256, ZIP structure and CRCs;
     metadata.jsonl inside each shard, metadata/ and the members agreeing one to one; the cap;
@@ -690,11 +823,10 @@ def verify_cmd(out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     Each problem is printed with its file and member. Exit code 0 if none, 1 if any. At a URL,
     a read that gets no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) is an error.
     """
-    from .progress import TqdmProgress
     from .verify import verify
 
     _setup_logging(quiet)
-    progress = TqdmProgress(disable=quiet or (not sys.stderr.isatty() and as_json))
+    progress = _progress(quiet, as_json)
     report = _run(lambda: verify(out_dir, deep=deep, progress=progress))
     if as_json:
         click.echo(json.dumps(report.to_json()))
@@ -738,7 +870,7 @@ TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templat
 )
 @click.option("--overwrite", is_flag=True, help="Write into an existing folder of the same name.")
 def new_cmd(
-    answers: tuple[str, ...], output_dir: str, no_input: bool, template: str, directory: str | None, overwrite: bool
+    *, answers: tuple[str, ...], output_dir: str, no_input: bool, template: str, directory: str | None, overwrite: bool
 ) -> None:
     """Scaffold a dataset repo: card with `configs`, .gitattributes, loading script for datasets 3.6.
 
@@ -819,11 +951,9 @@ def _drop_template_bytecode(path: str) -> None:
         os.rmdir(cache)  # only if empty
 
 
-@click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]}, help=_pack_command.__doc__)
-@click.version_option(__version__, prog_name="pack-shards")
-@_with_options(pack_options)
-def pack_shards(**kw: Any) -> None:
-    _pack_command(**kw)
+pack_shards = click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]})(
+    click.version_option(__version__, prog_name="pack-shards")(_with_options(pack_options)(_pack_command))
+)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -58,12 +58,12 @@ from .outdir import (
 )
 from .plan import (
     DEFAULT_MAX_SHARD_BYTES,
-    DEFAULT_TARGET_SHARD_BYTES,
     HUB_MAX_FOLDER_ENTRIES,
     PlanEntry,
     ShardPlan,
     check_limits,
     choose_prefix_length,
+    default_target,
     max_file_bytes,
     plan_shards,
 )
@@ -92,21 +92,31 @@ PLAN_IN_MEMORY_ROWS = 50_000  # up to this many rows (12 MB at most), the planne
 HASHES_SAVE_SECONDS = 10.0  # how often the hash cache is written while shards are written
 
 
+#: The choices of the options named after them (PackConfig, RemuxConfig, the command line).
+ShardFormatName = Literal["zip", "tar", "parquet"]
+OnProblem = Literal["stop", "skip"]  # on_error, on_duplicate
+ExecutorName = Literal["local", "dask"]
+
+
 @dataclass(frozen=True)
 class PackConfig:
+    """What :func:`pack` packs, and how: ``pack-shards``' arguments and options, by name."""
+
     images_dir: str
     metadata_path: str
     out_dir: str
+    #: The hard cap on a shard file, headers and metadata included.
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
-    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
+    #: Shards land near this size. None: half the cap (see :attr:`target_bytes`).
+    target_shard_bytes: int | None = None
     prefix_length: int | None = None  # None: chosen from the total size
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     read_threads: int = DEFAULT_READ_THREADS
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES
-    on_error: Literal["stop", "skip"] = "stop"
+    on_error: OnProblem = "stop"
     #: skip: of rows with one key (for rows without keys: files with the same bytes), pack the
     #: first and list the others; stop: they are input problems like any other.
-    on_duplicate: Literal["stop", "skip"] = "stop"
+    on_duplicate: OnProblem = "stop"
     rejects_path: str | None = None  # default: OUT_DIR/.shardkit/rejects.jsonl
     force: bool = False
     adopt: bool = False  # OUT_DIR may hold a repo that shardkit did not make (see outdir.check_out_dir)
@@ -124,13 +134,18 @@ class PackConfig:
     #: With changed input: rewrite only the shards whose rows changed, keep the others byte for
     #: byte (without it, changed input needs ``force``).
     update: bool = False
-    format: Literal["zip", "tar", "parquet"] = "zip"
+    format: ShardFormatName = "zip"
     check_range_bytes: int | None = None  # metadata bytes per check task (None: from the file's size)
-    executor: Literal["local", "dask"] = "local"  # dask: each shard a task on the cluster at `scheduler`
+    executor: ExecutorName = "local"  # dask: each shard a task on the cluster at `scheduler`
     scheduler: str | None = None  # tcp://HOST:PORT or a scheduler file; default $DASK_SCHEDULER_ADDRESS
     # With an OUT_DIR URL: the local folder for working files and the repo's small files
     # (None: ~/.cache/shardkit/work/<hash of the URL>); see shardkit.store
     work_dir: str | None = None
+
+    @property
+    def target_bytes(self) -> int:
+        """The target shard size: ``target_shard_bytes``, or half the cap when that is None."""
+        return default_target(self.max_shard_bytes) if self.target_shard_bytes is None else self.target_shard_bytes
 
 
 @dataclass(frozen=True)
@@ -172,9 +187,10 @@ class PackSummary:
         return data
 
 
-def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = None) -> PackSummary:
+def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = None) -> PackSummary:
     """Pack ``config.images_dir`` + ``config.metadata_path`` into shards under ``config.out_dir``.
 
+    ``progress`` shows how far it got (the command line's bars; None: nothing shown).
     ``client``, a ``distributed.Client``, runs the row checks and the shard writes as tasks on
     that Dask cluster (as does ``config.executor="dask"`` with ``config.scheduler``); see
     :mod:`shardkit.tasks`.
@@ -183,7 +199,7 @@ def pack(config: PackConfig, progress: Progress | None = None, *, client: Any = 
     started = time.perf_counter()
     try:
         fmt = format_named(config.format)
-        check_limits(config.max_shard_bytes, config.target_shard_bytes, fmt)
+        check_limits(config.max_shard_bytes, config.target_bytes, fmt)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if config.rejects_path and not os.path.isdir(os.path.dirname(os.path.abspath(config.rejects_path))):
@@ -294,7 +310,7 @@ def _pack_locked(
         prefix_lengths[split.name] = (
             config.prefix_length
             or (previous.prefix_lengths.get(split.name) if previous is not None and reuse else None)
-            or choose_prefix_length(split.cost, config.target_shard_bytes)
+            or choose_prefix_length(split.cost, config.target_bytes)
         )
         entries: StagedEntries | list[PlanEntry] = StagedEntries(staged.path, fmt, split.offset, split.rows)
         if split.rows <= PLAN_IN_MEMORY_ROWS:  # read once, not once per planning pass
@@ -304,7 +320,7 @@ def _pack_locked(
                 entries,
                 prefix_length=prefix_lengths[split.name],
                 max_shard_bytes=config.max_shard_bytes,
-                target_shard_bytes=config.target_shard_bytes,
+                target_shard_bytes=config.target_bytes,
                 fmt=fmt,
                 split=split.name,
                 folder=f"data/{split.name}" if staged.split_folders else "data",
@@ -314,7 +330,7 @@ def _pack_locked(
     # One prefix length for a dataset without splits (as before splits existed); with splits,
     # the one given, or 0: each split's own (in the manifest).
     prefix_length = config.prefix_length or (0 if staged.split_folders else prefix_lengths["train"])
-    options = Options(prefix_length, config.max_shard_bytes, config.target_shard_bytes, fmt.name)
+    options = Options(prefix_length, config.max_shard_bytes, config.target_bytes, fmt.name)
     per_folder = Counter(p.name.rsplit("/", 1)[0] for p in plan)  # data/, or each split's folder
     folder, count = per_folder.most_common(1)[0]
     if count > HUB_MAX_FOLDER_ENTRIES:

@@ -25,8 +25,9 @@ from .formats import ZIP, ShardFormat
 SHARD_FIXED_BYTES = ZIP.fixed_bytes
 MAX_PREFIX_LENGTH = 6
 
+#: The cap on a shard file when none is given (``--max-shard-size``; PackConfig, RemuxConfig):
+#: 1 GB. The one place it is written; an unset target is half the cap (:func:`default_target`).
 DEFAULT_MAX_SHARD_BYTES = 1_000_000_000
-DEFAULT_TARGET_SHARD_BYTES = 500_000_000
 
 # The Hub's advice for a repo (https://huggingface.co/docs/hub/repositories-recommendations):
 # under 10,000 entries per folder and 100,000 files in all. data/ holds one file per shard.
@@ -100,7 +101,7 @@ def plan_shards(
     *,
     prefix_length: int,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
-    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+    target_shard_bytes: int | None = None,
     max_rows: int | None = None,
     fmt: ShardFormat = ZIP,
     split: str = "train",
@@ -109,11 +110,14 @@ def plan_shards(
     """Group key-sorted entries into shards; every entry lands in exactly one shard.
 
     The shards are named ``<folder>/<prefix>[-<part>]<suffix>`` and belong to ``split``.
+    ``target_shard_bytes`` None: half the cap (:func:`default_target`).
 
     ``entries`` is read twice (a list, or a re-readable source such as staged rows on disk):
     once to total each prefix group, once to cut it. Memory is O(groups), not O(rows).
     Raises ValueError if entries are not sorted by unique key, or one cannot fit in a shard.
     """
+    if target_shard_bytes is None:
+        target_shard_bytes = default_target(max_shard_bytes)
     check_limits(max_shard_bytes, target_shard_bytes, fmt)
     max_rows = fmt.max_rows if max_rows is None else max_rows
     if not 1 <= prefix_length <= MAX_PREFIX_LENGTH:

@@ -102,6 +102,8 @@ class CommitPlan:
 
 @dataclass(frozen=True)
 class PushConfig:
+    """What :func:`push` uploads, and where: ``shardkit push``'s arguments and options, by name."""
+
     out_dir: str
     repo_id: str
     private: bool = False
@@ -661,8 +663,9 @@ def _publish_script_branch(
     return str(info.oid)
 
 
-def push(config: PushConfig, progress: Progress | None = None) -> PushSummary:
-    """Upload ``config.out_dir`` (packed by :func:`shardkit.pack.pack`) to ``config.repo_id``.
+def push(config: PushConfig, *, progress: Progress | None = None) -> PushSummary:
+    """Upload ``config.out_dir`` (packed by :func:`shardkit.pack.pack`) to ``config.repo_id``;
+    ``progress`` as for :func:`shardkit.pack.pack`.
 
     Every request waits at most :func:`shardkit.store.network_timeout` seconds for a byte; a
     re-run after a timeout (or Ctrl-C, which stops the push at once) resumes.

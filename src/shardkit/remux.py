@@ -66,27 +66,34 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .check import SPLIT_COLUMN, split_problem
 from .errors import NetworkError, ShardkitError, UsageError
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
 from .metadata import EXT_RE, KEY_RE
 from .outdir import check_out_dir, locked
+from .plan import DEFAULT_MAX_SHARD_BYTES
 from .progress import NullProgress, Progress
 from .schema import class_label_names
 from .store import UrlStore, is_network_error, is_timeout, is_url, run_folder
 from .tasks import Cluster, cluster_for, run_tasks, task_executor
+
+if TYPE_CHECKING:  # imported where the remux packs: its transform workers never need pack
+    from .pack import ExecutorName, PackSummary, ShardFormatName
 
 log = logging.getLogger(__name__)
 
 BatchFn = Callable[..., dict[str, list[Any]]]
 REMUX_DIR = "remux"
 _IMAGE_EXTENSIONS = {"jpeg": ".jpg", "png": ".png", "webp": ".webp"}
+ImageFormatName = Literal["jpeg", "png", "webp"]  # how returned PIL images are encoded
 
 
 @dataclass(frozen=True)
 class RemuxConfig:
+    """What :func:`remux` reads, calls and writes: ``shardkit remux``'s arguments and options, by name."""
+
     source: str  # a shardkit folder/repo, a Hub dataset id, a local dataset folder
     out_dir: str
     fn: BatchFn | str  # a callable, or "module:function"
@@ -97,14 +104,14 @@ class RemuxConfig:
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     seed: int = 0
     decode: bool = True  # the function gets PIL images (True) or {"bytes", "path"} dicts (False)
-    image_format: Literal["jpeg", "png", "webp"] = "jpeg"
+    image_format: ImageFormatName = "jpeg"
     quality: int = 90
-    format: Literal["zip", "tar", "parquet"] = "zip"
-    max_shard_bytes: int | None = None
-    target_shard_bytes: int | None = None
+    format: ShardFormatName = "zip"
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES  # as for PackConfig
+    target_shard_bytes: int | None = None  # as for PackConfig: None is half the cap
     force: bool = False
     adopt: bool = False  # as for PackConfig
-    executor: Literal["local", "dask"] = "local"  # dask: each source shard, then each shard, a cluster task
+    executor: ExecutorName = "local"  # dask: each source shard, then each shard, a cluster task
     scheduler: str | None = None  # as for PackConfig
     work_dir: str | None = None  # as for PackConfig: with an OUT_DIR URL, where the staged files go
 
@@ -116,7 +123,7 @@ class RemuxSummary:
     rows_in: int
     rows_out: int
     transform_seconds: float
-    pack: Any  # the PackSummary
+    pack: PackSummary
     splits: list[str] = field(default_factory=list)  # the source splits read
     class_label: str | None = None  # the column published as the source's ClassLabel
     card_fields: list[str] = field(default_factory=list)  # the source card's keys set in the output card
@@ -778,11 +785,12 @@ def _state(config: RemuxConfig, splits: list[SourceSplit]) -> dict[str, Any]:
     }
 
 
-def remux(config: RemuxConfig, progress: Progress | None = None, *, client: Any = None) -> RemuxSummary:
+def remux(config: RemuxConfig, *, progress: Progress | None = None, client: Any = None) -> RemuxSummary:
     """Stream ``config.source`` through ``config.fn`` into shards under ``config.out_dir``.
 
-    ``client``, a ``distributed.Client``, runs every source shard and then every output shard as
-    a task on that Dask cluster (as does ``config.executor="dask"`` with ``config.scheduler``).
+    ``progress`` as for :func:`shardkit.pack.pack`. ``client``, a ``distributed.Client``, runs
+    every source shard and then every output shard as a task on that Dask cluster (as does
+    ``config.executor="dask"`` with ``config.scheduler``).
     """
     with cluster_for(config.executor, config.scheduler, client) as cluster:
         return _remux(config, progress or NullProgress(), cluster)
@@ -859,14 +867,6 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     label = _published_label(splits, counts)
     from .pack import PackConfig, pack
 
-    kw: dict[str, Any] = {}
-    if config.max_shard_bytes:
-        kw["max_shard_bytes"] = config.max_shard_bytes
-    if config.target_shard_bytes:
-        kw["target_shard_bytes"] = config.target_shard_bytes
-    if label is not None:
-        kw["class_label"] = label.column
-        kw["class_names"] = label.names
     packed = pack(
         PackConfig(
             images_dir=os.path.join(remux_dir, "files"),
@@ -877,9 +877,12 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
             format=config.format,
             force=config.force,
             adopt=config.adopt,
-            **kw,
+            max_shard_bytes=config.max_shard_bytes,
+            target_shard_bytes=config.target_shard_bytes,
+            class_label=None if label is None else label.column,
+            class_names=() if label is None else label.names,
         ),
-        progress,
+        progress=progress,
         client=None if cluster is None else cluster.client,
     )
     kept = keep_card_fields(out_dir, card_fields) if card_fields else []

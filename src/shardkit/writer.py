@@ -51,7 +51,7 @@ class ShardJob:
     prefetch_bytes: int = DEFAULT_PREFETCH_BYTES
     fsync: bool = True
     format: str = "zip"
-    max_shard_bytes: int = 0  # checked on the written file where sizes are estimates (Parquet)
+    max_shard_bytes: int | None = None  # checked on the written file where sizes are estimates (Parquet)
     features: list[dict[str, Any]] | None = None  # the card's features (Parquet types its columns by them)
     # The shard's staged rows themselves, for an OUT_DIR URL: a worker then needs no access to
     # the client's staging file (``staging_path`` is unused, ``plan.offset`` counts from 0).
@@ -168,7 +168,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
                 meta_out.close()
         if fmt.exact and total != plan.bytes:
             raise ShardkitError(f"internal error: {plan.name} has {total} bytes, the plan said {plan.bytes}")
-        if not fmt.exact and job.max_shard_bytes and total > job.max_shard_bytes:
+        if not fmt.exact and job.max_shard_bytes is not None and total > job.max_shard_bytes:
             raise ShardkitError(
                 f"{plan.name} came out at {total} bytes, over the max shard size {job.max_shard_bytes}"
                 f" (Parquet sizes are estimated before writing; the estimate was {plan.bytes})."
