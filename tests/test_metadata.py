@@ -99,11 +99,14 @@ def test_checks_finishing_out_of_order_give_the_same_results_in_input_order(
     later_checked = threading.Event()
     real_lstat = os.lstat
 
+    batch = metadata._BATCH
+    third, first_end = f"{2 * batch + 22:05d}.jpg", f"{batch:05d}.jpg"
+
     def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
         name = os.path.basename(str(path))
-        if name == "00150.jpg":  # the third batch of 64 rows
+        if name == third:  # in the third batch of rows
             later_checked.set()
-        elif name < "00064.jpg":  # the first batch
+        elif name < first_end:  # the first batch
             later_checked.wait(120)
         return real_lstat(path, *args, **kwargs)
 

@@ -1,8 +1,10 @@
-"""The writer's file reader (shardkit.readahead): files read ahead on threads into a ring buffer.
+"""The writer's file reader (shardkit.readahead): files read ahead into a ring buffer, on the
+writer's thread when the kernel holds them in memory, else on threads.
 
 Every test asserts what the writer receives (each row in order with its file's bytes and CRC-32,
-or the error naming the file), how often each file is read, and what the ring held; never which
-thread read what, nor how long anything took.
+or the error naming the file), how often each file is opened, and what the ring held; never which
+thread read what, nor how long anything took. Whether a file is "in memory" is decided by the
+``cache`` fixture, not by the page cache: each test that reads runs both ways.
 """
 
 from __future__ import annotations
@@ -64,6 +66,26 @@ def expected(rows: list[StagedRow], folder: Path) -> list[tuple[str, bytes, int]
     return out
 
 
+@pytest.fixture(params=["in memory", "on disk"])
+def cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every file in memory (a read without waiting gets it all), or none (such a read would wait)."""
+    real = os.preadv
+
+    def preadv(fd: int, buffers: list[memoryview | bytearray], offset: int, flags: int = 0) -> int:
+        if flags and request.param == "on disk":
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    monkeypatch.setattr(readahead, "_NOWAIT", 8)  # as on Linux, also where the system has no such flag
+    return str(request.param)
+
+
+def opens_per_file(cache: str) -> int:
+    """A file in memory is opened once, by the writer's thread; any other once there to try, once to read."""
+    return 1 if cache == "in memory" else 2
+
+
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """How many times each file was opened for reading, by any thread."""
@@ -100,27 +122,28 @@ def rings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[CountingRing]]:
 
 
 @pytest.mark.parametrize("threads", [1, 4])
-def test_every_file_in_order_with_its_crc(opened: Counter[str], tmp_path: Path, threads: int) -> None:
+def test_every_file_in_order_with_its_crc(opened: Counter[str], cache: str, tmp_path: Path, threads: int) -> None:
     sizes = [1 + (i * 7919) % 9000 for i in range(192)]
     sizes[5] = sizes[150] = RING // 2 + 1  # too big for the ring
     rows = make_rows(tmp_path / "files", sizes)
     assert read_all(rows, tmp_path / "files", threads=threads) == expected(rows, tmp_path / "files")
-    # Each file opened once: by a reading thread, or, too big for the ring, by the writer at its turn.
-    assert opened == {row.source: 1 for row in rows}
+    # A file too big for the ring is opened once, by the writer at its turn.
+    big = {rows[5].source, rows[150].source}
+    assert opened == {row.source: 1 if row.source in big else opens_per_file(cache) for row in rows}
 
 
 def test_more_files_than_are_read_ahead_at_once_each_read_once(
-    opened: Counter[str], rings: list[CountingRing], tmp_path: Path
+    opened: Counter[str], cache: str, rings: list[CountingRing], tmp_path: Path
 ) -> None:
     threads = 2
     rows = make_rows(tmp_path / "files", [100] * (12 * threads * 2 * READ_BATCH_ROWS))
     assert read_all(rows, tmp_path / "files", threads=threads) == expected(rows, tmp_path / "files")
-    assert opened == {row.source: 1 for row in rows}
+    assert opened == {row.source: opens_per_file(cache) for row in rows}
     [ring] = rings
     assert 0 < ring.most_in_use <= ring.capacity
 
 
-def test_memory_is_the_rings_whatever_the_files_weigh(rings: list[CountingRing], tmp_path: Path) -> None:
+def test_memory_is_the_rings_whatever_the_files_weigh(cache: str, rings: list[CountingRing], tmp_path: Path) -> None:
     """Files weighing many times the ring: every one delivered in a region of the ring, the
     regions live at once never more than the ring holds, and the ring full at times."""
     rows = make_rows(tmp_path / "files", [300 + (i * 37) % 1700 for i in range(400)])  # 7 rings' worth
@@ -138,13 +161,13 @@ def test_memory_is_the_rings_whatever_the_files_weigh(rings: list[CountingRing],
 
 
 def test_the_ring_is_reused_from_shard_to_shard(
-    opened: Counter[str], rings: list[CountingRing], tmp_path: Path
+    opened: Counter[str], cache: str, rings: list[CountingRing], tmp_path: Path
 ) -> None:
     rows = make_rows(tmp_path / "files", [100] * 256)
     shards = [rows[i : i + 10] for i in range(0, len(rows), 10)]  # each far smaller than what is read ahead
     for shard in shards:
         assert read_all(shard, tmp_path / "files") == expected(shard, tmp_path / "files")
-    assert opened == {row.source: 1 for row in rows}
+    assert opened == {row.source: opens_per_file(cache) for row in rows}
     assert len(rings) == 1  # one ring for this thread, not one per shard
 
 
@@ -165,8 +188,8 @@ def test_reads_that_come_back_short_are_continued(tmp_path: Path, monkeypatch: p
 
 
 def test_reads_ask_nothing_a_filesystem_may_not_support(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the kernel or filesystem refuses read flags (RWF_NOWAIT on tmpfs, NFS, FUSE, macOS),
-    every file is read all the same: the reader asks for none."""
+    """Where the kernel or filesystem refuses read flags (RWF_NOWAIT on some network or FUSE
+    filesystems), every file is read all the same, on the threads."""
     real = os.preadv
 
     def preadv(fd: int, buffers: list[memoryview | bytearray], offset: int, flags: int = 0) -> int:
@@ -182,7 +205,7 @@ def test_reads_ask_nothing_a_filesystem_may_not_support(tmp_path: Path, monkeypa
 @pytest.mark.parametrize("threads", [1, 4])
 @pytest.mark.parametrize("change", ["grown", "shrunk", "removed"])
 def test_a_file_changed_since_the_check_is_an_error_naming_it_at_its_turn(
-    tmp_path: Path, threads: int, change: str
+    cache: str, tmp_path: Path, threads: int, change: str
 ) -> None:
     rows = make_rows(tmp_path / "files", [100] * 10)
     victim = tmp_path / "files" / rows[6].source
@@ -198,7 +221,7 @@ def test_a_file_changed_since_the_check_is_an_error_naming_it_at_its_turn(
     assert got == [row.source for row in rows[:6]]  # the rows before it, in order; none after
 
 
-def test_the_first_bad_file_in_row_order_is_the_one_named(tmp_path: Path) -> None:
+def test_the_first_bad_file_in_row_order_is_the_one_named(cache: str, tmp_path: Path) -> None:
     """Several bad files, read on several threads: the error is the first one's, at its turn."""
     rows = make_rows(tmp_path / "files", [100] * (4 * READ_BATCH_ROWS))
     for row in rows[READ_BATCH_ROWS + 3 :: 7]:

@@ -460,9 +460,9 @@ def _audio_problem(source: str | BinaryIO) -> str | None:
     return None if frames else "audio file has no samples"
 
 
-#: Rows per thread-pool task: a task per row would cost more in hand-offs than the cached stat
-#: most rows need.
-_BATCH = 64
+#: Rows per thread-pool task: the hand-off to a thread costs more than the cached stat most rows
+#: need, so it is paid once per batch (the figures: docs/performance.md).
+_BATCH = 256
 
 
 def read_metadata(

@@ -83,7 +83,7 @@ from .staging import (
 )
 from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
 from .table import TABLE_NAME, write_metadata_table
-from .tasks import Cluster, Tasks, cluster_for, run_tasks, task_executor
+from .tasks import Cluster, Tasks, cluster_for, run_tasks, start_forkserver, task_executor
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
 log = logging.getLogger(__name__)
@@ -251,6 +251,8 @@ def _pack_locked(
     created: CreatedHere,
 ) -> PackSummary:
     """Pack, holding the lock; ``out_dir`` is OUT_DIR, or for a URL the local work folder."""
+    if cluster is None and not config.dry_run:
+        start_forkserver(config.jobs)
     remote = isinstance(store, UrlStore)
     tmp_dir = os.path.join(work_dir, "tmp")
     staging_dir = os.path.join(work_dir, "staging")

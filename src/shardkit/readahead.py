@@ -4,18 +4,24 @@ Every file is opened through :func:`~shardkit.inputfile.open_inside` and compare
 check saw, so a file rewritten or swapped since (for a symlink to a file outside IMAGES_DIR, say)
 is refused, never published.
 
-One way, the same whatever the machine does: a thread pool (``--read-threads``) reads the files
-ahead of the writer, in batches of consecutive rows, into a fixed ring buffer (:class:`Ring`,
-``--read-buffer``), so a cold cache or a network filesystem has many reads in flight. Memory is
-the ring's, whatever the files weigh; a file larger than half the ring is copied in chunks by
-the writer at its turn (:class:`BigFile`). Which thread reads which file varies from run to run;
-what the writer receives does not: every row in order with its file's bytes and CRC-32, or, at
-the turn of the first file that cannot be read as checked, the error naming it.
+Files are taken in row order, as far ahead of the writer as a fixed ring buffer allows
+(:class:`Ring`, ``--read-buffer``). Each one is first read on the writer's thread without
+waiting for the disk (``RWF_NOWAIT``): a file the kernel holds whole in memory is read there and
+then. Any other (not in memory, a filesystem or system without ``RWF_NOWAIT``, a file that
+changed) goes to a thread pool (``--read-threads``), in batches of consecutive rows, so a cold
+cache or a network filesystem has many reads in flight. The rule is per file and keeps no
+state: it changes which thread reads a file, never what the writer receives, which is every row
+in order with its file's bytes and CRC-32, or, at the turn of the first file that cannot be read
+as checked, the error naming it. Why not always the pool: handing a file that is already in
+memory to a thread costs more CPU than reading it (docs/performance.md). Memory is the ring's,
+whatever the files weigh; a file larger than half the ring is copied in chunks by the writer at
+its turn (:class:`BigFile`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import threading
@@ -29,6 +35,8 @@ from .staging import StagedRow
 from .streamio import crc32
 from .threads import interruptible_pool
 
+#: Linux's flag for a read that returns at once with what the page cache holds (None elsewhere).
+_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
 COPY_CHUNK = 4 << 20  # read size for a file too big for the ring
 #: Files are read ahead in batches of consecutive rows: one thread-pool task per batch, not per
 #: file (a task per 100 KB file cost more CPU in thread hand-offs than the reading itself).
@@ -176,9 +184,31 @@ def read_file(row: StagedRow, path: str, inside: str, region: memoryview) -> int
         os.close(fd)
     if size != row.size:
         raise _changed(row, path, f"{size} bytes, {row.size} when checked")
+    return _checked_crc(row, path, region)
+
+
+def _checked_crc(row: StagedRow, path: str, region: memoryview) -> int:
     if row.content_keyed:
         _check_key(row, path, hashlib.sha256(region).hexdigest())
     return crc32(region)
+
+
+def read_if_in_memory(row: StagedRow, path: str, inside: str, region: memoryview) -> int | None:
+    """Read a file into its region if the kernel holds all of it in memory: its CRC-32; else None
+    (not in memory, no ``RWF_NOWAIT`` here, or anything unexpected: :func:`read_file` then reads
+    it, and names whatever is wrong). Opened and checked as :func:`read_file` opens and checks."""
+    if _NOWAIT is None:
+        return None
+    fd = _opened(row, path, inside)
+    try:
+        n = os.preadv(fd, [region, bytearray(1)], 0, _NOWAIT)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return None  # would wait for the disk, or this filesystem takes no flags
+        raise SourceChanged(f"{path} (metadata line {row.line}): cannot read: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    return _checked_crc(row, path, region) if n == row.size else None
 
 
 class BigFile:
@@ -275,8 +305,9 @@ class _Reader:
 
     def __iter__(self) -> Iterator[Fetched]:
         ring = self.ring
-        # (row, path, region, its batch's future, its place in the batch), oldest first
-        window: deque[tuple[StagedRow, str, memoryview | None, Future[list[int | Exception]], int]] = deque()
+        # (row, path, region, its batch's future or None when read here, its place in the batch
+        # or what the read here gave), oldest first
+        window: deque[tuple[StagedRow, str, memoryview | None, Future[list[int | Exception]] | None, Any]] = deque()
         batch: list[_Wanted] = []  # not yet sent: newer than the window
         batch_bytes = 0
 
@@ -289,7 +320,7 @@ class _Reader:
         def oldest() -> Iterator[Fetched]:
             """The oldest row in flight, once read (its region is free again once the next is asked for)."""
             row, path, region, future, i = window.popleft()
-            answer = future.result()[i]
+            answer = i if future is None else future.result()[i]
             if isinstance(answer, Exception):
                 raise answer
             yield row, path, region if region is not None else BigFile(row, path, self.inside), answer
@@ -308,6 +339,17 @@ class _Reader:
                 yield from oldest()
             if row.size <= self.big and region is None:
                 region = ring.take(row.size)  # nothing is in flight: the ring is free
+            if region is not None:
+                crc: int | Exception | None
+                try:
+                    crc = read_if_in_memory(row, path, self.inside, region)
+                except Exception as exc:  # raised at this row's turn, after the rows before it
+                    crc = exc
+                if crc is not None:
+                    if batch:  # rows still go out in order: what came before is on its way first
+                        send()
+                    window.append((row, path, region, None, crc))
+                    continue
             batch.append((row, path, region))
             batch_bytes += row.size
             if batch_bytes >= READ_BATCH_BYTES or len(batch) >= READ_BATCH_ROWS:

@@ -213,17 +213,33 @@ def _start_method() -> str:
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
+def _forkserver_context() -> Any:
+    context = multiprocessing.get_context("forkserver")
+    # "__main__": the script that started this process (the CLI), imported once by the
+    # forkserver rather than by each worker. (No effect once this process's forkserver runs: it
+    # keeps what it imported.)
+    context.set_forkserver_preload(["__main__", *TASK_MODULES])
+    return context
+
+
+def start_forkserver(jobs: int) -> None:
+    """Start the forkserver now, when local worker processes will follow (``jobs`` over 1), so
+    its start and imports run while the caller works (pack's check phase) instead of before the
+    first task. Changes nothing but when that happens; the pool starts it itself otherwise."""
+    if jobs > 1 and _start_method() == "forkserver":
+        _forkserver_context()
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 class LocalPool(ProcessPoolExecutor, TaskExecutor):
     """``jobs`` worker processes on this machine, for ``tasks`` tasks at most (see the module
     docstring for what it adds to ``ProcessPoolExecutor``)."""
 
     def __init__(self, jobs: int, tasks: int) -> None:
-        context = multiprocessing.get_context(_start_method())
-        if context.get_start_method() == "forkserver":
-            # "__main__": the script that started this process (the CLI), imported once by the
-            # forkserver rather than by each worker. (No effect once this process's forkserver
-            # runs: it keeps what it imported.)
-            context.set_forkserver_preload(["__main__", *TASK_MODULES])
+        method = _start_method()
+        context = _forkserver_context() if method == "forkserver" else multiprocessing.get_context(method)
         # Per task (in submission order): 0 not started, a worker's pid while it runs there,
         # _ENDED once it ended with a result or an error. A worker that dies or is stopped leaves
         # its task's pid. No lock: each entry is written by one worker at a time.
