@@ -27,12 +27,12 @@ from typing import Any, BinaryIO
 from .errors import ShardkitError, naming
 from .formats import format_named
 from .formats.base import RowFile
+from .location import Location
 from .manifest import ManifestShard
 from .plan import ShardPlan
 from .readahead import BigFile, Fetched, forget_ring, read_in_order
 from .shardfile import ShardFile
 from .staging import StagedRow, iter_published_lines, iter_staged
-from .store import store_for
 
 DEFAULT_READ_THREADS = 8
 DEFAULT_PREFETCH_BYTES = 16 << 20
@@ -134,7 +134,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
     """Write one shard and its metadata file; return what the manifest records of it."""
     plan = job.plan
     fmt = format_named(job.format)
-    store = store_for(job.out_dir)
+    store = Location.out_dir(job.out_dir)
     tmp_dir = job.tmp_dir or os.path.join(tempfile.gettempdir(), "shardkit")  # "": this machine's own
     os.makedirs(tmp_dir, exist_ok=True)
     # Names of this attempt's own: a cluster may run a task again while a worker it gave up on
