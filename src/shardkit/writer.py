@@ -9,7 +9,7 @@ The shard file itself goes through :class:`~shardkit.shardfile.ShardFile` (align
 and written by threads, ``O_DIRECT`` on local filesystems). Everything is written under
 ``.shardkit/tmp`` and renamed into ``data/`` and ``metadata/`` only when complete (after fsync),
 so a run that dies never leaves a finished-looking shard that is not; for an OUT_DIR URL, the
-finished files are uploaded instead (:mod:`.store`). The size is checked against the plan: a
+finished files are uploaded instead (:mod:`.location`). The size is checked against the plan: a
 shard that is not exactly as planned is an error.
 """
 
