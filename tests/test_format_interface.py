@@ -25,8 +25,8 @@ from shardkit.formats import (
     format_of_manifest,
 )
 from shardkit.formats.base import ShardRecord
+from shardkit.location import Location
 from shardkit.manifest import ManifestShard
-from shardkit.store import LocalStore
 from shardkit.verify import _Check, _ShardResult
 from tests.conftest import tiny_image
 
@@ -113,7 +113,7 @@ def _written(fmt: ShardFormat, folder: Path) -> tuple[ManifestShard, _Rows]:
 
 def _verified(fmt: ShardFormat, folder: Path, shard: ManifestShard) -> tuple[list[str], Any]:
     result = _ShardResult()
-    walk = fmt.verify_shard(_Check(LocalStore(str(folder)), shard, fmt, "a", True, result))
+    walk = fmt.verify_shard(_Check(Location(str(folder), "folder"), shard, fmt, "a", True, result))
     return [p.format() for p in result.problems], walk
 
 

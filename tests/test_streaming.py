@@ -17,7 +17,8 @@ from datasets.distributed import split_dataset_by_node
 
 import shardkit
 from shardkit.formats.zip import ZipFormatError, ZipWriter
-from shardkit.streaming import Source, iter_shard
+from shardkit.location import Location
+from shardkit.streaming import iter_shard
 from tests.http_server import serve_directory
 from tests.readback import expected_rows
 
@@ -99,7 +100,7 @@ def _zip_shard(path: Path, rows: list[dict[str, Any]], members: list[str], tail:
 
 
 def _rows_of(tmp_path: Path, shard: str) -> list[tuple[str, Any]]:
-    rows = iter_shard(Source(str(tmp_path), remote=False), shard, "image")
+    rows = iter_shard(Location(str(tmp_path), "folder"), shard, "image")
     return [(row["image"]["path"], row["n"]) for row in rows]
 
 
@@ -132,7 +133,7 @@ def test_a_reader_that_stops_early_parses_only_the_rows_it_reads(tmp_path: Path)
     names = [f"images/{i}.jpg" for i in range(3)]
     rows = [{"file_name": name, "n": i} for i, name in enumerate(names[:2])]
     _zip_shard(tmp_path / "s.zip", rows, names, tail="{not json\n")
-    reader = iter_shard(Source(str(tmp_path), remote=False), "s.zip", "image")
+    reader = iter_shard(Location(str(tmp_path), "folder"), "s.zip", "image")
     assert next(reader)["n"] == 0
     reader.close()
     with pytest.raises(ZipFormatError, match=r"s\.zip: metadata\.jsonl line 3 is not a JSON object with a file_name"):

@@ -438,7 +438,7 @@ def test_a_new_column_rewrites_every_parquet_shard_but_only_touched_zip_shards(t
 #: Runs pack-shards and SIGKILLs it at one fixed point (argv[1]); the rest is pack-shards' argv.
 KILLED_AT = r"""
 import os, signal, sys
-import shardkit.pack, shardkit.store
+import shardkit.pack, shardkit.location
 from shardkit.cli import pack_shards
 
 point = sys.argv[1]
@@ -447,11 +447,11 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "a shard whose rows all went removed":
-    remove = shardkit.store.LocalStore.remove
+    remove = shardkit.location.Location.remove
     def removing(self, rel):
         remove(self, rel)
         die()
-    shardkit.store.LocalStore.remove = removing
+    shardkit.location.Location.remove = removing
 elif point == "the new state recorded":
     write_atomic = shardkit.pack.write_atomic
     def writing(path, content):

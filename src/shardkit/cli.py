@@ -22,10 +22,10 @@ from . import __version__
 from .card import human_size
 from .errors import ShardkitError, UsageError
 from .formats import FORMAT_NAMES
+from .location import is_url
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .schema import class_label_names
-from .store import is_url
 
 if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit --help` stays quick
     from .pack import ExecutorName, OnProblem, ShardFormatName

@@ -14,10 +14,10 @@ from collections.abc import Container, Iterable, Iterator
 
 from .card import LOADER_SUFFIX, STATS_BEGIN
 from .errors import UsageError, listed
+from .location import Location
 from .manifest import MANIFEST_NAME, ManifestShard, write_atomic
 from .manifest import WORK_DIR as WORK_DIR  # the working folder is outdir's concept; defined beside write_atomic
 from .metadata import sha256_file
-from .store import UrlStore
 from .table import TABLE_NAME
 
 #: The top-level files of a repo that shardkit writes (with the ``*_loader.py`` loading script):
@@ -234,7 +234,7 @@ def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None =
     return None
 
 
-# --- an OUT_DIR URL: the repo's small files travel between it and the local work folder -------
+# --- the repo's small files travel between OUT_DIR and the local folder a run edits them in -------
 
 
 def _small_files(folder: str) -> list[str]:
@@ -244,10 +244,12 @@ def _small_files(folder: str) -> list[str]:
     )
 
 
-def pull_small_files(store: UrlStore, local_dir: str) -> list[str]:
+def pull_small_files(store: Location, local_dir: str) -> list[str]:
     """Make the local work folder's top-level files those at the URL (a card or loading script
     made by ``shardkit new``, an earlier run's manifest), which a run then edits; the URL is the
     truth, so a file gone from it goes from the work folder too. Return their names."""
+    if store.is_local:  # a local OUT_DIR is the folder a run edits its files in: nothing to copy
+        return [name for name in _small_files(local_dir) if name != TABLE_NAME]
     # Not the metadata table: every pack writes it anew, and it can be GBs.
     names = [name for name in store.list("") if is_small_file(name) and name != TABLE_NAME]
     for name in names:
@@ -259,20 +261,21 @@ def pull_small_files(store: UrlStore, local_dir: str) -> list[str]:
     return names
 
 
-def push_small_files(store: UrlStore, local_dir: str) -> list[str]:
-    """Upload the local work folder's top-level files to the URL, the manifest last (it says the
-    shards are complete); return their names."""
-    names = _small_files(local_dir)
+def push_small_files(store: Location, local_dir: str) -> list[str]:
+    """Put the top-level files a run wrote in ``local_dir`` at OUT_DIR, the manifest last (it says
+    the shards are complete); return their names. Not the metadata table: a pack puts it there
+    itself (it can be GBs). For a local OUT_DIR, ``local_dir`` is OUT_DIR: they are in place."""
+    names = [name for name in _small_files(local_dir) if name != TABLE_NAME]
     names.sort(key=lambda name: name == MANIFEST_NAME)
     for name in names:
-        store.upload(os.path.join(local_dir, name), name)  # streamed: the metadata table can be GBs
+        store.upload(os.path.join(local_dir, name), name)
     return names
 
 
 def url_shard_problem(sizes: dict[str, int], shard: ManifestShard) -> str | None:
     """Why a shard at the URL is not the one recorded as written; None if it is there at its size.
 
-    ``sizes`` is one listing of the URL (:meth:`UrlStore.find`), not a request per shard. Sizes
+    ``sizes`` is one listing of the URL (:meth:`Location.find`), not a request per shard. Sizes
     only: objects are uploaded whole, so a shard that is there at its size is the one written
     (``shardkit verify URL`` reads and hashes everything).
     """

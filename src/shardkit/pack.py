@@ -43,6 +43,7 @@ from .check import (
 )
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed
 from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
+from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .outdir import (
     PLACEHOLDERS,
@@ -81,7 +82,6 @@ from .staging import (
     repeated_files,
     rows_sha256,
 )
-from .store import LocalStore, ShardStore, UrlStore, is_url, run_folder
 from .table import TABLE_NAME, write_metadata_table
 from .tasks import Cluster, Tasks, cluster_for, run_tasks, start_forkserver, task_executor
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
@@ -139,7 +139,7 @@ class PackConfig:
     executor: ExecutorName = "local"  # dask: each shard a task on the cluster at `scheduler`
     scheduler: str | None = None  # tcp://HOST:PORT or a scheduler file; default $DASK_SCHEDULER_ADDRESS
     # With an OUT_DIR URL: the local folder for working files and the repo's small files
-    # (None: ~/.cache/shardkit/work/<hash of the URL>); see shardkit.store
+    # (None: ~/.cache/shardkit/work/<hash of the URL>); see shardkit.location
     work_dir: str | None = None
 
     @property
@@ -213,14 +213,16 @@ def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = 
         raise UsageError(problem)
     if config.update and config.force:
         raise UsageError("--update keeps the shards whose rows did not change, --force rewrites them all: give one")
-    out_dir = run_folder(config.out_dir, config.work_dir)
-    store = UrlStore(config.out_dir) if is_url(config.out_dir) else LocalStore(out_dir)
-    if not isinstance(store, UrlStore):
-        check_out_dir(out_dir, adopt=config.adopt)
-    created = CreatedHere(out_dir)
+    # Where the repo goes, and the local folder holding the run's working files (.shardkit/) and
+    # the small files it edits (card, manifest...): for a local OUT_DIR, the same folder.
+    location = Location.out_dir(config.out_dir)
+    local_dir = location.local_dir(config.work_dir)
+    if location.is_local:  # a URL is not checked for foreign files: a bucket has no "folder" to claim
+        check_out_dir(local_dir, adopt=config.adopt)
+    created = CreatedHere(local_dir)
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(cluster_for(config.executor, config.scheduler, client))
-        work_dir = stack.enter_context(locked(out_dir))
+        work_dir = stack.enter_context(locked(local_dir))
         created.locked()
         # Runs before the lock is released (LIFO): a refused run or a dry run takes away what it
         # made, while no other run can be working here. A run refused the lock made nothing and
@@ -228,13 +230,12 @@ def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = 
         stack.callback(lambda: created.undo() if not created.finished or config.dry_run else None)
         if cluster is not None:  # before the check phase, which can take hours
             metadata_dir = os.path.dirname(os.path.abspath(config.metadata_path))
-            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], store)
-        if isinstance(store, UrlStore):
-            store.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
-            pull_small_files(store, out_dir)
-        if problem := card_problem(out_dir):  # a card shardkit cannot keep true: before hours of work
+            cluster.check_workers(work_dir, [os.path.abspath(config.images_dir), metadata_dir], location)
+        location.check_writable()  # credentials, bucket, endpoint: now, not after hours of checking
+        pull_small_files(location, local_dir)
+        if problem := card_problem(local_dir):  # a card shardkit cannot keep true: before hours of work
             raise UsageError(problem)
-        summary = _pack_locked(config, fmt, out_dir, work_dir, progress, started, cluster, store, created)
+        summary = _pack_locked(config, fmt, local_dir, work_dir, progress, started, cluster, location, created)
         created.finished = True
     return summary
 
@@ -242,18 +243,19 @@ def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = 
 def _pack_locked(
     config: PackConfig,
     fmt: ShardFormat,
-    out_dir: str,
+    local_dir: str,
     work_dir: str,
     progress: Progress,
     started: float,
     cluster: Cluster | None,
-    store: ShardStore,
+    location: Location,
     created: CreatedHere,
 ) -> PackSummary:
-    """Pack, holding the lock; ``out_dir`` is OUT_DIR, or for a URL the local work folder."""
+    """Pack, holding the lock; ``local_dir`` is OUT_DIR, or for a URL the local work folder."""
     if cluster is None and not config.dry_run:
         start_forkserver(config.jobs)
-    remote = isinstance(store, UrlStore)
+    # Workers writing to a URL need no access to this machine: their rows travel in the job.
+    remote = not location.is_local
     tmp_dir = os.path.join(work_dir, "tmp")
     staging_dir = os.path.join(work_dir, "staging")
     shutil.rmtree(tmp_dir, ignore_errors=True)  # leftovers of a run that died
@@ -268,7 +270,7 @@ def _pack_locked(
     try:
         # With a URL, the range tasks' runs must land where this process reads them: here.
         check_cluster = None if remote else cluster
-        previous = _previous_run(out_dir, work_dir)
+        previous = _previous_run(local_dir, work_dir)
         staged = _check_and_stage(
             config,
             fmt,
@@ -346,7 +348,7 @@ def _pack_locked(
 
     def summary(*, written: int, manifest: str | None, total_bytes: int | None = None, kept: int = 0) -> PackSummary:
         return PackSummary(
-            out_dir=store.location,
+            out_dir=location.url,
             manifest=manifest,
             rows=staged.rows,
             shards=len(plan),
@@ -381,7 +383,8 @@ def _pack_locked(
     # features (its schema).
     salt = json.dumps(staged.features, sort_keys=True).encode() if fmt.name == "parquet" else b""
     plan = [replace(p, input_sha256=rows_sha256(staged.path, p.offset, p.rows, salt)) for p in plan]
-    hashes = None if remote else HashCache(out_dir)
+    # Shards on this machine are hashed (and their hashes kept); at a URL, sizes only (see _reconcile).
+    hashes = HashCache(local_dir) if location.is_local else None
     state = _RunState(
         staged.fingerprint,
         options,
@@ -391,7 +394,7 @@ def _pack_locked(
         staged.split_folders,
     )
     if config.dry_run:  # what the run would do with OUT_DIR (or its refusal), changing nothing
-        done, kept = _reconcile(out_dir, work_dir, plan, state, previous, config, hashes, store, dry_run=True)
+        done, kept = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location, dry_run=True)
         return summary(written=len(plan) - len(done), manifest=None, kept=kept)
 
     # The metadata table now, in the work folder: a row it cannot hold stops the run before any
@@ -402,7 +405,7 @@ def _pack_locked(
         ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
         staged.features,
     )
-    done, kept = _reconcile(out_dir, work_dir, plan, state, previous, config, hashes, store)
+    done, kept = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location)
     created.keep()  # OUT_DIR changes from here on: its work folder is what a re-run resumes from
     todo = [p for p in plan if p.name not in done]
     jobs: list[ShardJob] = [
@@ -410,7 +413,7 @@ def _pack_locked(
             plan=p,
             staging_path="" if remote else staged.path,  # with a URL the rows travel in the job
             images_dir=os.path.abspath(config.images_dir),
-            out_dir=store.location,
+            out_dir=location.url,
             tmp_dir="" if remote else tmp_dir,  # a worker writing to a URL uses its own temp folder
             read_threads=config.read_threads,
             prefetch_bytes=config.prefetch_bytes,
@@ -443,10 +446,9 @@ def _pack_locked(
             hashes.save()
     progress.finish()
     phases.end("write")
-    if isinstance(store, UrlStore):
-        store.forget_listings()  # workers wrote what this process listed before (the preview reads it)
+    location.forget_listings()  # workers wrote what this process listed before (the preview reads it)
 
-    os.replace(table_tmp, os.path.join(out_dir, TABLE_NAME))
+    location.put(table_tmp, TABLE_NAME, fsync=config.fsync)
     manifest = Manifest(
         options=options,
         input_fingerprint=staged.fingerprint,
@@ -456,11 +458,10 @@ def _pack_locked(
         metadata_table_sha256=table_sha256,
         prefix_lengths=prefix_lengths if staged.split_folders else {},
     )
-    manifest_path = write_manifest(out_dir, manifest)
+    write_manifest(local_dir, manifest)
     preview = None
     if staged.modality == "image":
-        shards_at = store.location if remote else None
-        preview = write_preview(out_dir, [p.name for p in plan], fmt=fmt, shards_at=shards_at, labels=staged.labels)
+        preview = write_preview(local_dir, [p.name for p in plan], fmt=fmt, shards_at=location, labels=staged.labels)
     loader_note = _builtin_loader_note(fmt, plan, staged)
     if loader_note is not None:
         log.warning("%s", loader_note)
@@ -470,7 +471,7 @@ def _pack_locked(
             loader_note,
         )
     update_card(
-        out_dir,
+        local_dir,
         builtin_loader_note=loader_note,
         features=card_features(fmt, staged.features, staged.extensions),
         rows=staged.rows,
@@ -478,15 +479,14 @@ def _pack_locked(
         total_bytes=sum(s.bytes for s in manifest.shards),
         preview=preview,
         fmt=fmt,
-        name=store.location.rsplit("/", 1)[-1],
+        name=location.name,
         splits=manifest.splits(),
     )
-    ensure_gitattributes(out_dir)
+    ensure_gitattributes(local_dir)
     if fmt.name == "zip":  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
-        update_loaders(out_dir, staged.features)
-    if isinstance(store, UrlStore):
-        push_small_files(store, out_dir)
-        manifest_path = f"{store.location}/{MANIFEST_NAME}"
+        update_loaders(local_dir, staged.features)
+    push_small_files(location, local_dir)  # the manifest last
+    manifest_path = location.where(MANIFEST_NAME)
     shutil.rmtree(staging_dir, ignore_errors=True)
     shutil.rmtree(tmp_dir, ignore_errors=True)  # partial files of tasks whose worker died
     phases.end("finish")
@@ -867,12 +867,12 @@ class _PreviousRun:
         return dict(self.state.get("labels") or {})
 
 
-def _previous_run(out_dir: str, work_dir: str) -> _PreviousRun | None:
+def _previous_run(local_dir: str, work_dir: str) -> _PreviousRun | None:
     """The run recorded in OUT_DIR, if any (older records are completed with what they imply)."""
     state: dict[str, Any] | None = None
     with contextlib.suppress(FileNotFoundError), open(os.path.join(work_dir, "state.json"), encoding="utf-8") as f:
         state = json.load(f)
-    manifest = read_manifest(out_dir)
+    manifest = read_manifest(local_dir)
     if state is None and manifest is not None:  # a folder packed without its work folder (a clone)
         state = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
         state["layout"] = LAYOUT_VERSIONS[manifest.options.format] if manifest.metadata_table_sha256 else 1
@@ -936,21 +936,21 @@ def _done_record(work_dir: str, shard_file: str) -> str:
 
 
 def _reconcile(
-    out_dir: str,
+    local_dir: str,
     work_dir: str,
     plan: list[ShardPlan],
     run: _RunState,
     previous_run: _PreviousRun | None,
     config: PackConfig,
     hashes: HashCache | None,
-    store: ShardStore,
+    location: Location,
     *,
     dry_run: bool = False,
 ) -> tuple[dict[str, ManifestShard], int]:
     """Compare OUT_DIR with the plan: return the shards already done (and how many of them an
     update kept from the run before); refuse foreign output. ``dry_run``: decide the same,
     refuse the same, and change nothing."""
-    where = store.location
+    where = location.url
     state = run.to_json()
     previous = previous_run.state if previous_run is not None else None
     manifest = previous_run.manifest if previous_run is not None else None
@@ -972,7 +972,7 @@ def _reconcile(
     present = sorted(
         rel
         for sub in ("data", "metadata")
-        for rel in store.files_under(sub)
+        for rel in location.files_under(sub)
         if rel.rsplit("/", 1)[-1] not in PLACEHOLDERS
     )
     unknown = unnamed_files(present, (owned | planned) if same_run else owned)
@@ -1006,19 +1006,18 @@ def _reconcile(
         for rel in ours:
             # An update overwrites a changed shard in place, when its new version is written.
             if rel not in planned or not (same_run or updating):
-                store.remove(rel)
+                location.remove(rel)
         os.makedirs(done_dir, exist_ok=True)
         write_atomic(os.path.join(work_dir, "state.json"), json.dumps(state, sort_keys=True).encode())
         if not same_run:
             shutil.rmtree(done_dir, ignore_errors=True)
             os.makedirs(done_dir)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(out_dir, MANIFEST_NAME))
-            if isinstance(store, UrlStore):
-                store.remove(MANIFEST_NAME)
+            location.remove(MANIFEST_NAME)
+            with contextlib.suppress(FileNotFoundError):  # the work folder's copy, for a URL
+                os.unlink(os.path.join(local_dir, MANIFEST_NAME))
 
     # At a URL, one listing: reading terabytes back to hash them would cost as much as the pack.
-    sizes = store.find() if isinstance(store, UrlStore) else None
+    sizes = None if location.is_local else location.find()
     exact = run.options.shard_format.exact
     done: dict[str, ManifestShard] = {}
     kept = 0
@@ -1042,7 +1041,7 @@ def _reconcile(
         if result is None:
             continue
         planned_size = p.bytes == result.bytes or not exact
-        problem = url_shard_problem(sizes, result) if sizes is not None else shard_problem(out_dir, result, hashes)
+        problem = url_shard_problem(sizes, result) if sizes is not None else shard_problem(local_dir, result, hashes)
         if planned_size and problem is None:
             done[p.name] = result
             if from_before:  # recorded, so that a run killed from here on keeps it too

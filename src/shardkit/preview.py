@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .formats import ZIP, ShardFormat
+from .location import Location
 from .manifest import write_atomic
-from .streaming import Source, iter_shard, resolve_source
+from .streaming import iter_shard
 
 PREVIEW_NAME = "preview.jpg"
 CAPTION_COLUMNS = ("caption", "title", "text", "description", "label", "class", "category")
@@ -38,7 +39,7 @@ def caption_of(row: dict[str, Any]) -> str:
 
 
 def _samples(
-    source: Source, shard_files: list[str], limit: int, fmt: ShardFormat, labels: dict[str, list[str]]
+    source: Location, shard_files: list[str], limit: int, fmt: ShardFormat, labels: dict[str, list[str]]
 ) -> Iterator[tuple[bytes, str]]:
     """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look.
     ``labels``: ClassLabel columns' names, so a caption shows "cat", not the class number."""
@@ -67,14 +68,14 @@ def write_preview(
     *,
     count: int = 12,
     fmt: ShardFormat = ZIP,
-    shards_at: str | None = None,
+    shards_at: Location | None = None,
     labels: dict[str, list[str]] | None = None,
 ) -> str | None:
-    """Write ``preview.jpg`` into ``out_dir`` from up to ``count`` images of the shards in
-    ``out_dir`` (or at the URL ``shards_at``); return its name, or None if none decode."""
+    """Write ``preview.jpg`` into the local folder ``out_dir`` from up to ``count`` images of the
+    shards at ``shards_at`` (by default in ``out_dir``); return its name, or None if none decode."""
     from PIL import Image, ImageDraw, ImageFont, ImageOps
 
-    source = resolve_source(shards_at) if shards_at else Source(out_dir, remote=False)
+    source = shards_at or Location(os.path.abspath(out_dir), "folder")
     tiles: list[tuple[Image.Image, str]] = []
     for data, caption in _samples(source, shard_files, count, fmt, labels or {}):
         try:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX, name_repo
 from .errors import ShardkitError, UsageError, listed
+from .location import Location, is_network_error, is_timeout, is_url, network_timeout, timeout_error
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
 from .metadata import sha256_stream
 from .outdir import (
@@ -53,7 +54,6 @@ from .outdir import (
 )
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
-from .store import UrlStore, is_network_error, is_timeout, is_url, network_timeout, run_folder, timeout_error
 from .table import TABLE_NAME
 from .threads import call_interruptibly, interruptible_pool
 
@@ -215,7 +215,7 @@ def _check_name(rel: str, where: str) -> None:
 def collect_files(
     out_dir: str,
     manifest: Manifest,
-    store: UrlStore | None = None,
+    location: Location | None = None,
     listing: dict[str, int] | None = None,
     include: tuple[str, ...] = (),
     left_out: list[str] | None = None,
@@ -227,19 +227,19 @@ def collect_files(
 
     A file in ``data/`` or ``metadata/`` that the manifest does not name (:func:`unnamed_files`)
     is an error: the card's ``data/*`` pattern would publish it as part of the dataset (or it is
-    left from a pack in another format). With ``store`` (an OUT_DIR URL), the shard files are
-    those at the URL (``listing``: its files and their sizes, from :meth:`UrlStore.find`) and
+    left from a pack in another format). For an OUT_DIR URL (``location``), the shard files are
+    those at the URL (``listing``: its files and their sizes, from :meth:`Location.find`) and
     ``out_dir`` is the local copy of the small files.
     """
     listing = listing or {}
+    # At a URL, the shards are listed there; a local OUT_DIR is walked below (its .gitignore prunes it).
+    remote = location if location is not None and not location.is_local else None
     shard_files: list[LocalFile] = []
     for shard in manifest.shards:
-        if store is not None:
+        if remote is not None:
             size = listing.get(shard.metadata, 0)
-            shard_files.append(LocalFile(shard.file, f"{store.location}/{shard.file}", shard.bytes, shard.sha256))
-            shard_files.append(
-                LocalFile(shard.metadata, f"{store.location}/{shard.metadata}", size, shard.metadata_sha256)
-            )
+            shard_files.append(LocalFile(shard.file, remote.where(shard.file), shard.bytes, shard.sha256))
+            shard_files.append(LocalFile(shard.metadata, remote.where(shard.metadata), size, shard.metadata_sha256))
             continue
         shard_files.append(LocalFile(shard.file, os.path.join(out_dir, shard.file), shard.bytes, shard.sha256))
         meta = os.path.join(out_dir, shard.metadata)
@@ -253,10 +253,10 @@ def collect_files(
         prefix = "" if rel_folder == "." else rel_folder + "/"
         dirs[:] = sorted(d for d in dirs if not rules.match_file(prefix + d + "/"))
         found.update((prefix + name, (os.path.join(folder, name), None)) for name in sorted(files))
-    if store is not None:  # the files below the top level are at the URL only
+    if remote is not None:  # the files below the top level are at the URL only
         for rel, size in sorted(listing.items()):
             if "/" in rel or rel == TABLE_NAME:  # the one root file not copied to the work folder
-                found[rel] = (f"{store.location}/{rel}", size)
+                found[rel] = (remote.where(rel), size)
     candidates = [rel for rel in found if rel not in named and not is_ignored(rel, False, rules)]
     unnamed = unnamed_files(candidates, named)
     if unnamed:
@@ -294,9 +294,9 @@ def check_hub_limits(files: list[LocalFile]) -> None:
         raise UsageError(f"the repo would hold {len(files)} files; the Hub advises under {HUB_MAX_REPO_FILES}. {fix}")
 
 
-def is_unchanged(local: LocalFile, remote: RemoteFile | None, store: UrlStore | None = None) -> bool:
+def is_unchanged(local: LocalFile, remote: RemoteFile | None, location: Location | None = None) -> bool:
     """Whether the repo already holds this file's content at this path (reads small files only,
-    and files whose sha256 is not known; a file whose ``local`` is a URL is read through ``store``).
+    and files whose sha256 is not known; a file whose ``local`` is a URL is read through ``location``).
 
     Decided here, from one listing of the repo, rather than left to ``create_commit`` (which also
     drops unchanged files): a shard's sha256 is the manifest's, so an unchanged shard is neither
@@ -309,7 +309,7 @@ def is_unchanged(local: LocalFile, remote: RemoteFile | None, store: UrlStore | 
         return local.sha256 == remote.sha256  # a shard or metadata file: the manifest has it
     if remote.sha256 is None and local.size > REGULAR_FILE_LIMIT:
         return False
-    with store.open(local.path) if store is not None and is_url(local.local) else open(local.local, "rb") as f:
+    with location.open(local.path) if location is not None and is_url(local.local) else open(local.local, "rb") as f:
         if remote.sha256 is not None:
             return sha256_stream(f) == remote.sha256
         return git_hash(f.read()) == remote.git_oid
@@ -532,7 +532,7 @@ def _card_naming(
     revision: str,
     manifest: Manifest,
     files: list[LocalFile],
-    store: UrlStore | None,
+    location: Location,
 ) -> list[LocalFile]:
     """Name ``repo_id`` in the card's load examples before it is published; ``files`` with the
     card's new size. OUT_DIR's card (at its URL too) gets the same: that section is shardkit's,
@@ -540,9 +540,7 @@ def _card_naming(
     card = name_repo(out_dir, repo_id, revision, manifest)
     if card is None:
         return files
-    if store is not None:
-        with open(card, "rb") as f:
-            store.write_bytes("README.md", f.read())
+    location.upload(card, "README.md")  # for a local OUT_DIR, the card is already there
     return [
         LocalFile(f.path, f.local, os.path.getsize(f.local), f.sha256) if f.path == "README.md" else f for f in files
     ]
@@ -583,7 +581,7 @@ def _commit(
     message: str,
     parent: str,
     progress: Progress,
-    store: UrlStore | None = None,
+    location: Location | None = None,
     stop: threading.Event | None = None,
 ) -> str:
     """Upload ``files`` a group at a time, then commit them; ``stop`` (Ctrl-C in the caller's
@@ -599,15 +597,15 @@ def _commit(
             fetched = []
             for f in files[start : start + UPLOAD_GROUP]:
                 source: str | bytes = f.local
-                if store is not None and is_url(f.local):
+                if location is not None and is_url(f.local):
                     # From the URL through this machine, a group at a time: huggingface_hub
                     # uploads paths and bytes (Xet takes nothing else). Small files as bytes,
                     # since a commit reads non-LFS files again; big ones are always LFS.
                     if f.size <= REGULAR_FILE_LIMIT:
-                        source = store.read_bytes(f.path) or b""
+                        source = location.read_bytes(f.path) or b""
                     else:
                         source = os.path.join(tmp, f.path.replace("/", "__"))
-                        store.get(f.path, source)
+                        location.get(f.path, source)
                         fetched.append(source)
                 op = CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=source)
                 if f.sha256 is not None:  # checked against the manifest just before: no second read to hash
@@ -667,7 +665,7 @@ def push(config: PushConfig, *, progress: Progress | None = None) -> PushSummary
     """Upload ``config.out_dir`` (packed by :func:`shardkit.pack.pack`) to ``config.repo_id``;
     ``progress`` as for :func:`shardkit.pack.pack`.
 
-    Every request waits at most :func:`shardkit.store.network_timeout` seconds for a byte; a
+    Every request waits at most :func:`shardkit.location.network_timeout` seconds for a byte; a
     re-run after a timeout (or Ctrl-C, which stops the push at once) resumes.
     """
     bar = progress or NullProgress()
@@ -681,21 +679,20 @@ def push(config: PushConfig, *, progress: Progress | None = None) -> PushSummary
 def _push(config: PushConfig, progress: Progress, stop: threading.Event | None = None) -> PushSummary:
     started = time.perf_counter()
     check_repo_id(config.repo_id)
-    out_dir = run_folder(config.out_dir, config.work_dir)
-    store = UrlStore(config.out_dir) if is_url(config.out_dir) else None
-    if store is None and not os.path.isdir(out_dir):
+    location = Location.out_dir(config.out_dir)
+    out_dir = location.local_dir(config.work_dir)  # OUT_DIR, or for a URL its local work folder
+    if location.is_local and not os.path.isdir(out_dir):
         raise UsageError(f"OUT_DIR {config.out_dir!r} is not a folder")
     os.makedirs(out_dir, exist_ok=True)
     with locked(out_dir):
-        if store is not None:  # the card, manifest and script, from the URL to the local work folder
-            pull_small_files(store, out_dir)
+        pull_small_files(location, out_dir)  # for a URL: the card, manifest and script, to the work folder
         manifest = read_manifest(out_dir)
         if manifest is None:
             raise UsageError(
                 f"{config.out_dir} has no {MANIFEST_NAME}: pack it first (pack-shards IMAGES_DIR META_JSONL -o OUT_DIR)"
             )
         with bounded_hub_requests(network_timeout()):
-            return _push_locked(config, out_dir, manifest, progress, started, store, stop)
+            return _push_locked(config, out_dir, manifest, progress, started, location, stop)
 
 
 def _push_locked(
@@ -704,15 +701,16 @@ def _push_locked(
     manifest: Manifest,
     progress: Progress,
     started: float,
-    store: UrlStore | None,
+    location: Location,
     stop: threading.Event | None = None,
 ) -> PushSummary:
     from huggingface_hub import HfApi
     from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
 
-    listing = store.find() if store is not None else None  # one listing of the URL serves both steps
+    # At a URL, one listing serves both steps; a local OUT_DIR's shards are hashed (below).
+    listing = None if location.is_local else location.find()
     left_out: list[str] = []
-    shard_files, other_files = collect_files(out_dir, manifest, store, listing, config.include, left_out)
+    shard_files, other_files = collect_files(out_dir, manifest, location, listing, config.include, left_out)
     if left_out:
         shown = listed(left_out, 10)
         log.warning(
@@ -744,8 +742,8 @@ def _push_locked(
         head = api.repo_info(repo_id, repo_type="dataset", revision=config.revision).sha
         remote = list_remote(api, repo_id, config.revision)
     assert head is not None
-    other_files = _card_naming(out_dir, repo_id, config.revision, manifest, other_files, store)
-    unchanged = functools.partial(is_unchanged, store=store)
+    other_files = _card_naming(out_dir, repo_id, config.revision, manifest, other_files, location)
+    unchanged = functools.partial(is_unchanged, location=location)
     deletable = _published_by_shardkit(api, repo_id, head, remote)
     plan = plan_commits(shard_files, other_files, remote, config.files_per_commit, unchanged, deletable)
     if plan.kept_remote:
@@ -761,12 +759,12 @@ def _push_locked(
     for number, batch in enumerate(plan.batches, 1):
         shards = [f.path for f in batch if f.path.startswith("data/")] or [batch[0].path]
         message = f"shardkit: shards {shards[0]} .. {shards[-1]} (commit {number} of {len(plan.batches)})"
-        head = _commit(api, config, repo_id, batch, [], message, head, progress, store, stop)
+        head = _commit(api, config, repo_id, batch, [], message, head, progress, location, stop)
         commits += 1
     if plan.final or plan.deletions:
         totals = manifest.to_json()["totals"]
         message = f"shardkit: manifest and card, {totals['rows']} rows in {totals['shards']} shards"
-        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress, store, stop)
+        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress, location, stop)
         commits += 1
     progress.finish()
     if commits:

@@ -70,13 +70,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .check import SPLIT_COLUMN, split_problem
 from .errors import NetworkError, ShardkitError, UsageError
+from .location import Location, is_network_error, is_timeout
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
 from .metadata import EXT_RE, KEY_RE
 from .outdir import check_out_dir, locked
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .progress import NullProgress, Progress
 from .schema import class_label_names
-from .store import UrlStore, is_network_error, is_timeout, is_url, run_folder
 from .tasks import Cluster, cluster_for, run_tasks, task_executor
 
 if TYPE_CHECKING:  # imported where the remux packs: its transform workers never need pack
@@ -188,12 +188,13 @@ def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
         return None
     if os.path.isdir(source) and not os.path.exists(os.path.join(source, MANIFEST_NAME)):
         return None
-    from .streaming import read_manifest_from, resolve_source
+    from .streaming import read_manifest_from
 
-    if os.path.isdir(source):
-        return read_manifest_from(resolve_source(source, revision))  # a damaged one is an error, as before
+    location = Location.parse(source, revision=revision)
+    if location.is_local:
+        return read_manifest_from(location)  # a damaged one is an error, as before
     try:
-        return read_manifest_from(resolve_source(source, revision))
+        return read_manifest_from(location)
     except NetworkError:
         # A server that does not answer is not "no manifest there": say so, not that the
         # source has no data files (which datasets would say next).
@@ -357,15 +358,13 @@ def _source_card_text(config: RemuxConfig) -> str | None:
     source = config.source
     if data_files_builder(source) is not None:
         return None
-    if os.path.isdir(source):
-        try:
-            with open(os.path.join(source, "README.md"), "rb") as f:
-                data: bytes | None = f.read()
-        except FileNotFoundError:
-            return None
-    elif is_url(source) and not source.startswith("hf://"):  # http(s), s3...: a shardkit folder there
-        data = UrlStore(source).read_bytes("README.md")
-    elif match := _HUB_SOURCE.match(source):
+    try:
+        location: Location | None = Location.parse(source)
+    except UsageError:
+        location = None
+    if location is not None and location.kind != "hub":  # a folder, or a shardkit folder at a URL
+        data = location.read_bytes("README.md")
+    elif match := _HUB_SOURCE.match(source):  # the Hub's card through its API (a revision in the id too)
         data = _hub_card(match.group(1), config.revision or match.group(2), source)
     else:
         return None
@@ -801,8 +800,9 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         raise UsageError(f"batch size must be at least 1, got {config.batch_size}")
     load_function(config.fn)  # a bad --map fails now, not in a worker
     # With an OUT_DIR URL the transformed files are staged in the local work folder, as pack's own.
-    out_dir = run_folder(config.out_dir, config.work_dir)
-    if not is_url(config.out_dir):
+    location = Location.out_dir(config.out_dir)
+    out_dir = location.local_dir(config.work_dir)
+    if location.is_local:  # a URL is not checked for foreign files, as in pack
         check_out_dir(out_dir, adopt=config.adopt)
     started = time.perf_counter()
     manifest = _shardkit_manifest(config.source, config.revision)
@@ -886,8 +886,8 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         client=None if cluster is None else cluster.client,
     )
     kept = keep_card_fields(out_dir, card_fields) if card_fields else []
-    if kept and is_url(config.out_dir):  # pack pushed the card before these keys were in it
-        UrlStore(config.out_dir).upload(os.path.join(out_dir, "README.md"), "README.md")
+    if kept:  # pack put the card at OUT_DIR before these keys were in it (a local one is that file)
+        location.upload(os.path.join(out_dir, "README.md"), "README.md")
     shutil.rmtree(remux_dir, ignore_errors=True)  # packed: the staged files have served
     return RemuxSummary(
         source_shards=n_shards,

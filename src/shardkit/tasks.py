@@ -76,7 +76,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 from . import __version__
 from .errors import ShardkitError, UsageError
-from .store import ShardStore, UrlStore, filesystem_for, is_url
+from .location import Location, is_url
 
 log = logging.getLogger(__name__)
 
@@ -449,32 +449,27 @@ class Cluster:
         """An executor for one phase's tasks (:func:`task_executor` makes one)."""
         return DaskExecutor(self.client)
 
-    def check_workers(self, work_dir: str, read_dirs: Iterable[str], store: ShardStore | None = None) -> int:
+    def check_workers(self, work_dir: str, read_dirs: Iterable[str], location: Location | None = None) -> int:
         """Fail with a message naming the worker and path unless every worker can do the work.
 
         Each connected worker must run this shardkit version (the bytes written depend on it),
         read a token the client has just written under ``work_dir`` (so it sees the same OUT_DIR,
-        not a local folder of the same name), or at an OUT_DIR URL ``store`` (so it can reach
+        not a local folder of the same name), or at an OUT_DIR URL ``location`` (so it can reach
         it, with credentials), and see every folder in ``read_dirs``. Returns the number of
         workers checked; with none connected yet, the tasks wait for workers to join.
         """
         token = secrets.token_hex(16)
-        remote_token = f".shardkit/{TOKEN_NAME}"
-        if isinstance(store, UrlStore):
-            token_path = f"{store.location}/{remote_token}"
-            store.write_bytes(remote_token, token.encode())
+        # At a URL the token goes to OUT_DIR itself; a local OUT_DIR's work folder is in it.
+        if location is not None and not location.is_local:
+            token_rel = f".shardkit/{TOKEN_NAME}"
         else:
-            token_path = os.path.join(work_dir, TOKEN_NAME)
-            with open(token_path, "w", encoding="utf-8") as f:
-                f.write(token)
+            location, token_rel = Location(os.path.abspath(work_dir), "folder"), TOKEN_NAME
+        token_path = location.where(token_rel)
+        location.write_bytes(token_rel, token.encode())
         try:
             views: dict[str, Any] = self.client.run(worker_view, token_path, sorted(set(read_dirs)), on_error="return")
         finally:
-            if isinstance(store, UrlStore):
-                store.remove_working_file(remote_token)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(token_path)
+            location.remove_working_file(token_rel)
         if not views:
             log.warning("no Dask worker is connected yet: the tasks wait for workers to join, unchecked")
         problems = []
@@ -506,12 +501,10 @@ def worker_view(token_path: str, read_dirs: list[str]) -> dict[str, Any]:
     token: str | None = None
     error: str | None = None
     try:
-        if is_url(token_path):  # an OUT_DIR URL: this worker's credentials and endpoint reach it
-            fs, path = filesystem_for(token_path)
-            token = fs.cat_file(path).decode()
-        else:
-            with open(token_path, encoding="utf-8") as f:
-                token = f.read()
+        # An OUT_DIR URL is reached with this worker's credentials and endpoint.
+        folder, name = token_path.rsplit("/", 1) if is_url(token_path) else os.path.split(token_path)
+        with Location.out_dir(folder).open(name) as f:
+            token = f.read().decode()
     except Exception as exc:  # whatever the filesystem raises: the worker cannot reach OUT_DIR
         error = f"{type(exc).__name__}: {exc}"
     return {

@@ -45,12 +45,12 @@ from typing import IO, Any
 from .errors import UsageError, source_note
 from .formats import ShardFormat
 from .formats.base import source_of_row
+from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .metadata import can_decode, decode_problem, sha256_stream
 from .outdir import unnamed_files
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
-from .store import LocalStore, ShardStore, store_for
 from .streamio import jsonl_lines
 from .table import table_problems
 from .threads import interruptible_pool
@@ -155,7 +155,7 @@ def _decode(result: _ShardResult, shard: ManifestShard, name: str, data: bytes, 
 class _Check:
     """One shard being verified, as its format's walk sees it (:class:`~.formats.base.ShardCheck`)."""
 
-    store: ShardStore
+    store: Location
     shard: ManifestShard
     fmt: ShardFormat
     prefix: str
@@ -171,7 +171,7 @@ class _Check:
         return self.shard.metadata
 
     def open(self, relative: str) -> contextlib.AbstractContextManager[IO[bytes]]:
-        return self.store.open(relative)
+        return self.store.open_random(relative)
 
     def problem(
         self, message: str, member: str | None = None, source: str | None = None, *, file: str | None = None
@@ -186,7 +186,7 @@ class _Check:
             _decode(self.result, self.shard, name, data, source)
 
 
-def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
+def _check_shard(store: Location, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
     result = _ShardResult()
     problems = result.problems
     prefix = os.path.basename(shard.file).split(".")[0].split("-")[0]
@@ -216,7 +216,7 @@ def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, 
             )
 
     try:
-        with store.open(shard.metadata) as f:
+        with store.open_random(shard.metadata) as f:
             outer = f.read()
         if walk.metadata is not None and outer != walk.metadata:
             problems.append(Problem(shard.metadata, f"differs from {fmt.metadata_inside} {shard.file}"))
@@ -227,7 +227,7 @@ def _check_shard(store: ShardStore, shard: ManifestShard, cap: int, deep: bool, 
     return result
 
 
-def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
+def _check_whole(store: Location, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
     present = [rel for sub in ("data", "metadata") for rel in store.files_under(sub)]
     report.problems.extend(Problem(rel, f"not named in {MANIFEST_NAME}") for rel in unnamed_files(present, named))
@@ -238,10 +238,10 @@ def _check_whole(store: ShardStore, manifest: Manifest, results: list[_ShardResu
             report.problems.append(Problem(file_b, f"its keys overlap those of {file_a}: rows are not unique"))
     if manifest.metadata_table is not None:
         try:
-            with store.open(manifest.metadata_table) as f:
+            with store.open_random(manifest.metadata_table) as f:
                 rows = [(s.file, s.rows, s.first_key, s.last_key) for s in manifest.shards]
                 found = table_problems(f, rows)
-            with store.open(manifest.metadata_table) as f:
+            with store.open_random(manifest.metadata_table) as f:
                 digest = sha256_stream(f)
         except FileNotFoundError:
             found = ["missing"]
@@ -261,12 +261,12 @@ def verify(
     every problem found (the report is ``ok`` if none)."""
     progress = progress or NullProgress()
     started = time.perf_counter()
-    store = store_for(out_dir)
-    out_dir = store.location
-    if isinstance(store, LocalStore) and not os.path.isdir(out_dir):
+    store = Location.out_dir(out_dir)
+    out_dir = store.url
+    if store.is_local and not os.path.isdir(out_dir):  # a URL has no folder to check: its manifest tells
         raise UsageError(f"OUT_DIR {out_dir!r} is not a folder")
     try:
-        with store.open(MANIFEST_NAME) as f:
+        with store.open_random(MANIFEST_NAME) as f:
             manifest: Manifest | None = Manifest.from_json(json.load(f))
     except FileNotFoundError:
         manifest = None

@@ -9,7 +9,7 @@ The shard file itself goes through :class:`~shardkit.shardfile.ShardFile` (align
 and written by threads, ``O_DIRECT`` on local filesystems). Everything is written under
 ``.shardkit/tmp`` and renamed into ``data/`` and ``metadata/`` only when complete (after fsync),
 so a run that dies never leaves a finished-looking shard that is not; for an OUT_DIR URL, the
-finished files are uploaded instead (:mod:`.store`). The size is checked against the plan: a
+finished files are uploaded instead (:mod:`.location`). The size is checked against the plan: a
 shard that is not exactly as planned is an error.
 """
 
@@ -27,12 +27,12 @@ from typing import Any, BinaryIO
 from .errors import ShardkitError, naming
 from .formats import format_named
 from .formats.base import RowFile
+from .location import Location
 from .manifest import ManifestShard
 from .plan import ShardPlan
 from .readahead import BigFile, Fetched, forget_ring, read_in_order
 from .shardfile import ShardFile
 from .staging import StagedRow, iter_published_lines, iter_staged
-from .store import store_for
 
 DEFAULT_READ_THREADS = 8
 DEFAULT_PREFETCH_BYTES = 16 << 20
@@ -134,7 +134,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
     """Write one shard and its metadata file; return what the manifest records of it."""
     plan = job.plan
     fmt = format_named(job.format)
-    store = store_for(job.out_dir)
+    store = Location.out_dir(job.out_dir)
     tmp_dir = job.tmp_dir or os.path.join(tempfile.gettempdir(), "shardkit")  # "": this machine's own
     os.makedirs(tmp_dir, exist_ok=True)
     # Names of this attempt's own: a cluster may run a task again while a worker it gave up on
