@@ -18,7 +18,7 @@ from datasets.distributed import split_dataset_by_node
 import shardkit
 from shardkit.formats.zip import ZipFormatError, ZipWriter
 from shardkit.location import Location
-from shardkit.streaming import iter_shard
+from shardkit.shardrows import iter_shard
 from tests.http_server import serve_directory
 from tests.readback import expected_rows
 

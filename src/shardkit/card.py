@@ -195,7 +195,7 @@ def builtin_zip_builder(shard_members: list[list[str]]) -> str:
     """
     from collections import Counter
 
-    from .metadata import AUDIO_EXTENSIONS
+    from .decode import AUDIO_EXTENSIONS
 
     picks = set()
     for limit in _INFERENCE_MEMBER_LIMITS:

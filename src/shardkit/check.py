@@ -33,9 +33,10 @@ import shutil
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
+from .decode import AUDIO_EXTENSIONS
 from .errors import InputProblem
 from .formats import format_named
-from .metadata import AUDIO_EXTENSIONS, metadata_line, read_metadata
+from .metadata import metadata_line, read_metadata
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN as SOURCE_PATH_COLUMN  # its home now; pack.py imports it from here
 from .schema import SchemaTracker

@@ -1,4 +1,4 @@
-"""Stage 1: read the metadata JSONL, check every row and the file it names.
+"""Read the metadata JSONL, check every row and the file it names (the first step of the check).
 
 The reader streams: it never holds more than a bounded window of rows. Each row becomes either
 a :class:`SourceRecord` (ready to be sorted and packed) or an :class:`InputProblem` that names
@@ -13,20 +13,20 @@ decides the key and the shard. Shards group rows by the first hex digits of the 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import re
 import stat
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO
+from typing import IO, Any
 
+from .decode import can_decode, decode_problem
 from .errors import InputProblem
 from .formats.zip import member_name as member_name  # a row's file inside a ZIP shard: metadata_line's default
+from .hashing import sha256_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
 from .rowrules import EXT_RE as EXT_RE
 from .rowrules import KEY_RE as KEY_RE
@@ -34,9 +34,7 @@ from .rowrules import MAX_LINE_BYTES as MAX_LINE_BYTES
 from .threads import interruptible_pool
 
 CONTENT_KEY_HEX_DIGITS = 32
-AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif", ".wma"})
 KEY_SCHEME = "hex: the row's 'key' (8-128 lowercase hex digits), else sha256(file bytes)[:32]"
-_HASH_CHUNK = 1 << 20
 
 
 @dataclass(slots=True)
@@ -70,42 +68,6 @@ def published_json(row: dict[str, Any]) -> str:
 
 # json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False), made once
 _PUBLISHED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def sha256_file(path: str) -> str:
-    """The hex sha256 of a file."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        return sha256_fd(fd)
-    finally:
-        os.close(fd)
-
-
-def sha256_fd(fd: int) -> str:
-    """The hex sha256 of what is left to read in an open file (several run at once on the check threads).
-
-    Read with ``readv`` into this thread's reused buffer: a buffered ``read`` would allocate
-    a chunk for every file and copy it twice.
-    """
-    buffer: memoryview | None = getattr(_hash_buffers, "buffer", None)
-    if buffer is None:
-        buffer = _hash_buffers.buffer = memoryview(bytearray(_FILE_HASH_CHUNK))
-    digest = hashlib.sha256()
-    while n := os.readv(fd, [buffer]):
-        digest.update(buffer[:n])
-    return digest.hexdigest()
-
-
-_hash_buffers = threading.local()
-_FILE_HASH_CHUNK = 256 << 10  # per thread: 8 check threads hold 2 MiB
-
-
-def sha256_stream(f: IO[bytes]) -> str:
-    """The hex sha256 of what is left in an open binary file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    while chunk := f.read(_HASH_CHUNK):
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def content_key_of(sha256_hex: str) -> str:
@@ -413,53 +375,6 @@ class _FileChecker:
 
 #: Audio extensions -> the libsndfile format that decodes them (soundfile; datasets 3.x decodes
 #: audio with it too). Other audio (m4a, aac, wma) needs FFmpeg and is not decoded by the checks.
-_SOUNDFILE_FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG", ".opus": "OGG", ".mp3": "MP3", ".aiff": "AIFF"}
-_SOUNDFILE_FORMATS[".aif"] = "AIFF"
-
-
-def can_decode(ext: str) -> bool:
-    """Whether :func:`decode_problem` can decode this type: images (Pillow), audio that libsndfile reads."""
-    ext = ext.lower()
-    if ext not in AUDIO_EXTENSIONS:
-        return True
-    import soundfile
-
-    return _SOUNDFILE_FORMATS.get(ext) in soundfile.available_formats()
-
-
-def decode_problem(source: str | BinaryIO, ext: str) -> str | None:
-    """Why a file (a path or an open binary file) does not decode as its extension says; None if it does.
-
-    Real decoders decide, not a parser of our own: Pillow for images, soundfile (libsndfile)
-    for audio, which read what datasets' Image and Audio features read.
-    """
-    if ext.lower() in AUDIO_EXTENSIONS:
-        return _audio_problem(source)
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(source) as image:
-            image.load()
-    except UnidentifiedImageError:
-        return "is not an image Pillow can read (wrong extension, or not an image at all)"
-    except (OSError, SyntaxError, ValueError) as exc:
-        if isinstance(exc, OSError) and exc.errno is not None:
-            raise  # a read error, not a decode error
-        return f"does not decode as an image: {exc}"
-    return None
-
-
-def _audio_problem(source: str | BinaryIO) -> str | None:
-    import soundfile
-
-    try:
-        with soundfile.SoundFile(source) as sound:
-            frames = sum(len(block) for block in sound.blocks(blocksize=1 << 16))
-    except (RuntimeError, TypeError, ValueError) as exc:  # soundfile.LibsndfileError is a RuntimeError
-        return f"does not decode as audio: {exc}"
-    return None if frames else "audio file has no samples"
-
-
 #: Rows per thread-pool task: the hand-off to a thread costs more than the cached stat most rows
 #: need, so it is paid once per batch (the figures: docs/performance.md).
 _BATCH = 256

@@ -14,10 +14,10 @@ from collections.abc import Container, Iterable, Iterator
 
 from .card import LOADER_SUFFIX, STATS_BEGIN
 from .errors import UsageError, listed
+from .hashing import sha256_file
 from .location import Location
 from .manifest import MANIFEST_NAME, ManifestShard, write_atomic
 from .manifest import WORK_DIR as WORK_DIR  # the working folder is outdir's concept; defined beside write_atomic
-from .metadata import sha256_file
 from .table import TABLE_NAME
 
 #: The top-level files of a repo that shardkit writes (with the ``*_loader.py`` loading script):

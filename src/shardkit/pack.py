@@ -381,14 +381,14 @@ def _pack_locked(
     # What each shard is made of: an update keeps a shard whose rows are those it was written
     # from. A ZIP's or tar's bytes follow from its rows alone; a Parquet file's also from the
     # features (its schema).
-    salt = json.dumps(staged.features, sort_keys=True).encode() if fmt.name == "parquet" else b""
+    salt = json.dumps(staged.features, sort_keys=True).encode() if fmt.typed_by_features else b""
     plan = [replace(p, input_sha256=rows_sha256(staged.path, p.offset, p.rows, salt)) for p in plan]
     # Shards on this machine are hashed (and their hashes kept); at a URL, sizes only (see _reconcile).
     hashes = HashCache(local_dir) if location.is_local else None
     state = _RunState(
         staged.fingerprint,
         options,
-        LAYOUT_VERSIONS[options.format],
+        fmt.layout_version,
         prefix_lengths,
         staged.labels,
         staged.split_folders,
@@ -483,7 +483,7 @@ def _pack_locked(
         splits=manifest.splits(),
     )
     ensure_gitattributes(local_dir)
-    if fmt.name == "zip":  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
+    if fmt.loading_script:  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
         update_loaders(local_dir, staged.features)
     push_small_files(location, local_dir)  # the manifest last
     manifest_path = location.where(MANIFEST_NAME)
@@ -742,7 +742,7 @@ def _split_types_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) 
     shard's types are inferred here as datasets infers them (pyarrow), and any two shards of
     different splits that disagree are named.
     """
-    if fmt.name != "zip" or not staged.split_folders:
+    if not fmt.builder_from_members or not staged.split_folders:  # typed by the card's features
         return None
     import io
 
@@ -785,7 +785,7 @@ def _split_types_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) 
 
 def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) -> str | None:
     """Why ``load_dataset(repo)`` would open these ZIP shards with the wrong builder (None: it will not)."""
-    if fmt.name != "zip":
+    if not fmt.builder_from_members:
         return None
     first = sorted(plan, key=lambda p: p.name)[:10]
     members = [
@@ -805,11 +805,8 @@ def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Stage
     )
 
 
-#: What a pack publishes, beyond the input and options, per format: a new layout rewrites
-#: unchanged input (with --force). 2: float columns' whole numbers are published as 2.0, and
-#: metadata.parquet is new. 3 (tar, parquet): tar members carry a CRC-32 record, Parquet pages
-#: checksums, so readers can refuse damaged rows.
-LAYOUT_VERSIONS = {"zip": 2, "tar": 3, "parquet": 3}
+#: What each layout version (``ShardFormat.layout_version``) changed in what a pack publishes,
+#: beyond the input and options: a new layout rewrites unchanged input (with --force).
 LAYOUT_CHANGES = {
     2: "float columns' whole numbers are published as 2.0, and metadata.parquet is new",
     3: "tar members carry a CRC-32 record and Parquet pages a checksum, so readers refuse damaged rows",
@@ -875,7 +872,7 @@ def _previous_run(local_dir: str, work_dir: str) -> _PreviousRun | None:
     manifest = read_manifest(local_dir)
     if state is None and manifest is not None:  # a folder packed without its work folder (a clone)
         state = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
-        state["layout"] = LAYOUT_VERSIONS[manifest.options.format] if manifest.metadata_table_sha256 else 1
+        state["layout"] = format_named(manifest.options.format).layout_version if manifest.metadata_table_sha256 else 1
         state["prefix_lengths"] = {s.name: s.prefix_length for s in manifest.splits()}
         state["labels"] = {f["name"]: n for f in manifest.features if (n := class_label_names(f)) is not None}
     if state is None:

@@ -1,6 +1,6 @@
 """A contact sheet for the dataset card: the first images of the first shards, with captions.
 
-Read the way every shardkit reader reads (:func:`shardkit.streaming.iter_shard`): each shard front
+Read the way every shardkit reader reads (:func:`shardkit.shardrows.iter_shard`): each shard front
 to back. The sheet is a JPEG at the repo root (``preview.jpg``), embedded in README.md's
 shardkit section. Deterministic for a given Pillow version. Only for image datasets.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from .formats import ZIP, ShardFormat
 from .location import Location
 from .manifest import write_atomic
-from .streaming import iter_shard
+from .shardrows import iter_shard
 
 PREVIEW_NAME = "preview.jpg"
 CAPTION_COLUMNS = ("caption", "title", "text", "description", "label", "class", "category")

@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX, name_repo
 from .errors import ShardkitError, UsageError, listed
+from .formats import format_named
+from .hashing import sha256_stream
 from .location import Location, is_network_error, is_timeout, is_url, network_timeout, timeout_error
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
-from .metadata import sha256_stream
 from .outdir import (
     PLACEHOLDERS,
     WORK_DIR,
@@ -719,8 +720,8 @@ def _push_locked(
         )
     check_hub_limits(shard_files + other_files)
     # The loading script reads ZIP shards; datasets 3.x reads tar and Parquet with its own builders.
-    zip_shards = manifest.options.format == "zip"
-    loader = find_loader(out_dir) if config.script_branch and zip_shards else None
+    scripted = format_named(manifest.options.format).loading_script
+    loader = find_loader(out_dir) if config.script_branch and scripted else None
     token = resolve_token(config.token)
     _check_shards(config, out_dir, manifest, progress, listing)
 
@@ -774,7 +775,7 @@ def _push_locked(
     branch = config.script_branch if loader else None
     if branch and loader:
         script_commit = _publish_script_branch(api, config, repo_id, head, loader, branch)
-    elif config.script_branch and zip_shards:
+    elif config.script_branch and scripted:
         log.warning(
             "%s has no *%s (scaffold with `shardkit new`): no %r branch for datasets 3.x",
             out_dir,

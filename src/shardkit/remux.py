@@ -188,7 +188,7 @@ def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
         return None
     if os.path.isdir(source) and not os.path.exists(os.path.join(source, MANIFEST_NAME)):
         return None
-    from .streaming import read_manifest_from
+    from .shardrows import read_manifest_from
 
     location = Location.parse(source, revision=revision)
     if location.is_local:

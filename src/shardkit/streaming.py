@@ -21,59 +21,18 @@ with the token huggingface_hub finds (``HF_TOKEN`` or the login), so private rep
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
-from .formats import format_named
-from .formats.base import ShardRecord
 from .location import Location
-from .manifest import MANIFEST_NAME, Manifest
+from .manifest import Manifest
+from .shardrows import iter_shard, read_manifest_from
 
 if TYPE_CHECKING:
     import datasets
 
 log = logging.getLogger(__name__)
-
-
-def read_manifest_from(location: Location) -> Manifest:
-    """The manifest at ``location``, read as a shard is (one GET over http(s))."""
-    with location.open(MANIFEST_NAME) as reader:
-        data = reader.read()
-    try:
-        return Manifest.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{location.where(MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
-
-
-def iter_shard(
-    source: Location, shard: str, file_column: str, fmt_name: str = "zip", manifest: Manifest | None = None
-) -> Generator[dict[str, Any], None, None]:
-    """The rows of one shard, in order: metadata fields plus ``{file_column: {"bytes", "path"}}``,
-    as its format reads them (:meth:`.formats.base.ShardFormat.read_rows`). A shard read with
-    ranged reads (Parquet) is held to its ``manifest``'s record (read from ``source`` if not given)."""
-    fmt = format_named(fmt_name)
-    record = ShardRecord(source.where(shard), file_column)
-    if fmt.random_access:
-        manifest = manifest or read_manifest_from(source)
-        recorded = next((s for s in manifest.shards if s.file == shard), None)
-        record = ShardRecord(
-            record.where,
-            file_column,
-            features=manifest.features or None,
-            max_bytes=manifest.options.max_shard_bytes,
-            bytes=recorded.bytes if recorded is not None else None,
-            rows=recorded.rows if recorded is not None else None,
-        )
-        reader = source.open_random(shard)
-    else:
-        reader = source.open(shard)  # one forward-only read
-    try:
-        yield from fmt.read_rows(reader, record)
-    finally:
-        reader.close()
 
 
 def _generate(

@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .errors import naming
 from .formats.parquet import arrow_schema
-from .metadata import sha256_stream
+from .hashing import sha256_stream
 
 if TYPE_CHECKING:
     import pyarrow as pa

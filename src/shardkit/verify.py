@@ -42,12 +42,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
+from .decode import can_decode, decode_problem
 from .errors import UsageError, source_note
 from .formats import ShardFormat
 from .formats.base import source_of_row
+from .hashing import sha256_stream
 from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
-from .metadata import can_decode, decode_problem, sha256_stream
 from .outdir import unnamed_files
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN

@@ -1,0 +1,52 @@
+"""Whether a file decodes as its extension says, by the decoders datasets' features use."""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif", ".wma"})
+_SOUNDFILE_FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG", ".opus": "OGG", ".mp3": "MP3", ".aiff": "AIFF"}
+_SOUNDFILE_FORMATS[".aif"] = "AIFF"
+
+
+def can_decode(ext: str) -> bool:
+    """Whether :func:`decode_problem` can decode this type: images (Pillow), audio that libsndfile reads."""
+    ext = ext.lower()
+    if ext not in AUDIO_EXTENSIONS:
+        return True
+    import soundfile
+
+    return _SOUNDFILE_FORMATS.get(ext) in soundfile.available_formats()
+
+
+def decode_problem(source: str | BinaryIO, ext: str) -> str | None:
+    """Why a file (a path or an open binary file) does not decode as its extension says; None if it does.
+
+    Real decoders decide, not a parser of our own: Pillow for images, soundfile (libsndfile)
+    for audio, which read what datasets' Image and Audio features read.
+    """
+    if ext.lower() in AUDIO_EXTENSIONS:
+        return _audio_problem(source)
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(source) as image:
+            image.load()
+    except UnidentifiedImageError:
+        return "is not an image Pillow can read (wrong extension, or not an image at all)"
+    except (OSError, SyntaxError, ValueError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise  # a read error, not a decode error
+        return f"does not decode as an image: {exc}"
+    return None
+
+
+def _audio_problem(source: str | BinaryIO) -> str | None:
+    import soundfile
+
+    try:
+        with soundfile.SoundFile(source) as sound:
+            frames = sum(len(block) for block in sound.blocks(blocksize=1 << 16))
+    except (RuntimeError, TypeError, ValueError) as exc:  # soundfile.LibsndfileError is a RuntimeError
+        return f"does not decode as audio: {exc}"
+    return None if frames else "audio file has no samples"
