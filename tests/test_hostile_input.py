@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from shardkit.metadata import MAX_LINE_BYTES
+from shardkit.rowrules import MAX_LINE_BYTES
 from tests.conftest import tiny_image
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from shardkit import metadata
 from shardkit.errors import InputProblem
-from shardkit.metadata import EXT_RE, SourceRecord, _check_path, _check_row, read_metadata
+from shardkit.metadata import SourceRecord, _check_path, _check_row, read_metadata
+from shardkit.rowrules import EXT_RE
 from shardkit.staging import _normal_path
 from tests.conftest import write_jsonl
 

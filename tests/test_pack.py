@@ -14,9 +14,9 @@ import pytest
 
 import shardkit.pack
 from shardkit.errors import UsageError
-from shardkit.formats.zip import iter_members
+from shardkit.formats.zip import iter_members, member_name
 from shardkit.inputfile import SourceChanged
-from shardkit.metadata import SourceRecord, member_name
+from shardkit.metadata import SourceRecord
 from shardkit.pack import PackConfig, pack
 from shardkit.plan import ShardPlan
 from shardkit.staging import StagedRow

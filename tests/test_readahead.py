@@ -78,6 +78,7 @@ def cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
 
     monkeypatch.setattr(os, "preadv", preadv)
     monkeypatch.setattr(readahead, "_NOWAIT", 8)  # as on Linux, also where the system has no such flag
+    monkeypatch.setattr(readahead, "tries_in_memory_first", lambda images_dir: True)  # a local disk
     return str(request.param)
 
 
@@ -187,19 +188,56 @@ def test_reads_that_come_back_short_are_continued(tmp_path: Path, monkeypatch: p
     assert read_all(rows, tmp_path / "files") == expected(rows, tmp_path / "files")
 
 
-def test_reads_ask_nothing_a_filesystem_may_not_support(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the kernel or filesystem refuses read flags (RWF_NOWAIT on some network or FUSE
-    filesystems), every file is read all the same, on the threads."""
+def test_a_filesystem_that_refuses_the_flag_is_asked_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel or filesystem refuses RWF_NOWAIT, every file is read all the same, on the
+    threads, and the filesystem is asked once per shard, not once per file."""
     real = os.preadv
+    flagged: list[int] = []
 
     def preadv(fd: int, buffers: list[memoryview | bytearray], offset: int, flags: int = 0) -> int:
         if flags:
+            flagged.append(flags)
             raise OSError(errno.EOPNOTSUPP, "Operation not supported")
         return real(fd, buffers, offset, flags)
 
     monkeypatch.setattr(os, "preadv", preadv)
+    monkeypatch.setattr(readahead, "_NOWAIT", 8)
+    monkeypatch.setattr(readahead, "tries_in_memory_first", lambda images_dir: True)
     rows = make_rows(tmp_path / "files", [100] * 192)
     assert read_all(rows, tmp_path / "files") == expected(rows, tmp_path / "files")
+    assert flagged == [8]
+
+
+@pytest.mark.parametrize("filesystem", ["nfs4", "fuse.sshfs", "tmpfs", None])
+def test_files_on_other_filesystems_are_read_on_the_threads_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opened: Counter[str], filesystem: str | None
+) -> None:
+    """A network or FUSE filesystem (or one shardkit cannot name) is never asked RWF_NOWAIT, and
+    no file there is opened on the writer's thread: each is opened once, by a reading thread."""
+    real = os.preadv
+    flagged: list[int] = []
+
+    def preadv(fd: int, buffers: list[memoryview | bytearray], offset: int, flags: int = 0) -> int:
+        if flags:
+            flagged.append(flags)
+        return real(fd, buffers, offset, flags)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    monkeypatch.setattr(readahead, "_NOWAIT", 8)
+    monkeypatch.setattr(readahead, "filesystem_type_here", lambda folder: filesystem)
+    rows = make_rows(tmp_path / "files", [100] * 96)
+    assert read_all(rows, tmp_path / "files") == expected(rows, tmp_path / "files")
+    assert flagged == []
+    assert opened == {row.source: 1 for row in rows}
+
+
+def test_files_on_a_local_disk_are_tried_in_memory_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readahead, "_NOWAIT", 8)
+    for filesystem in ("ext4", "xfs", "btrfs", "f2fs"):
+        monkeypatch.setattr(readahead, "filesystem_type_here", lambda folder, fs=filesystem: fs)
+        assert readahead.tries_in_memory_first(str(tmp_path))
+    monkeypatch.setattr(readahead, "_NOWAIT", None)  # not Linux
+    assert not readahead.tries_in_memory_first(str(tmp_path))
 
 
 @pytest.mark.parametrize("threads", [1, 4])

@@ -162,9 +162,9 @@ def test_filesystem_type_is_that_of_the_longest_mount_point(folder: str, expecte
 
 
 def test_direct_io_only_on_local_block_filesystems(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shardfile, "_filesystem_type_here", lambda folder: "nfs4")
+    monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder: "nfs4")
     assert not shardfile.direct_io_for("/anywhere")
-    monkeypatch.setattr(shardfile, "_filesystem_type_here", lambda folder: "xfs")
+    monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder: "xfs")
     assert shardfile.direct_io_for("/anywhere") == bool(shardfile._O_DIRECT)
     monkeypatch.setenv("SHARDKIT_NO_DIRECT_IO", "1")
     assert not shardfile.direct_io_for("/anywhere")

@@ -241,3 +241,29 @@ def test_the_check_splits_by_the_file_alone_and_the_writers_are_gone_before_the_
             "own workers": [f"{ranges} check tasks on workers", writes, "preview beside 0 workers"],
         }[check]
     )
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _pack_cli(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    example = REPO / "example_datasets" / "yfcc-mini"
+    args = [sys.executable, "-m", "shardkit.cli", "pack", str(example / "images"), str(example / "metadata.jsonl")]
+    return subprocess.run(
+        [*args, "-o", str(out), "-j", "2", "-q"], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+
+
+def test_a_tmpdir_too_long_for_the_forkserver_packs_with_spawned_workers(tmp_path: Path) -> None:
+    """The forkserver listens on a Unix socket under TMPDIR, whose path has a 107-byte limit; a
+    longer TMPDIR (common for cluster jobs) packs all the same, byte for byte."""
+    long_tmp = tmp_path / ("t" * 120)
+    long_tmp.mkdir()
+    plain = _pack_cli(tmp_path / "plain", dict(os.environ))
+    long = _pack_cli(tmp_path / "long", {**os.environ, "TMPDIR": str(long_tmp)})
+    assert (plain.returncode, long.returncode) == (0, 0), long.stderr
+    assert long.stderr == ""
+    files = sorted(p.relative_to(tmp_path / "plain") for p in (tmp_path / "plain" / "data").rglob("*.zip"))
+    assert len(files) == 16
+    for rel in [*files, Path("shards.json")]:
+        assert (tmp_path / "long" / rel).read_bytes() == (tmp_path / "plain" / rel).read_bytes()

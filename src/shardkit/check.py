@@ -38,7 +38,7 @@ from .errors import InputProblem
 from .formats import format_named
 from .metadata import metadata_line, read_metadata
 from .progress import NullProgress, Progress
-from .rowrules import SOURCE_PATH_COLUMN as SOURCE_PATH_COLUMN  # its home now; pack.py imports it from here
+from .rowrules import SOURCE_PATH_COLUMN
 from .schema import SchemaTracker
 from .staging import DEFAULT_RUN_BYTES, FileRef, RunWriter, StagedRow
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import BinaryIO
 
 AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif", ".wma"})
+#: Audio extensions -> the libsndfile format that decodes them (soundfile; datasets 3.x decodes
+#: audio with it too). Other audio (m4a, aac, wma) needs FFmpeg and is not decoded by the checks.
 _SOUNDFILE_FORMATS = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG", ".opus": "OGG", ".mp3": "MP3", ".aiff": "AIFF"}
 _SOUNDFILE_FORMATS[".aif"] = "AIFF"
 

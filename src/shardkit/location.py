@@ -505,6 +505,8 @@ class Location:
             partial = f"{target}.{secrets.token_hex(4)}.partial"
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copyfile(local_file, partial)
+            if fsync:  # the bytes are on the disk before the name points at them
+                _fsync_file(partial)
             self.put(partial, rel, fsync=fsync)
             return
         target = self._path(rel)
@@ -525,6 +527,8 @@ class Location:
             partial = f"{target}.{secrets.token_hex(4)}.partial"
             with open(partial, "wb") as f:
                 f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
             self.put(partial, rel)
             return
         self._parent(self._path(rel))
@@ -567,6 +571,14 @@ class Location:
     def _parent(self, target: str) -> None:
         if self.has_folders:
             self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:

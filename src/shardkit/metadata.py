@@ -25,12 +25,10 @@ from typing import IO, Any
 
 from .decode import can_decode, decode_problem
 from .errors import InputProblem
-from .formats.zip import member_name as member_name  # a row's file inside a ZIP shard: metadata_line's default
+from .formats.zip import member_name  # a row's file inside a ZIP shard: metadata_line's default
 from .hashing import sha256_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
-from .rowrules import EXT_RE as EXT_RE
-from .rowrules import KEY_RE as KEY_RE
-from .rowrules import MAX_LINE_BYTES as MAX_LINE_BYTES
+from .rowrules import EXT_RE, KEY_RE, MAX_LINE_BYTES
 from .threads import interruptible_pool
 
 CONTENT_KEY_HEX_DIGITS = 32
@@ -373,8 +371,6 @@ class _FileChecker:
         return None
 
 
-#: Audio extensions -> the libsndfile format that decodes them (soundfile; datasets 3.x decodes
-#: audio with it too). Other audio (m4a, aac, wma) needs FFmpeg and is not decoded by the checks.
 #: Rows per thread-pool task: the hand-off to a thread costs more than the cached stat most rows
 #: need, so it is paid once per batch (the figures: docs/performance.md).
 _BATCH = 256

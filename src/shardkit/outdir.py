@@ -244,16 +244,16 @@ def _small_files(folder: str) -> list[str]:
     )
 
 
-def pull_small_files(store: Location, local_dir: str) -> list[str]:
+def pull_small_files(location: Location, local_dir: str) -> list[str]:
     """Make the local work folder's top-level files those at the URL (a card or loading script
     made by ``shardkit new``, an earlier run's manifest), which a run then edits; the URL is the
     truth, so a file gone from it goes from the work folder too. Return their names."""
-    if store.is_local:  # a local OUT_DIR is the folder a run edits its files in: nothing to copy
+    if location.is_local:  # a local OUT_DIR is the folder a run edits its files in: nothing to copy
         return [name for name in _small_files(local_dir) if name != TABLE_NAME]
     # Not the metadata table: every pack writes it anew, and it can be GBs.
-    names = [name for name in store.list("") if is_small_file(name) and name != TABLE_NAME]
+    names = [name for name in location.list("") if is_small_file(name) and name != TABLE_NAME]
     for name in names:
-        data = store.read_bytes(name)
+        data = location.read_bytes(name)
         if data is not None:
             write_atomic(os.path.join(local_dir, name), data)
     for name in set(_small_files(local_dir)) - set(names):
@@ -261,14 +261,14 @@ def pull_small_files(store: Location, local_dir: str) -> list[str]:
     return names
 
 
-def push_small_files(store: Location, local_dir: str) -> list[str]:
+def push_small_files(location: Location, local_dir: str) -> list[str]:
     """Put the top-level files a run wrote in ``local_dir`` at OUT_DIR, the manifest last (it says
     the shards are complete); return their names. Not the metadata table: a pack puts it there
     itself (it can be GBs). For a local OUT_DIR, ``local_dir`` is OUT_DIR: they are in place."""
     names = [name for name in _small_files(local_dir) if name != TABLE_NAME]
     names.sort(key=lambda name: name == MANIFEST_NAME)
     for name in names:
-        store.upload(os.path.join(local_dir, name), name)
+        location.upload(os.path.join(local_dir, name), name)
     return names
 
 

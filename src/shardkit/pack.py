@@ -32,7 +32,6 @@ from typing import Any, Literal
 
 from .card import builtin_zip_builder, card_features, card_problem, ensure_gitattributes, update_card, update_loaders
 from .check import (
-    SOURCE_PATH_COLUMN,
     SPLIT_COLUMN,
     CheckSettings,
     ProblemLog,
@@ -42,7 +41,7 @@ from .check import (
     range_jobs,
 )
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed
-from .formats import METADATA_MEMBER, ZIP, ShardFormat, format_named
+from .formats import METADATA_MEMBER, ShardFormat, format_named
 from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .outdir import (
@@ -70,6 +69,7 @@ from .plan import (
 )
 from .preview import write_preview
 from .progress import NullProgress, Progress
+from .rowrules import SOURCE_PATH_COLUMN
 from .schema import class_label_names, float_retyper, with_class_label
 from .staging import (
     Regrouped,
@@ -789,7 +789,7 @@ def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Stage
         return None
     first = sorted(plan, key=lambda p: p.name)[:10]
     members = [
-        [METADATA_MEMBER, *(ZIP.member_name(row.key, row.ext) for row in iter_staged(staged.path, p.offset, p.rows))]
+        [METADATA_MEMBER, *(fmt.member_name(row.key, row.ext) for row in iter_staged(staged.path, p.offset, p.rows))]
         for p in first
     ]
     wanted = f"{staged.modality}folder"

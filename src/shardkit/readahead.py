@@ -5,15 +5,18 @@ check saw, so a file rewritten or swapped since (for a symlink to a file outside
 is refused, never published.
 
 Files are taken in row order, as far ahead of the writer as a fixed ring buffer allows
-(:class:`Ring`, ``--read-buffer``). Each one is first read on the writer's thread without
+(:class:`Ring`, ``--read-buffer``), and read by a thread pool (``--read-threads``), in batches
+of consecutive rows, so a cold cache or a network filesystem has many reads in flight. On a
+local disk (ext4, XFS, btrfs, F2FS) each file is first tried on the writer's thread without
 waiting for the disk (``RWF_NOWAIT``): a file the kernel holds whole in memory is read there and
-then. Any other (not in memory, a filesystem or system without ``RWF_NOWAIT``, a file that
-changed) goes to a thread pool (``--read-threads``), in batches of consecutive rows, so a cold
-cache or a network filesystem has many reads in flight. The rule is per file and keeps no
-state: it changes which thread reads a file, never what the writer receives, which is every row
-in order with its file's bytes and CRC-32, or, at the turn of the first file that cannot be read
-as checked, the error naming it. Why not always the pool: handing a file that is already in
-memory to a thread costs more CPU than reading it (docs/performance.md). Memory is the ring's,
+then, because handing a file that is already in memory to a thread costs more CPU than reading
+it (docs/performance.md). Any other file (not in memory, or changed since the check) goes to the
+pool; a filesystem that refuses the flag is not asked again. Network and FUSE filesystems are
+never tried this way: opening a file there waits for a server, which the pool's threads do in
+parallel and which must not stall the writer. Which thread reads a file depends on the
+filesystem and on what the kernel holds, never on timings, and never changes what the writer
+receives: every row in order with its file's bytes and CRC-32, or, at the turn of the first
+file that cannot be read as checked, the error naming it. Memory is the ring's,
 whatever the files weigh; a file larger than half the ring is copied in chunks by the writer at
 its turn (:class:`BigFile`).
 """
@@ -31,6 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .inputfile import OutsideImagesDir, SourceChanged, open_inside, stamp
+from .shardfile import LOCAL_DISK_FILESYSTEMS, filesystem_type_here
 from .staging import StagedRow
 from .streamio import crc32
 from .threads import interruptible_pool
@@ -40,8 +44,8 @@ _NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
 COPY_CHUNK = 4 << 20  # read size for a file too big for the ring
 #: Files are read ahead in batches of consecutive rows: one thread-pool task per batch, not per
 #: file (a task per 100 KB file cost more CPU in thread hand-offs than the reading itself).
-#: A batch closes at whichever limit it reaches first, or when the reader must wait for the
-#: writer: which rows share a batch depends on the rows and the ring alone.
+#: A batch closes at whichever limit it reaches first, when the reader must wait for the
+#: writer, or before a file read on the writer's thread (rows stay in order).
 READ_BATCH_BYTES = 1 << 20
 READ_BATCH_ROWS = 32
 
@@ -193,18 +197,30 @@ def _checked_crc(row: StagedRow, path: str, region: memoryview) -> int:
     return crc32(region)
 
 
+class NoWaitRefused(Exception):
+    """This filesystem does not take ``RWF_NOWAIT``."""
+
+
+def tries_in_memory_first(images_dir: str) -> bool:
+    """Whether files under ``images_dir`` are first tried on the writer's thread (see the module
+    docstring): on Linux, on a local disk."""
+    return _NOWAIT is not None and filesystem_type_here(os.path.realpath(images_dir)) in LOCAL_DISK_FILESYSTEMS
+
+
 def read_if_in_memory(row: StagedRow, path: str, inside: str, region: memoryview) -> int | None:
     """Read a file into its region if the kernel holds all of it in memory: its CRC-32; else None
-    (not in memory, no ``RWF_NOWAIT`` here, or anything unexpected: :func:`read_file` then reads
-    it, and names whatever is wrong). Opened and checked as :func:`read_file` opens and checks."""
-    if _NOWAIT is None:
-        return None
+    (not in memory, or anything unexpected: :func:`read_file` then reads it, and names whatever
+    is wrong). Opened and checked as :func:`read_file` opens and checks. Raises
+    :class:`NoWaitRefused` where the filesystem does not take the flag."""
+    assert _NOWAIT is not None
     fd = _opened(row, path, inside)
     try:
         n = os.preadv(fd, [region, bytearray(1)], 0, _NOWAIT)
+    except BlockingIOError:
+        return None  # the read would wait for the disk
     except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            return None  # would wait for the disk, or this filesystem takes no flags
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise NoWaitRefused from None
         raise SourceChanged(f"{path} (metadata line {row.line}): cannot read: {exc.strerror}") from exc
     finally:
         os.close(fd)
@@ -288,6 +304,7 @@ class _Reader:
         self.max_in_flight = threads * 2 * READ_BATCH_ROWS
         self.ring = ring
         self.big = max(ring.capacity // 2, 1)  # larger files are copied in chunks at their turn (BigFile)
+        self.in_memory_first = tries_in_memory_first(images_dir)
 
     def read_batch(self, batch: list[_Wanted]) -> list[int | Exception]:
         """Read a batch's files (on a pool thread): per row, in order, the CRC-32 or the error
@@ -339,10 +356,12 @@ class _Reader:
                 yield from oldest()
             if row.size <= self.big and region is None:
                 region = ring.take(row.size)  # nothing is in flight: the ring is free
-            if region is not None:
+            if region is not None and self.in_memory_first:
                 crc: int | Exception | None
                 try:
                     crc = read_if_in_memory(row, path, self.inside, region)
+                except NoWaitRefused:
+                    crc, self.in_memory_first = None, False  # a fact of this filesystem: not asked again
                 except Exception as exc:  # raised at this row's turn, after the rows before it
                     crc = exc
                 if crc is not None:

@@ -72,10 +72,10 @@ from .check import SPLIT_COLUMN, split_problem
 from .errors import NetworkError, ShardkitError, UsageError
 from .location import Location, is_network_error, is_timeout
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
-from .metadata import EXT_RE, KEY_RE
 from .outdir import check_out_dir, locked
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .progress import NullProgress, Progress
+from .rowrules import EXT_RE, KEY_RE
 from .schema import class_label_names
 from .tasks import Cluster, cluster_for, run_tasks, task_executor
 

@@ -37,7 +37,9 @@ CACHED_CHUNK = (256 << 10, 8)
 WRITEBACK_BYTES = 32 << 20  # page cache only: how often write-back is started (as the writer always did)
 _ALIGN = 4096  # O_DIRECT needs offsets, lengths and addresses aligned to the device's block size
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
-_DIRECT_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
+#: Filesystems on a local block device: O_DIRECT writes work there, and a read there waits for a disk,
+#: not for a server.
+LOCAL_DISK_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
 
 _local = threading.local()
 
@@ -58,7 +60,8 @@ def filesystem_type(folder: str, mounts: str) -> str | None:
 
 
 @lru_cache(maxsize=64)
-def _filesystem_type_here(folder: str) -> str | None:
+def filesystem_type_here(folder: str) -> str | None:
+    """The type of the local filesystem holding ``folder`` (a real path); None if unknown (not Linux)."""
     try:
         with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
             return filesystem_type(folder, f.read())
@@ -70,7 +73,7 @@ def direct_io_for(folder: str) -> bool:
     """Whether shard files in ``folder`` are written with O_DIRECT."""
     if not _O_DIRECT or os.environ.get("SHARDKIT_NO_DIRECT_IO"):
         return False
-    return _filesystem_type_here(os.path.realpath(folder)) in _DIRECT_FILESYSTEMS
+    return filesystem_type_here(os.path.realpath(folder)) in LOCAL_DISK_FILESYSTEMS
 
 
 def _chunks(size: int, count: int) -> list[mmap.mmap]:

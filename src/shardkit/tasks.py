@@ -208,9 +208,15 @@ def task_executor(jobs: int, cluster: Cluster | None, tasks: int) -> Iterator[Ex
 # --- local worker processes ------------------------------------------------------------------------
 
 
+#: The forkserver could not start here (its Unix socket's path, under TMPDIR, was too long).
+_forkserver_failed = False
+
+
 def _start_method() -> str:
     # Never a plain fork (see the module docstring); spawn where there is no forkserver (Windows).
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    if "forkserver" in multiprocessing.get_all_start_methods() and not _forkserver_failed:
+        return "forkserver"
+    return "spawn"
 
 
 def _forkserver_context() -> Any:
@@ -226,11 +232,15 @@ def start_forkserver(jobs: int) -> None:
     """Start the forkserver now, when local worker processes will follow (``jobs`` over 1), so
     its start and imports run while the caller works (pack's check phase) instead of before the
     first task. Changes nothing but when that happens; the pool starts it itself otherwise."""
+    global _forkserver_failed
     if jobs > 1 and _start_method() == "forkserver":
         _forkserver_context()
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()
+        try:
+            forkserver.ensure_running()
+        except OSError:  # "AF_UNIX path too long" under a long TMPDIR: workers are spawned instead
+            _forkserver_failed = True
 
 
 class LocalPool(ProcessPoolExecutor, TaskExecutor):
@@ -238,6 +248,7 @@ class LocalPool(ProcessPoolExecutor, TaskExecutor):
     docstring for what it adds to ``ProcessPoolExecutor``)."""
 
     def __init__(self, jobs: int, tasks: int) -> None:
+        start_forkserver(jobs)  # (at once if it runs already)
         method = _start_method()
         context = _forkserver_context() if method == "forkserver" else multiprocessing.get_context(method)
         # Per task (in submission order): 0 not started, a worker's pid while it runs there,
@@ -288,6 +299,12 @@ class LocalPool(ProcessPoolExecutor, TaskExecutor):
         self.shutdown(wait=True, cancel_futures=True)  # the pool's thread has joined every worker
         codes = {pid: process.exitcode for pid, process in self._processes_seen.items()}
         lost = [(task, pid) for task, pid in enumerate(self._task_states) if pid > 0]
+        if not lost and not any(self._task_states):  # no worker ever started a task
+            return ShardkitError(
+                "the worker processes stopped before they started any task (their error is above);"
+                ' a script that runs pack or remux with jobs > 1 needs `if __name__ == "__main__":`'
+                " around that call, as every Python multiprocessing program does"
+            )
         if not lost:
             return ShardkitError(f"the worker running {names[future]} died; re-run to resume")
         # The pool stops its other workers when one dies (they leave with 130): name the first.

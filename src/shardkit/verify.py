@@ -156,7 +156,7 @@ def _decode(result: _ShardResult, shard: ManifestShard, name: str, data: bytes, 
 class _Check:
     """One shard being verified, as its format's walk sees it (:class:`~.formats.base.ShardCheck`)."""
 
-    store: Location
+    location: Location
     shard: ManifestShard
     fmt: ShardFormat
     prefix: str
@@ -172,7 +172,7 @@ class _Check:
         return self.shard.metadata
 
     def open(self, relative: str) -> contextlib.AbstractContextManager[IO[bytes]]:
-        return self.store.open_random(relative)
+        return self.location.open_random(relative)
 
     def problem(
         self, message: str, member: str | None = None, source: str | None = None, *, file: str | None = None
@@ -187,11 +187,11 @@ class _Check:
             _decode(self.result, self.shard, name, data, source)
 
 
-def _check_shard(store: Location, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
+def _check_shard(location: Location, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
     result = _ShardResult()
     problems = result.problems
     prefix = os.path.basename(shard.file).split(".")[0].split("-")[0]
-    size = store.size(shard.file)
+    size = location.size(shard.file)
     if size is None:
         problems.append(Problem(shard.file, "missing"))
         return result
@@ -200,7 +200,7 @@ def _check_shard(store: Location, shard: ManifestShard, cap: int, deep: bool, fm
     if size > cap:
         problems.append(Problem(shard.file, f"{size} bytes, over the cap of {cap}"))
 
-    walk = fmt.verify_shard(_Check(store, shard, fmt, prefix, deep, result))
+    walk = fmt.verify_shard(_Check(location, shard, fmt, prefix, deep, result))
     if walk.sha256 != shard.sha256:
         problems.append(Problem(shard.file, "sha256 differs from the manifest's"))
     result.rows = walk.members
@@ -217,7 +217,7 @@ def _check_shard(store: Location, shard: ManifestShard, cap: int, deep: bool, fm
             )
 
     try:
-        with store.open_random(shard.metadata) as f:
+        with location.open_random(shard.metadata) as f:
             outer = f.read()
         if walk.metadata is not None and outer != walk.metadata:
             problems.append(Problem(shard.metadata, f"differs from {fmt.metadata_inside} {shard.file}"))
@@ -228,9 +228,9 @@ def _check_shard(store: Location, shard: ManifestShard, cap: int, deep: bool, fm
     return result
 
 
-def _check_whole(store: Location, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
+def _check_whole(location: Location, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
-    present = [rel for sub in ("data", "metadata") for rel in store.files_under(sub)]
+    present = [rel for sub in ("data", "metadata") for rel in location.files_under(sub)]
     report.problems.extend(Problem(rel, f"not named in {MANIFEST_NAME}") for rel in unnamed_files(present, named))
     # Each split's shards hold key ranges that do not overlap (splits are cut by key apart).
     ranges = sorted((s.split, r.keys, s.file) for r, s in zip(results, manifest.shards, strict=True) if r.keys)
@@ -239,10 +239,10 @@ def _check_whole(store: Location, manifest: Manifest, results: list[_ShardResult
             report.problems.append(Problem(file_b, f"its keys overlap those of {file_a}: rows are not unique"))
     if manifest.metadata_table is not None:
         try:
-            with store.open_random(manifest.metadata_table) as f:
+            with location.open_random(manifest.metadata_table) as f:
                 rows = [(s.file, s.rows, s.first_key, s.last_key) for s in manifest.shards]
                 found = table_problems(f, rows)
-            with store.open_random(manifest.metadata_table) as f:
+            with location.open_random(manifest.metadata_table) as f:
                 digest = sha256_stream(f)
         except FileNotFoundError:
             found = ["missing"]
@@ -262,12 +262,12 @@ def verify(
     every problem found (the report is ``ok`` if none)."""
     progress = progress or NullProgress()
     started = time.perf_counter()
-    store = Location.out_dir(out_dir)
-    out_dir = store.url
-    if store.is_local and not os.path.isdir(out_dir):  # a URL has no folder to check: its manifest tells
+    location = Location.out_dir(out_dir)
+    out_dir = location.url
+    if location.is_local and not os.path.isdir(out_dir):  # a URL has no folder to check: its manifest tells
         raise UsageError(f"OUT_DIR {out_dir!r} is not a folder")
     try:
-        with store.open_random(MANIFEST_NAME) as f:
+        with location.open_random(MANIFEST_NAME) as f:
             manifest: Manifest | None = Manifest.from_json(json.load(f))
     except FileNotFoundError:
         manifest = None
@@ -284,7 +284,7 @@ def verify(
     with interruptible_pool(threads, "verify") as pool:
         for shard, result in zip(
             manifest.shards,
-            pool.map(lambda s: _check_shard(store, s, cap, deep, fmt), manifest.shards),
+            pool.map(lambda s: _check_shard(location, s, cap, deep, fmt), manifest.shards),
             strict=True,
         ):
             results.append(result)
@@ -295,6 +295,6 @@ def verify(
             report.problems.extend(result.problems)
             progress.advance(shard.bytes, rows=result.rows, shards=len(results))
     progress.finish()
-    _check_whole(store, manifest, results, report)
+    _check_whole(location, manifest, results, report)
     report.seconds = time.perf_counter() - started
     return report

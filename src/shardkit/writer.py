@@ -1,9 +1,10 @@
-"""Stage 4: write one planned shard, atomically.
+"""Write one planned shard, atomically.
 
 The layout inside the shard is the format's (:meth:`.formats.base.ShardFormat.write`, in
 :mod:`.formats.zip`, :mod:`.formats.tar`, :mod:`.formats.parquet`); this module is the frame
-around it: the rows from the staging file, their files read by :mod:`.readahead` (ahead on a thread pool into a fixed
-ring buffer; a file larger than half of it is copied in chunks), and the temporary files renamed into place.
+around it: the rows from the staging file, their files read by :mod:`.readahead` (into a fixed
+ring buffer, ahead of the writer; a file larger than half of it is copied in chunks), and the
+temporary files put into place.
 
 The shard file itself goes through :class:`~shardkit.shardfile.ShardFile` (aligned chunks, hashed
 and written by threads, ``O_DIRECT`` on local filesystems). Everything is written under
@@ -134,7 +135,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
     """Write one shard and its metadata file; return what the manifest records of it."""
     plan = job.plan
     fmt = format_named(job.format)
-    store = Location.out_dir(job.out_dir)
+    location = Location.out_dir(job.out_dir)
     tmp_dir = job.tmp_dir or os.path.join(tempfile.gettempdir(), "shardkit")  # "": this machine's own
     os.makedirs(tmp_dir, exist_ok=True)
     # Names of this attempt's own: a cluster may run a task again while a worker it gave up on
@@ -174,8 +175,8 @@ def write_shard(job: ShardJob) -> ManifestShard:
                 f" (Parquet sizes are estimated before writing; the estimate was {plan.bytes})."
                 " Re-run with a smaller --target-shard-size."
             )
-        store.put(tmp_meta, meta_rel, fsync=job.fsync)
-        store.put(tmp_shard, plan.name, fsync=job.fsync)  # the shard exists only once it is whole
+        location.put(tmp_meta, meta_rel, fsync=job.fsync)
+        location.put(tmp_shard, plan.name, fsync=job.fsync)  # the shard exists only once it is whole
     except BaseException:
         # Reads still in flight may land in this ring after we leave: never reuse it.
         forget_ring()

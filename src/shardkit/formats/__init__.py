@@ -37,7 +37,7 @@ __all__ = [
 
 FORMATS: dict[str, ShardFormat] = {f.name: f for f in (ZIP, TAR, PARQUET)}
 FORMAT_NAMES = tuple(FORMATS)
-#: What a file in data/ may end with to be a shard of some format (for stray and stale checks).
+#: The shard files' endings, every format's (the LFS lines of .gitattributes).
 SHARD_SUFFIXES = tuple(f.suffix for f in FORMATS.values())
 
 
