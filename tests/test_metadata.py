@@ -97,6 +97,7 @@ def test_checks_finishing_out_of_order_give_the_same_results_in_input_order(
     wait until a later batch has been checked, on another thread."""
     images, meta = _rows_and_files(tmp_path, 2000)
     in_order = _read(images, meta, threads=1)
+    monkeypatch.setattr(metadata, "filesystem_type_here", lambda folder: "nfs4")  # every batch on the threads
     later_checked = threading.Event()
     real_lstat = os.lstat
 
@@ -116,6 +117,9 @@ def test_checks_finishing_out_of_order_give_the_same_results_in_input_order(
     monkeypatch.undo()
     assert later_checked.is_set()
     assert in_order == reordered
+    # On a local disk, batches that need only stats are checked on the reading thread: the same.
+    monkeypatch.setattr(metadata, "filesystem_type_here", lambda folder: "ext4")
+    assert _read(images, meta, threads=4) == in_order
     assert [r.line for r in in_order] == list(range(1, 2002))
     assert isinstance(in_order[100], InputProblem) and "file not found" in in_order[100].message
     records = [r for r in in_order if isinstance(r, SourceRecord)]
@@ -133,7 +137,7 @@ def test_rows_without_keys_get_the_sha256_of_their_file(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_while_the_first_stat_hangs_stops_the_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A dead network mount: the first stat never returns. Every batch is checked on the thread
+    # A dead network mount: the first stat never returns. There every batch is checked on the thread
     # pool; the reading thread only waits for the results, a wait that Ctrl-C interrupts.
     images, meta = _rows_and_files(tmp_path, 200)
     release = threading.Event()
@@ -148,6 +152,7 @@ def test_ctrl_c_while_the_first_stat_hangs_stops_the_reader(tmp_path: Path, monk
         return real_lstat(path, *args, **kwargs)
 
     monkeypatch.setattr(metadata.os, "lstat", hung_lstat)
+    monkeypatch.setattr(metadata, "filesystem_type_here", lambda folder: "nfs4")  # a network mount
     # SIGINT to the main thread, as a terminal's Ctrl-C reaches it (the pool's threads block it).
     main = threading.main_thread().ident
     assert main is not None

@@ -128,6 +128,9 @@ def test_a_staged_row_is_its_record_with_the_published_line() -> None:
     assert row == StagedRow("ff" * 8, 3, 77, ".png", "a/b.png", '{"x":1}', 0, "77:1:2", True, "test")
     # Its line sorts by key, then by input line.
     assert row.to_line().startswith("ffffffffffffffff\t000000000003\t77\t.png\t77:1:2:h\ttest\t")
+    # The check writes the same line straight from the record; so for the file-id line.
+    assert StagedRow.line_of(record, '{"x":1}') == row.to_line()
+    assert FileRef.line_of(record, '{"x":1}') == FileRef.of(record, '{"x":1}').to_line()
 
 
 @given(name=names, published=st.text().map(lambda t: json.dumps(t, ensure_ascii=False)))

@@ -254,8 +254,8 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             else:
                 image_line = image_line or item.line
             extensions.add(item.ext.lower())
-            runs.add(StagedRow.of(item, line).to_line())
-            files.add(FileRef.of(item, line).to_line())
+            runs.add(StagedRow.line_of(item, line))
+            files.add(FileRef.line_of(item, line))
     finally:
         problems.close()
     progress.advance(n % 1000)

@@ -29,6 +29,7 @@ from .formats.zip import member_name  # a row's file inside a ZIP shard: metadat
 from .hashing import sha256_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
 from .rowrules import EXT_RE, KEY_RE, MAX_LINE_BYTES
+from .shardfile import LOCAL_DISK_FILESYSTEMS, filesystem_type_here
 from .threads import interruptible_pool
 
 CONTENT_KEY_HEX_DIGITS = 32
@@ -390,16 +391,28 @@ def read_metadata(
     """Stream checked records (or problems) from a metadata file, in input order.
 
     ``max_file_bytes`` is the largest file that still fits in a shard on its own. Rows are
-    parsed here and their files checked on ``threads`` threads, every batch of rows alike (about
-    twice ``threads`` batches in flight); this thread only waits for the results, oldest first,
-    a wait Ctrl-C interrupts even while a stat hangs on a dead network mount. With ``decode``,
-    every image and audio file is decoded, and one that does not decode is a problem.
+    parsed here, in batches. A batch whose files must be read (rows without a key are hashed;
+    ``decode`` decodes every image and audio file) is checked on ``threads`` threads (about twice
+    ``threads`` batches in flight), and so is every batch on a network, FUSE or unknown
+    filesystem: this thread only waits for the results, oldest first, a wait Ctrl-C interrupts
+    even while a stat hangs on a dead network mount. A batch that needs only stats of files on
+    a local disk (ext4, XFS, btrfs, F2FS) is checked here: handing it to a thread costs more than
+    the stats (docs/performance.md). Either way the results come in input order.
     ``start``, ``end`` and ``first_line`` read one range of whole lines (an uncompressed file).
     """
     images_root = os.path.join(os.path.abspath(images_dir), "")  # ends in a separator
     checker = _FileChecker(os.path.realpath(images_root), max_file_bytes, decode)
     window: deque[Future[list[SourceRecord | InputProblem]]] = deque()
     batch: list[_Pending | InputProblem] = []
+    local_disk = filesystem_type_here(os.path.realpath(images_root)) in LOCAL_DISK_FILESYSTEMS
+
+    def submit(batch: list[_Pending | InputProblem]) -> Future[list[SourceRecord | InputProblem]]:
+        if local_disk and not decode and all(isinstance(p, InputProblem) or p.key is not None for p in batch):
+            done: Future[list[SourceRecord | InputProblem]] = Future()
+            done.set_result(checker.check_batch(batch))  # stats only, on a local disk: here
+            return done
+        return pool.submit(checker.check_batch, batch)
+
     with open_metadata(metadata_path) as stream, interruptible_pool(threads, "shardkit-check") as pool:
         if start:
             stream.seek(start)
@@ -408,12 +421,12 @@ def read_metadata(
             batch.append(_pending_or_problem(row, images_root))
             if len(batch) < _BATCH:
                 continue
-            window.append(pool.submit(checker.check_batch, batch))
+            window.append(submit(batch))
             if len(window) > threads * 2:
                 yield from window.popleft().result()
             batch = []
         if batch:
-            window.append(pool.submit(checker.check_batch, batch))
+            window.append(submit(batch))
         while window:
             yield from window.popleft().result()
 

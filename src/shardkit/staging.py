@@ -38,6 +38,13 @@ MAX_FAN_IN = 64
 _KEY, _LINE, _SIZE, _EXT, _CHECK, _SPLIT, _SOURCE, _PUBLISHED = range(8)
 
 
+def _staged_line(row: SourceRecord | StagedRow, metadata_line: str) -> str:
+    """The one writer of a staged line (see :class:`StagedRow`)."""
+    check = f"{row.stamp}:{'h' if row.content_keyed else 'k'}"
+    head = f"{row.key}\t{row.line:012d}\t{row.size}\t{row.ext}\t{check}"
+    return f"{head}\t{row.split}\t{json_string(row.source)}\t{metadata_line}\n"
+
+
 @dataclass(frozen=True, slots=True)
 class StagedRow:
     """One checked row on its way to a shard: a line of the staging files (``run-*.tsv``,
@@ -81,9 +88,12 @@ class StagedRow:
         )
 
     def to_line(self) -> str:
-        check = f"{self.stamp}:{'h' if self.content_keyed else 'k'}"
-        head = f"{self.key}\t{self.line:012d}\t{self.size}\t{self.ext}\t{check}"
-        return f"{head}\t{self.split}\t{json_string(self.source)}\t{self.metadata_line}\n"
+        return _staged_line(self, self.metadata_line)
+
+    @staticmethod
+    def line_of(record: SourceRecord, metadata_line: str) -> str:
+        """``StagedRow.of(record, metadata_line).to_line()``, without making the row (once per input row)."""
+        return _staged_line(record, metadata_line)
 
     @classmethod
     def from_line(cls, text: str, offset: int = 0) -> StagedRow:
@@ -305,10 +315,15 @@ class FileRef:
         return cls(record.line, record.key, record.source, metadata_line)
 
     def to_line(self) -> str:
-        source = json_string(self.source)
-        normal = _normal_path(self.source)
-        path = source if normal == self.source else json_string(normal)
-        return f"{path}\t{self.line:012d}\t{self.key}\t{source}\t{self.metadata_line}\n"
+        return FileRef.line_of(self, self.metadata_line)
+
+    @staticmethod
+    def line_of(row: SourceRecord | FileRef, metadata_line: str) -> str:
+        """``FileRef.of(row, metadata_line).to_line()``, without making the object (once per input row)."""
+        source = json_string(row.source)
+        normal = _normal_path(row.source)
+        path = source if normal == row.source else json_string(normal)
+        return f"{path}\t{row.line:012d}\t{row.key}\t{source}\t{metadata_line}\n"
 
     @classmethod
     def from_line(cls, text: str) -> FileRef:
