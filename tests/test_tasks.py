@@ -267,3 +267,27 @@ def test_a_tmpdir_too_long_for_the_forkserver_packs_with_spawned_workers(tmp_pat
     assert len(files) == 16
     for rel in [*files, Path("shards.json")]:
         assert (tmp_path / "long" / rel).read_bytes() == (tmp_path / "plain" / rel).read_bytes()
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def test_dask_tasks_carry_their_names_as_keys() -> None:
+    """On a Dask cluster each task's key names the run's kind and the task (what the dashboard shows)."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from shardkit.tasks import DaskExecutor
+
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        executor = DaskExecutor(client)
+        names = ["data/0.zip", "data/1.zip", "data/2.zip"]
+        with get_task_stream(client) as stream:
+            assert sorted(run_tasks(square, [1, 2, 3], names=names, executor=executor, what="write")) == [1, 4, 9]
+        keys = sorted(str(task["key"]) for task in stream.data)
+        executor.shutdown()
+    [run] = {key.split("-")[2] for key in keys}
+    assert keys == [f"shardkit-write-{run}-{name}" for name in names]

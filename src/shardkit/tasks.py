@@ -128,6 +128,10 @@ class TaskExecutor(Executor):
         the other tasks in flight."""
         return exc
 
+    def submit_task(self, fn: Callable[[T], R], item: T, name: str, what: str) -> Future[R]:
+        """Submit one task of kind ``what`` named ``name`` (a cluster shows the name)."""
+        return self.submit(fn, item)
+
 
 def run_tasks(
     fn: Callable[[T], R],
@@ -160,7 +164,11 @@ def run_tasks(
     def submit_next() -> None:
         task = next(queue, None)
         if task is not None:
-            running[executor.submit(fn, task[0])] = task[1]
+            item, name = task
+            if isinstance(executor, TaskExecutor):
+                running[executor.submit_task(fn, item, name, what)] = name
+            else:
+                running[executor.submit(fn, item)] = name
 
     try:
         for _ in range(max(in_flight, 1)):
@@ -409,9 +417,15 @@ class DaskExecutor(TaskExecutor):
         self._distributed = _import_distributed()
         self._executor = client.get_executor(pure=False)
         self.in_flight = max(2 * sum(client.nthreads().values()), MIN_TASK_WINDOW)
+        self._run = secrets.token_hex(4)  # keys of another run's tasks, still held, are never reused
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
         future: Future[R] = self._executor.submit(fn, *args, **kwargs)
+        return future
+
+    def submit_task(self, fn: Callable[[T], R], item: T, name: str, what: str) -> Future[R]:
+        # The key is what the dashboard shows: "shardkit-write-<run>-data/3f.zip".
+        future: Future[R] = self._executor.submit(fn, item, key=f"shardkit-{what}-{self._run}-{name}")
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
