@@ -553,3 +553,16 @@ def test_layouts_over_the_hubs_advice_are_refused_before_uploading() -> None:
     many = [_f(f"{d}/{i:05x}.zip") for d in "abcdefghijk" for i in range(9_500)]
     with pytest.raises(UsageError, match=r"the repo would hold 104500 files.*--target-shard-size"):
         check_hub_limits(many)
+
+
+def test_verify_reads_a_pushed_dataset_at_its_hf_url(packed_template: Path, tmp_path: Path) -> None:
+    """`shardkit verify hf://datasets/NS/NAME` checks the pushed shards against their manifest, as
+    for a folder (pack refuses an hf:// OUT_DIR; verify only reads)."""
+    with pushed_copy(packed_template, tmp_path) as (hub, _):
+        env = hub_env(hub.url, tmp_path / "home")
+        ok = shardkit("verify", f"hf://datasets/{REPO}", "--json", env=env)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        report = json.loads(ok.stdout)
+        assert report["ok"] is True and report["shards"] == 16 and report["rows"] == 300
+        # pack's refusal of an hf:// OUT_DIR is not verify's
+        assert "OUT_DIR is where shards are packed" not in ok.stderr

@@ -322,9 +322,10 @@ class Location:
         return cls(f"{constants.ENDPOINT}/datasets/{repo_id}/resolve/{quote(revision, safe='')}", "hub")
 
     @classmethod
-    def out_dir(cls, text: str) -> Location:
-        """OUT_DIR: a folder (whether it exists or not) or a URL; ``hf://`` is refused."""
-        if text.startswith("hf://"):  # fsspec would make a commit per file
+    def out_dir(cls, text: str, *, writing: bool = True) -> Location:
+        """OUT_DIR: a folder (whether it exists or not) or a URL; ``hf://`` is refused for
+        writing (``writing=False``, as ``verify`` reads it: through fsspec, as any URL)."""
+        if writing and text.startswith("hf://"):  # fsspec would make a commit per file
             raise UsageError(
                 f"{text}: OUT_DIR is where shards are packed (a folder or a bucket); to publish on the Hub,"
                 " pack there and run `shardkit push OUT_DIR --repo NAMESPACE/NAME` (or add --push)"

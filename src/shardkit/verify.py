@@ -262,7 +262,7 @@ def verify(
     every problem found (the report is ``ok`` if none)."""
     progress = progress or NullProgress()
     started = time.perf_counter()
-    location = Location.out_dir(out_dir)
+    location = Location.out_dir(out_dir, writing=False)
     out_dir = location.url
     if location.is_local and not os.path.isdir(out_dir):  # a URL has no folder to check: its manifest tells
         raise UsageError(f"OUT_DIR {out_dir!r} is not a folder")
