@@ -540,7 +540,11 @@ def _pack_command(
             f"packed {summary.rows} rows into {summary.shards} shards ({human_size(summary.bytes)}) in "
             f"{summary.seconds:.1f} s, {summary.mb_per_s:.0f} MB/s"
             + _phases(summary.phase_seconds)
-            + (f"; {summary.resumed_shards} shards kept from an earlier run" if summary.resumed_shards else "")
+            + (
+                f"; {summary.resumed_shards} shard{'s' if summary.resumed_shards != 1 else ''} kept from an earlier run"
+                if summary.resumed_shards
+                else ""
+            )
             + (f"; {summary.kept_shards} unchanged shards kept" if summary.kept_shards else "")
         )
         if len(summary.splits) > 1 or any(s["name"] != "train" for s in summary.splits):

@@ -119,13 +119,13 @@ def next_steps(repo_dir: str) -> list[str]:
     where = shlex.quote(repo_dir)
     lines = [
         "next (also in README.md, in a comment the Hub does not show):",
-        f"  pack-shards FILES_DIR METADATA_JSONL -o {where}" + (" --class-label label" if classes else ""),
+        f"  pack-shards FILES_DIR METADATA_JSONL -o {where}",
         f"  shardkit verify {where} --deep",
         f"  shardkit push {where} --repo {card_repo(repo_dir) or 'NAMESPACE/NAME'}",
     ]
     if classes:
         lines.append(
-            "  --class-label label: the metadata's `label` column (class names) is published as a ClassLabel;"
-            " a `split` column makes one split per name"
+            "  for a classification task: if the metadata has a `label` column of class names, add"
+            " --class-label label to publish it as a ClassLabel; a `split` column makes one split per name"
         )
     return lines
