@@ -29,7 +29,7 @@ from .formats.zip import member_name  # a row's file inside a ZIP shard: metadat
 from .hashing import sha256_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
 from .rowrules import EXT_RE, KEY_RE, MAX_LINE_BYTES
-from .shardfile import LOCAL_DISK_FILESYSTEMS, filesystem_type_here
+from .shardfile import on_local_disk
 from .threads import interruptible_pool
 
 CONTENT_KEY_HEX_DIGITS = 32
@@ -404,7 +404,7 @@ def read_metadata(
     checker = _FileChecker(os.path.realpath(images_root), max_file_bytes, decode)
     window: deque[Future[list[SourceRecord | InputProblem]]] = deque()
     batch: list[_Pending | InputProblem] = []
-    local_disk = filesystem_type_here(os.path.realpath(images_root)) in LOCAL_DISK_FILESYSTEMS
+    local_disk = on_local_disk(images_root)
 
     def submit(batch: list[_Pending | InputProblem]) -> Future[list[SourceRecord | InputProblem]]:
         if local_disk and not decode and all(isinstance(p, InputProblem) or p.key is not None for p in batch):

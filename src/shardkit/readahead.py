@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .inputfile import OutsideImagesDir, SourceChanged, open_inside, stamp
-from .shardfile import LOCAL_DISK_FILESYSTEMS, filesystem_type_here
+from .shardfile import on_local_disk
 from .staging import StagedRow
 from .streamio import crc32
 from .threads import interruptible_pool
@@ -204,7 +204,7 @@ class NoWaitRefused(Exception):
 def tries_in_memory_first(images_dir: str) -> bool:
     """Whether files under ``images_dir`` are first tried on the writer's thread (see the module
     docstring): on Linux, on a local disk."""
-    return _NOWAIT is not None and filesystem_type_here(os.path.realpath(images_dir)) in LOCAL_DISK_FILESYSTEMS
+    return _NOWAIT is not None and on_local_disk(images_dir)
 
 
 def read_if_in_memory(row: StagedRow, path: str, inside: str, region: memoryview) -> int | None:

@@ -69,11 +69,16 @@ def filesystem_type_here(folder: str) -> str | None:
         return None
 
 
+def on_local_disk(folder: str) -> bool:
+    """Whether ``folder`` is on a filesystem of a local block device (:data:`LOCAL_DISK_FILESYSTEMS`)."""
+    return filesystem_type_here(os.path.realpath(folder)) in LOCAL_DISK_FILESYSTEMS
+
+
 def direct_io_for(folder: str) -> bool:
     """Whether shard files in ``folder`` are written with O_DIRECT."""
     if not _O_DIRECT or os.environ.get("SHARDKIT_NO_DIRECT_IO"):
         return False
-    return filesystem_type_here(os.path.realpath(folder)) in LOCAL_DISK_FILESYSTEMS
+    return on_local_disk(folder)
 
 
 def _chunks(size: int, count: int) -> list[mmap.mmap]:
