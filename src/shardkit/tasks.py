@@ -227,28 +227,30 @@ def _start_method() -> str:
     return "spawn"
 
 
-def _forkserver_context() -> Any:
-    context = multiprocessing.get_context("forkserver")
+def _ensure_forkserver() -> None:
+    """Start this process's forkserver, with the task modules imported, unless it runs already
+    (at once then) or cannot run here (then :func:`_start_method` says spawn)."""
+    global _forkserver_failed
+    if _start_method() != "forkserver":
+        return
     # "__main__": the script that started this process (the CLI), imported once by the
     # forkserver rather than by each worker. (No effect once this process's forkserver runs: it
     # keeps what it imported.)
-    context.set_forkserver_preload(["__main__", *TASK_MODULES])
-    return context
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", *TASK_MODULES])
+    from multiprocessing import forkserver
+
+    try:
+        forkserver.ensure_running()
+    except OSError:  # "AF_UNIX path too long" under a long TMPDIR: workers are spawned instead
+        _forkserver_failed = True
 
 
 def start_forkserver(jobs: int) -> None:
     """Start the forkserver now, when local worker processes will follow (``jobs`` over 1), so
     its start and imports run while the caller works (pack's check phase) instead of before the
     first task. Changes nothing but when that happens; the pool starts it itself otherwise."""
-    global _forkserver_failed
-    if jobs > 1 and _start_method() == "forkserver":
-        _forkserver_context()
-        from multiprocessing import forkserver
-
-        try:
-            forkserver.ensure_running()
-        except OSError:  # "AF_UNIX path too long" under a long TMPDIR: workers are spawned instead
-            _forkserver_failed = True
+    if jobs > 1:
+        _ensure_forkserver()
 
 
 class LocalPool(ProcessPoolExecutor, TaskExecutor):
@@ -256,9 +258,8 @@ class LocalPool(ProcessPoolExecutor, TaskExecutor):
     docstring for what it adds to ``ProcessPoolExecutor``)."""
 
     def __init__(self, jobs: int, tasks: int) -> None:
-        start_forkserver(jobs)  # (at once if it runs already)
-        method = _start_method()
-        context = _forkserver_context() if method == "forkserver" else multiprocessing.get_context(method)
+        _ensure_forkserver()
+        context = multiprocessing.get_context(_start_method())
         # Per task (in submission order): 0 not started, a worker's pid while it runs there,
         # _ENDED once it ended with a result or an error. A worker that dies or is stopped leaves
         # its task's pid. No lock: each entry is written by one worker at a time.
