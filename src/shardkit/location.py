@@ -421,11 +421,27 @@ class Location:
             return self.fs.open(self._path(rel), "rb", block_size=_BLOCK, cache_type="readahead")  # type: ignore[no-any-return]
         return _HttpReader(self.where(rel), self._headers())  # type: ignore[return-value]
 
-    def open_random(self, rel: str) -> BinaryIO:
-        """A seekable file, read with ranged reads where it is remote (a Parquet footer first)."""
+    def open_random(self, rel: str, *, exact: bool = False) -> BinaryIO:
+        """A seekable file, read with ranged reads where it is remote (a Parquet footer first).
+        ``exact``: each read asks for exactly its bytes, no read-ahead (for a reader whose reads
+        are whole row groups: a rank reading part of a shard fetches only that part)."""
         if self.is_local:
             return open(self.where(rel), "rb")
-        return self.fs.open(self._path(rel), "rb", block_size=_BLOCK)  # type: ignore[no-any-return]
+        cache = "none" if exact else "readahead"
+        return self.fs.open(self._path(rel), "rb", block_size=_BLOCK, cache_type=cache)  # type: ignore[no-any-return]
+
+    def open_range(self, rel: str, start: int, end: int) -> BinaryIO:
+        """A forward-only stream over bytes ``[start, end)`` of a file: one ranged GET over
+        http(s) and on the Hub (the server sends those bytes only), a seek on disk and through
+        fsspec. Fewer bytes than asked for is the reader's to notice (it knows what it expects)."""
+        if self.is_local:
+            f = open(self.where(rel), "rb", buffering=_CHUNK)  # noqa: SIM115 - the _Window below closes it
+        elif self.kind == "fsspec":
+            f = self.fs.open(self._path(rel), "rb", block_size=_BLOCK, cache_type="readahead")
+        else:
+            return _HttpReader(self.where(rel), self._headers(), byte_range=(start, end))  # type: ignore[return-value]
+        f.seek(start)
+        return _Window(f, end - start)  # type: ignore[return-value]
 
     def read_bytes(self, rel: str) -> bytes | None:
         """A whole (small) file, or None when it does not exist."""
@@ -590,6 +606,29 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+class _Window:
+    """At most ``n`` bytes of a file, from where it stands: a ranged read on disk or fsspec."""
+
+    def __init__(self, f: Any, n: int) -> None:
+        self._f = f
+        self._left = n
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data: bytes = self._f.read(n) if n else b""
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> _Window:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class _HttpReader:
     """A forward-only file over one streaming GET: what a front-to-back read needs, one request.
 
@@ -602,12 +641,14 @@ class _HttpReader:
     short shard or hang a training job.
     """
 
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
+    def __init__(self, url: str, headers: dict[str, str], *, byte_range: tuple[int, int] | None = None) -> None:
         from huggingface_hub.utils import get_session, hf_raise_for_status  # type: ignore[attr-defined]
 
         self._url = url
         self._timeout = network_timeout()
         self._received = 0
+        if byte_range is not None:
+            headers = {**headers, "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
         self._context = get_session().stream("GET", url, headers=headers, timeout=self._timeout)
         with self._named_errors():
             response = self._context.__enter__()
@@ -622,6 +663,11 @@ class _HttpReader:
         self._chunks = response.iter_bytes(_CHUNK)
         self._buffer = b""
         self._position = 0
+        self._left = -1  # bytes still to give (a ranged read); -1: up to the end of the body
+        if byte_range is not None:
+            if response.status_code != 206:  # a server that ignores Range sends the whole file
+                self.read(byte_range[0])
+            self._left = byte_range[1] - byte_range[0]
 
     @contextlib.contextmanager
     def _named_errors(self) -> Iterator[None]:
@@ -641,6 +687,14 @@ class _HttpReader:
         return chunk
 
     def read(self, n: int = -1) -> bytes:
+        if self._left >= 0:
+            n = self._left if n < 0 else min(n, self._left)
+            data = self._read(n)
+            self._left -= len(data)
+            return data
+        return self._read(n)
+
+    def _read(self, n: int) -> bytes:
         available = len(self._buffer) - self._position
         if n < 0 or available < n:  # top up: one copy of what is left, plus new chunks
             parts = [self._buffer[self._position :]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import UsageError
 from .formats import format_named
@@ -26,15 +26,40 @@ def read_manifest_from(location: Location) -> Manifest:
         raise UsageError(f"{location.where(MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
 
 
+class _ShardAt:
+    """One shard of a :class:`Location`, as a format reads it (:class:`.formats.base.ShardSource`)."""
+
+    def __init__(self, location: Location, shard: str) -> None:
+        self.location = location
+        self.shard = shard
+
+    def open(self) -> BinaryIO:
+        return self.location.open(self.shard)
+
+    def open_random(self) -> BinaryIO:
+        return self.location.open_random(self.shard, exact=True)
+
+    def open_range(self, start: int, end: int) -> BinaryIO:
+        return self.location.open_range(self.shard, start, end)
+
+
 def iter_shard(
-    source: Location, shard: str, file_column: str, fmt_name: str = "zip", manifest: Manifest | None = None
+    source: Location,
+    shard: str,
+    file_column: str,
+    fmt_name: str = "zip",
+    manifest: Manifest | None = None,
+    *,
+    start: int = 0,
+    stop: int | None = None,
 ) -> Generator[dict[str, Any], None, None]:
-    """The rows of one shard, in order: metadata fields plus ``{file_column: {"bytes", "path"}}``,
-    as its format reads them (:meth:`.formats.base.ShardFormat.read_rows`). A shard read with
-    ranged reads (Parquet) is held to its ``manifest``'s record (read from ``source`` if not given)."""
+    """Rows ``start`` to ``stop`` (default: all) of one shard, in order: metadata fields plus
+    ``{file_column: {"bytes", "path"}}``, as its format reads them
+    (:meth:`.formats.base.ShardFormat.read_piece`). The shard is held to its ``manifest``'s record
+    (read from ``source`` if not given and needed: a Parquet shard, or part of a shard)."""
     fmt = format_named(fmt_name)
     record = ShardRecord(source.where(shard), file_column)
-    if fmt.random_access:
+    if fmt.random_access or start or stop is not None:
         manifest = manifest or read_manifest_from(source)
         recorded = next((s for s in manifest.shards if s.file == shard), None)
         record = ShardRecord(
@@ -45,10 +70,4 @@ def iter_shard(
             bytes=recorded.bytes if recorded is not None else None,
             rows=recorded.rows if recorded is not None else None,
         )
-        reader = source.open_random(shard)
-    else:
-        reader = source.open(shard)  # one forward-only read
-    try:
-        yield from fmt.read_rows(reader, record)
-    finally:
-        reader.close()
+    return fmt.read_piece(_ShardAt(source, shard), record, start, stop)

@@ -1,32 +1,44 @@
-"""``shardkit.stream``: read a packed dataset as a ``datasets.IterableDataset``, one shard per file.
+"""``shardkit.stream``: read a packed dataset as a ``datasets.IterableDataset``, for training.
 
-Each ZIP or tar shard is read front to back from one forward-only stream: a single HTTP GET per
-shard on the Hub or any web server (no Range requests, no central directory), or one ``open()``
-on disk. Parquet shards need their footer first, so they are read row group by row group through
-ranged reads (fsspec). What a shard's bytes mean is its format's (:mod:`.formats`: ZIP members
-are CRC-checked, tar headers checksummed, unsafe names refused...); this module finds the
-shards, opens them and wires them into ``datasets``. Every format yields the same columns: the
-file column (``image`` or ``audio``), ``key``, then the fields. Images are yielded as bytes and
-decoded only when a row is formatted, as ``datasets`` does.
+What a training job asks of a stream, and how this one gives it (docs/design-training-stream.md):
 
-The shard list goes into ``gen_kwargs``, so ``n_shards`` is the number of ZIPs: DataLoader
-workers and ``split_dataset_by_node`` split the dataset by shard, and ``.shuffle(seed,
-buffer_size)`` shuffles the shard order plus a buffer of rows (``set_epoch`` reshuffles).
+* **Which rows, in which order**: a pure function (:mod:`.order`) of the manifest, the shuffle
+  seed, the epoch, the rank and the world size. Each rank reads a contiguous floor-or-ceil share
+  of the epoch's rows (its shards, and parts of at most two), so it fetches about its share of
+  the bytes. With a seed the shards are permuted per epoch and the rows of ``shuffle_shards``
+  shards at a time are merged at random and permuted in windows of ``shuffle_window`` rows.
+* **Exact resume**: the order is computed, so datasets' own ``state_dict()`` (a unit of work and
+  a row within it) is the whole state: ``load_state_dict`` in a new process continues with the
+  next row, in DataLoader workers too (torchdata's ``StatefulDataLoader``).
+* **The epoch**: ``set_epoch(n)`` on the dataset being iterated. datasets hands the epoch to its
+  data sources as a random generator (:class:`.epochunits.EpochUnits`), from which the
+  epoch's plan is drawn.
+* **Parallel decode**: ``decode_threads`` is datasets' ``decode(num_threads=...)``, whose state
+  accounts for the rows in flight.
+
+Reading: a whole ZIP or tar shard is read front to back from one forward-only stream (one GET on
+the Hub or any web server, one ``open()`` on disk); part of a ZIP shard through its central
+directory, a Parquet shard row group by row group (:meth:`.formats.base.ShardFormat.read_piece`).
+Every format yields the same columns: the file column (``image`` or ``audio``), ``key``, then
+the fields. Files are yielded as bytes and decoded when a row is formatted, as datasets does.
 
 Sources: a packed folder, an ``http(s)://`` URL of one, a Hub dataset id (``ns/name``),
 ``hf://datasets/ns/name[@revision]``, or another fsspec URL (``s3://bucket/ds``, where
-``pack -o URL`` writes; read through fsspec in 8 MiB blocks). Hub reads go to ``HF_ENDPOINT``
-with the token huggingface_hub finds (``HF_TOKEN`` or the login), so private repos work.
+``pack -o URL`` writes). Hub reads go to ``HF_ENDPOINT`` with the token huggingface_hub finds
+(``HF_TOKEN`` or the login), so private repos work.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import ShardkitError, UsageError
 from .location import Location
 from .manifest import Manifest
+from .order import Piece, Unit, plan_units, shuffled_window, unit_order
 from .shardrows import iter_shard, read_manifest_from
 
 if TYPE_CHECKING:
@@ -34,21 +46,122 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-def _generate(
-    shards: list[str], source: Location, file_column: str, fmt_name: str, manifest: Manifest
-) -> Iterator[dict[str, Any]]:
-    for shard in shards:
-        yield from iter_shard(source, shard, file_column, fmt_name, manifest)
+#: Rows of this many shards are merged together when shuffling (one open stream each).
+DEFAULT_SHUFFLE_SHARDS = 4
+#: Rows permuted together when shuffling: the most rows held in memory.
+DEFAULT_SHUFFLE_WINDOW = 1024
 
 
-def stream(source: str, *, revision: str | None = None, split: str = "train") -> datasets.IterableDataset:
-    """One split of a packed dataset as a ``datasets.IterableDataset`` with one shard per shard
-    file; see the module doc. A split that is not there is a UsageError naming those that are."""
+@dataclass(frozen=True)
+class Plan:
+    """What every epoch's units follow from (pickled to DataLoader workers with the dataset)."""
+
+    source: Location
+    manifest: Manifest
+    split: str
+    seed: int | None
+    rank: int
+    world_size: int
+    shuffle_shards: int
+    shuffle_window: int
+
+    def units(self, epoch_key: int) -> list[Unit]:
+        return plan_units(
+            [(s.file, s.rows) for s in self.manifest.shards_of(self.split)],
+            seed=self.seed,
+            epoch_key=epoch_key,
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle_shards=self.shuffle_shards,
+            shuffle_window=self.shuffle_window,
+        )
+
+
+def _read_piece(plan: Plan, piece: Piece) -> Iterator[dict[str, Any]]:
+    return iter_shard(
+        plan.source,
+        piece.shard,
+        plan.manifest.modality,
+        plan.manifest.options.format,
+        plan.manifest,
+        start=piece.start,
+        stop=piece.stop,
+    )
+
+
+def _read_unit(plan: Plan, unit: Unit) -> Iterator[dict[str, Any]]:
+    """A unit's rows in its order (:func:`.order.unit_order`): without a seed each piece front to
+    back; with one, the pieces' rows merged and permuted window by window (each piece still read
+    front to back, one stream each, opened when its first row is needed)."""
+    if unit.seed is None:
+        for piece in unit.pieces:
+            yield from _read_piece(plan, piece)
+        return
+    readers: dict[int, Iterator[dict[str, Any]]] = {}
+    try:
+        for number, window in enumerate(unit_order(unit)):
+            rows = []
+            for index, _ in window:
+                if index not in readers:
+                    readers[index] = _read_piece(plan, unit.pieces[index])
+                row = next(readers[index], None)
+                if row is None:  # read_piece raises first when a shard is short; this is a guard
+                    raise ShardkitError(f"{unit.pieces[index].shard}: fewer rows than the manifest records")
+                rows.append(row)
+            for position in shuffled_window(window, unit, number):
+                yield rows[position]
+        for reader in readers.values():  # a piece to a shard's end runs the format's end checks
+            for _ in reader:
+                raise ShardkitError("a shard has more rows than the manifest records")
+    finally:
+        for reader in readers.values():
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+
+
+def _generate(units: list[Unit], plan: Plan) -> Iterator[dict[str, Any]]:
+    for unit in units:
+        yield from _read_unit(plan, unit)
+
+
+def stream(
+    source: str,
+    *,
+    revision: str | None = None,
+    split: str = "train",
+    shuffle_seed: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    shuffle_shards: int = DEFAULT_SHUFFLE_SHARDS,
+    shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
+    decode_threads: int | None = None,
+) -> datasets.IterableDataset:
+    """One split of a packed dataset as a ``datasets.IterableDataset``; see the module doc.
+
+    ``shuffle_seed``: rows of different shards interleaved, in an order that is a pure function
+    of the seed, the epoch (``set_epoch``) and the dataset. ``rank``/``world_size``: this rank's
+    floor-or-ceil share of the rows, disjoint from the other ranks'. ``shuffle_shards`` shards'
+    rows are merged at a time and ``shuffle_window`` rows permuted together (the memory bound:
+    that many rows). ``decode_threads``: decode images (audio) on that many threads
+    (datasets' ``decode(num_threads=...)``, datasets 4.1+). A split that is not there is a
+    UsageError naming those that are."""
     import datasets
 
+    from .epochunits import EpochUnits
+
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise UsageError(
+            f"rank must be in 0..world_size-1 and world_size at least 1, got rank={rank}, world_size={world_size}"
+        )
+    if shuffle_shards < 1 or shuffle_window < 1:
+        raise UsageError(
+            f"shuffle_shards and shuffle_window must be at least 1, got {shuffle_shards} and {shuffle_window}"
+        )
     where = Location.parse(source, revision=revision)
     manifest = read_manifest_from(where)
+    manifest.shards_of(split)  # a split that is not there: the UsageError naming those that are
+    plan = Plan(where, manifest, split, shuffle_seed, rank, world_size, shuffle_shards, shuffle_window)
     features = datasets.Features._from_yaml_list(manifest.features) if manifest.features else None
     file_column = manifest.modality
     if features is not None and file_column == "audio" and not _audio_feature_usable(datasets):
@@ -57,18 +170,35 @@ def stream(source: str, *, revision: str | None = None, split: str = "train") ->
             " the 'audio' column holds each file's bytes and path"
         )
         features[file_column] = {"bytes": datasets.Value("binary"), "path": datasets.Value("string")}
-    return datasets.IterableDataset.from_generator(
+    built = datasets.IterableDataset.from_generator(
         _generate,
         features=features,
-        gen_kwargs={
-            "shards": [s.file for s in manifest.shards_of(split)],
-            "source": where,
-            "file_column": file_column,
-            "fmt_name": manifest.options.format,
-            "manifest": manifest,  # not a list: every worker gets all of it (what Parquet shards are held to)
-        },
+        gen_kwargs={"units": plan.units(0), "plan": plan},  # the list: what datasets splits among workers
         split=datasets.NamedSplit(split),
     )
+    inner = built._ex_iterable
+    ds = datasets.IterableDataset(
+        EpochUnits(inner.generate_examples_fn, inner.kwargs), info=built.info, split=built.split
+    )
+    if shuffle_seed is not None and hasattr(ds, "_shuffling"):
+        # datasets 3.x/4.0 hand the epoch to data sources only when a shuffling is configured.
+        import numpy as np
+        from datasets.iterable_dataset import ShufflingConfig
+
+        ds._shuffling = ShufflingConfig(generator=np.random.default_rng(shuffle_seed), _original_seed=shuffle_seed)
+    if decode_threads is not None:
+        if "num_threads" not in _parameters(ds.decode):
+            raise UsageError(
+                f"decode_threads needs datasets' decode(num_threads=...) (datasets 4.1+), not {datasets.__version__}"
+            )
+        ds = ds.decode(num_threads=decode_threads)
+    return ds
+
+
+def _parameters(function: Any) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(function).parameters)
 
 
 def _audio_feature_usable(datasets: Any) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, Protocol
@@ -92,6 +92,19 @@ class ShardRecord:
     max_bytes: int | None = None  # the manifest's cap
     bytes: int | None = None  # what the manifest records of this shard (None: not recorded)
     rows: int | None = None
+
+
+class ShardSource(Protocol):
+    """One shard's bytes where they are (a folder, a URL, the Hub), for :meth:`ShardFormat.read_piece`."""
+
+    def open(self) -> BinaryIO:
+        """A forward-only stream over the whole shard (one request)."""
+
+    def open_random(self) -> BinaryIO:
+        """A seekable file whose every read is one ranged request of exactly its bytes."""
+
+    def open_range(self, start: int, end: int) -> BinaryIO:
+        """A forward-only stream over bytes ``[start, end)`` (one ranged request)."""
 
 
 # --- what verify gives a format ---------------------------------------------------------------
@@ -246,6 +259,23 @@ class ShardFormat(abc.ABC):
         ``f`` is read front to back, or (``random_access``) seekable. Damage raises a
         :class:`ShardFormatError` naming ``record.where``."""
 
+    def read_piece(
+        self, shard: ShardSource, record: ShardRecord, start: int = 0, stop: int | None = None
+    ) -> Generator[dict[str, Any], None, None]:
+        """Rows ``start`` to ``stop`` (exclusive; None: the last) of one shard, as :meth:`read_rows`
+        gives them. A read that ends at the shard's last row goes on to its end, where the last
+        checks are (a format's directory, rows without a file). Fewer rows than ``stop`` is a
+        :class:`ShardFormatError`.
+
+        This default reads the shard from its front and passes over the rows before ``start``:
+        what a format without an index of its rows can do (tar). Formats with one read only the
+        piece's bytes."""
+        f = shard.open_random() if self.random_access else shard.open()
+        try:
+            yield from _rows_between(self.read_rows(f, record), record, start, stop)
+        finally:
+            f.close()
+
     @abc.abstractmethod
     def verify_shard(self, check: ShardCheck) -> Walk:
         """Walk a shard member by member, every problem to ``check.problem``."""
@@ -254,3 +284,22 @@ class ShardFormat(abc.ABC):
     def metadata_inside(self) -> str:
         """How a message names the copy of the metadata lines inside a shard ("the X inside")."""
         return f"the {self.metadata_member} inside" if self.metadata_member else "the rows of"
+
+
+def _rows_between(
+    rows: Iterator[dict[str, Any]], record: ShardRecord, start: int, stop: int | None
+) -> Iterator[dict[str, Any]]:
+    """Rows ``start`` to ``stop`` of a shard's rows, read from its first; to its end when ``stop``
+    is None or the shard's last row (so its end checks run)."""
+    to_end = stop is None or stop == record.rows
+    index = 0
+    for row in rows:
+        if stop is not None and index >= stop:
+            if to_end:
+                raise ShardFormatError(f"{record.where}: more than the {record.rows} rows the manifest records")
+            return
+        if index >= start:
+            yield row
+        index += 1
+    if stop is not None and index < stop:
+        raise ShardFormatError(f"{record.where}: {index} rows, where the manifest records {record.rows}")

@@ -31,14 +31,24 @@ from __future__ import annotations
 import io
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import ShardkitError, source_note
 from ..rowrules import EXT_RE, KEY_RE, MAX_LINE_BYTES, SOURCE_PATH_COLUMN
 from ..streamio import Output, jsonl_lines
-from .base import HashingReader, ShardCheck, ShardFormat, ShardFormatError, ShardRecord, ShardRows, Walk, source_of_row
+from .base import (
+    HashingReader,
+    ShardCheck,
+    ShardFormat,
+    ShardFormatError,
+    ShardRecord,
+    ShardRows,
+    ShardSource,
+    Walk,
+    source_of_row,
+)
 from .zip import MAX_ZIP_BYTES, MAX_ZIP_MEMBERS
 
 if TYPE_CHECKING:
@@ -459,12 +469,20 @@ class ParquetShard:
             raise ParquetShardError(f"ended at byte {start + len(data)}, before its {self.size} bytes")
         return bytes(data)
 
-    def rows(self, batch_size: int = 16) -> Iterator[dict[str, Any]]:
-        """Every row as Python values, row group by row group, each group checked before it is decoded."""
+    def rows(self, batch_size: int = 16, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
+        """Rows ``start`` to ``stop`` (default: every row) as Python values, row group by row group,
+        each group checked before it is decoded. Groups wholly outside are not read."""
         import pyarrow as pa
 
         last_end = len(_MAGIC)
+        first_row = 0  # of the group at hand
         for index in range(self._metadata.num_row_groups):
+            group_rows = self._metadata.row_group(index).num_rows
+            first_row += group_rows
+            if first_row <= start:
+                continue  # not read: the next group read is checked against the start of the file
+            if stop is not None and first_row - group_rows >= stop:
+                return
             try:
                 last_end = self._check_group(index, last_end)
             except ParquetShardError as exc:
@@ -485,6 +503,8 @@ class ParquetShard:
                     f" hold ({self.limit})"
                 )
             table = table.cast(self._dense)  # its decoded size is known now; Python values come faster from it
+            group_first = first_row - group_rows
+            table = table.slice(max(start - group_first, 0), (stop if stop is not None else first_row) - group_first)
             for offset in range(0, table.num_rows, batch_size):
                 try:
                     batch = table.slice(offset, batch_size).to_pylist()
@@ -688,6 +708,28 @@ class ParquetFormat(ShardFormat):
         """Each row group checked before it is decoded (:func:`open_parquet_shard`). The
         manifest's cap, the shard's recorded size and rows and the columns its features declare
         are what the shard is held to."""
+        return self._rows(f, record, 0, None)
+
+    def read_piece(
+        self, shard: ShardSource, record: ShardRecord, start: int = 0, stop: int | None = None
+    ) -> Generator[dict[str, Any], None, None]:
+        """The footer, then only the row groups that hold rows ``start`` to ``stop``, each in one
+        ranged read."""
+        f = shard.open_random()
+        try:
+            rows = 0
+            for row in self._rows(f, record, start, stop):
+                rows += 1
+                yield row
+            expected = (record.rows if stop is None else stop) - start if record.rows is not None else rows
+            if rows != expected:
+                raise ParquetShardError(
+                    f"{record.where}: {start + rows} rows, where the manifest records {record.rows}"
+                )
+        finally:
+            f.close()
+
+    def _rows(self, f: BinaryIO, record: ShardRecord, start: int, stop: int | None) -> Iterator[dict[str, Any]]:
         schema = arrow_schema(record.features) if record.features else None
         file_column, where = record.file_column, record.where
         try:
@@ -698,7 +740,7 @@ class ParquetFormat(ShardFormat):
                     f"{parquet.size} bytes and {parquet.num_rows} rows, the manifest says {record.bytes} and"
                     f" {record.rows}"
                 )
-            for row in parquet.rows():
+            for row in parquet.rows(start=start, stop=stop):
                 # The path as shardkit writes it, <key><ext> (never a path to follow).
                 file_path, key = (row.get(file_column) or {}).get("path"), row.get("key")
                 if not (

@@ -33,7 +33,7 @@ import json
 import re
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 
@@ -48,6 +48,7 @@ from .base import (
     ShardFormatError,
     ShardRecord,
     ShardRows,
+    ShardSource,
     Walk,
 )
 
@@ -301,6 +302,68 @@ def iter_members(stream: BinaryIO, *, check_crc: bool = True, note: Callable[[st
     _check_directory(stream, sig_bytes, bytes(directory), len(names), offset, note)
 
 
+@dataclass(frozen=True)
+class DirectoryEntry:
+    """One member as the central directory lists it."""
+
+    name: str
+    raw_name: bytes
+    size: int
+    crc: int
+    offset: int  # of its local header
+
+    @property
+    def end(self) -> int:
+        """Where the member's data ends (the next member's header, or the directory)."""
+        return self.offset + LOCAL_HEADER_SIZE + len(self.raw_name) + self.size
+
+
+def read_directory(shard: ShardSource, size: int) -> list[DirectoryEntry]:
+    """Every member of a ``size``-byte shard, from its central directory (two ranged reads: the
+    end record, then the directory). Held to what :class:`ZipWriter` writes: the end record and
+    every entry byte for byte, members back to back from offset 0 up to the directory."""
+    if size < END_RECORD_SIZE:
+        raise ZipFormatError(f"{size} bytes: too short for an end record")
+    with shard.open_range(size - END_RECORD_SIZE, size) as f:
+        tail = _read_exact(f, END_RECORD_SIZE, "the end record")
+    _, _, _, _, count, cd_size, cd_offset, _ = _END_RECORD.unpack(tail)
+    if cd_offset + cd_size != size - END_RECORD_SIZE or tail != end_record(count, cd_size, cd_offset):
+        raise ZipFormatError(f"the end record at offset {size - END_RECORD_SIZE} is not what shardkit writes")
+    with shard.open_range(cd_offset, cd_offset + cd_size) as f:
+        directory = _read_exact(f, cd_size, "the central directory")
+    entries: list[DirectoryEntry] = []
+    pos = expected_offset = 0
+    for _ in range(count):
+        fields = _CENTRAL_HEADER.unpack_from(directory, pos) if pos + CENTRAL_HEADER_SIZE <= cd_size else None
+        if fields is None or fields[0] != CENTRAL_HEADER_SIG:
+            raise ZipFormatError(f"no directory entry at offset {cd_offset + pos}")
+        crc, usize, name_len, offset = fields[7], fields[9], fields[10], fields[16]
+        raw_name = directory[pos + CENTRAL_HEADER_SIZE : pos + CENTRAL_HEADER_SIZE + name_len]
+        name = decode_member_name(raw_name, cd_offset + pos, _UNSAFE_NAME, ZipFormatError)
+        entry_bytes = central_header(raw_name, usize, crc, offset)
+        if offset != expected_offset or directory[pos : pos + len(entry_bytes)] != entry_bytes:
+            raise ZipFormatError(f"the directory entry of member {name!r} is not what shardkit writes")
+        entries.append(DirectoryEntry(name, raw_name, usize, crc, offset))
+        pos += len(entry_bytes)
+        expected_offset = entries[-1].end
+    if pos != cd_size or expected_offset != cd_offset or not entries:
+        raise ZipFormatError("the central directory does not describe the members back to back")
+    return entries
+
+
+def _read_member(stream: BinaryIO, entry: DirectoryEntry, note: Callable[[str], str] = no_note) -> bytes:
+    """The data of the member ``entry`` lists, its local header next in ``stream``."""
+    expected = local_header(entry.raw_name, entry.size, entry.crc)
+    header = _read_exact(stream, len(expected), f"the local header at offset {entry.offset}")
+    if header != expected:
+        difference = _difference(_LOCAL_HEADER, _LOCAL_FIELDS, header[:LOCAL_HEADER_SIZE], expected[:LOCAL_HEADER_SIZE])
+        raise ZipFormatError(f"{_member_at(entry.name, entry.offset, note)}: {difference}")
+    data = _read_exact(stream, entry.size, f"member {entry.name!r}")
+    if crc32(data) != entry.crc:
+        raise ZipFormatError(f"CRC mismatch in {_member_at(entry.name, entry.offset, note)}")
+    return data
+
+
 def _read_up_to(stream: BinaryIO, n: int) -> bytes:
     """Up to ``n`` bytes: fewer only where the stream ends."""
     chunks = []
@@ -420,6 +483,42 @@ class ZipFormat(ShardFormat):
         except ZipFormatError as exc:
             raise ZipFormatError(f"{record.where}: {exc}") from None
 
+    def read_piece(
+        self, shard: ShardSource, record: ShardRecord, start: int = 0, stop: int | None = None
+    ) -> Generator[dict[str, Any], None, None]:
+        """A whole shard: :meth:`read_rows`, front to back. Part of one: only its bytes, found
+        through the central directory (:func:`read_directory`: the end record, then the directory,
+        two ranged reads at the tail), ``metadata.jsonl`` at the front, then one ranged read of
+        the piece's members, each header held to its directory entry and each CRC checked."""
+        if (start == 0 and stop in (None, record.rows)) or record.bytes is None or record.rows is None:
+            yield from super().read_piece(shard, record, start, stop)
+            return
+        stop = record.rows if stop is None else stop
+        try:
+            entries = read_directory(shard, record.bytes)
+            if len(entries) != record.rows + 1 or entries[0].name != METADATA_MEMBER:
+                raise ZipFormatError(
+                    f"its directory lists {len(entries)} members, first {entries[0].name!r}; the manifest"
+                    f" records {record.rows} rows after {METADATA_MEMBER}"
+                )
+            with shard.open_range(0, entries[0].end) as f:
+                text = _read_member(f, entries[0])
+            try:
+                rows = _ZipRows(jsonl_lines(text.decode("utf-8")), first=start)
+            except UnicodeDecodeError:
+                raise ZipFormatError(f"{METADATA_MEMBER} is not UTF-8 text") from None
+            wanted = entries[start + 1 : stop + 1]
+            with shard.open_range(wanted[0].offset, wanted[-1].end) as f:
+                for entry in wanted:
+                    data = _read_member(f, entry, rows.note)
+                    row = rows.take(entry.name)
+                    if row is None:
+                        raise ZipFormatError(f"member {entry.name!r} has no row in {METADATA_MEMBER}")
+                    row[record.file_column] = {"bytes": data, "path": entry.name}
+                    yield row
+        except ZipFormatError as exc:
+            raise ZipFormatError(f"{record.where}: {exc}") from None
+
     def verify_shard(self, check: ShardCheck) -> Walk:
         """One front-to-back read: the structure (iter_members also checks the central directory
         against the members: what zipfile and datasets read through it is then what was walked),
@@ -472,9 +571,9 @@ class _ZipRows:
     shard's rows, not all); rows in another order are matched by name.
     """
 
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self, lines: list[str], first: int = 0) -> None:
         self._lines = lines
-        self._next = 0  # the next line, while the rows come in member order
+        self._next = first  # the next line, while the rows come in member order
         self._by_name: dict[str, dict[str, Any]] | None = None  # once they do not
         self._sources: dict[str, Any] = {}  # the source_path of each row taken, for messages after it
 
