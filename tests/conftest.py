@@ -147,6 +147,18 @@ def packed_example_bytes(tmp_path_factory: pytest.TempPathFactory, name: str) ->
 
 
 @pytest.fixture(scope="session")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The example packed as tar and as Parquet (16 shards each). Copy a folder to change it."""
+    out = {}
+    for fmt in ("tar", "parquet"):
+        folder = tmp_path_factory.mktemp(fmt) / "yfcc-mini"
+        result = pack_example(folder, "--format", fmt, "-q")
+        assert result.returncode == 0, result.stderr
+        out[fmt] = folder
+    return out
+
+
+@pytest.fixture(scope="session")
 def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example dataset scaffolded with the template and packed into it: 16 shards. Copy it to change it."""
     root = tmp_path_factory.mktemp("tpl")

@@ -31,18 +31,6 @@ from tests.test_streaming import digest_rows
 FILE_COLUMN = {"tar": "jpg", "parquet": "image"}
 
 
-@pytest.fixture(scope="session")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The example packed as tar and as Parquet (16 shards each). Copy a folder to change it."""
-    out = {}
-    for fmt in ("tar", "parquet"):
-        folder = tmp_path_factory.mktemp(fmt) / "yfcc-mini"
-        result = pack_example(folder, "--format", fmt, "-q")
-        assert result.returncode == 0, result.stderr
-        out[fmt] = folder
-    return out
-
-
 def shardkit_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(Path(sys.executable).parent / "shardkit"), *args], capture_output=True, text=True, check=False

@@ -504,7 +504,8 @@ class ParquetShard:
                 )
             table = table.cast(self._dense)  # its decoded size is known now; Python values come faster from it
             group_first = first_row - group_rows
-            table = table.slice(max(start - group_first, 0), (stop if stop is not None else first_row) - group_first)
+            skip = max(start - group_first, 0)
+            table = table.slice(skip, min(stop if stop is not None else first_row, first_row) - group_first - skip)
             for offset in range(0, table.num_rows, batch_size):
                 try:
                     batch = table.slice(offset, batch_size).to_pylist()

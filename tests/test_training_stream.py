@@ -1,0 +1,399 @@
+"""``shardkit.stream`` for training (issue 23): a seeded order that is a pure function of seed,
+epoch and dataset; exact resume in a new process (ZIP, tar, Parquet; folder, URL, Hub; with and
+without a seed; in DataLoader workers); even rank splits that fetch only their share of bytes;
+parallel decode; and datasets' map/filter/batch/with_format("torch") over it.
+
+Every comparison is of whole rows: key, sha256 of the file's bytes, the other fields' values and
+their Python types (tests/stream_resume.py's ``row_digest``), against the input or against an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.errors import UsageError
+from shardkit.formats.zip import ZipFormatError
+from shardkit.location import Location
+from shardkit.shardrows import iter_shard
+from tests.conftest import EXAMPLE_DIR, REPO_ROOT
+from tests.http_server import RequestLog, serve_directory
+from tests.hub_server import run_hub_server
+from tests.readback import DS36_PYTHON
+from tests.stream_resume import row_digest
+from tests.test_push import hub_env, push
+
+FORMATS = ("zip", "tar", "parquet")
+ROWS = 300  # the example dataset: 300 rows in 16 shards
+
+
+@pytest.fixture(scope="module")
+def folders(packed_template: Path, packed: dict[str, Path]) -> dict[str, Path]:
+    """The example packed in each format (16 shards each)."""
+    return {"zip": packed_template, **packed}
+
+
+def input_digests() -> list[list[Any]]:
+    """The example's rows as the input has them (metadata.jsonl and the image files), sorted."""
+    rows = []
+    for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        row["image"] = {"bytes": (EXAMPLE_DIR / "images" / row.pop("file_name")).read_bytes()}
+        rows.append(row_digest(row))
+    return sorted(rows)
+
+
+def read(source: str, **options: Any) -> list[list[Any]]:
+    """Every row of a stream, in its order, as digests."""
+    ds = shardkit.stream(source, **options).decode(False)
+    return [row_digest(row) for row in ds]
+
+
+def keys_of(rows: list[list[Any]]) -> list[str]:
+    return [row[0] for row in rows]
+
+
+def shard_of(key: str) -> str:
+    return key[0]  # the example packs into 16 shards by the key's first hex digit
+
+
+# --- the order --------------------------------------------------------------------------------------
+
+
+def test_a_seeded_order_is_every_row_once_and_a_function_of_seed_and_epoch(folders: dict[str, Path]) -> None:
+    expected = input_digests()
+    source = str(folders["zip"])
+    plain = read(source)
+    seeded = read(source, shuffle_seed=7)
+    assert sorted(plain) == sorted(seeded) == expected  # bytes, values and types as packed
+    assert read(source, shuffle_seed=7) == seeded  # the same seed, the same order
+    assert keys_of(read(source, shuffle_seed=8)) != keys_of(seeded)
+    ds = shardkit.stream(source, shuffle_seed=7).decode(False)
+    ds.set_epoch(1)
+    epoch1 = [row_digest(row) for row in ds]
+    assert sorted(epoch1) == expected and keys_of(epoch1) != keys_of(seeded)
+    ds.set_epoch(0)
+    assert [row_digest(row) for row in ds] == seeded  # back to epoch 0: its order again
+    # Every format gives the same order: the plan follows the manifest's shards and rows only.
+    for fmt in ("tar", "parquet"):
+        assert read(str(folders[fmt]), shuffle_seed=7) == seeded
+
+
+def test_a_seeded_order_interleaves_the_rows_of_several_shards(folders: dict[str, Path]) -> None:
+    plain = [shard_of(k) for k in keys_of(read(str(folders["zip"])))]
+    assert sum(a != b for a, b in pairwise(plain)) == 15  # without a seed: shard after shard
+    seeded = [shard_of(k) for k in keys_of(read(str(folders["zip"]), shuffle_seed=7))]
+    first_unit = seeded[:60]  # the first unit merges 4 shards (shuffle_shards=4): about 75 rows
+    assert len(set(first_unit)) == 4
+    assert sum(a != b for a, b in pairwise(first_unit)) >= 25  # not one shard after another
+    one_by_one = [shard_of(k) for k in keys_of(read(str(folders["zip"]), shuffle_seed=7, shuffle_shards=1))]
+    assert one_by_one != plain and sorted(one_by_one) == sorted(plain)
+
+
+def test_bad_options_are_usage_errors_saying_what_was_expected(folders: dict[str, Path]) -> None:
+    source = str(folders["zip"])
+    with pytest.raises(UsageError, match=r"rank must be in 0\.\.world_size-1.*got rank=3, world_size=3"):
+        shardkit.stream(source, rank=3, world_size=3)
+    with pytest.raises(UsageError, match="world_size at least 1"):
+        shardkit.stream(source, world_size=0)
+    with pytest.raises(UsageError, match="shuffle_shards and shuffle_window must be at least 1, got 0 and 1024"):
+        shardkit.stream(source, shuffle_seed=1, shuffle_shards=0)
+    with pytest.raises(UsageError, match="no split 'test'"):
+        shardkit.stream(source, split="test", shuffle_seed=1)
+
+
+# --- ranks --------------------------------------------------------------------------------------------
+
+
+def requested_bytes(log: RequestLog, root: Path, suffix: str) -> int:
+    """Bytes of shard files the server was asked for (what it sent): a whole file for a plain
+    GET, the range's bytes for a ranged one."""
+    total = 0
+    for method, path, byte_range in log.entries:
+        if method != "GET" or not path.endswith(suffix):
+            continue
+        size = (root / path.lstrip("/")).stat().st_size
+        if byte_range is None:
+            total += size
+            continue
+        match = re.fullmatch(r"bytes=(\d*)-(\d*)", byte_range)
+        assert match, byte_range
+        first, last = match.groups()
+        start = int(first) if first else size - int(last)
+        end = min(int(last), size - 1) if first and last else size - 1
+        total += end - start + 1
+    return total
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("seed", [None, 7])
+def test_three_ranks_get_even_disjoint_shares_and_fetch_about_their_share_of_bytes(
+    folders: dict[str, Path], fmt: str, seed: int | None
+) -> None:
+    root = folders[fmt]
+    shards = sorted((root / "data").glob(f"*.{fmt}"))
+    total_bytes = sum(p.stat().st_size for p in shards)
+    largest = max(p.stat().st_size for p in shards)
+    parts, fetched = [], []
+    with serve_directory(root) as (base, log):
+        for rank in range(3):
+            log.clear()
+            parts.append(read(base, shuffle_seed=seed, rank=rank, world_size=3))
+            fetched.append(requested_bytes(log, root, f".{fmt}"))
+    assert [len(p) for p in parts] == [100, 100, 100]
+    assert sorted(row for part in parts for row in part) == input_digests()  # disjoint, and every row once
+    share = total_bytes / 3
+    for got in fetched:
+        if fmt == "zip":  # cut shards: the directory and metadata.jsonl, then only their members
+            assert 0.9 * share < got < 1.15 * share, (got, share)
+        elif fmt == "parquet":  # row groups whole (these small shards are one group each), and
+            # every shard's footer in one 64 KiB read at its tail
+            assert 0.9 * share < got < share + 2 * largest + 8 * (64 << 10), (got, share)
+        else:  # tar has no index: a rank reads its cut shards from their start, whole
+            assert 0.9 * share < got <= share + 2 * largest, (got, share)
+    assert sum(fetched) < 1.8 * total_bytes  # not every shard whole for each rank (3x)
+
+
+def test_ranks_that_do_not_divide_the_rows_get_floor_or_ceil(folders: dict[str, Path]) -> None:
+    parts = [keys_of(read(str(folders["zip"]), shuffle_seed=3, rank=r, world_size=7)) for r in range(7)]
+    assert [len(p) for p in parts] == [43, 43, 43, 43, 43, 43, 42]  # 300 = 6 * 43 + 42
+    assert sorted(row for part in parts for row in part) == sorted(row[0] for row in input_digests())
+
+
+# --- exact resume, in new processes --------------------------------------------------------------------
+
+
+def run_resume(cases: list[dict[str, Any]], tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Read every case in a process that is killed mid-read, then resume each saved state in a
+    new process (tests/stream_resume.py); return what the second one read."""
+    cases_file, states = tmp_path / "cases.json", tmp_path / "states.jsonl"
+    cases_file.write_text(json.dumps(cases))
+    command = [sys.executable, "-m", "tests.stream_resume"]
+    first = subprocess.run(
+        [*command, "first", str(cases_file), str(states)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert first.returncode == -9, first.stderr[-3000:]  # SIGKILL, with its streams open
+    second = subprocess.run(
+        [*command, "resume", str(cases_file), str(states)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    return json.loads(second.stdout)  # type: ignore[no-any-return]
+
+
+def resume_cases(sources: dict[str, str], loader: int = 0) -> list[dict[str, Any]]:
+    """For each format: no seed over the whole split, and a seed, epoch 1, rank 1 of 2."""
+    cases = []
+    for fmt, source in sources.items():
+        cases.append(
+            {"name": f"{fmt}-plain", "source": source, "seed": None, "rank": 0, "world_size": 1, "epoch": 0}
+            | ({"points": [1, 150, 299], "loader": 0} if not loader else {"points": [1, 40], "loader": loader})
+        )
+        cases.append(
+            {"name": f"{fmt}-seeded", "source": source, "seed": 7, "rank": 1, "world_size": 2, "epoch": 1}
+            | ({"points": [1, 64, 149], "loader": 0} if not loader else {"points": [2, 19], "loader": loader})
+        )
+    return cases
+
+
+def assert_resumed_exactly(got: dict[str, Any], cases: list[dict[str, Any]]) -> None:
+    expected = input_digests()
+    for case in cases:
+        result = got[case["name"]]
+        full = result["full"]
+        wanted = ROWS if case["world_size"] == 1 else ROWS // case["world_size"]
+        assert len(full) == wanted and all(row in expected for row in full), case["name"]
+        assert sorted(result["resumed"]) == sorted(str(p) for p in case["points"]), case["name"]
+        for point, rows in result["resumed"].items():
+            assert rows == full, f"{case['name']} resumed after {point}"
+
+
+@contextmanager
+def served(
+    sources: dict[str, Path], kind: str, tmp_path: Path
+) -> Iterator[tuple[dict[str, str], dict[str, str] | None]]:
+    """Each format's folder as a reader reaches it: the folder, a URL, or a Hub dataset."""
+    if kind == "folder":
+        yield {fmt: str(path) for fmt, path in sources.items()}, None
+        return
+    if kind == "url":
+        with ExitStack() as stack:
+            yield {fmt: stack.enter_context(serve_directory(path))[0] for fmt, path in sources.items()}, None
+        return
+    with run_hub_server(tmp_path / "hub") as hub:
+        env = hub_env(hub.url, tmp_path / "home")
+        for fmt, path in sources.items():
+            push(path, env, repo=f"tester/{fmt}")
+        yield {fmt: f"tester/{fmt}" for fmt in sources}, env
+
+
+@pytest.mark.parametrize("kind", ["folder", "url", "hub"])
+def test_killed_and_resumed_in_a_new_process_reads_exactly_the_rest(
+    folders: dict[str, Path], kind: str, tmp_path: Path
+) -> None:
+    with served(folders, kind, tmp_path) as (sources, env):
+        cases = resume_cases(sources)
+        got = run_resume(cases, tmp_path, env)
+    assert_resumed_exactly(got, cases)
+
+
+def test_resumed_inside_dataloader_workers(folders: dict[str, Path], tmp_path: Path) -> None:
+    """torchdata's StatefulDataLoader, 2 workers: its state holds each worker's dataset state."""
+    cases = resume_cases({fmt: str(folders[fmt]) for fmt in ("zip", "parquet")}, loader=2)
+    got = run_resume(cases, tmp_path)
+    assert_resumed_exactly(got, cases)
+
+
+# --- reading part of a shard ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_part_of_a_shard_is_the_same_rows_as_the_whole_read(folders: dict[str, Path], fmt: str) -> None:
+    location = Location(str(folders[fmt]), "folder")
+    shard = f"data/3.{fmt}"
+    whole = [row_digest(r) for r in iter_shard(location, shard, "image", fmt)]
+    assert len(whole) > 12
+    for start, stop in ((0, 5), (5, 12), (12, None), (len(whole) - 1, len(whole))):
+        part = [row_digest(r) for r in iter_shard(location, shard, "image", fmt, start=start, stop=stop)]
+        assert part == whole[start:stop], (start, stop)
+
+
+def test_a_damaged_member_in_a_cut_zip_piece_is_an_error_naming_shard_and_member(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(folders["zip"], repo, ignore=shutil.ignore_patterns("lock"))
+    location = Location(str(repo), "folder")
+    rows = list(iter_shard(location, "data/3.zip", "image", "zip"))
+    member = rows[7]["image"]["path"]
+    shard = repo / "data" / "3.zip"
+    data = bytearray(shard.read_bytes())
+    at = data.index(rows[7]["image"]["bytes"])
+    data[at + 100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ZipFormatError, match=rf"data/3\.zip: CRC mismatch in member '{re.escape(member)}'"):
+        list(iter_shard(location, "data/3.zip", "image", "zip", start=5, stop=9))
+    data[-10] ^= 0xFF  # now the end record too
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ZipFormatError, match=r"data/3\.zip: the end record .* is not what shardkit writes"):
+        list(iter_shard(location, "data/3.zip", "image", "zip", start=5, stop=9))
+
+
+# --- decode on threads; datasets' operations over the stream --------------------------------------------
+
+
+def pixels(image: Any) -> str:
+    return hashlib.sha256(np.asarray(image).tobytes()).hexdigest()
+
+
+def test_decode_threads_give_the_same_images_and_resume_exactly(folders: dict[str, Path]) -> None:
+    source = str(folders["zip"])
+    one = [(row["key"], pixels(row["image"])) for row in shardkit.stream(source, shuffle_seed=2)]
+    threaded = shardkit.stream(source, shuffle_seed=2, decode_threads=2)
+    assert [(row["key"], pixels(row["image"])) for row in threaded] == one
+    it = iter(threaded)
+    head = [next(it)["key"] for _ in range(101)]
+    state = threaded.state_dict()
+    again = shardkit.stream(source, shuffle_seed=2, decode_threads=2)
+    again.load_state_dict(state)
+    assert head + [row["key"] for row in again] == [key for key, _ in one]
+
+
+def test_map_filter_batch_and_torch_dataloader_workers_over_a_seeded_stream(folders: dict[str, Path]) -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    even = sorted(row[0] for row in input_digests() if json.loads(row[2])["photoid"] % 2 == 0)
+    import datasets
+
+    ds = shardkit.stream(str(folders["zip"]), shuffle_seed=5)
+    features = ds.features.copy()
+    del features["image"]
+    features["pixels"] = datasets.Array3D((6, 8, 3), "uint8")
+    ds = ds.map(
+        lambda r: {"pixels": np.asarray(r["image"].convert("RGB").resize((8, 6)))},
+        remove_columns=["image"],
+        features=features,
+    )
+    ds = ds.filter(lambda r: r["photoid"] % 2 == 0).select_columns(["key", "photoid", "pixels"])
+    batches = list(ds.batch(7))
+    assert all(len(b["key"]) == 7 for b in batches[:-1]) and sorted(key for b in batches for key in b["key"]) == even
+    from PIL import Image
+
+    reference = {}  # key -> the input image, resized as the map does
+    for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        with Image.open(EXAMPLE_DIR / "images" / row["file_name"]) as image:
+            reference[row["key"]] = np.asarray(image.convert("RGB").resize((8, 6)))
+    loader = DataLoader(ds.with_format("torch"), batch_size=4, num_workers=2)
+    keys = []
+    for batch in loader:
+        assert batch["photoid"].dtype == torch.int64 and tuple(batch["pixels"].shape[1:]) == (6, 8, 3)
+        assert not batch["pixels"].is_floating_point()  # datasets' torch format makes integers int64
+        for key, tensor in zip(batch["key"], batch["pixels"], strict=True):
+            assert np.array_equal(tensor.numpy(), reference[key])
+        keys.extend(batch["key"])
+    assert sorted(keys) == even
+
+
+# --- datasets 3.6 -------------------------------------------------------------------------------------------
+
+DS36_SCRIPT = r"""
+import hashlib, json, sys
+import shardkit
+source = sys.argv[1]
+def keys(ds):
+    return [row["key"] for row in ds]
+def stream(**kw):
+    return shardkit.stream(source, **kw).decode(False)
+ranks = [keys(stream(shuffle_seed=7, rank=r, world_size=3)) for r in range(3)]
+ds = stream(shuffle_seed=7)
+ds.set_epoch(2)
+full = keys(ds)
+it = iter(ds)
+head = [next(it)["key"] for _ in range(123)]
+state = ds.state_dict()
+again = stream(shuffle_seed=7)
+again.set_epoch(2)
+again.load_state_dict(state)
+rest = keys(again)
+epoch0 = keys(stream(shuffle_seed=7))
+print(json.dumps({"ranks": ranks, "full": full, "resumed": head + rest, "epoch0": epoch0}))
+"""
+
+
+def test_datasets_36_reads_the_same_rows_resumes_and_splits(folders: dict[str, Path]) -> None:
+    result = subprocess.run(
+        [DS36_PYTHON, "-c", DS36_SCRIPT, str(folders["zip"])], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout)
+    every = sorted(row[0] for row in input_digests())
+    assert [len(r) for r in got["ranks"]] == [100, 100, 100] and sorted(
+        key for rank in got["ranks"] for key in rank
+    ) == every
+    assert sorted(got["full"]) == every and got["resumed"] == got["full"] and got["epoch0"] != got["full"]
