@@ -382,7 +382,11 @@ again.set_epoch(2)
 again.load_state_dict(state)
 rest = keys(again)
 epoch0 = keys(stream(shuffle_seed=7))
-print(json.dumps({"ranks": ranks, "full": full, "resumed": head + rest, "epoch0": epoch0}))
+def pixels(ds):
+    return [hashlib.sha256(row["image"].tobytes()).hexdigest() for row in ds]
+threaded = pixels(shardkit.stream(source, shuffle_seed=7, decode_threads=2))
+one = pixels(shardkit.stream(source, shuffle_seed=7))
+print(json.dumps({"ranks": ranks, "full": full, "resumed": head + rest, "epoch0": epoch0, "decoded": threaded == one}))
 """
 
 
@@ -397,3 +401,4 @@ def test_datasets_36_reads_the_same_rows_resumes_and_splits(folders: dict[str, P
         key for rank in got["ranks"] for key in rank
     ) == every
     assert sorted(got["full"]) == every and got["resumed"] == got["full"] and got["epoch0"] != got["full"]
+    assert got["decoded"]  # decode_threads=2 gives the pixels one thread gives

@@ -144,7 +144,7 @@ def stream(
     floor-or-ceil share of the rows, disjoint from the other ranks'. ``shuffle_shards`` shards'
     rows are merged at a time and ``shuffle_window`` rows permuted together (the memory bound:
     that many rows). ``decode_threads``: decode images (audio) on that many threads
-    (datasets' ``decode(num_threads=...)``, datasets 4.1+). A split that is not there is a
+    (datasets' ``decode(num_threads=...)``). A split that is not there is a
     UsageError naming those that are."""
     import datasets
 
@@ -189,7 +189,7 @@ def stream(
     if decode_threads is not None:
         if "num_threads" not in _parameters(ds.decode):
             raise UsageError(
-                f"decode_threads needs datasets' decode(num_threads=...) (datasets 4.1+), not {datasets.__version__}"
+                f"decode_threads needs datasets' decode(num_threads=...), which datasets {datasets.__version__} lacks"
             )
         ds = ds.decode(num_threads=decode_threads)
     return ds
