@@ -31,7 +31,7 @@ Sources: a packed folder, an ``http(s)://`` URL of one, a Hub dataset id (``ns/n
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,7 @@ class Plan:
         )
 
 
-def _read_piece(plan: Plan, piece: Piece) -> Iterator[dict[str, Any]]:
+def _read_piece(plan: Plan, piece: Piece) -> Generator[dict[str, Any], None, None]:
     return iter_shard(
         plan.source,
         piece.shard,
@@ -97,7 +97,7 @@ def _read_unit(plan: Plan, unit: Unit) -> Iterator[dict[str, Any]]:
         for piece in unit.pieces:
             yield from _read_piece(plan, piece)
         return
-    readers: dict[int, Iterator[dict[str, Any]]] = {}
+    readers: dict[int, Generator[dict[str, Any], None, None]] = {}
     try:
         for number, window in enumerate(unit_order(unit)):
             rows = []
@@ -114,10 +114,8 @@ def _read_unit(plan: Plan, unit: Unit) -> Iterator[dict[str, Any]]:
             for _ in reader:
                 raise ShardkitError("a shard has more rows than the manifest records")
     finally:
-        for reader in readers.values():
-            close = getattr(reader, "close", None)
-            if close is not None:
-                close()
+        for reader in readers.values():  # a unit left early (a break, an error) closes its streams
+            reader.close()
 
 
 def _generate(units: list[Unit], plan: Plan) -> Iterator[dict[str, Any]]:
