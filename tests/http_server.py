@@ -40,6 +40,9 @@ class QuietServer(ThreadingHTTPServer):
     (readers that stop early, like `break` out of a dataset loop, do that on purpose)."""
 
     daemon_threads = True
+    # socketserver's default backlog is 5: a client opening ~16 connections at once (datasets'
+    # parquet reader) saw the kernel drop the extra SYNs and retried each after 1 s.
+    request_queue_size = 128
 
     def handle_error(self, request: object, client_address: object) -> None:
         import sys

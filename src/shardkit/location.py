@@ -660,7 +660,8 @@ class _HttpReader:
                 raise
             status = f"{exc.response.status_code} {exc.response.reason_phrase}".strip()  # type: ignore[attr-defined]
             raise ShardkitError(f"cannot read {url}: the server answered {status}") from None
-        self._chunks = response.iter_bytes(_CHUNK)
+        # Chunks as they arrive: httpx re-cuts them to a given size by copying, on this thread.
+        self._chunks = response.iter_bytes()
         self._buffer = b""
         self._position = 0
         self._left = -1  # bytes still to give (a ranged read); -1: up to the end of the body
