@@ -13,8 +13,9 @@ What a training job asks of a stream, and how this one gives it (docs/design-tra
 * **The epoch**: ``set_epoch(n)`` on the dataset being iterated. datasets hands the epoch to its
   data sources as a random generator (:class:`.epochunits.EpochUnits`), from which the
   epoch's plan is drawn.
-* **Parallel decode**: ``decode_threads`` is datasets' ``decode(num_threads=...)``, whose state
-  accounts for the rows in flight.
+* **Parallel decode**: ``decode_threads`` decodes the file column on threads, a batch of rows per
+  task (:mod:`.decoding`), through datasets' async ``map``, whose state accounts for the rows in
+  flight.
 
 Reading: a whole ZIP or tar shard is read front to back from one forward-only stream (one GET on
 the Hub or any web server, one ``open()`` on disk); part of a ZIP shard through its central
@@ -142,10 +143,11 @@ def stream(
     floor-or-ceil share of the rows, disjoint from the other ranks'. ``shuffle_shards`` shards'
     rows are merged at a time and ``shuffle_window`` rows permuted together (the memory bound:
     that many rows). ``decode_threads``: decode images (audio) on that many threads
-    (datasets' ``decode(num_threads=...)``). A split that is not there is a
+    (:mod:`.decoding`). A split that is not there is a
     UsageError naming those that are."""
     import datasets
 
+    from .decoding import decode_on_threads
     from .epochunits import EpochUnits
 
     if world_size < 1 or not 0 <= rank < world_size:
@@ -185,18 +187,10 @@ def stream(
 
         ds._shuffling = ShufflingConfig(generator=np.random.default_rng(shuffle_seed), _original_seed=shuffle_seed)
     if decode_threads is not None:
-        if "num_threads" not in _parameters(ds.decode):
-            raise UsageError(
-                f"decode_threads needs datasets' decode(num_threads=...), which datasets {datasets.__version__} lacks"
-            )
-        ds = ds.decode(num_threads=decode_threads)
+        if decode_threads < 1:
+            raise UsageError(f"decode_threads must be at least 1, got {decode_threads}")
+        ds = decode_on_threads(ds, file_column, decode_threads)
     return ds
-
-
-def _parameters(function: Any) -> set[str]:
-    import inspect
-
-    return set(inspect.signature(function).parameters)
 
 
 def _audio_feature_usable(datasets: Any) -> bool:
