@@ -52,13 +52,19 @@ class QuietServer(ThreadingHTTPServer):
 
 
 def send_file(
-    handler: BaseHTTPRequestHandler, path: Path, *, send_body: bool, headers: dict[str, str] | None = None
+    handler: BaseHTTPRequestHandler,
+    path: Path,
+    *,
+    send_body: bool,
+    headers: dict[str, str] | None = None,
+    honour_range: bool = True,
 ) -> None:
-    """Answer with ``path``'s bytes, honouring a ``Range: bytes=a-b`` header (206) as real servers do."""
+    """Answer with ``path``'s bytes, honouring a ``Range: bytes=a-b`` header (206) as real servers
+    do; ``honour_range=False``: the whole file (200), as a server without Range support does."""
     size = path.stat().st_size
     start, end = 0, size - 1
     status = 200
-    match = re.fullmatch(r"bytes=(\d*)-(\d*)", handler.headers.get("Range", ""))
+    match = re.fullmatch(r"bytes=(\d*)-(\d*)", handler.headers.get("Range", "") if honour_range else "")
     if match and (match.group(1) or match.group(2)):
         if match.group(1):
             start = int(match.group(1))
@@ -92,7 +98,7 @@ def send_file(
                 remaining -= len(chunk)
 
 
-def _handler(root: Path, log: RequestLog) -> type[BaseHTTPRequestHandler]:
+def _handler(root: Path, log: RequestLog, honour_range: bool) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # else each response waits ~40 ms on delayed ACKs
@@ -115,7 +121,7 @@ def _handler(root: Path, log: RequestLog) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            send_file(self, path, send_body=send_body)
+            send_file(self, path, send_body=send_body, honour_range=honour_range)
 
         def do_GET(self) -> None:
             self._respond(send_body=True)
@@ -127,10 +133,11 @@ def _handler(root: Path, log: RequestLog) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serve_directory(root: Path) -> Iterator[tuple[str, RequestLog]]:
-    """Serve ``root`` on 127.0.0.1 (a free port); yield (base URL ending in '/', request log)."""
+def serve_directory(root: Path, *, honour_range: bool = True) -> Iterator[tuple[str, RequestLog]]:
+    """Serve ``root`` on 127.0.0.1 (a free port); yield (base URL ending in '/', request log).
+    ``honour_range=False``: answer every GET with the whole file, as a server without Range does."""
     log = RequestLog()
-    server = QuietServer(("127.0.0.1", 0), _handler(Path(os.path.realpath(root)), log))
+    server = QuietServer(("127.0.0.1", 0), _handler(Path(os.path.realpath(root)), log, honour_range))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -26,6 +26,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import UsageError
+from shardkit.formats.base import ShardRecord
 from shardkit.formats.zip import ZipFormatError
 from shardkit.location import Location
 from shardkit.shardrows import iter_shard
@@ -109,8 +110,18 @@ def test_bad_options_are_usage_errors_saying_what_was_expected(folders: dict[str
         shardkit.stream(source, rank=3, world_size=3)
     with pytest.raises(UsageError, match="world_size at least 1"):
         shardkit.stream(source, world_size=0)
-    with pytest.raises(UsageError, match="shuffle_shards and shuffle_window must be at least 1, got 0 and 1024"):
+    with pytest.raises(UsageError, match="shuffle_shards must be a whole number of at least 1, got 0"):
         shardkit.stream(source, shuffle_seed=1, shuffle_shards=0)
+    with pytest.raises(
+        UsageError, match=re.escape("shuffle_seed must be a whole number of at least 0 (or None), got -1")
+    ):
+        shardkit.stream(source, shuffle_seed=-1)
+    with pytest.raises(UsageError, match=re.escape("got rank=0.5, world_size=2")):
+        shardkit.stream(source, rank=0.5, world_size=2)  # type: ignore[arg-type]
+    with pytest.raises(
+        UsageError, match=re.escape("decode_threads must be a whole number of at least 1 (or None), got 0")
+    ):
+        shardkit.stream("/no/such/dataset", decode_threads=0)  # checked before anything is read
     with pytest.raises(UsageError, match="no split 'test'"):
         shardkit.stream(source, split="test", shuffle_seed=1)
 
@@ -225,6 +236,7 @@ def assert_resumed_exactly(got: dict[str, Any], cases: list[dict[str, Any]]) -> 
         full = result["full"]
         wanted = ROWS if case["world_size"] == 1 else ROWS // case["world_size"]
         assert len(full) == wanted and all(row in expected for row in full), case["name"]
+        assert len({json.dumps(row) for row in full}) == wanted, case["name"]  # no row twice
         assert sorted(result["resumed"]) == sorted(str(p) for p in case["points"]), case["name"]
         for point, rows in result["resumed"].items():
             assert rows == full, f"{case['name']} resumed after {point}"
@@ -303,6 +315,67 @@ def test_a_damaged_member_in_a_cut_zip_piece_is_an_error_naming_shard_and_member
         list(iter_shard(location, "data/3.zip", "image", "zip", start=5, stop=9))
 
 
+def test_a_server_that_ignores_range_still_gives_each_rank_its_rows(folders: dict[str, Path]) -> None:
+    """Cut pieces ask for byte ranges; a server that answers with the whole file is read past the
+    bytes before the range, a chunk at a time."""
+    with serve_directory(folders["zip"], honour_range=False) as (base, log):
+        parts = [read(base, shuffle_seed=4, rank=r, world_size=3) for r in range(3)]
+        assert any(byte_range for _, _, byte_range in log.entries)  # ranges were asked for, and ignored
+    assert sorted(row for part in parts for row in part) == input_digests()
+
+
+def zip_shard(path: Path, lines: list[dict[str, Any]], members: list[str]) -> ShardRecord:
+    """A ZIP shard as shardkit writes it, from metadata lines and member names (each member's
+    bytes: its name three times); the record a manifest would hold of it."""
+    from shardkit.formats.zip import ZipWriter
+
+    with path.open("wb") as f:
+        zw = ZipWriter(f)
+        zw.add("metadata.jsonl", "".join(json.dumps(line) + "\n" for line in lines).encode())
+        for name in members:
+            zw.add(name, name.encode() * 3)
+        size = zw.close()
+    return ShardRecord(str(path), "image", bytes=size, rows=len(members))
+
+
+def cut_read(path: Path, record: ShardRecord, start: int, stop: int | None) -> list[tuple[str, int]]:
+    from shardkit.formats import ZIP
+    from shardkit.shardrows import _ShardAt
+
+    shard = _ShardAt(Location(str(path.parent), "folder"), path.name)
+    return [(row["image"]["path"], row["n"]) for row in ZIP.read_piece(shard, record, start, stop)]
+
+
+def test_a_cut_zip_piece_is_held_to_what_a_whole_read_is(tmp_path: Path) -> None:
+    names = [f"images/{i}.jpg" for i in range(6)]
+    rows = [{"file_name": name, "n": i} for i, name in enumerate(names)]
+    swapped = zip_shard(tmp_path / "swapped.zip", [rows[1], rows[0], *rows[2:4], rows[5], rows[4]], names)
+    assert cut_read(tmp_path / "swapped.zip", swapped, 1, 5) == [(n, i) for i, n in enumerate(names)][1:5]
+    assert cut_read(tmp_path / "swapped.zip", swapped, 3, 3) == []
+    twice = zip_shard(tmp_path / "twice.zip", rows, [*names[:5], names[2]])
+    with pytest.raises(ZipFormatError, match=r"twice\.zip: the directory lists member 'images/2\.jpg' twice"):
+        cut_read(tmp_path / "twice.zip", twice, 1, 3)
+    extra_line = zip_shard(tmp_path / "extra-line.zip", [*rows, {"file_name": "images/9.jpg", "n": 9}], names)
+    with pytest.raises(ZipFormatError, match=r"extra-line\.zip: metadata\.jsonl has 7 rows; the directory lists 6"):
+        cut_read(tmp_path / "extra-line.zip", extra_line, 2, None)
+
+
+def test_a_manifest_whose_shard_has_no_rows_is_refused_not_read_around(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(folders["zip"], repo, ignore=shutil.ignore_patterns("lock", ".shardkit"))
+    manifest = json.loads((repo / "shards.json").read_text())
+    manifest["shards"][3]["rows"] = 0
+    (repo / "shards.json").write_text(json.dumps(manifest))
+    with pytest.raises(
+        UsageError, match=r"not a shardkit manifest: shard 'data/3\.zip' has rows 0, not a whole number"
+    ):
+        shardkit.stream(str(repo), shuffle_seed=1)
+
+
 # --- decode on threads; datasets' operations over the stream --------------------------------------------
 
 
@@ -315,12 +388,17 @@ def test_decode_threads_give_the_same_images_and_resume_exactly(folders: dict[st
     one = [(row["key"], pixels(row["image"])) for row in shardkit.stream(source, shuffle_seed=2)]
     threaded = shardkit.stream(source, shuffle_seed=2, decode_threads=2)
     assert [(row["key"], pixels(row["image"])) for row in threaded] == one
-    it = iter(threaded)
-    head = [next(it)["key"] for _ in range(101)]
-    state = threaded.state_dict()
-    again = shardkit.stream(source, shuffle_seed=2, decode_threads=2)
-    again.load_state_dict(state)
-    assert head + [row["key"] for row in again] == [key for key, _ in one]
+    threaded.set_epoch(1)
+    epoch1 = [row["key"] for row in threaded]
+    assert sorted(epoch1) == sorted(key for key, _ in one) and epoch1 != [key for key, _ in one]
+    for rows_before in (1, 63, 64, 65, 101):  # inside and at the edges of the 64-row decode batches
+        it = iter(threaded)
+        head = [next(it)["key"] for _ in range(rows_before)]
+        state = threaded.state_dict()
+        again = shardkit.stream(source, shuffle_seed=2, decode_threads=2)
+        again.set_epoch(1)
+        again.load_state_dict(state)
+        assert head + [row["key"] for row in again] == epoch1, rows_before
 
 
 def test_map_filter_batch_and_torch_dataloader_workers_over_a_seeded_stream(folders: dict[str, Path]) -> None:

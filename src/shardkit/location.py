@@ -667,7 +667,11 @@ class _HttpReader:
         self._left = -1  # bytes still to give (a ranged read); -1: up to the end of the body
         if byte_range is not None:
             if response.status_code != 206:  # a server that ignores Range sends the whole file
-                self.read(byte_range[0])
+                try:
+                    self._skip(byte_range[0])
+                except BaseException:
+                    self.close()
+                    raise
             self._left = byte_range[1] - byte_range[0]
 
     @contextlib.contextmanager
@@ -686,6 +690,14 @@ class _HttpReader:
             chunk: bytes | None = next(self._chunks, None)
         self._received += len(chunk or b"")
         return chunk
+
+    def _skip(self, n: int) -> None:
+        """Pass over ``n`` bytes, a chunk at a time (never all of them in memory at once)."""
+        while n > 0:
+            skipped = len(self._read(min(n, _CHUNK)))
+            if not skipped:
+                return  # a short file: the reader finds fewer bytes than it expects, and says so
+            n -= skipped
 
     def read(self, n: int = -1) -> bytes:
         if self._left >= 0:

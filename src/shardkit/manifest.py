@@ -184,6 +184,11 @@ def _checked_shards(shards: list[ManifestShard], fmt: ShardFormat) -> list[Manif
         folders.add(match.group(2) is not None)
         if shard.file in seen:
             raise ValueError(f"shard {shard.file!r} is named twice")
+        # Readers plan from these (which rows a rank reads, where a cut piece ends): a shard of
+        # no rows would never be opened, and its rows would be lost without a word.
+        for name, value in (("rows", shard.rows), ("bytes", shard.bytes)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"shard {shard.file!r} has {name} {value!r}, not a whole number of at least 1")
         seen.add(shard.file)
     if len(folders) > 1:
         raise ValueError("some shards are in a split's folder and some are not")

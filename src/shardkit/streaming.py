@@ -150,14 +150,7 @@ def stream(
     from .decoding import decode_on_threads
     from .epochunits import EpochUnits
 
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise UsageError(
-            f"rank must be in 0..world_size-1 and world_size at least 1, got rank={rank}, world_size={world_size}"
-        )
-    if shuffle_shards < 1 or shuffle_window < 1:
-        raise UsageError(
-            f"shuffle_shards and shuffle_window must be at least 1, got {shuffle_shards} and {shuffle_window}"
-        )
+    _check_options(shuffle_seed, rank, world_size, shuffle_shards, shuffle_window, decode_threads)
     where = Location.parse(source, revision=revision)
     manifest = read_manifest_from(where)
     manifest.shards_of(split)  # a split that is not there: the UsageError naming those that are
@@ -187,10 +180,29 @@ def stream(
 
         ds._shuffling = ShufflingConfig(generator=np.random.default_rng(shuffle_seed), _original_seed=shuffle_seed)
     if decode_threads is not None:
-        if decode_threads < 1:
-            raise UsageError(f"decode_threads must be at least 1, got {decode_threads}")
         ds = decode_on_threads(ds, file_column, decode_threads)
     return ds
+
+
+def _whole(value: object) -> bool:
+    return type(value) is int  # not a bool, not a float
+
+
+def _check_options(
+    seed: int | None, rank: int, world_size: int, shuffle_shards: int, shuffle_window: int, decode_threads: int | None
+) -> None:
+    """A UsageError saying what was expected, before anything is read."""
+    if seed is not None and not (_whole(seed) and seed >= 0):
+        raise UsageError(f"shuffle_seed must be a whole number of at least 0 (or None), got {seed!r}")
+    if not (_whole(rank) and _whole(world_size) and world_size >= 1 and 0 <= rank < world_size):
+        raise UsageError(
+            f"rank must be in 0..world_size-1 and world_size at least 1, got rank={rank!r}, world_size={world_size!r}"
+        )
+    for name, value in (("shuffle_shards", shuffle_shards), ("shuffle_window", shuffle_window)):
+        if not (_whole(value) and value >= 1):
+            raise UsageError(f"{name} must be a whole number of at least 1, got {value!r}")
+    if decode_threads is not None and not (_whole(decode_threads) and decode_threads >= 1):
+        raise UsageError(f"decode_threads must be a whole number of at least 1 (or None), got {decode_threads!r}")
 
 
 def _audio_feature_usable(datasets: Any) -> bool:

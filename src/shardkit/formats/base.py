@@ -289,17 +289,18 @@ class ShardFormat(abc.ABC):
 def _rows_between(
     rows: Iterator[dict[str, Any]], record: ShardRecord, start: int, stop: int | None
 ) -> Iterator[dict[str, Any]]:
-    """Rows ``start`` to ``stop`` of a shard's rows, read from its first; to its end when ``stop``
-    is None or the shard's last row (so its end checks run)."""
+    """Rows ``start`` to ``stop`` of a shard's rows, read from its first. A read that stops short
+    of the shard's last row stops after row ``stop - 1`` (no byte more); one to the end (``stop``
+    None or the recorded row count) reads on to the end, so the format's end checks run."""
     to_end = stop is None or stop == record.rows
     index = 0
     for row in rows:
-        if stop is not None and index >= stop:
-            if to_end:
-                raise ShardFormatError(f"{record.where}: more than the {record.rows} rows the manifest records")
-            return
+        if stop is not None and index == stop:  # to_end only: one row too many
+            raise ShardFormatError(f"{record.where}: more than the {record.rows} rows the manifest records")
         if index >= start:
             yield row
         index += 1
+        if index == stop and not to_end:
+            return
     if stop is not None and index < stop:
         raise ShardFormatError(f"{record.where}: {index} rows, where the manifest records {record.rows}")

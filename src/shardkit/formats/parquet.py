@@ -478,6 +478,10 @@ class ParquetShard:
         first_row = 0  # of the group at hand
         for index in range(self._metadata.num_row_groups):
             group_rows = self._metadata.row_group(index).num_rows
+            if not 1 <= group_rows <= PARQUET_ROWS_PER_GROUP:  # (checked here too: it places the rows after it)
+                raise ParquetShardError(
+                    f"row group {index}: {group_rows} rows; shardkit writes 1 to {PARQUET_ROWS_PER_GROUP} a group"
+                )
             first_row += group_rows
             if first_row <= start:
                 continue  # not read: the next group read is checked against the start of the file

@@ -332,6 +332,7 @@ def read_directory(shard: ShardSource, size: int) -> list[DirectoryEntry]:
     with shard.open_range(cd_offset, cd_offset + cd_size) as f:
         directory = _read_exact(f, cd_size, "the central directory")
     entries: list[DirectoryEntry] = []
+    names: set[str] = set()
     pos = expected_offset = 0
     for _ in range(count):
         fields = _CENTRAL_HEADER.unpack_from(directory, pos) if pos + CENTRAL_HEADER_SIZE <= cd_size else None
@@ -343,6 +344,9 @@ def read_directory(shard: ShardSource, size: int) -> list[DirectoryEntry]:
         entry_bytes = central_header(raw_name, usize, crc, offset)
         if offset != expected_offset or directory[pos : pos + len(entry_bytes)] != entry_bytes:
             raise ZipFormatError(f"the directory entry of member {name!r} is not what shardkit writes")
+        if name in names:
+            raise ZipFormatError(f"the directory lists member {name!r} twice")
+        names.add(name)
         entries.append(DirectoryEntry(name, raw_name, usize, crc, offset))
         pos += len(entry_bytes)
         expected_offset = entries[-1].end
@@ -494,6 +498,8 @@ class ZipFormat(ShardFormat):
             yield from super().read_piece(shard, record, start, stop)
             return
         stop = record.rows if stop is None else stop
+        if start >= stop:
+            return
         try:
             entries = read_directory(shard, record.bytes)
             if len(entries) != record.rows + 1 or entries[0].name != METADATA_MEMBER:
@@ -504,9 +510,14 @@ class ZipFormat(ShardFormat):
             with shard.open_range(0, entries[0].end) as f:
                 text = _read_member(f, entries[0])
             try:
-                rows = _ZipRows(jsonl_lines(text.decode("utf-8")), first=start)
+                lines = jsonl_lines(text.decode("utf-8"))
             except UnicodeDecodeError:
                 raise ZipFormatError(f"{METADATA_MEMBER} is not UTF-8 text") from None
+            if len(lines) != record.rows:
+                raise ZipFormatError(
+                    f"{METADATA_MEMBER} has {len(lines)} rows; the directory lists {record.rows} files"
+                )
+            rows = _ZipRows(lines, first=start)
             wanted = entries[start + 1 : stop + 1]
             with shard.open_range(wanted[0].offset, wanted[-1].end) as f:
                 for entry in wanted:
@@ -573,6 +584,7 @@ class _ZipRows:
 
     def __init__(self, lines: list[str], first: int = 0) -> None:
         self._lines = lines
+        self._first = first  # the first member's line, when the rows come in member order (a cut piece: > 0)
         self._next = first  # the next line, while the rows come in member order
         self._by_name: dict[str, dict[str, Any]] | None = None  # once they do not
         self._sources: dict[str, Any] = {}  # the source_path of each row taken, for messages after it
@@ -586,7 +598,8 @@ class _ZipRows:
                 self._remember(name, row)
                 return row
             self._by_name = {}
-            for number, line in enumerate(self._lines[self._next :], self._next):
+            not_taken = [*range(self._first), *range(self._next, len(self._lines))]
+            for number, line in ((i, self._lines[i]) for i in not_taken):
                 other = _metadata_row(line, number)
                 other_name = other.pop("file_name")
                 if other_name in self._by_name:
