@@ -192,24 +192,14 @@ def run_resume(cases: list[dict[str, Any]], tmp_path: Path, env: dict[str, str] 
     new process (tests/stream_resume.py); return what the second one read."""
     cases_file, states = tmp_path / "cases.json", tmp_path / "states.jsonl"
     cases_file.write_text(json.dumps(cases))
-    command = [sys.executable, "-m", "tests.stream_resume"]
-    first = subprocess.run(
-        [*command, "first", str(cases_file), str(states)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+
+    def run(mode: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tests.stream_resume", mode, str(cases_file), str(states)]
+        return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+    first = run("first")
     assert first.returncode == -9, first.stderr[-3000:]  # SIGKILL, with its streams open
-    second = subprocess.run(
-        [*command, "resume", str(cases_file), str(states)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    second = run("resume")
     assert second.returncode == 0, second.stderr[-3000:]
     return json.loads(second.stdout)  # type: ignore[no-any-return]
 

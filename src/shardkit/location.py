@@ -436,7 +436,7 @@ class Location:
         fsspec. Fewer bytes than asked for is the reader's to notice (it knows what it expects)."""
         if self.is_local:
             f = open(self.where(rel), "rb", buffering=_CHUNK)  # noqa: SIM115 - the _Window below closes it
-        elif self.kind == "fsspec":
+        elif self.kind == "fsspec":  # (its read-ahead may fetch up to a block past ``end``)
             f = self.fs.open(self._path(rel), "rb", block_size=_BLOCK, cache_type="readahead")
         else:
             return _HttpReader(self.where(rel), self._headers(), byte_range=(start, end))  # type: ignore[return-value]
