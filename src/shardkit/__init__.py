@@ -17,6 +17,8 @@ __all__ = [
     "PushSummary",
     "RemuxConfig",
     "RemuxSummary",
+    "ShardkitError",
+    "UsageError",
     "__version__",
     "stream",
 ]
@@ -30,6 +32,8 @@ _LAZY = {
     "PushSummary": "push",
     "RemuxConfig": "remux",
     "RemuxSummary": "remux",
+    "ShardkitError": "errors",
+    "UsageError": "errors",
     "stream": "streaming",
 }
 

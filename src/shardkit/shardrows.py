@@ -18,8 +18,14 @@ from .manifest import MANIFEST_NAME, Manifest
 
 def read_manifest_from(location: Location) -> Manifest:
     """The manifest at ``location``, read as a shard is (one GET over http(s))."""
-    with location.open(MANIFEST_NAME) as reader:
-        data = reader.read()
+    try:
+        with location.open(MANIFEST_NAME) as reader:
+            data = reader.read()
+    except FileNotFoundError:
+        raise UsageError(
+            f"{location.where(MANIFEST_NAME)} does not exist: {location.url} is not a dataset packed by shardkit"
+            " (pack it with `pack-shards IMAGES_DIR META_JSONL -o OUT_DIR`)"
+        ) from None
     try:
         return Manifest.from_json(json.loads(data))
     except (ValueError, KeyError, TypeError) as exc:

@@ -136,15 +136,26 @@ def stream(
     shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
     decode_threads: int | None = None,
 ) -> datasets.IterableDataset:
-    """One split of a packed dataset as a ``datasets.IterableDataset``; see the module doc.
+    """One split of a packed dataset as a ``datasets.IterableDataset``.
+
+    ``source``: a packed folder, an http(s) URL of one, a Hub dataset id (``ns/name``, at
+    ``revision``), ``hf://datasets/ns/name[@rev]`` or another fsspec URL (``s3://...``).
 
     ``shuffle_seed``: rows of different shards interleaved, in an order that is a pure function
-    of the seed, the epoch (``set_epoch``) and the dataset. ``rank``/``world_size``: this rank's
-    floor-or-ceil share of the rows, disjoint from the other ranks'. ``shuffle_shards`` shards'
-    rows are merged at a time and ``shuffle_window`` rows permuted together (the memory bound:
-    that many rows). ``decode_threads``: decode images (audio) on that many threads
-    (:mod:`.decoding`). A split that is not there is a
-    UsageError naming those that are."""
+    of the seed, the epoch and the dataset; ``shuffle_shards`` shards' rows are merged at a time
+    and ``shuffle_window`` rows permuted together (the most rows held in memory). Both have no
+    effect without a seed. ``rank``/``world_size``: this rank's contiguous floor-or-ceil share
+    of the epoch's rows, disjoint from the other ranks'. ``decode_threads``: the images (audio)
+    decoded on that many threads, in batches (:mod:`.decoding`).
+
+    Exact resume: ``state_dict()`` at any row; in a new process, build the same stream, call
+    ``set_epoch`` with the saved epoch on the dataset you iterate (after ``map``...), then
+    ``load_state_dict``: datasets ignores a state of another epoch without a word. In
+    DataLoader workers use torchdata's ``StatefulDataLoader``.
+
+    Bad options, a source that is not a packed dataset and a split that is not there (the
+    message names those that are) are UsageErrors.
+    """
     import datasets
 
     from .decoding import decode_on_threads
@@ -196,7 +207,8 @@ def _check_options(
         raise UsageError(f"shuffle_seed must be a whole number of at least 0 (or None), got {seed!r}")
     if not (_whole(rank) and _whole(world_size) and world_size >= 1 and 0 <= rank < world_size):
         raise UsageError(
-            f"rank must be in 0..world_size-1 and world_size at least 1, got rank={rank!r}, world_size={world_size!r}"
+            f"rank and world_size must be whole numbers with 0 <= rank < world_size, got rank={rank!r},"
+            f" world_size={world_size!r}"
         )
     for name, value in (("shuffle_shards", shuffle_shards), ("shuffle_window", shuffle_window)):
         if not (_whole(value) and value >= 1):
