@@ -501,6 +501,8 @@ class ZipFormat(ShardFormat):
         if start >= stop:
             return
         try:
+            if stop > record.rows:
+                raise ZipFormatError(f"no row {stop - 1}: the manifest records {record.rows} rows")
             entries = read_directory(shard, record.bytes)
             if len(entries) != record.rows + 1 or entries[0].name != METADATA_MEMBER:
                 raise ZipFormatError(
