@@ -49,10 +49,6 @@ class Unit:
     seed: int | None = None
     window: int = 1
 
-    @property
-    def size(self) -> int:
-        return sum(p.size for p in self.pieces)
-
 
 def rank_range(total: int, rank: int, world_size: int) -> tuple[int, int]:
     """The rows ``[lo, hi)`` of ``total`` that rank ``rank`` of ``world_size`` reads: contiguous,

@@ -272,7 +272,7 @@ class ShardFormat(abc.ABC):
         piece's bytes."""
         f = shard.open_random() if self.random_access else shard.open()
         try:
-            yield from _rows_between(self.read_rows(f, record), record, start, stop)
+            yield from rows_between(self.read_rows(f, record), record, start, stop)
         finally:
             f.close()
 
@@ -286,14 +286,16 @@ class ShardFormat(abc.ABC):
         return f"the {self.metadata_member} inside" if self.metadata_member else "the rows of"
 
 
-def _rows_between(
-    rows: Iterator[dict[str, Any]], record: ShardRecord, start: int, stop: int | None
+def rows_between(
+    rows: Iterator[dict[str, Any]], record: ShardRecord, start: int, stop: int | None, *, first: int = 0
 ) -> Iterator[dict[str, Any]]:
-    """Rows ``start`` to ``stop`` of a shard's rows, read from its first. A read that stops short
-    of the shard's last row stops after row ``stop - 1`` (no byte more); one to the end (``stop``
-    None or the recorded row count) reads on to the end, so the format's end checks run."""
+    """Rows ``start`` to ``stop`` of a shard, from ``rows``, which begin at row ``first`` (0: a
+    read from the shard's front; ``start``: a format that found the piece's first row itself). A
+    read that stops short of the shard's last row stops after row ``stop - 1`` (no byte more);
+    one to the end (``stop`` None or the recorded row count) reads on to the end, so the format's
+    end checks run. Fewer rows than ``stop``, or more than the manifest records, is an error."""
     to_end = stop is None or stop == record.rows
-    index = 0
+    index = first
     for row in rows:
         if stop is not None and index == stop:  # to_end only: one row too many
             raise ShardFormatError(f"{record.where}: more than the {record.rows} rows the manifest records")

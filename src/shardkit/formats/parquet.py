@@ -47,6 +47,7 @@ from .base import (
     ShardRows,
     ShardSource,
     Walk,
+    rows_between,
     source_of_row,
 )
 from .zip import MAX_ZIP_BYTES, MAX_ZIP_MEMBERS
@@ -722,15 +723,7 @@ class ParquetFormat(ShardFormat):
         ranged read."""
         f = shard.open_random()
         try:
-            rows = 0
-            for row in self._rows(f, record, start, stop):
-                rows += 1
-                yield row
-            expected = (record.rows if stop is None else stop) - start if record.rows is not None else rows
-            if rows != expected:
-                raise ParquetShardError(
-                    f"{record.where}: {start + rows} rows, where the manifest records {record.rows}"
-                )
+            yield from rows_between(self._rows(f, record, start, stop), record, start, stop, first=start)
         finally:
             f.close()
 
