@@ -176,40 +176,6 @@ def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: 
     return fmt.card_features(features, extensions)
 
 
-#: How many ZIPs, and members of each, datasets lists to choose the builder for ``data/*.zip``
-#: (``infer_module_for_data_files_list_in_archives``): 10 archives in 3.6 to 5.x; the first 200
-#: members of each (sorted) in 3.6 and 4.0, all of them in 5.x.
-_INFERENCE_ARCHIVES = 10
-_INFERENCE_MEMBER_LIMITS = (200, None)
-
-
-def builtin_zip_builder(shard_members: list[list[str]]) -> str:
-    """The builder ``load_dataset(repo)`` picks for ZIP shards, as datasets 3.6 to 5.x decide it.
-
-    ``shard_members``: each shard's member names, shards in name order. datasets counts every
-    dotted suffix of the member names of the first 10 ZIPs and takes the most common (on a tie,
-    the one seen first, members sorted by name); ``metadata.jsonl`` counts as ``.jsonl``, and no
-    card setting can override the choice. So a dataset whose media are spread over several
-    extensions, with few rows per shard, can be opened with the ``json`` builder. Returns
-    "json" if any of those versions would pick it, else "imagefolder" or "audiofolder".
-    """
-    from collections import Counter
-
-    from .decode import AUDIO_EXTENSIONS
-
-    picks = set()
-    for limit in _INFERENCE_MEMBER_LIMITS:
-        counts: Counter[str] = Counter()
-        for members in shard_members[:_INFERENCE_ARCHIVES]:
-            for name in sorted(members)[:limit]:
-                counts.update("." + part.lower() for part in name.rsplit("/", 1)[-1].split(".")[1:])
-        if counts:
-            picks.add(counts.most_common(1)[0][0])
-    if ".jsonl" in picks:
-        return "json"
-    return "audiofolder" if picks & AUDIO_EXTENSIONS else "imagefolder"
-
-
 STATS_BEGIN = "<!-- shardkit:stats -->"
 STATS_END = "<!-- /shardkit:stats -->"
 

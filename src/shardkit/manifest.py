@@ -81,9 +81,17 @@ class Manifest:
     #: Every row's metadata as one typed table (:mod:`.table`); None in manifests from before it.
     metadata_table: str | None = TABLE_NAME
     metadata_table_sha256: str | None = None
-    #: Each split's prefix length (the packer chooses it from the split's size); a manifest
-    #: from before splits has the one of options.prefix_length, for ``train``.
+    #: Each split's prefix length: 0 cut by size (shards named by where their keys start, see
+    #: :mod:`.plan`), L >= 1 by key prefix; a manifest from before splits has the one of
+    #: options.prefix_length, for ``train``.
     prefix_lengths: dict[str, int] = field(default_factory=dict)
+    #: The format's layout version it was packed with (:attr:`.ShardFormat.layout_version`);
+    #: None in manifests from before layout 4, which did not record it.
+    layout: int | None = None
+
+    def prefix_lengths_by_split(self) -> dict[str, int]:
+        """Each split's prefix length (0: cut by size)."""
+        return {s.name: s.prefix_length for s in self.splits()}
 
     @property
     def split_folders(self) -> bool:
@@ -121,6 +129,7 @@ class Manifest:
         return {
             "format": fmt.manifest_format,
             "key_scheme": self.key_scheme,
+            **({"layout": self.layout} if self.layout is not None else {}),
             "member_template": fmt.member_template,
             **({"metadata_member": fmt.metadata_member} if fmt.metadata_member else {}),
             "prefix_length": self.options.prefix_length,
@@ -157,14 +166,16 @@ class Manifest:
             prefix_lengths={
                 str(name): int(split["prefix_length"]) for name, split in (data.get("splits") or {}).items()
             },
+            layout=int(data["layout"]) if data.get("layout") is not None else None,
         )
 
 
-#: A shard's name as the planner makes it: ``data/[<split>/]<hex prefix>[-<part>]<suffix>``.
-#: Readers follow nothing else: a manifest naming ``../elsewhere.zip`` or an absolute path would
-#: make them read (and publish) files outside the dataset.
+#: A shard's name as the planner makes it: ``data/[<split>/]<hex>[-<part>]<suffix>`` (the hex
+#: digits: where its keys start, up to a key's length, or its key prefix). Readers follow nothing
+#: else: a manifest naming ``../elsewhere.zip`` or an absolute path would make them read (and
+#: publish) files outside the dataset.
 _SHARD_NAME = re.compile(
-    rf"^data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,16}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})$"
+    rf"^data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})$"
 )
 
 

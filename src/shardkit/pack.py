@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from .card import builtin_zip_builder, card_features, card_problem, ensure_gitattributes, update_card, update_loaders
+from .builtin import builtin_loader_warnings
+from .card import card_features, card_problem, ensure_gitattributes, update_card, update_loaders
 from .check import (
     SPLIT_COLUMN,
     CheckSettings,
@@ -41,7 +42,8 @@ from .check import (
     range_jobs,
 )
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed
-from .formats import METADATA_MEMBER, ShardFormat, format_named
+from .formats import ShardFormat, format_named
+from .formats.parquet import encode_metadata_table
 from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .outdir import (
@@ -57,12 +59,13 @@ from .outdir import (
     url_shard_problem,
 )
 from .plan import (
+    BY_SIZE,
     DEFAULT_MAX_SHARD_BYTES,
+    FIRST_BOUNDARY,
     HUB_MAX_FOLDER_ENTRIES,
     PlanEntry,
     ShardPlan,
     check_limits,
-    choose_prefix_length,
     default_target,
     max_file_bytes,
     plan_shards,
@@ -76,7 +79,6 @@ from .staging import (
     SplitRows,
     StagedEntries,
     iter_published_lines,
-    iter_staged,
     merge_runs,
     regroup,
     repeated_files,
@@ -172,6 +174,9 @@ class PackSummary:
     # wall-clock seconds per phase: check (read, check and sort the metadata), plan, write, finish
     # (manifest, card, preview); where a slow run spends its time
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    #: What a reader would still refuse or get wrong in this layout, one sentence each (logged
+    #: as warnings too; the card says the same).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def mb_per_s(self) -> float:
@@ -304,37 +309,29 @@ def _pack_locked(
         _warn_if_renumbered(previous, staged)
     phases.end("check")
 
-    # The prefix length of each split follows from its size, unless given, or kept from the run
-    # before: by an update (so that unchanged rows land in the shards they are in), or for the
-    # same input (a re-run is the same run).
+    # Each split is cut by size (named by where its keys start), or by key prefix with
+    # --prefix-length. A run of the same input plans from what the run before planned from (a
+    # re-run is the same run); an update keeps the run before's rule and shard names, so that
+    # unchanged rows land in the shards they are in.
     reuse = previous is not None and (config.update or previous.fingerprint == staged.fingerprint)
     prefix_lengths: dict[str, int] = {}
-    plan: list[ShardPlan] = []
+    boundaries: dict[str, list[str]] = {}
     for split in staged.splits:
-        prefix_lengths[split.name] = (
-            config.prefix_length
-            or (previous.prefix_lengths.get(split.name) if previous is not None and reuse else None)
-            or choose_prefix_length(split.cost, config.target_bytes)
-        )
-        entries: StagedEntries | list[PlanEntry] = StagedEntries(staged.path, fmt, split.offset, split.rows)
-        if split.rows <= PLAN_IN_MEMORY_ROWS:  # read once, not once per planning pass
-            entries = list(entries)
-        try:
-            plan += plan_shards(
-                entries,
-                prefix_length=prefix_lengths[split.name],
-                max_shard_bytes=config.max_shard_bytes,
-                target_shard_bytes=config.target_bytes,
-                fmt=fmt,
-                split=split.name,
-                folder=f"data/{split.name}" if staged.split_folders else "data",
-            )
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        before = previous.prefix_lengths.get(split.name) if previous is not None and reuse else None
+        prefix_lengths[split.name] = config.prefix_length or (before if before is not None else BY_SIZE)
+        if prefix_lengths[split.name] == BY_SIZE:
+            boundaries[split.name] = _boundaries_before(previous, split.name, staged.fingerprint, config.update)
+    try:
+        plan, tables = _plan_with_tables(config, fmt, staged, prefix_lengths, boundaries, staging_dir)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     # One prefix length for a dataset without splits (as before splits existed); with splits,
     # the one given, or 0: each split's own (in the manifest).
     prefix_length = config.prefix_length or (0 if staged.split_folders else prefix_lengths["train"])
     options = Options(prefix_length, config.max_shard_bytes, config.target_bytes, fmt.name)
+    warnings = builtin_loader_warnings(fmt, plan, staged.path, staged.modality)
+    for warning in warnings:
+        log.warning("%s", warning)
     per_folder = Counter(p.name.rsplit("/", 1)[0] for p in plan)  # data/, or each split's folder
     folder, count = per_folder.most_common(1)[0]
     if count > HUB_MAX_FOLDER_ENTRIES:
@@ -364,6 +361,7 @@ def _pack_locked(
             dry_run=config.dry_run,
             plan=plan,
             phase_seconds=dict(phases.seconds),
+            warnings=warnings,
             features=card_features(fmt, staged.features, staged.extensions),
             splits=[
                 {
@@ -392,6 +390,7 @@ def _pack_locked(
         prefix_lengths,
         staged.labels,
         staged.split_folders,
+        boundaries,
     )
     if config.dry_run:  # what the run would do with OUT_DIR (or its refusal), changing nothing
         done, kept = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location, dry_run=True)
@@ -421,6 +420,7 @@ def _pack_locked(
             format=fmt.name,
             max_shard_bytes=config.max_shard_bytes,
             features=staged.features,
+            table_path=tables.get(p.name, ""),
         )
         for p in todo
     ]
@@ -457,22 +457,15 @@ def _pack_locked(
         shards=[done[p.name] for p in plan],
         metadata_table_sha256=table_sha256,
         prefix_lengths=prefix_lengths if staged.split_folders else {},
+        layout=fmt.layout_version,
     )
     write_manifest(local_dir, manifest)
     preview = None
     if staged.modality == "image":
         preview = write_preview(local_dir, [p.name for p in plan], fmt=fmt, shards_at=location, labels=staged.labels)
-    loader_note = _builtin_loader_note(fmt, plan, staged)
-    if loader_note is not None:
-        log.warning("%s", loader_note)
-    elif (loader_note := _split_types_note(fmt, plan, staged)) is not None:
-        log.warning(
-            "%s Pack with --format parquet or tar (datasets reads their types from the card) for every reader.",
-            loader_note,
-        )
     update_card(
         local_dir,
-        builtin_loader_note=loader_note,
+        builtin_loader_note=" ".join(warnings) or None,
         features=card_features(fmt, staged.features, staged.extensions),
         rows=staged.rows,
         shards=len(plan),
@@ -494,6 +487,97 @@ def _pack_locked(
     return summary(written=len(todo), manifest=manifest_path, total_bytes=total_bytes, kept=kept)
 
 
+#: How many times a split is planned again when a shard's encoded metadata table made it pass
+#: the cap (each time with the overshoot reserved in every shard); a plan that still does not fit
+#: is an error.
+_TABLE_PLAN_ROUNDS = 5
+
+
+def _boundaries_before(previous: _PreviousRun | None, split: str, fingerprint: str, update: bool) -> list[str]:
+    """The shard names a split cut by size is planned from: the run before's starting names for
+    the same input (a re-run is the same run); for an update, the names the run before gave
+    its shards (so unchanged rows stay where they are); else one shard to start from."""
+    if previous is None:
+        return [FIRST_BOUNDARY]
+    recorded = (previous.state.get("boundaries") or {}).get(split)
+    if previous.fingerprint == fingerprint and recorded:
+        return list(recorded)
+    if update and previous.manifest is not None:
+        names = sorted(s.file.rsplit("/", 1)[-1].split(".")[0] for s in previous.manifest.shards if s.split == split)
+        if names and names[0] == FIRST_BOUNDARY:
+            return names
+    return list(recorded) if update and recorded else [FIRST_BOUNDARY]
+
+
+def _plan_with_tables(
+    config: PackConfig,
+    fmt: ShardFormat,
+    staged: _Staged,
+    prefix_lengths: dict[str, int],
+    boundaries: dict[str, list[str]],
+    staging_dir: str,
+) -> tuple[list[ShardPlan], dict[str, str]]:
+    """Every split's shards. For a format whose shards hold a metadata table (ZIP's
+    metadata.parquet), each shard's table is encoded now (into the staging folder, unless a dry
+    run), so that its size in the plan is exact; a split whose tables push a shard past the cap
+    is planned again with room for them. Returns the plan and each shard's table file."""
+    table_fixed = len(encode_metadata_table(b"", staged.features)) if fmt.metadata_table else 0
+    tables_dir = os.path.join(staging_dir, "tables")
+    tables: dict[str, str] = {}
+    plan: list[ShardPlan] = []
+    for split in staged.splits:
+        entries: StagedEntries | list[PlanEntry] = StagedEntries(staged.path, fmt, split.offset, split.rows)
+        if split.rows <= PLAN_IN_MEMORY_ROWS:  # read once, not once per planning pass
+            entries = list(entries)
+        reserve = 0
+        for _ in range(_TABLE_PLAN_ROUNDS):
+            fixed = fmt.fixed_bytes + table_fixed + reserve
+            shards = plan_shards(
+                entries,
+                prefix_length=prefix_lengths[split.name],
+                boundaries=boundaries.get(split.name, [FIRST_BOUNDARY]),
+                max_shard_bytes=config.max_shard_bytes,
+                target_shard_bytes=config.target_bytes,
+                fmt=fmt,
+                fixed_bytes=fixed,
+                split=split.name,
+                folder=f"data/{split.name}" if staged.split_folders else "data",
+            )
+            if not fmt.metadata_table:
+                break
+            planned = fixed - fmt.fixed_bytes
+            shards = [_with_table(p, planned, staged, tables_dir, tables, config.dry_run) for p in shards]
+            over = max(p.bytes - config.max_shard_bytes for p in shards)
+            if over <= 0:
+                break
+            reserve += over
+        else:
+            raise ShardkitError(
+                f"split {split.name!r}: its shards' metadata tables do not fit under --max-shard-size"
+                f" {config.max_shard_bytes}; give a larger one"
+            )
+        plan += shards
+    return plan, tables
+
+
+def _with_table(
+    shard: ShardPlan, planned_fixed: int, staged: _Staged, tables_dir: str, tables: dict[str, str], dry_run: bool
+) -> ShardPlan:
+    """``shard`` with its metadata table encoded and its exact size: what was planned for the
+    table (its fixed part and each row's metadata line) replaced by the table's own bytes."""
+    lines = b"".join(iter_published_lines(staged.path, shard.offset, shard.rows))
+    try:
+        table = encode_metadata_table(lines, staged.features)
+    except Exception as exc:  # pyarrow raises several types; the rows were typed by the check phase
+        raise ShardkitError(f"{shard.name}: its rows cannot be typed as the card declares: {exc}") from None
+    if not dry_run:
+        os.makedirs(tables_dir, exist_ok=True)
+        path = os.path.join(tables_dir, shard.name.replace("/", "__") + ".parquet")
+        write_atomic(path, table)
+        tables[shard.name] = path
+    return replace(shard, bytes=shard.bytes - planned_fixed - len(lines) + len(table))
+
+
 class _JobsWithTheirRows:
     """Shard jobs for an OUT_DIR URL, each given its staged rows (its slice of sorted.tsv) only
     when it is sent: a worker then needs no access to this machine, and memory holds the rows of
@@ -513,7 +597,11 @@ class _JobsWithTheirRows:
                 f.seek(job.plan.offset)
                 end = self.ends.get(job.plan.name)
                 rows = f.read() if end is None else f.read(end - job.plan.offset)
-                yield replace(job, staged=rows)
+                table = None
+                if job.table_path:
+                    with open(job.table_path, "rb") as t:
+                        table = t.read()
+                yield replace(job, staged=rows, table=table, table_path="")
 
 
 class _PhaseClock:
@@ -727,89 +815,17 @@ def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemLog
     )
 
 
-#: What datasets' folder builders read of a metadata.jsonl to infer its types: 10 MB, then the
-#: rest of the line (``FolderBasedBuilder._read_metadata``, datasets 3.6 to 5.x).
-_INFERENCE_METADATA_BYTES = 10 << 20
-
-
-def _split_types_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) -> str | None:
-    """Why ``load_dataset(repo)`` could refuse these ZIP splits (None: it will not).
-
-    datasets' imagefolder and audiofolder (3.6 to 5.x) infer the column types of ONE metadata.jsonl
-    per split (from its first 10 MB; in 5.x which one varies, as they are kept in a set) and refuse
-    the dataset if two splits' types differ, whatever the card's features say: a column null
-    throughout one shard (or absent there) and a number in a shard of another split. So every
-    shard's types are inferred here as datasets infers them (pyarrow), and any two shards of
-    different splits that disagree are named.
-    """
-    if not fmt.builder_from_members or not staged.split_folders:  # typed by the card's features
-        return None
-    import io
-
-    import pyarrow.json as paj
-
-    seen: dict[str, dict[tuple[tuple[str, str], ...], str]] = {}  # split -> types -> a shard with them
-    for p in plan:
-        head = bytearray()
-        for line in iter_published_lines(staged.path, p.offset, p.rows):
-            head += line
-            if len(head) >= _INFERENCE_METADATA_BYTES:
-                break
-        table = paj.read_json(
-            io.BytesIO(bytes(head)), read_options=paj.ReadOptions(block_size=len(head) + 1, use_threads=False)
-        )
-        types = tuple(sorted((field.name, str(field.type)) for field in table.schema))
-        seen.setdefault(p.split, {}).setdefault(types, p.name)
-    splits = list(seen.items())
-    for i, (split_a, kinds_a) in enumerate(splits):
-        for split_b, kinds_b in splits[i + 1 :]:
-            for types_a, shard_a in kinds_a.items():
-                for types_b, shard_b in kinds_b.items():
-                    if types_a == types_b:
-                        continue
-                    a, b = dict(types_a), dict(types_b)
-                    differing = sorted(name for name in {*a, *b} if a.get(name) != b.get(name))
-                    column = differing[0]
-                    always = all(ta != tb for ta in kinds_a for tb in kinds_b)  # every pick differs
-                    return (
-                        f"datasets' load_dataset(repo) {'refuses' if always else 'may refuse'} these splits"
-                        " (3.6 to 5.x): its builtin loader infers each split's column types from the rows of"
-                        f" one of its shards and requires them equal across splits. Column {column!r} is"
-                        f" {a.get(column, 'absent')} in {shard_a} ({split_a}) but {b.get(column, 'absent')}"
-                        f" in {shard_b} ({split_b})"
-                        + (f" (and {len(differing) - 1} more)" if len(differing) > 1 else "")
-                        + ". shardkit.stream(repo) and the datasets 3.6 loading script read every split."
-                    )
-    return None
-
-
-def _builtin_loader_note(fmt: ShardFormat, plan: list[ShardPlan], staged: _Staged) -> str | None:
-    """Why ``load_dataset(repo)`` would open these ZIP shards with the wrong builder (None: it will not)."""
-    if not fmt.builder_from_members:
-        return None
-    first = sorted(plan, key=lambda p: p.name)[:10]
-    members = [
-        [METADATA_MEMBER, *(fmt.member_name(row.key, row.ext) for row in iter_staged(staged.path, p.offset, p.rows))]
-        for p in first
-    ]
-    wanted = f"{staged.modality}folder"
-    picked = builtin_zip_builder(members)
-    if picked == wanted:
-        return None
-    return (
-        f"datasets' load_dataset(repo) would open this dataset with its {picked!r} builder, not {wanted!r}:"
-        " it picks the most common file extension inside the first 10 ZIP shards, and here each shard's"
-        " metadata.jsonl outnumbers every media extension (few rows per shard, several extensions)."
-        " Read it with shardkit.stream(repo), or pack it with --format parquet or --format tar,"
-        " whose builders datasets picks by the shard files' own extension."
-    )
-
+#: The layout of a manifest that has a metadata table but records no layout: 3 (ZIP shards
+#: then were still at 2, which packs of this version do not tell apart: both are older than 4).
+_LAST_UNRECORDED_LAYOUT = 3
 
 #: What each layout version (``ShardFormat.layout_version``) changed in what a pack publishes,
 #: beyond the input and options: a new layout rewrites unchanged input (with --force).
 LAYOUT_CHANGES = {
     2: "float columns' whole numbers are published as 2.0, and metadata.parquet is new",
     3: "tar members carry a CRC-32 record and Parquet pages a checksum, so readers refuse damaged rows",
+    4: "splits are cut into shards near the target size, named by where their keys start, and ZIP shards hold"
+    " their rows as a typed metadata.parquet",
 }
 
 
@@ -834,6 +850,8 @@ class _RunState:
     prefix_lengths: dict[str, int]  # each split's
     labels: dict[str, list[str]]  # the class label column's names (an update keeps their order)
     split_folders: bool  # the rows named their splits: data/<split>/
+    #: Each split cut by size: the shard names its plan started from (plan.plan_shards).
+    boundaries: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -843,6 +861,7 @@ class _RunState:
             "prefix_lengths": self.prefix_lengths,
             "labels": self.labels,
             "split_folders": self.split_folders,
+            "boundaries": self.boundaries,
         }
 
 
@@ -872,9 +891,14 @@ def _previous_run(local_dir: str, work_dir: str) -> _PreviousRun | None:
     manifest = read_manifest(local_dir)
     if state is None and manifest is not None:  # a folder packed without its work folder (a clone)
         state = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
-        state["layout"] = format_named(manifest.options.format).layout_version if manifest.metadata_table_sha256 else 1
+        state["layout"] = manifest.layout or (_LAST_UNRECORDED_LAYOUT if manifest.metadata_table_sha256 else 1)
         state["prefix_lengths"] = {s.name: s.prefix_length for s in manifest.splits()}
         state["labels"] = {f["name"]: n for f in manifest.features if (n := class_label_names(f)) is not None}
+        state["boundaries"] = {
+            s.name: sorted(f.file.rsplit("/", 1)[-1].split(".")[0] for f in manifest.shards_of(s.name))
+            for s in manifest.splits()
+            if s.prefix_length == BY_SIZE
+        }
     if state is None:
         return None
     state.setdefault("layout", 1)  # state from before layout versions
@@ -883,6 +907,7 @@ def _previous_run(local_dir: str, work_dir: str) -> _PreviousRun | None:
     state.setdefault("prefix_lengths", {"train": options.get("prefix_length")})
     state.setdefault("labels", {})
     state.setdefault("split_folders", manifest.split_folders if manifest is not None else False)
+    state.setdefault("boundaries", {})
     return _PreviousRun(state, manifest)
 
 

@@ -1,29 +1,45 @@
 """Stage 3: decide which rows go into which shard. Pure functions, no I/O.
 
-Rows arrive sorted by key. A shard holds the rows whose keys share their first
-``prefix_length`` hex digits (``data/3f.zip``); the prefix length follows from the total size
-so that shards land near ``target_shard_bytes``. A prefix group that would pass the hard cap
-(``max_shard_bytes``) or the ZIP member limit is split into numbered parts
-(``data/3f-00.zip``, ``data/3f-01.zip``...) of about equal size, cut between keys.
+Rows arrive sorted by key, one split at a time. Two rules, both simple to state:
+
+* **By size** (the default, ``prefix_length`` 0): a split is cut into ``round(size / target)``
+  shards of about equal bytes (at least one, and more where the cap or the row limit needs), cut
+  between keys. Each shard is named by where its keys start: the first ``data/0.zip``, each
+  other by the shortest prefix of its first key that sorts above the previous shard's last key
+  (``data/7fe.zip``). **A key is in the last shard whose name sorts at or before it.** A split
+  smaller than the target is one shard. ``pack --update`` keeps the names (the boundaries) of
+  the run before, so that unchanged rows stay in their shards, and cuts only a shard that grows
+  past ``round(size / target)`` into more.
+* **By prefix** (``prefix_length`` L >= 1, ``--prefix-length``): a shard holds the keys whose
+  first L hex digits are its name (``data/3f.zip``); a prefix group that would pass the cap or
+  the member limit is cut into numbered parts (``data/3f-00.zip``, ``data/3f-01.zip``...) of
+  about equal size. Small splits then make small shards (16**L groups at most).
 
 For ZIP and tar shards sizes are exact: a row costs its file, its headers and its metadata
-line, and a shard adds its fixed part (metadata.jsonl's headers and the end record, or tar's
-end blocks). So "under the cap" is a fact the planner knows before any byte is written, not a
-hope checked afterwards. Parquet encodes as it writes, so there a row's cost is an upper bound
-(see :mod:`.formats`) and the writer checks the cap on the finished file.
+(ZIP: its line stands for its share of ``metadata.parquet``, which the packer encodes before
+writing and plans with exactly), and a shard adds its fixed part. So "under the cap" is a fact
+the planner knows before any byte is written, not a hope checked afterwards. Parquet encodes as
+it writes, so there a row's cost is an upper bound (see :mod:`.formats`) and the writer checks
+the cap on the finished file.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .formats import ZIP, ShardFormat
 
-#: Bytes every ZIP shard has whatever its rows: the metadata.jsonl headers and the end record.
+#: Bytes every ZIP shard has whatever its rows: the metadata member's headers and the end record.
 SHARD_FIXED_BYTES = ZIP.fixed_bytes
 MAX_PREFIX_LENGTH = 6
+#: ``prefix_length`` of a split cut by size (the default): shards named by where their keys start.
+BY_SIZE = 0
+#: The name of a split's first shard cut by size: every key sorts at or after it.
+FIRST_BOUNDARY = "0"
 
 #: The cap on a shard file when none is given (``--max-shard-size``; PackConfig, RemuxConfig):
 #: 1 GB. The one place it is written; an unset target is half the cap (:func:`default_target`).
@@ -84,10 +100,13 @@ def default_target(max_shard_bytes: int) -> int:
     return max(max_shard_bytes // 2, 1)
 
 
-def check_limits(max_shard_bytes: int, target_shard_bytes: int, fmt: ShardFormat = ZIP) -> None:
-    if not fmt.fixed_bytes < max_shard_bytes <= fmt.max_bytes:
+def check_limits(
+    max_shard_bytes: int, target_shard_bytes: int, fmt: ShardFormat = ZIP, fixed_bytes: int | None = None
+) -> None:
+    fixed = fmt.fixed_bytes if fixed_bytes is None else fixed_bytes
+    if not fixed < max_shard_bytes <= fmt.max_bytes:
         raise ValueError(
-            f"max shard size must be between {fmt.fixed_bytes + 1} and {fmt.max_bytes} bytes"
+            f"max shard size must be between {fixed + 1} and {fmt.max_bytes} bytes"
             f" for {fmt.name} shards, got {max_shard_bytes}"
         )
     if not 0 < target_shard_bytes <= max_shard_bytes:
@@ -99,44 +118,73 @@ def check_limits(max_shard_bytes: int, target_shard_bytes: int, fmt: ShardFormat
 def plan_shards(
     entries: Iterable[PlanEntry],
     *,
-    prefix_length: int,
+    prefix_length: int = BY_SIZE,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     target_shard_bytes: int | None = None,
     max_rows: int | None = None,
     fmt: ShardFormat = ZIP,
     split: str = "train",
     folder: str = "data",
+    boundaries: Sequence[str] = (FIRST_BOUNDARY,),
+    fixed_bytes: int | None = None,
 ) -> list[ShardPlan]:
     """Group key-sorted entries into shards; every entry lands in exactly one shard.
 
-    The shards are named ``<folder>/<prefix>[-<part>]<suffix>`` and belong to ``split``.
-    ``target_shard_bytes`` None: half the cap (:func:`default_target`).
+    The shards are named ``<folder>/<name><suffix>`` and belong to ``split``. ``prefix_length``
+    :data:`BY_SIZE` cuts by size, starting from ``boundaries`` (sorted shard names of a run
+    before; a fresh split has the one :data:`FIRST_BOUNDARY`); 1 to 6 cuts by key prefix.
+    ``target_shard_bytes`` None: half the cap (:func:`default_target`). ``fixed_bytes``: what a
+    shard costs with no rows (default: the format's).
 
     ``entries`` is read twice (a list, or a re-readable source such as staged rows on disk):
-    once to total each prefix group, once to cut it. Memory is O(groups), not O(rows).
+    once to total each group, once to cut it. Memory is O(groups), not O(rows).
     Raises ValueError if entries are not sorted by unique key, or one cannot fit in a shard.
     """
     if target_shard_bytes is None:
         target_shard_bytes = default_target(max_shard_bytes)
-    check_limits(max_shard_bytes, target_shard_bytes, fmt)
+    fixed = fmt.fixed_bytes if fixed_bytes is None else fixed_bytes
+    check_limits(max_shard_bytes, target_shard_bytes, fmt, fixed)
     max_rows = fmt.max_rows if max_rows is None else max_rows
-    if not 1 <= prefix_length <= MAX_PREFIX_LENGTH:
+    if not (prefix_length == BY_SIZE or 1 <= prefix_length <= MAX_PREFIX_LENGTH):
         raise ValueError(f"prefix length must be 1 to {MAX_PREFIX_LENGTH}, got {prefix_length}")
     if max_rows < 1:
         raise ValueError(f"max rows per shard must be at least 1, got {max_rows}")
     if iter(entries) is entries:
         raise TypeError("plan_shards reads its entries twice: pass a list or a re-readable source, not an iterator")
-    totals = _group_totals(entries, prefix_length, max_shard_bytes, fmt.fixed_bytes)
-    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows, fmt, split, folder)
+    if prefix_length == BY_SIZE:
+        if not boundaries or boundaries[0] != FIRST_BOUNDARY or list(boundaries) != sorted(set(boundaries)):
+            raise ValueError(f"shard boundaries must be sorted, unique and start at {FIRST_BOUNDARY!r}: {boundaries!r}")
+        starts = list(boundaries)
+
+        def group_of(key: str) -> str:
+            return starts[bisect.bisect_right(starts, key) - 1]
+
+    else:
+
+        def group_of(key: str) -> str:
+            return key[:prefix_length]
+
+    totals = _group_totals(entries, group_of, prefix_length, max_shard_bytes, fixed)
+    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows, fmt.suffix, fixed, split, folder)
+    cutter.by_size = prefix_length == BY_SIZE
     for entry in entries:
-        cutter.add(entry, entry.key[:prefix_length])
+        cutter.add(entry, group_of(entry.key))
     return cutter.finish()
 
 
+def boundary_after(last_key: str, first_key: str) -> str:
+    """The name of a shard cut by size that starts at ``first_key`` after a shard that ends at
+    ``last_key``: the shortest prefix of ``first_key`` that sorts above ``last_key``."""
+    for length in range(1, len(first_key) + 1):
+        if first_key[:length] > last_key:
+            return first_key[:length]
+    raise ValueError(f"keys must be sorted: {first_key!r} came after {last_key!r}")
+
+
 def _group_totals(
-    entries: Iterable[PlanEntry], prefix_length: int, max_shard_bytes: int, fixed_bytes: int
+    entries: Iterable[PlanEntry], group_of: Callable[[str], str], prefix_length: int, max_shard_bytes: int, fixed: int
 ) -> dict[str, tuple[int, int]]:
-    """First pass: check order and sizes; return (content bytes, rows) per prefix group."""
+    """First pass: check order and sizes; return (content bytes, rows) per group."""
     totals: dict[str, tuple[int, int]] = {}
     last_key: str | None = None
     for entry in entries:
@@ -145,22 +193,23 @@ def _group_totals(
         last_key = entry.key
         if len(entry.key) < prefix_length:
             raise ValueError(f"key {entry.key!r} is shorter than the prefix length {prefix_length}")
-        if fixed_bytes + entry.cost > max_shard_bytes:
+        if fixed + entry.cost > max_shard_bytes:
             raise ValueError(
-                f"row with key {entry.key} needs {fixed_bytes + entry.cost} bytes in a shard,"
+                f"row with key {entry.key} needs {fixed + entry.cost} bytes in a shard,"
                 f" more than the max shard size {max_shard_bytes}"
             )
-        prefix = entry.key[:prefix_length]
-        content, rows = totals.get(prefix, (0, 0))
-        totals[prefix] = (content + entry.cost, rows + 1)
+        group = group_of(entry.key)
+        content, rows = totals.get(group, (0, 0))
+        totals[group] = (content + entry.cost, rows + 1)
     return totals
 
 
 class _Cutter:
-    """Second pass: cut each prefix group into one shard, or parts of about equal size.
+    """Second pass: cut each group into one shard, or parts of about equal size.
 
     Parts are cut where the running total passes each k-th of the group's content, and
-    earlier whenever the next row would pass the cap or the member limit.
+    earlier whenever the next row would pass the cap or the member limit. By size, a group is
+    cut into ``round(content / target)`` parts; by prefix, only when it passes the cap.
     """
 
     def __init__(
@@ -169,7 +218,8 @@ class _Cutter:
         max_bytes: int,
         target_bytes: int,
         max_rows: int,
-        fmt: ShardFormat,
+        suffix: str,
+        fixed_bytes: int,
         split: str,
         folder: str,
     ) -> None:
@@ -177,10 +227,11 @@ class _Cutter:
         self.split_name = split
         self.folder = folder
         self.max_bytes = max_bytes
-        self.fixed_bytes = fmt.fixed_bytes
-        self.suffix = fmt.suffix
-        self.per_part_content = max(target_bytes - fmt.fixed_bytes, 1)
+        self.fixed_bytes = fixed_bytes
+        self.suffix = suffix
+        self.per_part_content = max(target_bytes - fixed_bytes, 1)
         self.max_rows = max_rows
+        self.by_size = False
         self.shards: list[ShardPlan] = []
         self.group_shards: list[ShardPlan] = []
         self.prefix: str | None = None
@@ -198,10 +249,13 @@ class _Cutter:
         self.prefix = prefix
         content, rows = self.totals[prefix]
         self.content = content
-        self.split = self.fixed_bytes + content > self.max_bytes or rows > self.max_rows
-        self.parts_wanted = max(
-            math.ceil(content / self.per_part_content), math.ceil(rows / self.max_rows), 2 if self.split else 1
-        )
+        over = self.fixed_bytes + content > self.max_bytes or rows > self.max_rows
+        least = max(math.ceil(rows / self.max_rows), math.ceil(content / max(self.max_bytes - self.fixed_bytes, 1)))
+        if self.by_size:
+            self.parts_wanted = max(round(content / self.per_part_content), least, 1)
+        else:
+            self.parts_wanted = max(math.ceil(content / self.per_part_content), least, 2 if over else 1)
+        self.split = self.parts_wanted > 1 if self.by_size else over
         self.running = 0
 
     def add(self, entry: PlanEntry, prefix: str) -> None:
@@ -240,7 +294,14 @@ class _Cutter:
     def _close_group(self) -> None:
         self._close_part()
         parts = self.group_shards
-        if len(parts) == 1 and not self.split:
+        if self.by_size and parts:  # the group's own name, then where each further part starts
+            names = [self.prefix or FIRST_BOUNDARY]
+            names += [boundary_after(a.last_key, b.first_key) for a, b in itertools.pairwise(parts)]
+            self.shards.extend(
+                replace(p, name=f"{self.folder}/{name}{self.suffix}", prefix=name)
+                for p, name in zip(parts, names, strict=True)
+            )
+        elif len(parts) == 1 and not self.split:
             self.shards.append(replace(parts[0], name=f"{self.folder}/{self.prefix}{self.suffix}"))
         elif parts:
             width = max(2, len(str(len(parts) - 1)))
@@ -253,3 +314,42 @@ class _Cutter:
     def finish(self) -> list[ShardPlan]:
         self._close_group()
         return self.shards
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """Which keys a shard holds, by its name: those that start with its prefix (by prefix), or
+    those from its name up to the next shard's (by size)."""
+
+    low: str
+    high: str | None  # by size: the next shard's name (None: the split's last shard)
+    by_prefix: bool
+
+    def holds(self, key: str) -> bool:
+        if self.by_prefix:
+            return key.startswith(self.low)
+        return key >= self.low and (self.high is None or key < self.high)
+
+    def words(self) -> str:
+        if self.by_prefix:
+            return f"this shard's prefix {self.low!r}"
+        upto = f" and below {self.high!r} (the next shard's name)" if self.high else ""
+        return f"this shard's range: at or above its name {self.low!r}{upto}"
+
+
+def key_ranges(shards: Sequence[tuple[str, str]], prefix_lengths: dict[str, int]) -> dict[str, KeyRange]:
+    """Each shard's :class:`KeyRange`, from (file, split) pairs in the manifest's order and each
+    split's prefix length (:data:`BY_SIZE`: named by where their keys start)."""
+    stems = {file: file.rsplit("/", 1)[-1].split(".")[0] for file, _ in shards}
+    ranges: dict[str, KeyRange] = {}
+    for split in dict.fromkeys(split for _, split in shards):
+        files = [file for file, s in shards if s == split]
+        if prefix_lengths.get(split, BY_SIZE) == BY_SIZE:
+            names = sorted(stems[f] for f in files)
+            for file in files:
+                at = names.index(stems[file])
+                high = names[at + 1] if at + 1 < len(names) else None
+                ranges[file] = KeyRange(stems[file], high, by_prefix=False)
+        else:
+            ranges.update({f: KeyRange(stems[f].split("-")[0], None, by_prefix=True) for f in files})
+    return ranges

@@ -16,38 +16,36 @@ at a time; deterministic for a given pyarrow version. pyarrow is imported only h
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
 from .errors import naming
-from .formats.parquet import arrow_schema
+from .formats.parquet import metadata_lines_table, metadata_schema
 from .hashing import sha256_stream
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 TABLE_NAME = "metadata.parquet"
-#: The columns before the fields, with their card types.
 SHARD_COLUMN = "__shard__"
-_LEADING = [{"name": SHARD_COLUMN, "dtype": "string"}, {"name": "file_name", "dtype": "string"}]
+#: The column before ``file_name`` and the fields, with its card type.
+_SHARD_FEATURE = {"name": SHARD_COLUMN, "dtype": "string"}
 
 
 def table_schema(features: list[dict[str, Any]]) -> pa.Schema:
     """The table's schema from the card's features (the first, the file column, is left out)."""
-    return arrow_schema([*_LEADING, *features[1:]])
+    return metadata_schema(features, leading=(_SHARD_FEATURE,))
 
 
 def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], features: list[dict[str, Any]]) -> str:
     """Write the table to ``path`` atomically from (shard file, its metadata.jsonl bytes); return
     its sha256 (the manifest records it)."""
     import pyarrow as pa
-    import pyarrow.json as pa_json
     import pyarrow.parquet as pq
 
     schema = table_schema(features)
-    line_schema = pa.schema([field for field in schema if field.name != SHARD_COLUMN])
+    line_schema = metadata_schema(features)
     tmp = f"{path}.partial"
     try:
         # An open file, not a path: pyarrow takes a path for a URI and cannot encode a folder
@@ -56,14 +54,9 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
             for shard, lines in shards:
                 if not lines:
                     continue
-                table = pa_json.read_json(
-                    io.BytesIO(lines),
-                    # One block for the whole shard: a block boundary inside a line is an error.
-                    read_options=pa_json.ReadOptions(block_size=len(lines) + 1, use_threads=False),
-                    parse_options=pa_json.ParseOptions(explicit_schema=line_schema, unexpected_field_behavior="error"),
-                )
+                table = metadata_lines_table(lines, line_schema)
                 table = table.add_column(0, SHARD_COLUMN, pa.array([shard] * table.num_rows, pa.string()))
-                writer.write_table(table.select(schema.names).cast(schema), row_group_size=table.num_rows)
+                writer.write_table(table.cast(schema), row_group_size=table.num_rows)
         with open(tmp, "rb") as f:  # durable before it is named, as every file shardkit publishes
             os.fsync(f.fileno())
             sha256 = sha256_stream(f)

@@ -50,6 +50,7 @@ from .hashing import sha256_stream
 from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .outdir import unnamed_files
+from .plan import KeyRange, key_ranges
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
 from .streamio import jsonl_lines
@@ -106,7 +107,7 @@ class _ShardResult:
 
 
 def _check_rows(
-    shard: ManifestShard, text: str, prefix: str, problems: list[Problem], fmt: ShardFormat, where_name: str
+    shard: ManifestShard, text: str, keys: KeyRange, problems: list[Problem], fmt: ShardFormat, where_name: str
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Parse metadata lines; return file_name -> key, and file_name -> source_path for the rows
     that have one. Row problems go to ``problems``."""
@@ -130,8 +131,8 @@ def _check_rows(
             problem = f"key {key} is not above the previous row's ({previous})"
             problems.append(Problem(shard.file, problem, where, source))
         previous = max(previous, key)
-        if not key.startswith(prefix):
-            problems.append(Problem(shard.file, f"key {key} is not in this shard's prefix {prefix!r}", where, source))
+        if not keys.holds(key):
+            problems.append(Problem(shard.file, f"key {key} is not in {keys.words()}", where, source))
         if name != fmt.member_name(key, os.path.splitext(name)[1]):
             problem = f"file_name {name!r} is not where key {key} belongs"
             problems.append(Problem(shard.file, problem, where, source))
@@ -159,13 +160,18 @@ class _Check:
     location: Location
     shard: ManifestShard
     fmt: ShardFormat
-    prefix: str
+    keys: KeyRange
     deep: bool
     result: _ShardResult
+    feature_list: list[dict[str, Any]]
 
     @property
     def shard_file(self) -> str:
         return self.shard.file
+
+    @property
+    def features(self) -> list[dict[str, Any]]:
+        return self.feature_list
 
     @property
     def metadata_file(self) -> str:
@@ -180,17 +186,20 @@ class _Check:
         self.result.problems.append(Problem(file or self.shard.file, message, member, source))
 
     def check_rows(self, text: str, where: str) -> tuple[dict[str, str], dict[str, str]]:
-        return _check_rows(self.shard, text, self.prefix, self.result.problems, self.fmt, where)
+        return _check_rows(self.shard, text, self.keys, self.result.problems, self.fmt, where)
 
     def file(self, name: str, data: bytes, source: str | None) -> None:
         if self.deep:
             _decode(self.result, self.shard, name, data, source)
 
 
-def _check_shard(location: Location, shard: ManifestShard, cap: int, deep: bool, fmt: ShardFormat) -> _ShardResult:
+def _check_shard(
+    location: Location, shard: ManifestShard, manifest: Manifest, keys: KeyRange, deep: bool
+) -> _ShardResult:
     result = _ShardResult()
     problems = result.problems
-    prefix = os.path.basename(shard.file).split(".")[0].split("-")[0]
+    cap = manifest.options.max_shard_bytes
+    fmt = manifest.options.shard_format
     size = location.size(shard.file)
     if size is None:
         problems.append(Problem(shard.file, "missing"))
@@ -200,7 +209,7 @@ def _check_shard(location: Location, shard: ManifestShard, cap: int, deep: bool,
     if size > cap:
         problems.append(Problem(shard.file, f"{size} bytes, over the cap of {cap}"))
 
-    walk = fmt.verify_shard(_Check(location, shard, fmt, prefix, deep, result))
+    walk = fmt.verify_shard(_Check(location, shard, fmt, keys, deep, result, manifest.features))
     if walk.sha256 != shard.sha256:
         problems.append(Problem(shard.file, "sha256 differs from the manifest's"))
     result.rows = walk.members
@@ -276,15 +285,14 @@ def verify(
     if manifest is None:
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
     report = VerifyReport(out_dir=out_dir, shards=len(manifest.shards), deep=deep)
-    cap = manifest.options.max_shard_bytes
-    fmt = manifest.options.shard_format
+    ranges = key_ranges([(s.file, s.split) for s in manifest.shards], manifest.prefix_lengths_by_split())
     threads = threads or min(4, os.cpu_count() or 1)
     progress.start("verifying" + (" (deep)" if deep else ""), total=sum(s.bytes for s in manifest.shards), unit="B")
     results: list[_ShardResult] = []
     with interruptible_pool(threads, "verify") as pool:
         for shard, result in zip(
             manifest.shards,
-            pool.map(lambda s: _check_shard(location, s, cap, deep, fmt), manifest.shards),
+            pool.map(lambda s: _check_shard(location, s, manifest, ranges[s.file], deep), manifest.shards),
             strict=True,
         ):
             results.append(result)

@@ -57,6 +57,10 @@ class ShardJob:
     # The shard's staged rows themselves, for an OUT_DIR URL: a worker then needs no access to
     # the client's staging file (``staging_path`` is unused, ``plan.offset`` counts from 0).
     staged: bytes | None = None
+    #: The shard's metadata table, for formats that hold one (ZIP's metadata.parquet), encoded by
+    #: the packer: a file in its staging folder, or for an OUT_DIR URL the bytes themselves.
+    table_path: str = ""
+    table: bytes | None = None
 
 
 def metadata_path_for(plan: ShardPlan) -> str:
@@ -118,6 +122,12 @@ class _ShardRows:
     def record_line(self, line: bytes) -> None:
         self._meta.write(line)
         self.digest.update(line)
+
+    def metadata_table(self) -> bytes:
+        if self.job.table is not None:
+            return self.job.table
+        with open(self.job.table_path, "rb") as f:
+            return f.read()
 
 
 def _opened_files(fetched: Iterator[Fetched]) -> Generator[RowFile, None, None]:

@@ -1,7 +1,7 @@
 """The shard formats shardkit writes, one module each, and the registry that names them.
 
-* :mod:`.zip` (the default): ``metadata.jsonl`` first, then one stored member per row at
-  ``images/<key[:3]>/<key[3:6]>/<key><ext>``. datasets' imagefolder/audiofolder, the loading
+* :mod:`.zip` (the default): ``metadata.parquet`` (the rows, typed) first, then one stored
+  member per row at ``images/<key[:3]>/<key[3:6]>/<key><ext>``. datasets' imagefolder/audiofolder, the loading
   script of datasets 3.x and ``shardkit.stream`` read it. Sizes are exact.
 * :mod:`.tar`: the webdataset layout, ``<key>.json`` (the row's metadata line) then
   ``<key><ext>`` per row, ustar headers, no clock in the bytes. datasets' webdataset builder
@@ -16,7 +16,7 @@ format is a module like these, listed in ``FORMATS`` below.
 
 from __future__ import annotations
 
-from .base import METADATA_MEMBER, ShardFormat, ShardFormatError
+from .base import METADATA_MEMBER, METADATA_TABLE_MEMBER, ShardFormat, ShardFormatError
 from .parquet import PARQUET
 from .tar import TAR
 from .zip import ZIP
@@ -25,6 +25,7 @@ __all__ = [
     "FORMATS",
     "FORMAT_NAMES",
     "METADATA_MEMBER",
+    "METADATA_TABLE_MEMBER",
     "PARQUET",
     "SHARD_SUFFIXES",
     "TAR",

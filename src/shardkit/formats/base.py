@@ -30,8 +30,11 @@ from typing import IO, Any, BinaryIO, Protocol
 from ..errors import ShardkitError
 from ..streamio import Output
 
-#: A ZIP shard's first member: every row's metadata line, before any file.
+#: A ZIP shard's first member before layout 4: every row's metadata line, before any file.
 METADATA_MEMBER = "metadata.jsonl"
+#: A ZIP shard's first member since layout 4: the rows' metadata as a table typed by the card's
+#: features (:func:`.parquet.encode_metadata_table`), before any file.
+METADATA_TABLE_MEMBER = "metadata.parquet"
 
 
 class ShardFormatError(ShardkitError, ValueError):
@@ -77,6 +80,10 @@ class ShardRows(Protocol):
 
     def record_line(self, line: bytes) -> None:
         """Add a line (with its newline) to the shard's ``metadata/<stem>.jsonl``."""
+
+    def metadata_table(self) -> bytes:
+        """The rows' metadata as a typed table (formats whose ``metadata_table`` is set): encoded
+        by the packer before the shard's size is planned, so that size is exact."""
 
 
 # --- what the stream reader gives a format ----------------------------------------------------
@@ -131,6 +138,9 @@ class ShardCheck(Protocol):
 
     def file(self, name: str, data: bytes, source: str | None) -> None:
         """A row's file met in the shard: with ``deep``, it is decoded."""
+
+    @property
+    def features(self) -> list[dict[str, Any]]: ...  # the manifest's: what a typed table inside is held to
 
 
 @dataclass
@@ -189,6 +199,9 @@ class ShardFormat(abc.ABC):
     config_features: bool = True
     #: The member a shard's rows are in, before the files (the manifest names it); None: none.
     metadata_member: str | None = None
+    #: The shard holds its rows' metadata as a table typed by the card's features, which the
+    #: packer encodes (:meth:`ShardRows.metadata_table`) before the shard's exact size is known.
+    metadata_table: bool = False
     #: The template's loading script (datasets 3.6) reads shards of this format.
     loading_script: bool = False
     #: Read with ranged reads of a seekable file (its footer first), not front to back in one read.
@@ -200,7 +213,7 @@ class ShardFormat(abc.ABC):
     builder_from_members: bool = False
     #: What a pack publishes in this format, beyond the input and options: a new layout rewrites
     #: unchanged input (with --force). pack.py's LAYOUT_CHANGES says what each number changed.
-    layout_version: int = 3
+    layout_version: int = 4
     #: What datasets' builtin loader gives DataLoader workers as units of work, and the requests
     #: it makes (the card's table of readers), and what else the card says of it.
     builtin_units: str = "one per shard"

@@ -116,6 +116,83 @@ def arrow_schema(features: list[dict[str, Any]]) -> pa.Schema:
     return pa.schema([(f["name"], _arrow_type(f)) for f in features], metadata=metadata)
 
 
+#: The column a row's file is named by in a metadata table (the name inside its shard), as
+#: datasets' imagefolder/audiofolder read it.
+FILE_NAME_FEATURE: dict[str, Any] = {"name": "file_name", "dtype": "string"}
+
+
+def metadata_schema(features: list[dict[str, Any]], leading: tuple[dict[str, Any], ...] = ()) -> pa.Schema:
+    """The schema of a table of metadata lines: ``leading`` columns, ``file_name``, then every
+    field the card declares (``features[1:]``: ``key`` first; the file column is left out)."""
+    return arrow_schema([*leading, FILE_NAME_FEATURE, *features[1:]])
+
+
+def metadata_lines_table(lines: bytes, schema: pa.Schema) -> pa.Table:
+    """Metadata lines (JSON, one object a line) as a table typed by ``schema``: a column null
+    or empty throughout these lines, or absent from them, keeps the schema's type. A field the
+    schema does not have is an error, as is a value that does not fit its type."""
+    import pyarrow.json as pa_json
+
+    table = pa_json.read_json(
+        io.BytesIO(lines),
+        # One block for all the lines: a block boundary inside a line is an error.
+        read_options=pa_json.ReadOptions(block_size=len(lines) + 1, use_threads=False),
+        parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+    )
+    return table.select(schema.names).cast(schema)
+
+
+def encode_metadata_table(lines: bytes, features: list[dict[str, Any]]) -> bytes:
+    """A ZIP shard's ``metadata.parquet``: its metadata lines typed by the card's features, so
+    that datasets' imagefolder/audiofolder read every shard of every split with the same types
+    (from ``metadata.jsonl`` they infer a column null throughout a shard as another type, and
+    refuse splits whose inferred types differ). The same lines and features give the same bytes
+    for a given pyarrow version: no compression, dictionary or statistics (the ZIP stores it
+    as it is; the few bytes saved are not worth bytes that depend on the data's repetitions),
+    row groups of :data:`PARQUET_ROWS_PER_GROUP` rows, a checksum on every page."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = metadata_schema(features)
+    table = metadata_lines_table(lines, schema) if lines else schema.empty_table()
+    buffer = io.BytesIO()
+    with pq.ParquetWriter(
+        pa.PythonFile(buffer, mode="w"),
+        schema,
+        compression="NONE",
+        use_dictionary=False,
+        write_statistics=False,
+        write_page_checksum=True,
+    ) as writer:
+        writer.write_table(table, row_group_size=PARQUET_ROWS_PER_GROUP)
+    return buffer.getvalue()
+
+
+def read_metadata_table(data: bytes, features: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The rows of a ZIP shard's ``metadata.parquet`` (each with its ``file_name``), checked as a
+    Parquet shard is (:func:`open_parquet_shard`), its columns held to ``features`` (the
+    manifest's; None: not held)."""
+    schema = metadata_schema(features) if features else None
+    table = open_parquet_shard(io.BytesIO(data), max_bytes=len(data), schema=schema)
+    return list(table.rows(batch_size=PARQUET_ROWS_PER_GROUP))
+
+
+def table_difference(rows: list[dict[str, Any]], lines: list[str]) -> str | None:
+    """Where metadata ``lines`` (JSON) first differ from a metadata table's ``rows`` (values
+    compared as typed: ``2`` equals ``2.0`` in a float column, an absent field equals null);
+    None where they hold the same rows in the same order."""
+    if len(lines) != len(rows):
+        return f"{len(lines)} lines, {len(rows)} rows there"
+    for number, (line, row) in enumerate(zip(lines, rows, strict=True), 1):
+        try:
+            expected = json.loads(line)
+        except (ValueError, RecursionError):
+            return f"line {number} is not JSON"
+        if not isinstance(expected, dict) or not _same_value(expected, row):
+            return f"line {number} (file_name {row.get('file_name')!r}) holds other values"
+    return None
+
+
 class _Sink:
     """The file object pyarrow writes to: forwards to the shard file and counts."""
 

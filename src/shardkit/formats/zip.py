@@ -1,7 +1,10 @@
 """``--format zip`` (the default): the exact subset of the ZIP format that shardkit writes and reads.
 
-A shard is ``metadata.jsonl`` first (so a front-to-back reader knows every row before the
-first file), then one stored member per row at ``images/<key[:3]>/<key[3:6]>/<key><ext>``.
+A shard is ``metadata.parquet`` first (the rows typed as the card declares, so that datasets'
+imagefolder reads every shard with the same types; first, so a front-to-back reader knows every
+row before the first file), then one stored member per row at
+``images/<key[:3]>/<key[3:6]>/<key><ext>``. Shards of layouts before 4 hold ``metadata.jsonl``
+in its place; every reader here reads both.
 datasets' imagefolder/audiofolder, the loading script of datasets 3.x and ``shardkit.stream``
 read it. Sizes are exact. This module holds the container (below), the format's size cost and
 member names, and its writer, reader and verifier parts (:class:`ZipFormat`, at the end).
@@ -42,6 +45,7 @@ from ..rowrules import SOURCE_PATH_COLUMN
 from ..streamio import CountingOutput, Output, crc32, decode_member_name, jsonl_lines, read_exact
 from .base import (
     METADATA_MEMBER,
+    METADATA_TABLE_MEMBER,
     HashingReader,
     ShardCheck,
     ShardFormat,
@@ -435,6 +439,8 @@ class ZipFormat(ShardFormat):
         return member_name(key, ext)
 
     def row_cost(self, key_length: int, ext_length: int, file_bytes: int, line_bytes: int) -> int:
+        # The row's line stands for its share of metadata.parquet: the packer encodes each
+        # shard's table before writing and plans with its exact size (see pack).
         name_bytes = MEMBER_NAME_FIXED + key_length + ext_length
         return member_overhead_for_length(name_bytes) + file_bytes + line_bytes + 1
 
@@ -442,18 +448,11 @@ class ZipFormat(ShardFormat):
         return f"{file_column}folder"
 
     def write(self, out: Output, rows: ShardRows) -> int:
-        """``metadata.jsonl`` then the members. The rows' lines are read in two streaming passes
-        (its CRC and size, which its header carries, then its bytes), so memory does not grow
-        with rows per shard."""
-        meta_crc = 0
-        meta_size = 0
-        for line in rows.published_lines():
-            meta_crc = crc32(line, meta_crc)
-            meta_size += len(line)
+        """``metadata.parquet`` (encoded by the packer), then the members; the rows' lines go to
+        ``metadata/<stem>.jsonl`` as they are."""
         zw = ZipWriter(out)
-        zw.start_member(METADATA_MEMBER, meta_size, meta_crc)
+        zw.add(METADATA_TABLE_MEMBER, rows.metadata_table())
         for line in rows.published_lines():
-            zw.write_data(line)
             rows.record_line(line)
         with rows.files() as files:
             for row in files:
@@ -465,25 +464,20 @@ class ZipFormat(ShardFormat):
         rows: _ZipRows | None = None
 
         def note(name: str) -> str:
-            return rows.note(name) if rows is not None else ""  # before metadata.jsonl no row is known
+            return rows.note(name) if rows is not None else ""  # before the metadata member no row is known
 
         try:
             for member in iter_members(f, note=note):
                 if rows is None:
-                    if member.name != METADATA_MEMBER:
-                        raise ZipFormatError(f"the first member is {member.name!r}, not {METADATA_MEMBER}")
-                    try:
-                        rows = _ZipRows(jsonl_lines(member.data.decode("utf-8")))
-                    except UnicodeDecodeError:
-                        raise ZipFormatError(f"{METADATA_MEMBER} is not UTF-8 text") from None
+                    rows = _metadata_rows(member.name, member.data, record.features)
                     continue
                 row = rows.take(member.name)
                 if row is None:
-                    raise ZipFormatError(f"member {member.name!r} has no row in {METADATA_MEMBER}")
+                    raise ZipFormatError(f"member {member.name!r} has no row in {rows.member}")
                 row[record.file_column] = {"bytes": member.data, "path": member.name}
                 yield row
             if rows is not None and (left := rows.left()):
-                raise ZipFormatError(f"{len(left)} row(s) in {METADATA_MEMBER} have no member: {listed(left, 3)}")
+                raise ZipFormatError(f"{len(left)} row(s) in {rows.member} have no member: {listed(left, 3)}")
         except ZipFormatError as exc:
             raise ZipFormatError(f"{record.where}: {exc}") from None
 
@@ -492,7 +486,7 @@ class ZipFormat(ShardFormat):
     ) -> Generator[dict[str, Any], None, None]:
         """A whole shard: :meth:`read_rows`, front to back. Part of one: only its bytes, found
         through the central directory (:func:`read_directory`: the end record, then the directory,
-        two ranged reads at the tail), ``metadata.jsonl`` at the front, then one ranged read of
+        two ranged reads at the tail), the metadata member at the front, then one ranged read of
         the piece's members, each header held to its directory entry and each CRC checked."""
         if (start == 0 and stop in (None, record.rows)) or record.bytes is None or record.rows is None:
             yield from super().read_piece(shard, record, start, stop)
@@ -504,29 +498,24 @@ class ZipFormat(ShardFormat):
             if stop > record.rows:
                 raise ZipFormatError(f"no row {stop - 1}: the manifest records {record.rows} rows")
             entries = read_directory(shard, record.bytes)
-            if len(entries) != record.rows + 1 or entries[0].name != METADATA_MEMBER:
+            first = entries[0].name
+            if len(entries) != record.rows + 1 or first not in _METADATA_MEMBERS:
                 raise ZipFormatError(
-                    f"its directory lists {len(entries)} members, first {entries[0].name!r}; the manifest"
-                    f" records {record.rows} rows after {METADATA_MEMBER}"
+                    f"its directory lists {len(entries)} members, first {first!r}; the manifest"
+                    f" records {record.rows} rows after {METADATA_TABLE_MEMBER}"
                 )
             with shard.open_range(0, entries[0].end) as f:
-                text = _read_member(f, entries[0])
-            try:
-                lines = jsonl_lines(text.decode("utf-8"))
-            except UnicodeDecodeError:
-                raise ZipFormatError(f"{METADATA_MEMBER} is not UTF-8 text") from None
-            if len(lines) != record.rows:
-                raise ZipFormatError(
-                    f"{METADATA_MEMBER} has {len(lines)} rows; the directory lists {record.rows} files"
-                )
-            rows = _ZipRows(lines, first=start)
+                data = _read_member(f, entries[0])
+            rows = _metadata_rows(first, data, record.features, first=start)
+            if len(rows) != record.rows:
+                raise ZipFormatError(f"{first} has {len(rows)} rows; the directory lists {record.rows} files")
             wanted = entries[start + 1 : stop + 1]
             with shard.open_range(wanted[0].offset, wanted[-1].end) as f:
                 for entry in wanted:
                     data = _read_member(f, entry, rows.note)
                     row = rows.take(entry.name)
                     if row is None:
-                        raise ZipFormatError(f"member {entry.name!r} has no row in {METADATA_MEMBER}")
+                        raise ZipFormatError(f"member {entry.name!r} has no row in {first}")
                     row[record.file_column] = {"bytes": data, "path": entry.name}
                     yield row
         except ZipFormatError as exc:
@@ -535,12 +524,15 @@ class ZipFormat(ShardFormat):
     def verify_shard(self, check: ShardCheck) -> Walk:
         """One front-to-back read: the structure (iter_members also checks the central directory
         against the members: what zipfile and datasets read through it is then what was walked),
-        every CRC, and ``metadata.jsonl``'s rows against the members one to one."""
+        every CRC, and the metadata member's rows against the members one to one. A
+        ``metadata.parquet`` is read as every reader reads it and compared, row by row and typed,
+        with ``metadata/<stem>.jsonl``; a ``metadata.jsonl`` (before layout 4) is compared byte
+        for byte by the caller."""
         rows: dict[str, str] | None = None
-        sources: dict[str, str] = {}  # file_name -> source_path, once metadata.jsonl is read
+        sources: dict[str, str] = {}  # file_name -> source_path, once the metadata member is read
         keys: list[str] = []
         members = 0
-        inner_metadata = b""
+        inner_metadata: bytes | None = b""
 
         def note(name: str) -> str:
             return source_note(sources.get(name))
@@ -554,16 +546,22 @@ class ZipFormat(ShardFormat):
                         mismatch = "CRC mismatch: the bytes are not what was written"
                         check.problem(mismatch, member.name, sources.get(member.name))
                     if rows is None:
-                        if member.name != METADATA_MEMBER:
-                            check.problem(f"first member is {member.name!r}, not {METADATA_MEMBER}")
-                            rows = {}
-                        else:
+                        if member.name == METADATA_MEMBER:
                             inner_metadata = member.data
                             rows, sources = check.check_rows(member.data.decode("utf-8", "replace"), METADATA_MEMBER)
-                            keys = sorted(rows.values())
+                        elif member.name == METADATA_TABLE_MEMBER:
+                            inner_metadata = None  # compared here, typed
+                            rows, sources = _check_table(check, member.data)
+                        else:
+                            check.problem(f"first member is {member.name!r}, not {METADATA_TABLE_MEMBER}")
+                            rows = {}
                             continue
+                        keys = sorted(rows.values())
+                        continue
                     if rows.pop(member.name, None) is None:
-                        check.problem(f"member has no row in {METADATA_MEMBER}", member.name)
+                        check.problem(
+                            f"member has no row in its metadata member {_metadata_words(inner_metadata)}", member.name
+                        )
                     # a member without a row has no source: sources holds rows' names only
                     check.file(member.name, member.data, sources.get(member.name))
             except ZipFormatError as exc:
@@ -571,41 +569,109 @@ class ZipFormat(ShardFormat):
                 check.problem(f"not a sound shard: {exc}")
             reader.drain()  # whatever the walk left unread: the sha256 covers the whole file
         if reader.sound:  # else the walk stopped short: the rows left say nothing more
+            where = _metadata_words(inner_metadata)
             for name in sorted(rows or {}):
-                check.problem(f"row in {METADATA_MEMBER} has no member", name, sources.get(name))
+                check.problem(f"row in {where} has no member", name, sources.get(name))
         return Walk(reader.sha256.hexdigest(), max(members - 1, 0), keys, inner_metadata)
 
 
+_METADATA_MEMBERS = (METADATA_TABLE_MEMBER, METADATA_MEMBER)
+
+
+def _metadata_words(inner_metadata: bytes | None) -> str:
+    return METADATA_MEMBER if inner_metadata else METADATA_TABLE_MEMBER
+
+
+def _check_table(check: ShardCheck, data: bytes) -> tuple[dict[str, str], dict[str, str]]:
+    """A shard's ``metadata.parquet``: its rows checked as every shard's rows are (as JSON lines,
+    ``check_rows``), then compared, typed, with ``metadata/<stem>.jsonl``. Returns what
+    ``check_rows`` does."""
+    from .parquet import ParquetShardError, read_metadata_table, table_difference
+
+    try:
+        table = read_metadata_table(data, check.features)
+    except ParquetShardError as exc:
+        check.problem(f"{METADATA_TABLE_MEMBER}: {exc}")
+        return {}, {}
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in table)
+    found = check.check_rows(text, METADATA_TABLE_MEMBER)
+    try:
+        with check.open(check.metadata_file) as f:
+            outer = f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return found  # the shared check says it is missing
+    if (difference := table_difference(table, jsonl_lines(outer))) is not None:
+        check.problem(
+            f"differs from the {METADATA_TABLE_MEMBER} inside {check.shard_file}: {difference}",
+            file=check.metadata_file,
+        )
+    return found
+
+
+def _metadata_rows(name: str, data: bytes, features: list[dict[str, Any]] | None, first: int = 0) -> _ZipRows:
+    """The rows of a shard's first member, ``name``: its ``metadata.parquet`` (layout 4) or
+    ``metadata.jsonl`` (before)."""
+    if name == METADATA_TABLE_MEMBER:
+        from .parquet import ParquetShardError, read_metadata_table
+
+        try:
+            return _ZipRows(name, read_metadata_table(data, features), first=first)
+        except ParquetShardError as exc:
+            raise ZipFormatError(f"{name}: {exc}") from None
+    if name == METADATA_MEMBER:
+        try:
+            return _ZipRows(name, jsonl_lines(data.decode("utf-8")), first=first)
+        except UnicodeDecodeError:
+            raise ZipFormatError(f"{METADATA_MEMBER} is not UTF-8 text") from None
+    raise ZipFormatError(f"the first member is {name!r}, not {METADATA_TABLE_MEMBER}")
+
+
 class _ZipRows:
-    """The rows of a ZIP shard's ``metadata.jsonl``, handed out by member name.
+    """The rows of a ZIP shard's metadata member, handed out by member name: the lines of a
+    ``metadata.jsonl``, or the rows of a ``metadata.parquet``.
 
     shardkit writes the rows in the order of the members, so each row is parsed only when its
     member comes (a reader that stops early, like the card's preview, parses a few of a
     shard's rows, not all); rows in another order are matched by name.
     """
 
-    def __init__(self, lines: list[str], first: int = 0) -> None:
-        self._lines = lines
-        self._first = first  # the first member's line, when the rows come in member order (a cut piece: > 0)
-        self._next = first  # the next line, while the rows come in member order
+    def __init__(self, member: str, items: list[str] | list[dict[str, Any]], first: int = 0) -> None:
+        self.member = member
+        self._items = items
+        self._first = first  # the first member's row, when the rows come in member order (a cut piece: > 0)
+        self._next = first  # the next row, while the rows come in member order
         self._by_name: dict[str, dict[str, Any]] | None = None  # once they do not
         self._sources: dict[str, Any] = {}  # the source_path of each row taken, for messages after it
 
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _row(self, index: int) -> dict[str, Any]:
+        """Row ``index`` (0-based): a JSON object (or table row) with a ``file_name``, a copy."""
+        item = self._items[index]
+        try:
+            row = dict(item) if isinstance(item, dict) else json.loads(item)
+        except (ValueError, RecursionError):  # a hostile row nested too deep for the parser
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+            what = "line" if isinstance(item, str) else "row"
+            raise ZipFormatError(f"{self.member} {what} {index + 1} is not a JSON object with a file_name")
+        return row
+
     def take(self, name: str) -> dict[str, Any] | None:
-        if self._by_name is None and self._next < len(self._lines):
-            row = _metadata_row(self._lines[self._next], self._next)
+        if self._by_name is None and self._next < len(self._items):
+            row = self._row(self._next)
             if row["file_name"] == name:
                 self._next += 1
                 del row["file_name"]
                 self._remember(name, row)
                 return row
             self._by_name = {}
-            not_taken = [*range(self._first), *range(self._next, len(self._lines))]
-            for number, line in ((i, self._lines[i]) for i in not_taken):
-                other = _metadata_row(line, number)
+            for number in [*range(self._first), *range(self._next, len(self._items))]:
+                other = self._row(number)
                 other_name = other.pop("file_name")
                 if other_name in self._by_name:
-                    raise ZipFormatError(f"{METADATA_MEMBER} has two rows for member {other_name!r}")
+                    raise ZipFormatError(f"{self.member} has two rows for member {other_name!r}")
                 self._by_name[other_name] = other
         taken = self._by_name.pop(name, None) if self._by_name is not None else None
         if taken is not None:
@@ -623,12 +689,12 @@ class _ZipRows:
             return source_note(self._sources[name])
         if self._by_name is not None:
             return source_note((self._by_name.get(name) or {}).get(SOURCE_PATH_COLUMN))
-        if self._next < len(self._lines):
+        if self._next < len(self._items):
             try:
-                row = json.loads(self._lines[self._next])
-            except (ValueError, RecursionError):
+                row = self._row(self._next)
+            except ZipFormatError:
                 return ""
-            if isinstance(row, dict) and row.get("file_name") == name:
+            if row.get("file_name") == name:
                 return source_note(row.get(SOURCE_PATH_COLUMN))
         return ""
 
@@ -637,36 +703,26 @@ class _ZipRows:
         if self._by_name is not None:
             rows = list(self._by_name.items())
         else:
-            pending = enumerate(self._lines[self._next :], self._next)
-            rows = [(row.pop("file_name"), row) for row in (_metadata_row(line, i) for i, line in pending)]
+            pending = (self._row(i) for i in range(self._next, len(self._items)))
+            rows = [(row.pop("file_name"), row) for row in pending]
         return [name + source_note(row.get(SOURCE_PATH_COLUMN)) for name, row in rows]
-
-
-def _metadata_row(line: str, index: int) -> dict[str, Any]:
-    """Row ``index`` (0-based) of a ZIP shard's metadata.jsonl: a JSON object with a file_name."""
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError):  # a hostile row nested too deep for the parser
-        row = None
-    if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
-        raise ZipFormatError(f"{METADATA_MEMBER} line {index + 1} is not a JSON object with a file_name")
-    return row
 
 
 ZIP = ZipFormat(
     "zip",
     exact=True,
-    fixed_bytes=member_overhead_for_length(len(METADATA_MEMBER)) + END_RECORD_SIZE,
-    max_rows=MAX_ZIP_MEMBERS - 1,  # one member is metadata.jsonl
+    fixed_bytes=member_overhead_for_length(len(METADATA_TABLE_MEMBER)) + END_RECORD_SIZE,
+    max_rows=MAX_ZIP_MEMBERS - 1,  # one member is metadata.parquet
     max_bytes=MAX_ZIP_BYTES,
     words="ZIP",
     member_template="images/{key[0:3]}/{key[3:6]}/{key}{ext}",
-    layout_words="inside, `metadata.jsonl` first (the rows), then each file stored uncompressed at"
-    " `images/<key[:3]>/<key[3:6]>/<key><ext>`",
-    metadata_member=METADATA_MEMBER,
+    layout_words="inside, `metadata.parquet` first (the rows, typed as the card declares), then each file stored"
+    " uncompressed at `images/<key[:3]>/<key[3:6]>/<key><ext>`",
+    metadata_member=METADATA_TABLE_MEMBER,
+    metadata_table=True,
     loading_script=True,
     builder_from_members=True,
-    layout_version=2,
+    typed_by_features=True,
     builtin_units="one for the whole split",
     builtin_requests="several per file",
     builtin_caveat=" It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one"
