@@ -23,6 +23,7 @@ import yaml
 
 from .formats import FORMAT_NAMES, SHARD_SUFFIXES, ZIP, ShardFormat
 from .manifest import Manifest, SplitSummary, write_atomic
+from .plan import BY_SIZE
 from .schema import class_label_names
 from .table import TABLE_NAME
 
@@ -365,6 +366,7 @@ class Usage:
     label_column: str | None = None
     loader: str | None = None  # the loading script at OUT_DIR's root (read by datasets 3.6; fmt.loading_script)
     builtin: bool = True  # False: datasets' builtin loader would open the shards with the wrong builder
+    data_files: tuple[str, ...] = ()  # each split's shards, as the card's configs name them (in splits' order)
     repo: str | None = None  # NAMESPACE/NAME on the Hub; None before the first push
     revision: str = "main"
 
@@ -451,9 +453,23 @@ def usage_section(u: Usage) -> str:
             "",
         ]
     else:
+        # load_dataset(repo) infers the builder from the shards' members and would pick the wrong
+        # one (the note above says why); naming the builder skips the inference, and the types
+        # still come out as packed (each shard's metadata.parquet carries the card's features).
+        builder = u.fmt.builtin_builder(u.file_column)
+        base = f"hf://datasets/{u.repo}{'@' + u.revision if u.revision != 'main' else ''}/" if on_hub else ""
+        files = ", ".join(
+            f"{_py(split)}: {_py(base + pattern)}" for split, pattern in zip(u.splits, u.data_files, strict=True)
+        )
         lines += [
-            "datasets' builtin loader would open these shards with the wrong builder (see the note above):"
-            " read them with `shardkit.stream`" + (" or, in datasets 3.6, the loading script." if script else "."),
+            f"**With datasets alone** (3.6 to 5.x): `load_dataset` of the repo would choose another builder than"
+            f" `{builder}` for these shards (see the note above); name it, with the shards of each split.",
+            "",
+            "```python",
+            "from datasets import load_dataset",
+            "",
+            f"ds = load_dataset({_py(builder)}, data_files={{{files}}}, split={_py(first)}, streaming=True)",
+            "```",
             "",
         ]
     if script and u.loader is not None:
@@ -510,19 +526,27 @@ def layout_section(fmt: ShardFormat, splits: list[SplitSummary] | None, loader: 
     """The files of the repo and what each holds."""
     split_folders = bool(splits) and any(s.data_files.startswith(f"data/{s.name}/") for s in splits or [])
     folder = "<split>/" if split_folders else ""
-    lengths = sorted({s.prefix_length for s in splits or []})
-    digits = "hex digit" if lengths == [1] else f"{' or '.join(map(str, lengths)) or 'few'} hex digits"
+    lengths = sorted({s.prefix_length for s in splits or []} - {BY_SIZE})
+    digits = "hex digit" if lengths == [1] else f"{' or '.join(map(str, lengths))} hex digits"
     lines = ["## Layout", ""]
-    shard_line = (
-        f"- `data/{folder}<prefix>{fmt.suffix}`: {fmt.words} shards; `<prefix>` is the first"
-        f" {digits} of each row's `key` (a group too big for one shard is cut into"
-        f" `<prefix>-<part>{fmt.suffix}`); {fmt.layout_words}."
-    )
+    if lengths:
+        shard_line = (
+            f"- `data/{folder}<prefix>{fmt.suffix}`: {fmt.words} shards; `<prefix>` is the first"
+            f" {digits} of each row's `key` (a group too big for one shard is cut into"
+            f" `<prefix>-<part>{fmt.suffix}`); {fmt.layout_words}."
+        )
+    else:
+        shard_line = (
+            f"- `data/{folder}<name>{fmt.suffix}`: {fmt.words} shards of about equal size, each holding a range of"
+            f" keys; `<name>` is where its range starts (`0`, then the shortest prefix of its first `key`), so a"
+            f" row is in the last shard whose name sorts at or before its `key`; {fmt.layout_words}."
+        )
     if split_folders and splits:
         shard_line += " Splits: " + ", ".join(f"`data/{s.name}/`" for s in splits) + "."
     lines += [
         shard_line,
-        f"- `metadata/{folder}<prefix>.jsonl`: each shard's rows, byte for byte as inside it.",
+        f"- `metadata/{folder}<{'prefix' if lengths else 'name'}>.jsonl`: each shard's rows as JSON Lines, in the"
+        " order of its files (the same rows as inside it).",
         f"- `{TABLE_NAME}`: every row's metadata as one typed table (`__shard__`: the shard file, `file_name`"
         " inside the shard, `key`, then every column).",
         "- `shards.json`: the manifest (rows, bytes, sha256, first and last key of every shard).",
@@ -590,6 +614,7 @@ def usage_of(
     return Usage(
         fmt=fmt,
         splits=tuple(s.name for s in splits) if splits else ("train",),
+        data_files=tuple(s.data_files for s in splits) if splits else (fmt.data_files_pattern,),
         file_column=str(columns[0]["name"]) if columns else "image",
         label_column=next((str(f["name"]) for f in columns if class_label_names(f) is not None), None),
         loader=loader_in(out_dir) if fmt.loading_script else None,

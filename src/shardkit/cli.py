@@ -122,8 +122,10 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _setup_logging(quiet: bool) -> None:
-    logging.basicConfig(level=logging.ERROR if quiet else logging.WARNING, format="%(levelname)s: %(message)s")
+def _setup_logging() -> None:
+    """Warnings and errors on stderr, -q or not: -q silences progress and the summary, never
+    what a user must know (a layout a reader would refuse, rows left out)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
 
 
 def _progress(quiet: bool, as_json: bool) -> TqdmProgress:
@@ -223,20 +225,22 @@ pack_options: list[_Decorator] = [
         type=ByteSize(),
         default=_size_text(DEFAULT_MAX_SHARD_BYTES),  # as text, so --help shows "1GB"
         show_default=True,
-        help="Hard cap: no shard file is larger (headers, central directory and metadata.jsonl included).",
+        help="Hard cap: no shard file is larger (headers, central directory and the rows' metadata included).",
     ),
     click.option(
         "--target-shard-size",
         type=ByteSize(),
         default=None,
         show_default="half of --max-shard-size",
-        help="Shards land near this size: the key prefix length is chosen from the total size.",
+        help="Shards land near this size: each split is cut into round(split size / target) shards (at least"
+        " one), named by where their keys start; a key is in the last shard whose name sorts at or before it.",
     ),
     click.option(
         "--prefix-length",
         type=click.IntRange(1, 6),
         default=None,
-        help="Hex digits of the key that name a shard (default: chosen from the total size).",
+        help="Name shards by this many hex digits of the key instead (data/3f.zip holds the keys that start with"
+        " 3f; a group over the cap is cut into 3f-00, 3f-01...). Small splits then make small shards.",
     ),
     click.option(
         "-j",
@@ -331,7 +335,7 @@ pack_options: list[_Decorator] = [
     click.option(
         "--no-fsync", is_flag=True, help="Skip fsync before each shard's rename (faster, not power-loss safe)."
     ),
-    click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr)."),
+    click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (warnings, errors: stderr)."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout."),
     click.option(
         "--push",
@@ -475,7 +479,7 @@ def _pack_command(
             include=include,
         )
 
-    _setup_logging(quiet)
+    _setup_logging()
     config = PackConfig(
         images_dir=images_dir,
         metadata_path=meta_jsonl,
@@ -526,7 +530,8 @@ def _pack_command(
         for split in summary.splits:
             click.echo(
                 f"  split {split['name']}: {split['rows']} rows, {split['shards']} shards"
-                f" ({human_size(split['bytes'])}), prefix length {split['prefix_length']}"
+                f" ({human_size(split['bytes'])}), "
+                + (f"prefix length {split['prefix_length']}" if split["prefix_length"] else "cut by size")
             )
         for p in summary.plan:
             click.echo(f"  {p.name:<24} {p.rows:>8} rows  {human_size(p.bytes):>10}  {p.first_key}..{p.last_key}")
@@ -596,7 +601,7 @@ pack_cmd = main.command("pack")(_with_options(pack_options)(_pack_command))
 @work_dir_option
 @click.option("--repo", required=True, metavar="NAMESPACE/NAME", help="Dataset repo on the Hub (created if missing).")
 @_with_options(push_options)
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary (errors still go to stderr).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary (warnings, errors: stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
 def push_cmd(
     *,
@@ -625,7 +630,7 @@ def push_cmd(
     A request that gets or takes no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails
     the push; a re-run resumes. Ctrl-C stops it at once.
     """
-    _setup_logging(quiet)
+    _setup_logging()
     config = _push_config(
         out_dir,
         repo,
@@ -716,7 +721,7 @@ def push_cmd(
 )
 @click.option("--adopt", is_flag=True, help="As for pack: OUT_DIR may be a repo shardkit did not make.")
 @_with_options(executor_options)
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (errors still go to stderr).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (warnings, errors: stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
 def remux_cmd(
     *,
@@ -765,7 +770,7 @@ def remux_cmd(
     """
     from .remux import RemuxConfig, remux
 
-    _setup_logging(quiet)
+    _setup_logging()
     config = RemuxConfig(
         source=source,
         out_dir=out_dir,
@@ -829,7 +834,7 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     """
     from .verify import verify
 
-    _setup_logging(quiet)
+    _setup_logging()
     progress = _progress(quiet, as_json)
     report = _run(lambda: verify(out_dir, deep=deep, progress=progress))
     if as_json:
