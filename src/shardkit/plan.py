@@ -83,17 +83,6 @@ def max_file_bytes(max_shard_bytes: int, fmt: ShardFormat = ZIP) -> int:
     return max_shard_bytes - fmt.fixed_bytes
 
 
-def choose_prefix_length(total_bytes: int, target_shard_bytes: int) -> int:
-    """The prefix length whose 16**L groups are nearest (in ratio) to the target size.
-
-    At least 1 (so even a small dataset has up to 16 shards to parallelise over).
-    """
-    if total_bytes <= 0:
-        return 1
-    ideal = math.log(max(total_bytes / target_shard_bytes, 1.0), 16)
-    return max(1, min(MAX_PREFIX_LENGTH, round(ideal)))
-
-
 def default_target(max_shard_bytes: int) -> int:
     """The target shard size when none is given: half the cap (500 MB under the 1 GB default),
     so shards land well inside the cap and a smaller cap alone is enough."""
