@@ -13,7 +13,6 @@ from shardkit.plan import (
     FIRST_BOUNDARY,
     SHARD_FIXED_BYTES,
     PlanEntry,
-    ShardPlan,
     boundary_after,
     key_ranges,
     plan_shards,
