@@ -445,10 +445,12 @@ def _pack_command(
 
     Each row needs "file_name", the file's path relative to IMAGES_DIR. An optional "key"
     (8-128 lowercase hex digits) names the row; without it the key is sha256(file)[:32].
-    Every other field is published as is. Rows go to data/<key prefix>.zip, at
-    images/<key[:3]>/<key[3:6]>/<key><ext>, with metadata.jsonl as each ZIP's first member
-    (--format tar: data/<prefix>.tar with <key>.json and <key><ext>; --format parquet:
-    data/<prefix>.parquet, one row per file). An optional "split" (train, validation,
+    Every other field is published as is. Each split is cut into shards near
+    --target-shard-size, named by where their key range starts (data/0.zip, data/7fe.zip...: a
+    key is in the last shard whose name sorts at or before it). Rows go to
+    images/<key[:3]>/<key[3:6]>/<key><ext> inside a ZIP, after its metadata.parquet (the rows,
+    typed); metadata/<name>.jsonl beside holds them as JSON Lines (--format tar: <key>.json and
+    <key><ext>; --format parquet: one row per file). An optional "split" (train, validation,
     test...: 1 to 64 ASCII letters, digits or _, not "all") gives each split its own folder,
     data/<split>/, and its own entry in the card; when some rows have one, every row needs one.
 
@@ -826,8 +828,9 @@ SHOWN_PROBLEMS = 1000
 def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     """Check OUT_DIR (a folder, or the URL pack wrote to) against its shards.json: every shard's
     size, sha256, ZIP structure and CRCs;
-    metadata.jsonl inside each shard, metadata/ and the members agreeing one to one; the cap;
-    keys unique and in their shard; nothing in data/ or metadata/ that the manifest does not name.
+    the rows inside each shard (metadata.parquet, typed), metadata/ and the members agreeing one
+    to one; the cap; keys unique and in the shard their name says; nothing in data/ or
+    metadata/ that the manifest does not name.
 
     Each problem is printed with its file and member. Exit code 0 if none, 1 if any. At a URL,
     a read that gets no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) is an error.

@@ -6,10 +6,13 @@ For every ZIP shard the manifest names, in one front-to-back read of the file:
 * its ZIP structure is exactly what shardkit writes (stored members, each header byte for byte
   as the writer makes it, safe names, members back to back, a central directory listing exactly
   those members at their offsets, nothing after the end record), and every CRC matches;
-* ``metadata.jsonl`` is the first member, and its rows and the other members agree one to one:
-  each row's ``file_name`` is a member, each member has a row, keys are unique, ascending, in
-  the shard's key prefix, within the recorded first/last key, and name their member;
-* ``metadata/<stem>.jsonl`` holds the same bytes as the ``metadata.jsonl`` inside;
+* ``metadata.parquet`` (``metadata.jsonl`` before layout 4) is the first member, and its rows
+  and the other members agree one to one: each row's ``file_name`` is a member, each member has
+  a row, keys are unique, ascending, in the shard's range (its key prefix, or from its name to
+  the next shard's: :class:`.plan.KeyRange`), within the recorded first/last key, and name
+  their member;
+* ``metadata/<stem>.jsonl`` holds the same rows as ``metadata.parquet`` (values compared as
+  typed; before layout 4, the same bytes as ``metadata.jsonl``);
 * with ``deep``, every image decodes (Pillow) and every audio file libsndfile reads decodes (soundfile;
   other audio is counted, not decoded).
 
