@@ -25,8 +25,10 @@ from shardkit.formats import (
     format_of_manifest,
 )
 from shardkit.formats.base import ShardRecord
+from shardkit.formats.parquet import encode_metadata_table
 from shardkit.location import Location
 from shardkit.manifest import ManifestShard
+from shardkit.plan import KeyRange
 from shardkit.verify import _Check, _ShardResult
 from tests.conftest import tiny_image
 
@@ -87,6 +89,9 @@ class _Rows:
     def record_line(self, line: bytes) -> None:
         self.recorded += line
 
+    def metadata_table(self) -> bytes:
+        return encode_metadata_table(b"".join(self.published_lines()), FEATURES)
+
 
 def _written(fmt: ShardFormat, folder: Path) -> tuple[ManifestShard, _Rows]:
     rows = _Rows(fmt)
@@ -113,7 +118,8 @@ def _written(fmt: ShardFormat, folder: Path) -> tuple[ManifestShard, _Rows]:
 
 def _verified(fmt: ShardFormat, folder: Path, shard: ManifestShard) -> tuple[list[str], Any]:
     result = _ShardResult()
-    walk = fmt.verify_shard(_Check(Location(str(folder), "folder"), shard, fmt, "a", True, result))
+    keys = KeyRange("a", None, by_prefix=True)
+    walk = fmt.verify_shard(_Check(Location(str(folder), "folder"), shard, fmt, keys, True, result, FEATURES))
     return [p.format() for p in result.problems], walk
 
 

@@ -14,6 +14,7 @@ import pytest
 
 import shardkit.pack
 from shardkit.errors import UsageError
+from shardkit.formats.parquet import encode_metadata_table, read_metadata_table
 from shardkit.formats.zip import iter_members, member_name
 from shardkit.inputfile import SourceChanged
 from shardkit.metadata import SourceRecord
@@ -23,6 +24,8 @@ from shardkit.staging import StagedRow
 from shardkit.writer import ShardJob, write_shard
 from tests.conftest import Corpus, shard_files, tree_bytes
 
+_KEY_ONLY = [{"name": "key", "dtype": "string"}]
+
 
 def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:
     return PackConfig(images_dir=str(corpus.images), metadata_path=str(corpus.meta), out_dir=str(out), **kw)  # type: ignore[arg-type]
@@ -30,12 +33,23 @@ def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:
 
 def test_layout_zip_members_metadata_and_manifest(corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    summary = pack(config_for(corpus, out, jobs=1))
+    whole = pack(config_for(corpus, tmp_path / "whole" / "out", jobs=1))
+    assert [p.name for p in whole.plan] == ["data/0.zip"]  # a split smaller than the target: one shard
+    # Several shards of about a quarter each, named by where their keys start.
+    summary = pack(config_for(corpus, out, jobs=1, target_shard_bytes=whole.bytes // 4))
     manifest = json.loads((out / "shards.json").read_text())
     assert summary.rows == 40 and manifest["totals"]["rows"] == 40
-    assert manifest["prefix_length"] == 1
+    assert (
+        manifest["prefix_length"] == 0 and manifest["layout"] == 4 and manifest["metadata_member"] == "metadata.parquet"
+    )
+    # Near the target (a ZIP's fixed part, its typed table's schema, weighs on shards this small).
+    target = whole.bytes // 4
+    assert 4 <= len(manifest["shards"]) <= 5
+    assert all(0.7 * target <= s["bytes"] <= 1.3 * target for s in manifest["shards"])
     assert list(summary.phase_seconds) == ["check", "plan", "write", "finish"]
     assert sum(summary.phase_seconds.values()) <= summary.seconds
+    names = sorted(Path(s["file"]).stem for s in manifest["shards"])
+    assert names[0] == "0"
     by_key: dict[str, dict[str, object]] = {}
     inputs = {hashlib.sha256((corpus.images / r["file_name"]).read_bytes()).hexdigest()[:32]: r for r in corpus.rows}
     for shard in manifest["shards"]:
@@ -44,19 +58,21 @@ def test_layout_zip_members_metadata_and_manifest(corpus: Corpus, tmp_path: Path
         assert len(blob) == shard["bytes"] and hashlib.sha256(blob).hexdigest() == shard["sha256"]
         with zipfile.ZipFile(path) as zf:
             assert zf.testzip() is None
-            names = zf.namelist()
+            names_inside = zf.namelist()
         members = list(iter_members(io.BytesIO(blob)))
-        assert [m.name for m in members] == names
-        assert names[0] == "metadata.jsonl"
-        meta_bytes = members[0].data
-        assert (out / shard["metadata"]).read_bytes() == meta_bytes  # metadata/ holds the same rows
-        rows = [json.loads(line) for line in meta_bytes.decode().splitlines()]
-        assert [r["file_name"] for r in rows] == names[1:]  # same order as the members
+        assert [m.name for m in members] == names_inside
+        assert names_inside[0] == "metadata.parquet"
+        lines = (out / shard["metadata"]).read_bytes()
+        rows = [json.loads(line) for line in lines.decode().splitlines()]
+        # metadata.parquet holds the same rows, typed by the card's features; the same lines encode to its bytes
+        assert read_metadata_table(members[0].data, manifest["features"]) == rows
+        assert encode_metadata_table(lines, manifest["features"]) == members[0].data
+        assert [r["file_name"] for r in rows] == names_inside[1:]  # same order as the members
         keys = [r["key"] for r in rows]
         assert keys == sorted(keys) and (keys[0], keys[-1]) == (shard["first_key"], shard["last_key"])
-        prefix = Path(shard["file"]).stem
+        stem = Path(shard["file"]).stem
         for row, member in zip(rows, members[1:], strict=True):
-            assert row["key"].startswith(prefix)
+            assert [n for n in names if n <= row["key"]][-1] == stem  # the last shard whose name is at or before it
             assert row["file_name"] == member_name(row["key"], ".jpg")
             source = inputs[row["key"]]
             assert member.data == (corpus.images / source["file_name"]).read_bytes()
@@ -90,13 +106,14 @@ def test_byte_identical_whatever_the_jobs_threads_and_buffers(
             pack(config_for(corpus, out, target_shard_bytes=20_000, max_shard_bytes=40_000, **kw))
             outputs.append(tree_bytes(out))
     assert outputs[0] == outputs[1] == outputs[2] == outputs[3]
-    assert len([k for k in outputs[0] if k.startswith("data/")]) >= 16
+    assert len([k for k in outputs[0] if k.startswith("data/")]) >= 8
 
 
 def test_small_cap_splits_groups_and_no_shard_passes_it(make_corpus, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     corpus = make_corpus(200)
     out = tmp_path / "out"
-    summary = pack(config_for(corpus, out, max_shard_bytes=12_000, target_shard_bytes=8_000, jobs=2))
+    config = config_for(corpus, out, max_shard_bytes=12_000, target_shard_bytes=8_000, jobs=2, prefix_length=1)
+    summary = pack(config)
     files = shard_files(out)
     assert any("-" in f.stem for f in files)  # numbered parts
     assert all(f.stat().st_size <= 12_000 for f in files)
@@ -146,13 +163,13 @@ def test_rerun_resumes_and_keeps_bytes(corpus: Corpus, tmp_path: Path) -> None:
 
 def test_changed_shard_on_disk_is_rewritten(corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    pack(config_for(corpus, out, jobs=1))
+    pack(config_for(corpus, out, jobs=1, prefix_length=1))
     before = tree_bytes(out)
     victim = shard_files(out)[2]
     damaged = bytearray(victim.read_bytes())
     damaged[-40] ^= 1
     victim.write_bytes(bytes(damaged))
-    again = pack(config_for(corpus, out, jobs=1))
+    again = pack(config_for(corpus, out, jobs=1, prefix_length=1))
     assert again.written_shards == 1
     assert tree_bytes(out) == before
 
@@ -213,7 +230,8 @@ def test_file_changed_after_checking_leaves_no_shard(corpus: Corpus, tmp_path: P
     line = json.dumps({"file_name": member_name(key, ".jpg"), "key": key})
     staging.write_text(StagedRow.of(SourceRecord(1, key, source, size + 5, ".jpg", {}), line).to_line())
     plan = ShardPlan("data/a.zip", "a", None, 0, 1, 0, key, key)
-    job = ShardJob(plan, str(staging), str(corpus.images), str(out), str(out / ".shardkit" / "tmp"))
+    table = encode_metadata_table(line.encode() + b"\n", [{"name": "image", "dtype": "image"}, *_KEY_ONLY])
+    job = ShardJob(plan, str(staging), str(corpus.images), str(out), str(out / ".shardkit" / "tmp"), table=table)
     with pytest.raises(SourceChanged, match=r"img_0000.jpg \(metadata line 1\): file changed since it was checked"):
         write_shard(job)
     assert not (out / "data").exists() or shard_files(out) == []
@@ -275,7 +293,7 @@ def test_output_of_an_older_layout_is_refused_with_the_reason_then_rewritten_wit
     old = json.loads(state.read_text())
     del old["layout"]  # what a shardkit from before layout 2 recorded
     state.write_text(json.dumps(old))
-    with pytest.raises(UsageError, match=r"an older shardkit \(layout 1 -> 2: float columns' whole numbers"):
+    with pytest.raises(UsageError, match=r"an older shardkit \(layout 1 -> 4: float columns' whole numbers.*; splits"):
         pack(config_for(corpus, out, jobs=1))
     pack(config_for(corpus, out, jobs=1, force=True))
-    assert json.loads(state.read_text())["layout"] == 2
+    assert json.loads(state.read_text())["layout"] == 4

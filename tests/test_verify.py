@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
+from shardkit.formats.parquet import encode_metadata_table
 from shardkit.formats.zip import ZipWriter, iter_members
 from tests.test_hostile_shards import zip_bytes
 
@@ -82,7 +83,7 @@ def _delete(repo: Path) -> str:
 def _edit_outer_metadata(repo: Path) -> str:
     path = repo / "metadata" / "3.jsonl"
     path.write_bytes(path.read_bytes().replace(b'"key"', b'"kee"', 1))
-    return "metadata/3.jsonl: differs from the metadata.jsonl inside data/3.zip"
+    return "metadata/3.jsonl: differs from the metadata.parquet inside data/3.zip: line 1"
 
 
 def _stray(repo: Path) -> str:
@@ -94,19 +95,21 @@ def _row_without_member(repo: Path) -> str:
     shard = repo / "data" / "3.zip"
     name = first_image(shard)
     rewrite(shard, lambda ms: [m for m in ms if m[0] != name])
-    return f"data/3.zip: {name}: row in metadata.jsonl has no member"
+    return f"data/3.zip: {name}: row in metadata.parquet has no member"
 
 
 def _member_without_row(repo: Path) -> str:
     shard = repo / "data" / "3.zip"
     name = first_image(shard)
 
-    def drop_row(ms: Members) -> Members:
-        lines = [line for line in ms[0][1].splitlines(keepends=True) if name.encode() not in line]
-        return [("metadata.jsonl", b"".join(lines)), *ms[1:]]
+    def drop_row(ms: Members) -> Members:  # a typed metadata.parquet of every row but that one
+        outer = (repo / "metadata" / "3.jsonl").read_bytes().splitlines(keepends=True)
+        features = json.loads((repo / "shards.json").read_text())["features"]
+        table = encode_metadata_table(b"".join(line for line in outer if name.encode() not in line), features)
+        return [("metadata.parquet", table), *ms[1:]]
 
     rewrite(shard, drop_row)
-    return f"data/3.zip: {name}: member has no row in metadata.jsonl"
+    return f"data/3.zip: {name}: member has no row in metadata.parquet"
 
 
 def _metadata_not_first(repo: Path) -> str:

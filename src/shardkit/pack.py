@@ -917,9 +917,10 @@ def _what_differs(previous: dict[str, Any] | None, state: dict[str, Any]) -> str
         return "a run shardkit has no record of"
     same_format = (previous.get("options") or {}).get("format") == state["options"]["format"]
     if previous.get("layout") != state["layout"] and same_format:  # layouts are per format
+        before, now = previous.get("layout"), state["layout"]
+        since = [LAYOUT_CHANGES[v] for v in range((before or 1) + 1, now + 1) if v in LAYOUT_CHANGES]
         return (
-            f"an older shardkit (layout {previous.get('layout')} -> {state['layout']}:"
-            f" {LAYOUT_CHANGES[state['layout']]});"
+            f"an older shardkit (layout {before} -> {now}: {'; '.join(since) or 'another layout'});"
             " the same input packs to other bytes now"
         )
     parts = []

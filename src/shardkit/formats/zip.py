@@ -559,9 +559,7 @@ class ZipFormat(ShardFormat):
                         keys = sorted(rows.values())
                         continue
                     if rows.pop(member.name, None) is None:
-                        check.problem(
-                            f"member has no row in its metadata member {_metadata_words(inner_metadata)}", member.name
-                        )
+                        check.problem(f"member has no row in {_metadata_words(inner_metadata)}", member.name)
                     # a member without a row has no source: sources holds rows' names only
                     check.file(member.name, member.data, sources.get(member.name))
             except ZipFormatError as exc:
