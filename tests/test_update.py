@@ -578,3 +578,43 @@ def test_a_dry_run_says_what_an_update_would_keep_or_that_the_run_would_be_refus
     assert dry["dry_run"] and (dry["written_shards"], dry["kept_shards"]) == (1, len(files_under(out, "data")) - 1)
     real = pack(corpus, meta, out, "--update")
     assert (real["written_shards"], real["kept_shards"]) == (dry["written_shards"], dry["kept_shards"])
+
+
+def test_an_update_of_shards_cut_by_size_keeps_their_names_and_rewrites_only_the_one_that_grew(
+    tmp_path: Path,
+) -> None:
+    """The default layout: shards named by where their keys start. New rows all in one shard's
+    range, until it holds about three targets: --update cuts that one alone into three (the first
+    keeps its name), every other shard keeps its bytes, and verify holds every key to the range
+    its shard's name says."""
+    corpus = Corpus(tmp_path / "in", 64)
+    meta = corpus.write()
+    out = tmp_path / "out"
+    dry = json.loads(pack_cli(corpus.images, meta, out, "--dry-run", "--json").stdout)
+    target = str(dry["bytes"] // 4)
+    first = json.loads(pack_cli(corpus.images, meta, out, "--target-shard-size", target, "--json").stdout)
+    names = sorted(Path(p).stem for p in files_under(out, "data"))
+    assert first["prefix_length"] == 0 and len(names) == first["shards"] >= 3 and names[0] == "0"
+    before = files_under(out, "data")
+    grown = names[1]
+    i = 1000
+    while sum(1 for r in corpus.rows if [n for n in names if n <= r["key"]][-1] == grown) < 3 * 64 // len(names):
+        key = hashlib.sha256(f"new{i}".encode()).hexdigest()[:16]
+        if [n for n in names if n <= key][-1] == grown:
+            corpus.rows.append({**corpus.row(i), "key": key})
+        i += 1
+    updated = pack_cli(corpus.images, corpus.write(), out, "--target-shard-size", target, "--update", "--json")
+    assert updated.returncode == 0, updated.stderr
+    after = files_under(out, "data")
+    assert {k: v for k, v in after.items() if k in before and k != f"data/{grown}.zip"} == {
+        k: v for k, v in before.items() if k != f"data/{grown}.zip"
+    }
+    new_names = sorted(Path(p).stem for p in after)
+    assert set(names) <= set(new_names) and len(new_names) == len(names) + 2
+    assert json.loads(updated.stdout)["kept_shards"] == len(names) - 1
+    checked = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "verify", str(out), "--deep", "-q"], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0 and f"{len(corpus.rows)} rows" in checked.stdout, checked.stdout
+    published = {json.loads(line)["key"]: p.stem for p in (out / "metadata").glob("*.jsonl") for line in p.open()}
+    assert published == {r["key"]: [n for n in new_names if n <= r["key"]][-1] for r in corpus.rows}
