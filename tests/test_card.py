@@ -224,7 +224,8 @@ def test_what_is_in_it_features_with_label_names_and_splits_with_their_rows(tmp_
     ]
     assert features[2][2] == "`0` bird, `1` cat, `2` dog"
     layout = section(text, "layout")
-    assert "`data/<split>/<prefix>.zip`" in layout and "`data/validation/`" in layout
+    assert "`data/<split>/<start>.zip`" in layout and "`data/validation/`" in layout
+    assert "the last shard whose name sorts at or before its `key`" in layout
     assert "![A sample of the images with their captions](preview.jpg)" in stats
     # The sections are rewritten on every pack; a second pack of the same input changes nothing.
     pack(images, meta, out, "--keep-source-path")
@@ -390,7 +391,11 @@ def test_push_keeps_what_the_pack_found_about_the_builtin_loader(tmp_path: Path)
     assert name_repo(str(out), "me/x", "v1", manifest) == str(card)
     usage = section(card.read_text(), "usage")
     assert "<!-- shardkit:usage repo=me/x revision=v1 builtin=no -->" in card.read_text()
-    assert "would open these shards with the wrong builder" in usage and "load_dataset" not in usage
+    # The line that works names the builder and each split's shards (the repo's would pick another).
+    assert "would choose another builder than `imagefolder`" in usage
+    files = '{"train": "hf://datasets/me/x@v1/data/train/*.zip", "validation": "hf://datasets/me/x@v1/data/validation/*.zip"'
+    assert f'load_dataset("imagefolder", data_files={files}' in usage
+    assert 'load_dataset("me/x"' not in usage
     assert 'shardkit.stream("me/x", split="train", revision="v1")' in usage
     assert "'hf://datasets/me/x@v1/metadata.parquet'" in usage
     assert name_repo(str(out), "me/x", "v1", manifest) is None  # named already: nothing to write

@@ -537,15 +537,15 @@ def layout_section(fmt: ShardFormat, splits: list[SplitSummary] | None, loader: 
         )
     else:
         shard_line = (
-            f"- `data/{folder}<name>{fmt.suffix}`: {fmt.words} shards of about equal size, each holding a range of"
-            f" keys; `<name>` is where its range starts (`0`, then the shortest prefix of its first `key`), so a"
+            f"- `data/{folder}<start>{fmt.suffix}`: {fmt.words} shards of about equal size, each holding a range of"
+            f" keys; `<start>` is where its range starts (`0`, then the shortest prefix of its first `key`), so a"
             f" row is in the last shard whose name sorts at or before its `key`; {fmt.layout_words}."
         )
     if split_folders and splits:
         shard_line += " Splits: " + ", ".join(f"`data/{s.name}/`" for s in splits) + "."
     lines += [
         shard_line,
-        f"- `metadata/{folder}<{'prefix' if lengths else 'name'}>.jsonl`: each shard's rows as JSON Lines, in the"
+        f"- `metadata/{folder}<{'prefix' if lengths else 'start'}>.jsonl`: each shard's rows as JSON Lines, in the"
         " order of its files (the same rows as inside it).",
         f"- `{TABLE_NAME}`: every row's metadata as one typed table (`__shard__`: the shard file, `file_name`"
         " inside the shard, `key`, then every column).",
