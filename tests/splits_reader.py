@@ -6,7 +6,7 @@ Run as a script by tests/test_splits_labels.py and tests/test_update.py with eac
 input is a JSON list of cells::
 
     {"id": "...", "reader": "builtin" | "script" | "shardkit", "path": folder, repo id or script,
-     "revision": str | null, "streaming": bool, "splits": ["train", ...]}
+     "revision": str | null, "streaming": bool, "splits": ["train", ...], "data_dir": optional}
 
 Standard output is one JSON object: {"version", "cells": {cell id: {split: {"rows", "names",
 "n_shards", "repeats"} or {"error", "traceback"}}}}. ``rows`` maps each row's ``source_path``
@@ -40,6 +40,8 @@ def _load(cell: dict[str, Any], split: str, cache: str) -> Any:
         kwargs["trust_remote_code"] = True
     if cell.get("revision"):
         kwargs["revision"] = cell["revision"]
+    if cell.get("data_dir"):  # the loading script reads the repository there (a folder or a URL)
+        kwargs["data_dir"] = cell["data_dir"]
     return datasets.load_dataset(cell["path"], **kwargs)
 
 

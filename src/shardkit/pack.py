@@ -477,7 +477,11 @@ def _pack_locked(
     )
     ensure_gitattributes(local_dir)
     if fmt.loading_script:  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
-        update_loaders(local_dir, staged.features)
+        loaders = update_loaders(local_dir, staged.features)
+        for path in loaders.upgraded:
+            log.info("%s: its reader code was an earlier template's; now the template's", path)
+        for warning in loaders.warnings(lambda path: location.where(os.path.basename(path))):
+            log.warning("%s", warning)
     push_small_files(location, local_dir)  # the manifest last
     manifest_path = location.where(MANIFEST_NAME)
     shutil.rmtree(staging_dir, ignore_errors=True)

@@ -6,24 +6,22 @@ load it with the repository's script revision (see README.md), or locally with
 
     load_dataset("path/to/{{ cookiecutter.__loader_module }}.py", trust_remote_code=True)
 
-It reads `shards.json`, then walks each ZIP shard front to back from ONE `open()`: no request
-per image, so streaming over HTTP costs a few requests per shard. A shard must be exactly what
-shardkit writes (its central directory listing the members walked, nothing hidden or trailing),
-so this script and datasets' own ZIP readers never see different bytes. Only `open`, `os.path`,
-`json`, `struct` and `zlib` touch the data, so the same code runs streaming and not, on local
-paths and URLs. Every shard is one unit of work (`n_shards` = number of shards), so DataLoader
-workers and `split_dataset_by_node` split the dataset by shard.
+It reads `shards.json`, then each shard's rows from its `metadata/<name>.jsonl` (shards of
+shardkit before layout 4 hold them as their first member, `metadata.jsonl`), and walks each ZIP
+shard front to back from ONE `open()`: no request per image, so streaming over HTTP costs a few
+requests per shard. A shard must be exactly what shardkit writes (its central directory listing
+the members walked, nothing hidden or trailing), so this script and datasets' own ZIP readers
+never see different bytes. Only `open`, `os.path`, `json`, `struct` and `zlib` touch the data,
+so the same code runs streaming and not, on local paths and URLs. Every shard is one unit of
+work (`n_shards` = number of shards), so DataLoader workers and `split_dataset_by_node` split
+the dataset by shard.
 
 `data_dir=` points the script at a copy of the repository elsewhere (a folder or a URL).
+
+Everything after `# shardkit:features-end` is shardkit's reader code: `pack-shards` replaces it
+with the template's newer version while it is as a template wrote it, and leaves it alone (with
+a warning) once it was edited.
 """
-
-import json
-import os
-import re
-import struct
-import zlib
-
-import datasets
 
 _DESCRIPTION = {{ cookiecutter.description | tojson }}
 _HOMEPAGE = {{ cookiecutter.homepage | tojson }}
@@ -38,7 +36,19 @@ _FEATURES_JSON = r"""
 """
 # shardkit:features-end
 
-_SHARD_NAME = re.compile(r"^data/(?:([A-Za-z0-9_]{1,64})/)?[0-9a-f]{1,16}(?:-[0-9]{1,6})?\.zip$")
+# shardkit:reader 7: from here to the end, shardkit's reader code (see the module docstring). It
+# imports what it uses here, so that it runs below the lines above of any template's version.
+import json
+import os
+import re
+import struct
+import zlib
+
+import datasets
+
+# data/[<split>/]<hex>[-<part>].zip: named by where the shard's keys start (1 to 128 hex digits),
+# or by a key prefix and a part number (--prefix-length).
+_SHARD_NAME = re.compile(r"^data/((?:([A-Za-z0-9_]{1,64})/)?[0-9a-f]{1,128}(?:-[0-9]{1,6})?)\.zip\Z")
 # A member name is a plain relative path: no control character (NUL...), backslash or colon
 # (a Windows path or drive, "C:/x.jpg"), no leading "/", no empty, "." or ".." part.
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\:]|^/|//|/$|(?:^|/)\.\.?(?:/|$)")
@@ -46,6 +56,11 @@ _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
 _END = struct.Struct("<IHHHHIIH")
 _LOCAL_SIG, _CENTRAL_SIG, _END_SIG = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
+# A shard's first member: its rows as a table (layout 4 on; its rows are then read from the
+# shard's metadata/<name>.jsonl, the same rows as JSON lines, which `shardkit verify` compares
+# with the table), or as JSON lines (shards of shardkit before layout 4).
+_METADATA_TABLE = "metadata.parquet"
+_METADATA_LINES = "metadata.jsonl"
 # The column `pack-shards --keep-source-path` adds: each row's input file name.
 _SOURCE_PATH = "source_path"
 _SOURCE_SHOWN_CHARS = 1000
@@ -97,8 +112,8 @@ def _members(f, shard, sources):
     to back, then a central directory listing exactly those members at their offsets, the end
     record, and nothing after it. zipfile (and so datasets' own builders) reads a member through
     the central directory, this function through its local header: both then see the same bytes.
-    `sources` (member name -> source_path), which the caller fills once it has read
-    metadata.jsonl, names a member's input file in a message about it.
+    `sources` (member name -> source_path), which the caller fills once it has read the rows,
+    names a member's input file in a message about it.
     """
     offset, directory, seen, name = 0, [], set(), None
     while True:
@@ -153,12 +168,41 @@ def _members(f, shard, sources):
         raise ValueError(f"{shard}: data after the end record")
 
 
+def _rows(data, shard, where, sources):
+    """The rows of JSON lines `data` (bytes; `where` names them in messages: metadata.jsonl, or the
+    shard's metadata/<name>.jsonl), by member name (their file_name, taken out of each row).
+    Fills `sources` (member name -> source_path) for messages."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{shard}: {where} is not UTF-8") from None
+    rows = {}
+    # Split at "\n" only: splitlines() also splits inside values holding U+2028.
+    for number, line in enumerate(text.removesuffix("\n").split("\n") if text else [], 1):
+        try:
+            row = json.loads(line)
+        except RecursionError:
+            raise ValueError(f"{shard}: a {where} row is nested too deep") from None
+        except ValueError:
+            raise ValueError(f"{shard}: line {number} of {where} is not a JSON row") from None
+        file_name = row.get("file_name") if isinstance(row, dict) else None
+        if not isinstance(file_name, str):
+            raise ValueError(f"{shard}: line {number} of {where} is not a row with a file_name")
+        del row["file_name"]
+        if file_name in rows:
+            raise ValueError(f"{shard}: {where} has two rows for member {file_name!r}")
+        rows[file_name] = row
+        if _SOURCE_PATH in row:
+            sources[file_name] = row[_SOURCE_PATH]
+    return rows
+
+
 class ShardkitZipConfig(datasets.BuilderConfig):
     pass
 
 
 class ShardkitZip(datasets.GeneratorBasedBuilder):
-    """{{ cookiecutter.pretty_name }}: ZIP shards packed by shardkit."""
+    """The dataset's ZIP shards, packed by shardkit (see the module docstring)."""
 
     VERSION = datasets.Version("1.0.0")
     BUILDER_CONFIG_CLASS = ShardkitZipConfig
@@ -184,55 +228,71 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
         with open(manifest_file, encoding="utf-8") as f:
             manifest = json.load(f)
         names = [shard["file"] for shard in manifest["shards"]]
-        splits = {}  # split -> its shards, in the manifest's order (train, validation, test, others)
+        splits = {}  # split -> its shards and their metadata files, in the manifest's order
         for shard in manifest["shards"]:
             name = shard["file"]
-            match = _SHARD_NAME.match(name)  # follow nothing but shardkit's own shard names (no "../", no URL)
+            # Follow nothing but shardkit's own names (no "../", no URL), for the shard and its rows.
+            match = _SHARD_NAME.match(name) if isinstance(name, str) else None
             if not match:
                 raise ValueError(f"shards.json names {name!r}, not a shard (data/[<split>/]<hex prefix>.zip)")
             split = shard.get("split", "train")  # manifests from before splits: every shard is train
-            if split != (match.group(1) or "train"):
+            if split != (match.group(2) or "train"):
                 raise ValueError(f"shards.json puts {name!r} in split {split!r}, not its folder's")
-            splits.setdefault(split, []).append(name)
+            metadata = f"metadata/{match.group(1)}.jsonl"
+            if shard.get("metadata") != metadata:
+                raise ValueError(f"shards.json gives {name!r} the metadata {shard.get('metadata')!r}, not {metadata!r}")
+            splits.setdefault(split, []).append((name, metadata))
         if len(set(names)) != len(names):
             raise ValueError("shards.json names a shard twice")
+        # Shards before layout 4 hold their rows (the manifest's metadata_member): their metadata
+        # files are not fetched.
+        rows_outside = manifest.get("metadata_member") != _METADATA_LINES
         generators = []
         for split, shards in splits.items():
-            paths = dl_manager.download([self._location(name) for name in shards])
-            # Two lists of equal length: datasets makes one shard of work per ZIP.
-            kwargs = {"paths": paths, "names": shards}
+            paths = dl_manager.download([self._location(name) for name, _ in shards])
+            if rows_outside:
+                metadata = dl_manager.download([self._location(where) for _, where in shards])
+            else:
+                metadata = [None] * len(shards)
+            # Lists of equal length: datasets makes one shard of work per ZIP.
+            kwargs = {"paths": paths, "names": [name for name, _ in shards], "metadata": metadata}
             generators.append(datasets.SplitGenerator(name=datasets.NamedSplit(split), gen_kwargs=kwargs))
         return generators
 
-    def _generate_examples(self, paths, names):
-        for path, shard in zip(paths, names):
+    def _generate_examples(self, paths, names, metadata):
+        for path, shard, metadata_path in zip(paths, names, metadata):
             with open(path, "rb") as f:
-                rows = None
-                sources = {}  # member name -> source_path, for messages (filled from metadata.jsonl)
+                rows = where = None
+                sources = {}  # member name -> source_path, for messages (filled from the rows)
                 for name, data in _members(f, shard, sources):
                     if rows is None:
-                        if name != "metadata.jsonl":
-                            raise ValueError(f"{shard}: the first member is {name!r}, not metadata.jsonl")
-                        rows = {}
-                        text = data.decode("utf-8")
-                        # Split at "\n" only: splitlines() also splits inside values holding U+2028.
-                        for line in text.removesuffix("\n").split("\n") if text else []:
-                            try:
-                                row = json.loads(line)
-                            except RecursionError:
-                                raise ValueError(f"{shard}: a metadata.jsonl row is nested too deep") from None
-                            file_name = row.pop("file_name")
-                            if file_name in rows:
-                                raise ValueError(f"{shard}: metadata.jsonl has two rows for member {file_name!r}")
-                            rows[file_name] = row
-                            if _SOURCE_PATH in row:
-                                sources[file_name] = row[_SOURCE_PATH]
+                        if name == _METADATA_LINES:  # before layout 4: the rows, inside
+                            where = name
+                            rows = _rows(data, shard, where, sources)
+                        elif name == _METADATA_TABLE and metadata_path is not None:
+                            where = _metadata_name(shard)  # the same rows as JSON lines, beside the shard
+                            with open(metadata_path, "rb") as lines:
+                                rows = _rows(lines.read(), shard, where, sources)
+                        elif name == _METADATA_TABLE:
+                            raise ValueError(
+                                f"{shard}: the first member is {name!r}, but shards.json says its shards"
+                                f" begin with {_METADATA_LINES}"
+                            )
+                        else:
+                            raise ValueError(
+                                f"{shard}: the first member is {name!r}, not {_METADATA_TABLE} or {_METADATA_LINES}"
+                            )
                         continue
                     row = rows.pop(name, None)
                     if row is None:
-                        raise ValueError(f"{shard}: member {name!r} has no row in metadata.jsonl")
+                        raise ValueError(f"{shard}: member {name!r} has no row in {where}")
                     row[_FILE_COLUMN] = {"path": name, "bytes": data}
                     yield row["key"], row
                 if rows:
                     missing = ", ".join(f"{name!r}{_source_note(sources.get(name))}" for name in sorted(rows)[:3])
-                    raise ValueError(f"{shard}: {len(rows)} row(s) in metadata.jsonl have no member, e.g. {missing}")
+                    raise ValueError(f"{shard}: {len(rows)} row(s) in {where} have no member, e.g. {missing}")
+
+
+def _metadata_name(shard):
+    """A shard's metadata file: data/train/7fe.zip -> metadata/train/7fe.jsonl."""
+    return f"metadata/{_SHARD_NAME.match(shard).group(1)}.jsonl"
