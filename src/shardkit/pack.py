@@ -41,7 +41,7 @@ from .check import (
     combine,
     range_jobs,
 )
-from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed
+from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed, naming
 from .formats import ShardFormat, format_named
 from .formats.parquet import encode_metadata_table
 from .location import Location
@@ -574,10 +574,14 @@ def _with_table(
         table = encode_metadata_table(lines, staged.features)
     except Exception as exc:  # pyarrow raises several types; the rows were typed by the check phase
         raise ShardkitError(f"{shard.name}: its rows cannot be typed as the card declares: {exc}") from None
-    if not dry_run:
+    if not dry_run:  # a working file, remade by every run: no fsync
         os.makedirs(tables_dir, exist_ok=True)
         path = os.path.join(tables_dir, shard.name.replace("/", "__") + ".parquet")
-        write_atomic(path, table)
+        try:
+            with open(path, "wb") as f:
+                f.write(table)
+        except OSError as exc:
+            raise naming(exc, path) from None
         tables[shard.name] = path
     return replace(shard, bytes=shard.bytes - planned_fixed - len(lines) + len(table))
 
