@@ -533,6 +533,7 @@ class ZipFormat(ShardFormat):
         keys: list[str] = []
         members = 0
         inner_metadata: bytes | None = b""
+        metadata_name = METADATA_TABLE_MEMBER  # the first member's, once met
 
         def note(name: str) -> str:
             return source_note(sources.get(name))
@@ -546,6 +547,7 @@ class ZipFormat(ShardFormat):
                         mismatch = "CRC mismatch: the bytes are not what was written"
                         check.problem(mismatch, member.name, sources.get(member.name))
                     if rows is None:
+                        metadata_name = member.name
                         if member.name == METADATA_MEMBER:
                             inner_metadata = member.data
                             rows, sources = check.check_rows(member.data.decode("utf-8", "replace"), METADATA_MEMBER)
@@ -559,7 +561,7 @@ class ZipFormat(ShardFormat):
                         keys = sorted(rows.values())
                         continue
                     if rows.pop(member.name, None) is None:
-                        check.problem(f"member has no row in {_metadata_words(inner_metadata)}", member.name)
+                        check.problem(f"member has no row in {metadata_name}", member.name)
                     # a member without a row has no source: sources holds rows' names only
                     check.file(member.name, member.data, sources.get(member.name))
             except ZipFormatError as exc:
@@ -567,17 +569,12 @@ class ZipFormat(ShardFormat):
                 check.problem(f"not a sound shard: {exc}")
             reader.drain()  # whatever the walk left unread: the sha256 covers the whole file
         if reader.sound:  # else the walk stopped short: the rows left say nothing more
-            where = _metadata_words(inner_metadata)
             for name in sorted(rows or {}):
-                check.problem(f"row in {where} has no member", name, sources.get(name))
+                check.problem(f"row in {metadata_name} has no member", name, sources.get(name))
         return Walk(reader.sha256.hexdigest(), max(members - 1, 0), keys, inner_metadata)
 
 
 _METADATA_MEMBERS = (METADATA_TABLE_MEMBER, METADATA_MEMBER)
-
-
-def _metadata_words(inner_metadata: bytes | None) -> str:
-    return METADATA_MEMBER if inner_metadata else METADATA_TABLE_MEMBER
 
 
 def _check_table(check: ShardCheck, data: bytes) -> tuple[dict[str, str], dict[str, str]]:
