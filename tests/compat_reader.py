@@ -34,7 +34,7 @@ def typed(value: Any) -> Any:
     return [type(value).__name__, value]
 
 
-def _file_bytes(value: dict[str, Any]) -> bytes:
+def file_bytes(value: dict[str, Any]) -> bytes:
     if value.get("bytes") is not None:
         return bytes(value["bytes"])
     import fsspec
@@ -97,7 +97,7 @@ def read_cell(cell: dict[str, Any]) -> dict[str, Any]:
                 raise AssertionError(f"row {fields.get('key')!r} has {len(files)} files: {files}")
             key = fields["key"]
             duplicates += key in rows
-            rows[key] = {"sha256": hashlib.sha256(_file_bytes(files[0])).hexdigest(), "fields": typed(fields)}
+            rows[key] = {"sha256": hashlib.sha256(file_bytes(files[0])).hexdigest(), "fields": typed(fields)}
         return {
             "n_shards": n_shards,
             "rows": rows,

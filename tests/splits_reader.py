@@ -25,7 +25,7 @@ import tempfile
 import traceback
 from typing import Any
 
-from compat_reader import _file_bytes, _is_file_feature, _undecoded, typed
+from compat_reader import _is_file_feature, _undecoded, file_bytes, typed
 
 
 def _load(cell: dict[str, Any], split: str, cache: str) -> Any:
@@ -72,7 +72,7 @@ def read_split(cell: dict[str, Any], split: str, cache: str) -> dict[str, Any]:
         name = fields.get("source_path") or fields["key"]
         repeats += name in rows
         rows[name] = {
-            "sha256": hashlib.sha256(_file_bytes(files[0])).hexdigest(),
+            "sha256": hashlib.sha256(file_bytes(files[0])).hexdigest(),
             "fields": typed(fields),
             "labels": {c: None if fields[c] in (None, -1) else f.int2str(fields[c]) for c, f in labels.items()},
         }

@@ -16,6 +16,7 @@ and Python type as packed. The readers run in subprocesses, one per venv
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ import pytest
 from cookiecutter.main import cookiecutter
 
 from tests import compat_corpus
+from tests.compat_reader import file_bytes, typed
 from tests.conftest import REPO_ROOT, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
 from tests.readback import DS36_PYTHON, run_reader
@@ -258,32 +260,59 @@ def test_whole_number_floats_are_published_as_floats_in_every_json_file(packed: 
     assert inside == (packed.folders["image", "zip"] / "metadata" / "0.jsonl").read_text(encoding="utf-8")
 
 
-def test_pack_warns_when_datasets_would_pick_the_json_builder_and_says_so_in_the_card(tmp_path: Path) -> None:
-    """Four shards of one clip each, WAV and FLAC: each metadata.jsonl outnumbers both audio
-    extensions, so datasets' builtin loader opens the dataset as JSON. No card setting overrides
-    that (README.md, "Which reader"); pack says so, and shardkit.stream still reads every clip."""
+def test_pack_warns_when_datasets_would_pick_another_builder_and_the_card_shows_the_line_that_works(
+    tmp_path: Path,
+) -> None:
+    """Four shards of one image each (--prefix-length 1), JPEG and PNG: each shard's
+    metadata.parquet outnumbers both image extensions, so load_dataset(folder) would open the
+    dataset as Parquet; no card setting overrides that. pack says so per split, in --dry-run,
+    in --json's warnings and with -q; the card says why and shows the load_dataset line that
+    works (the builder named), which reads every row exactly; shardkit.stream reads it too."""
     import datasets
 
     import shardkit
 
-    files, meta = compat_corpus.build(tmp_path / "in", "audio")
+    files, meta = compat_corpus.build(tmp_path / "in", "image")
     rows = [json.loads(line) for line in meta.read_text(encoding="utf-8").splitlines()]
-    few = [rows[0], rows[1], rows[3], rows[8]]  # keys 0..., 0..., 1..., 2...: WAV, FLAC, FLAC, WAV
-    write_jsonl(tmp_path / "few.jsonl", [{**r, "key": f"{i}{r['key'][1:]}"} for i, r in enumerate(few)])
+    jpeg = [r for r in rows if r["file_name"].endswith(".jpg")][:2]
+    png = [r for r in rows if r["file_name"].endswith(".png")][:2]
+    few = [{**r, "key": f"{i}{r['key'][1:]}"} for i, r in enumerate([jpeg[0], png[0], jpeg[1], png[1]])]
+    write_jsonl(tmp_path / "few.jsonl", few)
     out = tmp_path / "ds"
-    result = subprocess.run(
-        [str(SCRIPTS / "pack-shards"), str(files), str(tmp_path / "few.jsonl"), "-o", str(out), "--prefix-length", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    command = [str(SCRIPTS / "pack-shards"), str(files), str(tmp_path / "few.jsonl"), "-o", str(out)]
+    layout = ("--prefix-length", "1")
+    warning = "split 'train': datasets' load_dataset(repo) would open it with its 'parquet' builder, not 'imagefolder'"
+    dry = subprocess.run([*command, *layout, "--dry-run", "--json", "-q"], capture_output=True, text=True, check=False)
+    assert dry.returncode == 0, dry.stderr
+    assert [w[: len(warning)] for w in json.loads(dry.stdout)["warnings"]] == [warning]
+    assert warning in dry.stderr  # -q silences progress, not warnings
+    result = subprocess.run([*command, *layout, "-q"], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
-    assert "would open this dataset with its 'json' builder, not 'audiofolder'" in result.stderr
-    assert "would open this dataset with its 'json' builder" in (out / "README.md").read_text(encoding="utf-8")
-    assert datasets.load_dataset_builder(str(out)).name == "json"  # what datasets really does
-    got = {row["key"] for row in shardkit.stream(str(out))}
-    assert len(got) == 4
+    assert warning in result.stderr and "Pack without --prefix-length" in result.stderr
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert warning in card
+    assert datasets.load_dataset_builder(str(out)).name == "parquet"  # what datasets really does
+    (snippet,) = [code for code in card.split("```python\n")[1:] if 'load_dataset("imagefolder"' in code]
+    namespace: dict[str, Any] = {}
+    cwd = os.getcwd()
+    try:
+        os.chdir(out)  # the card's examples run in the folder before it is pushed
+        exec(snippet.split("```")[0], namespace)
+        ds = namespace["ds"].cast_column("image", datasets.Image(decode=False))
+        got = {row["key"]: row for row in ds}
+    finally:
+        os.chdir(cwd)
+    expected = compat_corpus.expected_rows(files, tmp_path / "few.jsonl")
+    assert set(got) == set(expected)
+    for key, row in got.items():
+        image = file_bytes(row.pop("image"))  # the builder gives a path into the ZIP: read it
+        assert hashlib.sha256(image).hexdigest() == expected[key]["sha256"]
+        assert typed(row) == expected[key]["fields"]
+    assert {row["key"] for row in shardkit.stream(str(out))} == set(got)
+    # Cut by size (the default), the same rows are one shard, which datasets opens as images.
+    again = subprocess.run([*command, "--force", "--json"], capture_output=True, text=True, check=False)
+    assert again.returncode == 0 and json.loads(again.stdout)["warnings"] == [], again.stderr
+    assert datasets.load_dataset_builder(str(out)).name == "imagefolder"
 
 
 def test_no_warning_when_datasets_picks_the_folder_builder(packed: Packed) -> None:
@@ -320,7 +349,7 @@ def test_metadata_table_reads_in_one_call_with_duckdb_polars_and_pyarrow_typed(p
 TABLE_READER = r"""
 import json, sys
 import duckdb, polars, pyarrow.parquet as pq
-from tests.compat_reader import typed
+from tests.compat_reader import file_bytes, typed
 
 def rows(dicts):
     out = []

@@ -22,7 +22,7 @@ from collections import Counter
 
 from .decode import AUDIO_EXTENSIONS
 from .formats import ShardFormat
-from .plan import ShardPlan
+from .plan import BY_SIZE, ShardPlan
 from .staging import iter_staged
 
 #: How many ZIPs, and members of each, datasets lists to choose the builder for a split's ZIPs:
@@ -49,9 +49,12 @@ def builder_for_members(shard_members: list[list[str]]) -> str:
     return next((p for p in picks if not p.endswith("folder")), picks[0] if picks else "imagefolder")
 
 
-def builtin_loader_warnings(fmt: ShardFormat, plan: list[ShardPlan], staging_path: str, modality: str) -> list[str]:
+def builtin_loader_warnings(
+    fmt: ShardFormat, plan: list[ShardPlan], staging_path: str, modality: str, prefix_lengths: dict[str, int]
+) -> list[str]:
     """Why ``load_dataset(repo)`` would open a split of these shards with the wrong builder, one
-    sentence per split (none: it opens every split right)."""
+    sentence per split (none: it opens every split right). ``prefix_lengths``: each split's (0:
+    cut by size), for the advice."""
     if not fmt.builder_from_members or fmt.metadata_member is None:
         return []
     wanted = f"{modality}folder"
@@ -67,10 +70,10 @@ def builtin_loader_warnings(fmt: ShardFormat, plan: list[ShardPlan], staging_pat
         ]
         picked = builder_for_members(members)
         if picked != wanted:
-            by_prefix = any(p.part is not None or "-" in p.stem for p in shards) or len(first[0].prefix) > 1
             fix = (
-                "Pack without --prefix-length (splits are then cut by size, into fewer, larger shards),"
-                if by_prefix
+                "Pack without --prefix-length (with --force over this output: splits are then cut by size, into"
+                " fewer, larger shards),"
+                if prefix_lengths.get(split, BY_SIZE) != BY_SIZE
                 else "Pack with a larger --target-shard-size,"
             )
             warnings.append(

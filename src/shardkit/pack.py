@@ -313,14 +313,17 @@ def _pack_locked(
     # --prefix-length. A run of the same input plans from what the run before planned from (a
     # re-run is the same run); an update keeps the run before's rule and shard names, so that
     # unchanged rows land in the shards they are in.
-    reuse = previous is not None and (config.update or previous.fingerprint == staged.fingerprint)
+    # --force plans afresh: it replaces the output.
+    reuse = previous is not None and not config.force and (config.update or previous.fingerprint == staged.fingerprint)
     prefix_lengths: dict[str, int] = {}
     boundaries: dict[str, list[str]] = {}
     for split in staged.splits:
         before = previous.prefix_lengths.get(split.name) if previous is not None and reuse else None
         prefix_lengths[split.name] = config.prefix_length or (before if before is not None else BY_SIZE)
         if prefix_lengths[split.name] == BY_SIZE:
-            boundaries[split.name] = _boundaries_before(previous, split.name, staged.fingerprint, config.update)
+            boundaries[split.name] = _boundaries_before(
+                previous if reuse else None, split.name, staged.fingerprint, config.update
+            )
     try:
         plan, tables = _plan_with_tables(config, fmt, staged, prefix_lengths, boundaries, staging_dir)
     except ValueError as exc:
@@ -329,7 +332,7 @@ def _pack_locked(
     # the one given, or 0: each split's own (in the manifest).
     prefix_length = config.prefix_length or (0 if staged.split_folders else prefix_lengths["train"])
     options = Options(prefix_length, config.max_shard_bytes, config.target_bytes, fmt.name)
-    warnings = builtin_loader_warnings(fmt, plan, staged.path, staged.modality)
+    warnings = builtin_loader_warnings(fmt, plan, staged.path, staged.modality, prefix_lengths)
     for warning in warnings:
         log.warning("%s", warning)
     per_folder = Counter(p.name.rsplit("/", 1)[0] for p in plan)  # data/, or each split's folder
