@@ -288,6 +288,8 @@ def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path
         "-j",
         jobs,
         "-q",
+        "--prefix-length",  # a shard per first hex digit: the target alone in the last, data/f.zip
+        "1",
     ]
     hang = {**os.environ, "PYTHONPATH": str(Path(__file__).parent / "hang_on_read")}
     proc = subprocess.Popen(
