@@ -22,8 +22,10 @@ if [ ! -d "$REPO_DIR" ]; then
   shardkit new --no-input dataset_name=yfcc-mini namespace=demo license=cc-by-4.0 -o "$DEMO"
 fi
 
-echo "== pack-shards $EXAMPLE/images $EXAMPLE/metadata.jsonl -o $REPO_DIR"
-pack-shards "$EXAMPLE/images" "$EXAMPLE/metadata.jsonl" -o "$REPO_DIR"
+# The example is 1.6 MB, one shard at the default target (half of 1 GB): a 100 KB target cuts it
+# into shards as a real dataset's hundreds of GB are cut at the default.
+echo "== pack-shards $EXAMPLE/images $EXAMPLE/metadata.jsonl -o $REPO_DIR --target-shard-size 100KB"
+pack-shards "$EXAMPLE/images" "$EXAMPLE/metadata.jsonl" -o "$REPO_DIR" --target-shard-size 100KB
 
 echo "== shardkit verify $REPO_DIR --deep"
 shardkit verify "$REPO_DIR" --deep -q

@@ -81,6 +81,7 @@ def test_a_worker_killed_in_the_middle_of_a_shard_costs_nothing_but_time(
             metadata_path=str(EXAMPLE_DIR / "metadata.jsonl"),
             out_dir=str(out),
             check_range_bytes=4096,
+            prefix_length=1,  # as pack_example: the 16 shards local_pack holds
         )
         outcome: dict[str, object] = {}
 

@@ -20,16 +20,16 @@ def test_demo_scaffolds_packs_pushes_and_streams_every_row_back(tmp_path: Path) 
     out = result.stdout
     for step in ("== shardkit new", "== pack-shards", "== shardkit verify", "== shardkit push", "== stream it back"):
         assert step in out
-    assert "packed 300 rows into 16 shards" in out
-    assert "verified 16 shards, 300 rows, 1.7 MB, 300 files decoded in" in out
-    assert "pushed 40 files" in out and "/datasets/demo/yfcc-mini" in out
-    assert "load_dataset: read 300 rows from 16 shards" in out
-    assert "shardkit.stream: read 300 rows from 16 shards" in out
+    assert "packed 300 rows into 18 shards" in out
+    assert "verified 18 shards, 300 rows, 1.8 MB, 300 files decoded in" in out
+    assert "pushed 44 files" in out and "/datasets/demo/yfcc-mini" in out
+    assert "load_dataset: read 300 rows from 18 shards" in out
+    assert "shardkit.stream: read 300 rows from 18 shards" in out
     # Run again: both steps resume, nothing is written or sent twice.
     again = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "demo.sh")], capture_output=True, text=True, env=env, timeout=600
     )
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "16 shards kept from an earlier run" in again.stdout
-    assert "is up to date (40 files already there)" in again.stdout
-    assert "read 300 rows from 16 shards" in again.stdout
+    assert "18 shards kept from an earlier run" in again.stdout
+    assert "is up to date (44 files already there)" in again.stdout
+    assert "read 300 rows from 18 shards" in again.stdout
