@@ -10,6 +10,7 @@ one), and none may yield a file whose bytes differ from those packed.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -23,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
 from shardkit.errors import ShardkitError
+from shardkit.formats.parquet import encode_table, metadata_lines_table, read_metadata_table
 from shardkit.formats.tar import crc_record, iter_tar_members, member_header
 from shardkit.formats.zip import central_header, end_record, iter_members, local_header
 from tests.conftest import REPO_ROOT, pack_example
@@ -134,6 +137,22 @@ def tar_members(shard: Path) -> Members:
 
 def key_of(name: bytes) -> str:
     return os.path.splitext(os.path.basename(name.decode()))[0]
+
+
+def row_lines(ms: Members) -> bytes:
+    """A ZIP shard's rows as JSON lines, from its metadata.parquet (or metadata.jsonl, before layout 4)."""
+    name, data = ms[0]
+    if name != b"metadata.parquet":
+        return data
+    return b"".join(json.dumps(row).encode() + b"\n" for row in read_metadata_table(data, None))
+
+
+def rows_member(ms: Members, lines: bytes) -> tuple[bytes, bytes]:
+    """The metadata member of the kind ``ms`` has, holding ``lines`` (a table of the same schema)."""
+    name, data = ms[0]
+    if name != b"metadata.parquet":
+        return name, lines
+    return name, encode_table(metadata_lines_table(lines, pq.read_schema(io.BytesIO(data))))
 
 
 def with_row_renamed(lines: bytes, old: bytes, new: bytes) -> bytes:
@@ -252,8 +271,8 @@ def _zip_renamed(new: bytes) -> Callable[[Members], Crafted]:
 
     def craft(ms: Members) -> Crafted:
         b_name = ms[2][0]
-        rows = with_row_renamed(ms[0][1], b_name, new)
-        members = [(b"metadata.jsonl", rows), ms[1], (new, ms[2][1]), *ms[3:]]
+        rows = with_row_renamed(row_lines(ms), b_name, new)
+        members = [rows_member(ms, rows), ms[1], (new, ms[2][1]), *ms[3:]]
         return Crafted(zip_bytes(members), rows=rows)
 
     return craft
@@ -264,16 +283,17 @@ def _zip_duplicate(ms: Members) -> Crafted:
 
 
 def _zip_two_rows(ms: Members) -> Crafted:
-    """B's row twice in metadata.jsonl, the second with another caption."""
-    lines = ms[0][1].splitlines(keepends=True)
+    """B's row twice in the metadata member, the second with another caption."""
+    lines = row_lines(ms).splitlines(keepends=True)
     row = json.loads(lines[1])
     rows = b"".join([*lines[:2], json.dumps({**row, "title": "a second row"}).encode() + b"\n", *lines[2:]])
-    return Crafted(zip_bytes([(b"metadata.jsonl", rows), *ms[1:]]), rows=rows)
+    return Crafted(zip_bytes([rows_member(ms, rows), *ms[1:]]), rows=rows)
 
 
 def _zip_deep_row(ms: Members) -> Crafted:
-    """A's row in metadata.jsonl nested 200,000 deep (CRC right): Python's parser would overflow."""
-    lines = ms[0][1].splitlines(keepends=True)
+    """A's row nested 200,000 deep (CRC right): Python's parser would overflow. Only JSON lines
+    can hold it: the shard is one of before layout 4, metadata.jsonl first (readers still read those)."""
+    lines = row_lines(ms).splitlines(keepends=True)
     rows = b"".join([b"[" * 200_000 + b"\n", *lines[1:]])
     return Crafted(zip_bytes([(b"metadata.jsonl", rows), *ms[1:]]), rows=rows)
 
@@ -640,3 +660,52 @@ def test_remux_refuses_a_hostile_source_with_one_line(
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and f"data/3.{fmt}: " in lines[0], result.stderr
+
+
+# --- a layout-4 ZIP's metadata.parquet ------------------------------------------------------------------
+
+
+def _table_garbage(ms: Members) -> Crafted:
+    return Crafted(zip_bytes([(b"metadata.parquet", b"PAR1 not a Parquet file PAR1"), *ms[1:]]))
+
+
+def _table_column_dropped(ms: Members) -> Crafted:
+    """A table without the manifest's ``title`` column (CRCs right, the same rows otherwise)."""
+    table = read_metadata_table(ms[0][1], None)
+    schema = pq.read_schema(io.BytesIO(ms[0][1]))
+    schema = schema.remove(schema.get_field_index("title"))
+    lines = b"".join(json.dumps({k: v for k, v in r.items() if k != "title"}).encode() + b"\n" for r in table)
+    return Crafted(zip_bytes([(b"metadata.parquet", encode_table(metadata_lines_table(lines, schema))), *ms[1:]]))
+
+
+@pytest.mark.parametrize(
+    ("craft", "words"),
+    [
+        (_table_garbage, "metadata.parquet: "),
+        (_table_column_dropped, "metadata.parquet: its columns are not those the manifest's features declare"),
+    ],
+    ids=["not Parquet", "a column dropped"],
+)
+def test_a_hostile_metadata_table_is_refused_by_verify_and_stream(
+    packed_template: Path, tmp_path: Path, craft: Callable[[Members], Crafted], words: str
+) -> None:
+    repo, crafted, _ = crafted_copy(packed_template, tmp_path, "zip", craft)
+    assert_verify_refuses(repo, "data/3.zip", None, words)
+    assert_stream_refuses(repo, "data/3.zip", None, words, crafted)
+
+
+def test_a_metadata_file_that_differs_from_the_table_inside_is_named_by_verify(
+    packed_template: Path, tmp_path: Path
+) -> None:
+    """metadata/3.jsonl with one value changed, the manifest's sha256 made to agree: verify
+    compares it with the shard's metadata.parquet, typed, and names the line."""
+
+    def craft(ms: Members) -> Crafted:
+        lines = row_lines(ms).splitlines(keepends=True)
+        row = json.loads(lines[2])
+        lines[2] = json.dumps({**row, "title": "not what the shard holds"}).encode() + b"\n"
+        return Crafted(zip_bytes(ms), rows=b"".join(lines))
+
+    repo, _, _ = crafted_copy(packed_template, tmp_path, "zip", craft)
+    words = "differs from the metadata.parquet inside data/3.zip: line 3"
+    assert_verify_refuses(repo, "metadata/3.jsonl", None, words)

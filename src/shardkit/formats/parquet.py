@@ -150,15 +150,19 @@ def encode_metadata_table(lines: bytes, features: list[dict[str, Any]]) -> bytes
     for a given pyarrow version: no compression, dictionary or statistics (the ZIP stores it
     as it is; the few bytes saved are not worth bytes that depend on the data's repetitions),
     row groups of :data:`PARQUET_ROWS_PER_GROUP` rows, a checksum on every page."""
+    schema = metadata_schema(features)
+    return encode_table(metadata_lines_table(lines, schema) if lines else schema.empty_table())
+
+
+def encode_table(table: pa.Table) -> bytes:
+    """``table`` as :func:`encode_metadata_table` writes a shard's metadata table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = metadata_schema(features)
-    table = metadata_lines_table(lines, schema) if lines else schema.empty_table()
     buffer = io.BytesIO()
     with pq.ParquetWriter(
         pa.PythonFile(buffer, mode="w"),
-        schema,
+        table.schema,
         compression="NONE",
         use_dictionary=False,
         write_statistics=False,
