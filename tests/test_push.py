@@ -229,7 +229,9 @@ def test_pushing_a_repacked_dataset_replaces_the_old_shards_in_the_final_commit(
     push(repo_dir, env)
     old = {p for p in hub.files(REPO) if p.endswith((".zip", ".jsonl"))}
     # Smaller shards: each prefix group is split into parts (data/0-00.zip ...), new names.
-    repack = pack_example(repo_dir, "--max-shard-size", "60KB", "--target-shard-size", "30KB", "--force", "-q")
+    repack = pack_example(
+        repo_dir, "--max-shard-size", "60KB", "--target-shard-size", "30KB", "--prefix-length", "1", "--force", "-q"
+    )
     assert repack.returncode == 0, repack.stderr
     summary = push(repo_dir, env)
     assert summary["deleted_files"] == len(old) == 32

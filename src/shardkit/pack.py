@@ -465,7 +465,9 @@ def _pack_locked(
     write_manifest(local_dir, manifest)
     preview = None
     if staged.modality == "image":
-        preview = write_preview(local_dir, [p.name for p in plan], fmt=fmt, shards_at=location, labels=staged.labels)
+        preview = write_preview(
+            local_dir, [p.name for p in plan], fmt=fmt, shards_at=location, labels=staged.labels, manifest=manifest
+        )
     update_card(
         local_dir,
         builtin_loader_note=" ".join(warnings) or None,

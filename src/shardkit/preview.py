@@ -15,7 +15,7 @@ from typing import Any
 
 from .formats import ZIP, ShardFormat
 from .location import Location
-from .manifest import write_atomic
+from .manifest import Manifest, write_atomic
 from .shardrows import iter_shard
 
 PREVIEW_NAME = "preview.jpg"
@@ -39,14 +39,19 @@ def caption_of(row: dict[str, Any]) -> str:
 
 
 def _samples(
-    source: Location, shard_files: list[str], limit: int, fmt: ShardFormat, labels: dict[str, list[str]]
+    source: Location,
+    shard_files: list[str],
+    limit: int,
+    fmt: ShardFormat,
+    labels: dict[str, list[str]],
+    manifest: Manifest | None,
 ) -> Iterator[tuple[bytes, str]]:
     """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look.
     ``labels``: ClassLabel columns' names, so a caption shows "cat", not the class number."""
     quota = max(1, -(-limit // max(len(shard_files), 1)))
     taken = 0
     for shard in shard_files:
-        rows = iter_shard(source, shard, "image", fmt.name)
+        rows = iter_shard(source, shard, "image", fmt.name, manifest)
         for from_this_shard, row in enumerate(rows, 1):
             for column, names in labels.items():
                 number = row.get(column)
@@ -70,14 +75,17 @@ def write_preview(
     fmt: ShardFormat = ZIP,
     shards_at: Location | None = None,
     labels: dict[str, list[str]] | None = None,
+    manifest: Manifest | None = None,
 ) -> str | None:
     """Write ``preview.jpg`` into the local folder ``out_dir`` from up to ``count`` images of the
-    shards at ``shards_at`` (by default in ``out_dir``); return its name, or None if none decode."""
+    shards at ``shards_at`` (by default in ``out_dir``); return its name, or None if none decode.
+    ``manifest``: the shards' (read from ``shards_at`` where a shard's reader needs it and it is
+    not given: at a URL, the pack publishes it only after the preview)."""
     from PIL import Image, ImageDraw, ImageFont, ImageOps
 
     source = shards_at or Location(os.path.abspath(out_dir), "folder")
     tiles: list[tuple[Image.Image, str]] = []
-    for data, caption in _samples(source, shard_files, count, fmt, labels or {}):
+    for data, caption in _samples(source, shard_files, count, fmt, labels or {}, manifest):
         try:
             with Image.open(io.BytesIO(data)) as img:
                 # A JPEG decodes at 1/2 to 1/8 scale where that still fills a cell: a 12 MP
