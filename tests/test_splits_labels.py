@@ -35,7 +35,7 @@ import pytest
 import yaml
 from cookiecutter.main import cookiecutter
 
-from tests.compat_reader import typed
+from tests.compat_reader import file_bytes, typed
 from tests.conftest import REPO_ROOT, tiny_image, tree_bytes, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
 from tests.readback import DS36_PYTHON, run_reader
@@ -435,13 +435,13 @@ def _work_files(out: Path) -> dict[str, bytes]:
     }
 
 
-def test_splits_whose_shards_infer_other_types_are_named_at_pack_and_in_the_card(tmp_path: Path) -> None:
+def test_splits_whose_shards_hold_other_json_types_load_exactly_with_the_builtin_loader(tmp_path: Path) -> None:
     """A list empty throughout the test split (tags nobody gave) and a label column null
-    throughout one of its shards. datasets' folder builder (3.6 to 5.x) infers each split's types
-    from ONE metadata.jsonl (picked from a set in 5.x) and refuses splits whose picks differ,
-    whatever the card declares; here every pick of the test split differs from every pick of
-    train, so it always refuses (pinned below: when datasets stops refusing, the warning can
-    go). The pack says so on stderr and in the card, and shardkit.stream reads every split."""
+    throughout one of its shards, in small shards (--prefix-length 1). datasets' folder builder
+    (3.6 to 5.x) infers each split's types from ONE metadata file and refuses splits whose types
+    differ: from metadata.jsonl files it refused these splits every time (layout 3). Each ZIP's
+    metadata.parquet carries the card's types, so load_dataset reads every split exactly, no
+    warning is printed, and shardkit.stream reads the same rows."""
     import datasets
 
     import shardkit
@@ -460,21 +460,24 @@ def test_splits_whose_shards_infer_other_types_are_named_at_pack_and_in_the_card
     out = tmp_path / "out"
     result = pack_cli(images, meta, out, "--prefix-length", "1", "--class-label", "label", "--keep-source-path")
     assert result.returncode == 0, result.stderr
-    warning = "datasets' load_dataset(repo) refuses these splits"
-    assert warning in result.stderr
-    assert "Column 'tags' is list<item: string> in data/train/" in result.stderr
-    assert warning in (out / "README.md").read_text(encoding="utf-8")
-    with pytest.raises(ValueError, match="have different features"):
-        datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "cache"))
+    assert "WARNING" not in result.stderr and "**Note:**" not in (out / "README.md").read_text(encoding="utf-8")
     expected = expected_splits(images, rows)
     for split in ("train", "test"):
-        got = {}
-        for row in shardkit.stream(str(out), split=split).cast_column("image", datasets.Image(decode=False)):
-            got[row["source_path"]] = {
-                "sha256": hashlib.sha256(row["image"]["bytes"]).hexdigest(),
-                "fields": typed({k: v for k, v in row.items() if k != "image"}),
-            }
-        assert got == {k: {"sha256": v["sha256"], "fields": v["fields"]} for k, v in expected[split].items()}
+        for reader in ("load_dataset", "shardkit.stream"):
+            if reader == "load_dataset":
+                ds = datasets.load_dataset(str(out), split=split, cache_dir=str(tmp_path / "cache" / split))
+            else:
+                ds = shardkit.stream(str(out), split=split)
+            got = {}
+            for row in ds.cast_column("image", datasets.Image(decode=False)):
+                got[row["source_path"]] = {
+                    "sha256": hashlib.sha256(file_bytes(row["image"])).hexdigest(),
+                    "fields": typed({k: v for k, v in row.items() if k != "image"}),
+                }
+            assert got == {k: {"sha256": v["sha256"], "fields": v["fields"]} for k, v in expected[split].items()}, (
+                reader,
+                split,
+            )
 
 
 def test_an_unlabelled_test_split_is_published_as_minus_one_and_datasets_reads_every_split(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def _samples(
     limit: int,
     fmt: ShardFormat,
     labels: dict[str, list[str]],
-    manifest: Manifest | None,
+    manifest: Manifest | None = None,
 ) -> Iterator[tuple[bytes, str]]:
     """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look.
     ``labels``: ClassLabel columns' names, so a caption shows "cat", not the class number."""

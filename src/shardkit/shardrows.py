@@ -62,11 +62,11 @@ def iter_shard(
     """Rows ``start`` to ``stop`` (default: all) of one shard, in order: metadata fields plus
     ``{file_column: {"bytes", "path"}}``, as its format reads them
     (:meth:`.formats.base.ShardFormat.read_piece`). The shard is held to its ``manifest``'s record
-    (read from ``source`` if not given and needed: a Parquet shard, a ZIP shard's typed
-    metadata table, or part of a shard)."""
+    (read from ``source`` if not given and needed: a Parquet shard, or part of a shard; a ZIP
+    shard's typed metadata table is held to the manifest's features when one is given)."""
     fmt = format_named(fmt_name)
     record = ShardRecord(source.where(shard), file_column)
-    if fmt.random_access or fmt.metadata_table or start or stop is not None:
+    if fmt.random_access or (fmt.metadata_table and manifest is not None) or start or stop is not None:
         manifest = manifest or read_manifest_from(source)
         recorded = next((s for s in manifest.shards if s.file == shard), None)
         record = ShardRecord(
