@@ -45,10 +45,11 @@ def test_worker_killed_mid_job_is_reported_and_the_rerun_completes(
     out = tmp_path / "out"
     # Every shard's task kills its worker (the function is sent to the workers by name).
     monkeypatch.setattr(shardkit.pack, "write_shard", die_writing)
+    # Shards by key prefix: several, so they go to worker processes (one shard would be written here).
     with pytest.raises(ShardkitError, match=r"the worker running data/.*\.zip died \(exit code -9\); re-run"):
-        pack(config_for(corpus, out, jobs=2))
+        pack(config_for(corpus, out, jobs=2, prefix_length=1))
     monkeypatch.undo()
-    summary = pack(config_for(corpus, out, jobs=2))
+    summary = pack(config_for(corpus, out, jobs=2, prefix_length=1))
     assert summary.rows == 30
     manifest = json.loads((out / "shards.json").read_text())
     assert sum(s["rows"] for s in manifest["shards"]) == 30
@@ -250,7 +251,13 @@ def _pack_cli(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str
     example = REPO / "example_datasets" / "yfcc-mini"
     args = [sys.executable, "-m", "shardkit.cli", "pack", str(example / "images"), str(example / "metadata.jsonl")]
     return subprocess.run(
-        [*args, "-o", str(out), "-j", "2", "-q"], capture_output=True, text=True, env=env, timeout=300, check=False
+        # 16 shards (by key prefix), so the worker processes write them
+        [*args, "-o", str(out), "-j", "2", "-q", "--prefix-length", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
     )
 
 
