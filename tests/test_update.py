@@ -389,9 +389,11 @@ def test_changed_input_is_refused_without_update_and_update_only_keeps_same_opti
 # --- a column that only added rows have ------------------------------------------------------------
 
 
-def test_a_new_column_rewrites_every_parquet_shard_but_only_touched_zip_shards(tmp_path: Path) -> None:
-    """Parquet files carry the schema, so a new column changes every one; ZIP shards carry JSON
-    lines, so old shards stay and readers give the new column as null for their rows."""
+def test_a_new_column_rewrites_every_shard_and_a_new_class_name_only_the_touched(tmp_path: Path) -> None:
+    """Parquet files carry the schema, and so does each ZIP's metadata.parquet (since layout 4:
+    one schema for every shard, or datasets refuses the splits), so a new column changes every
+    shard of both; readers give the new column as null for the old rows. A new class name changes
+    no schema (the card gives the ClassLabel): ZIP rewrites only the shards whose rows changed."""
     corpus = Corpus(tmp_path / "in", 48)
     meta = corpus.write()
     outs = {fmt: tmp_path / f"new-column-{fmt}" for fmt in ("zip", "parquet")}
@@ -410,12 +412,8 @@ def test_a_new_column_rewrites_every_parquet_shard_but_only_touched_zip_shards(t
         summary = pack(corpus, meta, out, "--format", fmt, "--update")
         after = files_under(out, "data")
         changed = {name.removeprefix("data/")[0] for name, data in after.items() if before[fmt][name] != data}
-        if fmt == "parquet":
-            assert changed == {f"{i:x}" for i in range(SHARDS)}
-            assert (summary["written_shards"], summary["kept_shards"]) == (SHARDS, 0)
-        else:
-            assert changed == touched
-            assert (summary["written_shards"], summary["kept_shards"]) == (2, SHARDS - 2)
+        assert changed == {f"{i:x}" for i in range(SHARDS)} > touched
+        assert (summary["written_shards"], summary["kept_shards"]) == (SHARDS, 0)
         extra = next(f for f in summary["features"] if f["name"] == "extra")
         assert extra == {
             "name": "extra",
@@ -431,6 +429,18 @@ def test_a_new_column_rewrites_every_parquet_shard_but_only_touched_zip_shards(t
     ]
     got = read_cells(sys.executable, [{**cell, "splits": ["train"]} for cell in cells])["cells"]
     assert_reads(got, expected)
+
+    zip_out = outs["zip"]
+    labelled = Corpus(tmp_path / "in-labels", 48)
+    for row in labelled.rows:
+        row["caption"] = "odd" if row["n"] % 2 else "even"
+    pack(labelled, labelled.write(), zip_out, "--class-label", "caption", "--force")
+    before_labels = files_under(zip_out, "data")
+    labelled.rows.append(labelled.row(302, 2, caption="another class"))
+    summary = pack(labelled, labelled.write(), zip_out, "--class-label", "caption", "--update")
+    assert (summary["written_shards"], summary["kept_shards"]) == (1, SHARDS - 1)
+    after = files_under(zip_out, "data")
+    assert {name for name in after if before_labels.get(name) != after[name]} == {"data/2.zip"}
 
 
 # --- an update killed part-way ---------------------------------------------------------------------

@@ -380,9 +380,9 @@ def _pack_locked(
 
     phases.end("plan")
     # What each shard is made of: an update keeps a shard whose rows are those it was written
-    # from. A ZIP's or tar's bytes follow from its rows alone; a Parquet file's also from the
-    # features (its schema).
-    salt = json.dumps(staged.features, sort_keys=True).encode() if fmt.typed_by_features else b""
+    # from. A tar's bytes follow from its rows alone; a Parquet file's also from the features (its
+    # schema), a ZIP's from their Arrow types (its metadata.parquet).
+    salt = fmt.features_salt(staged.features)
     plan = [replace(p, input_sha256=rows_sha256(staged.path, p.offset, p.rows, salt)) for p in plan]
     # Shards on this machine are hashed (and their hashes kept); at a URL, sizes only (see _reconcile).
     hashes = HashCache(local_dir) if location.is_local else None

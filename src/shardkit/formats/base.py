@@ -206,8 +206,6 @@ class ShardFormat(abc.ABC):
     loading_script: bool = False
     #: Read with ranged reads of a seekable file (its footer first), not front to back in one read.
     random_access: bool = False
-    #: A shard's bytes follow from its rows and the card's features, not its rows alone.
-    typed_by_features: bool = False
     #: datasets chooses the builder for these shards from the names of their members (the most
     #: common extension), as for any archive: a card setting cannot override it.
     builder_from_members: bool = False
@@ -256,6 +254,11 @@ class ShardFormat(abc.ABC):
     def row_features(self, features: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """:meth:`card_features` inverted: a row's columns as ``shardkit.stream`` gives them."""
         return features
+
+    def features_salt(self, features: list[dict[str, Any]]) -> bytes:
+        """What of the card's features a shard's bytes follow from, besides its rows (an update
+        keeps a shard whose rows and salt did not change): nothing, by default."""
+        return b""
 
     def builtin_columns_note(self) -> str:
         """What the card's features section adds when the builtin loader's columns differ."""

@@ -123,8 +123,18 @@ FILE_NAME_FEATURE: dict[str, Any] = {"name": "file_name", "dtype": "string"}
 
 def metadata_schema(features: list[dict[str, Any]], leading: tuple[dict[str, Any], ...] = ()) -> pa.Schema:
     """The schema of a table of metadata lines: ``leading`` columns, ``file_name``, then every
-    field the card declares (``features[1:]``: ``key`` first; the file column is left out)."""
+    field the card declares (``features[1:]``: ``key`` first; the file column is left out),
+    datasets' features in its metadata."""
     return arrow_schema([*leading, FILE_NAME_FEATURE, *features[1:]])
+
+
+def shard_table_schema(features: list[dict[str, Any]]) -> pa.Schema:
+    """A ZIP shard's ``metadata.parquet`` schema: :func:`metadata_schema`'s columns and types,
+    without datasets' features in its metadata. datasets' folder builders compare the features
+    of one metadata file per split, and a class label's names there would make every shard's
+    bytes depend on every class name (one new name, every shard rewritten by an update); the
+    card's ``configs`` give the builders the ClassLabel."""
+    return metadata_schema(features).remove_metadata()
 
 
 def metadata_lines_table(lines: bytes, schema: pa.Schema) -> pa.Table:
@@ -150,7 +160,7 @@ def encode_metadata_table(lines: bytes, features: list[dict[str, Any]]) -> bytes
     for a given pyarrow version: no compression, dictionary or statistics (the ZIP stores it
     as it is; the few bytes saved are not worth bytes that depend on the data's repetitions),
     row groups of :data:`PARQUET_ROWS_PER_GROUP` rows, a checksum on every page."""
-    schema = metadata_schema(features)
+    schema = shard_table_schema(features)
     return encode_table(metadata_lines_table(lines, schema) if lines else schema.empty_table())
 
 
@@ -176,7 +186,7 @@ def read_metadata_table(data: bytes, features: list[dict[str, Any]] | None) -> l
     """The rows of a ZIP shard's ``metadata.parquet`` (each with its ``file_name``), checked as a
     Parquet shard is (:func:`open_parquet_shard`), its columns held to ``features`` (the
     manifest's; None: not held)."""
-    schema = metadata_schema(features) if features else None
+    schema = shard_table_schema(features) if features else None
     table = open_parquet_shard(io.BytesIO(data), max_bytes=len(data), schema=schema)
     return list(table.rows(batch_size=PARQUET_ROWS_PER_GROUP))
 
@@ -781,6 +791,9 @@ class ParquetFormat(ShardFormat):
     def builtin_builder(self, file_column: str) -> str:
         return "parquet"
 
+    def features_salt(self, features: list[dict[str, Any]]) -> bytes:
+        return json.dumps(features, sort_keys=True).encode()  # the schema and datasets' features in its metadata
+
     def write(self, out: Output, rows: ShardRows) -> int:
         if not rows.features:
             raise ShardkitError(f"internal error: no features to type {rows.name}'s columns")
@@ -904,5 +917,4 @@ PARQUET = ParquetFormat(
     member_template="{key}{ext} (the path in the file column)",
     layout_words="one row per file, its bytes in a `{bytes, path}` column beside the metadata columns",
     random_access=True,
-    typed_by_features=True,
 )

@@ -447,6 +447,11 @@ class ZipFormat(ShardFormat):
     def builtin_builder(self, file_column: str) -> str:
         return f"{file_column}folder"
 
+    def features_salt(self, features: list[dict[str, Any]]) -> bytes:
+        from .parquet import shard_table_schema  # pyarrow: in the packer's process only
+
+        return str(shard_table_schema(features)).encode()  # metadata.parquet's columns and types
+
     def write(self, out: Output, rows: ShardRows) -> int:
         """``metadata.parquet`` (encoded by the packer), then the members; the rows' lines go to
         ``metadata/<stem>.jsonl`` as they are."""
@@ -717,7 +722,6 @@ ZIP = ZipFormat(
     metadata_table=True,
     loading_script=True,
     builder_from_members=True,
-    typed_by_features=True,
     builtin_units="one for the whole split",
     builtin_requests="several per file",
     builtin_caveat=" It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one"
