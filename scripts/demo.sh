@@ -31,6 +31,7 @@ echo "== shardkit verify $REPO_DIR --deep"
 shardkit verify "$REPO_DIR" --deep -q
 
 echo "== start a Hub-API server on 127.0.0.1 (state in $DEMO/hub)"
+rm -f "$DEMO/hub.url"  # a run before left its server's address: wait for this one's
 python -u -m tests.hub_server --root "$DEMO/hub" --user demo > "$DEMO/hub.url" &
 HUB_PID=$!
 trap 'kill $HUB_PID 2>/dev/null || true' EXIT

@@ -31,7 +31,8 @@ def read(label: str, rows: Iterable[dict[str, Any]], manifest: dict[str, Any], s
     elapsed = time.perf_counter() - started
     expected = manifest["totals"]["rows"]
     print(
-        f"{label}: read {count} rows from {manifest['totals']['shards']} shards in {elapsed:.2f} s "
+        f"{label}: read {count} rows from {manifest['totals']['shards']} shard"
+        f"{'' if manifest['totals']['shards'] == 1 else 's'} in {elapsed:.2f} s "
         f"({count / elapsed:,.0f} images/s, first row after {first_at:.2f} s)"
     )
     if count != expected:

@@ -1,7 +1,7 @@
 """The default output loads with datasets' builtin loader, exactly, every time (issue 30).
 
-``pack-shards IMAGES META -o OUT`` with nothing but ``--class-label label`` (ZIP shards, the
-prefix length chosen from the size) on exports shaped like real ones (tests/export_corpus.py:
+``pack-shards IMAGES META -o OUT`` with nothing but ``--class-label label`` (ZIP shards, each
+split cut by size) on exports shaped like real ones (tests/export_corpus.py:
 splits of very different sizes, columns null, empty or absent throughout one split, mixed file
 types), pushed with ``shardkit push`` to the loopback Hub-API server, then read back with a plain
 ``datasets.load_dataset(folder or repo, split=...)`` (no script, no trust_remote_code) by every

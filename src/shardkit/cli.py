@@ -528,10 +528,10 @@ def _pack_command(
         click.echo("schema (the card's features):")
         for feature in summary.features:
             click.echo(f"  {feature.get('name', '?'):<24} {_feature_type(feature)}")
-        click.echo(f"plan: {summary.rows} rows -> {summary.shards} shards")
+        click.echo(f"plan: {summary.rows} rows -> {_shards(summary.shards)}")
         for split in summary.splits:
             click.echo(
-                f"  split {split['name']}: {split['rows']} rows, {split['shards']} shards"
+                f"  split {split['name']}: {split['rows']} rows, {_shards(split['shards'])}"
                 f" ({human_size(split['bytes'])}), "
                 + (f"prefix length {split['prefix_length']}" if split["prefix_length"] else "cut by size")
             )
@@ -544,7 +544,7 @@ def _pack_command(
         click.echo("dry run: nothing written")
     else:
         click.echo(
-            f"packed {summary.rows} rows into {summary.shards} shards ({human_size(summary.bytes)}) in "
+            f"packed {summary.rows} rows into {_shards(summary.shards)} ({human_size(summary.bytes)}) in "
             f"{summary.seconds:.1f} s, {summary.mb_per_s:.0f} MB/s"
             + _phases(summary.phase_seconds)
             + (
@@ -559,6 +559,10 @@ def _pack_command(
         click.echo(f"manifest: {summary.manifest}")
     if pushed is not None:
         _print_push(pushed)
+
+
+def _shards(count: int) -> str:
+    return f"{count} shard" if count == 1 else f"{count} shards"
 
 
 def _feature_type(feature: dict[str, object]) -> str:
@@ -812,7 +816,7 @@ def remux_cmd(
             )
         )
         click.echo(
-            f"packed {packed.rows} rows into {packed.shards} shards ({human_size(packed.bytes)}) in"
+            f"packed {packed.rows} rows into {_shards(packed.shards)} ({human_size(packed.bytes)}) in"
             f" {packed.seconds:.1f} s; manifest: {packed.manifest}"
         )
 
