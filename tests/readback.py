@@ -93,3 +93,23 @@ def run_reader(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def split_problems(where: str, got: dict[str, Any], expected: dict[str, Any], names: Any) -> list[str]:
+    """What differs between one split as tests/splits_reader.py read it (``got``) and the rows
+    it must hold (``expected``: row id -> file digest and typed fields), class names included;
+    each problem starts with ``where``. Rows are compared one by one, and only the first
+    differing row is named."""
+    problems = []
+    if got["repeats"]:
+        problems.append(f"{where}: {got['repeats']} rows more than once")
+    if got["names"] != names:
+        problems.append(f"{where}: class names {got['names']}, expected {names}")
+    if set(got["rows"]) != set(expected):
+        missing, extra = set(expected) - set(got["rows"]), set(got["rows"]) - set(expected)
+        return [*problems, f"{where}: rows differ: missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}"]
+    for row_id, row in expected.items():
+        if got["rows"][row_id] != row:
+            problems.append(f"{where}: row {row_id}: got {got['rows'][row_id]}, expected {row}")
+            break
+    return problems

@@ -37,7 +37,7 @@ import pytest
 from shardkit.plan import DEFAULT_MAX_SHARD_BYTES, default_target
 from tests import export_corpus
 from tests.hub_server import run_hub_server
-from tests.readback import DS36_PYTHON, run_reader
+from tests.readback import DS36_PYTHON, run_reader, split_problems
 from tests.test_compat import DS40_PYTHON
 from tests.test_splits_labels import hub_env, pack_cli
 
@@ -143,19 +143,7 @@ def _problems(pub: Published, venv: str, runs: list[dict[str, Any]]) -> list[str
                     traced.add(got["error"])
                     problems.append(f"{at}: {got['error']}{trace}")
                     continue
-                expected = pub.expected[modality][split]
-                if got["repeats"]:
-                    problems.append(f"{at}: {got['repeats']} rows more than once")
-                if got["names"] != names:
-                    problems.append(f"{at}: class names {got['names']}, expected {names}")
-                if set(got["rows"]) != set(expected):
-                    missing, extra = set(expected) - set(got["rows"]), set(got["rows"]) - set(expected)
-                    problems.append(f"{at}: rows differ: missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}")
-                    continue
-                for key, row in expected.items():
-                    if got["rows"][key] != row:
-                        problems.append(f"{at}: row {key}: got {got['rows'][key]}, expected {row}")
-                        break
+                problems += split_problems(at, got, pub.expected[modality][split], names)
     return problems
 
 
