@@ -21,7 +21,7 @@ def test_demo_scaffolds_packs_pushes_and_streams_every_row_back(tmp_path: Path) 
     for step in ("== shardkit new", "== pack-shards", "== shardkit verify", "== shardkit push", "== stream it back"):
         assert step in out
     assert "packed 300 rows into 18 shards" in out
-    assert "verified 18 shards, 300 rows, 1.8 MB, 300 files decoded in" in out
+    assert "verified 18 shards, 300 rows, 1.7 MB, 300 files decoded in" in out
     assert "pushed 44 files" in out and "/datasets/demo/yfcc-mini" in out
     assert "load_dataset: read 300 rows from 18 shards" in out
     assert "shardkit.stream: read 300 rows from 18 shards" in out

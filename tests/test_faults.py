@@ -319,7 +319,7 @@ def test_verify_of_a_url_that_stalls_is_one_line_naming_the_shard(packed: dict[s
         env = {**os.environ, "SHARDKIT_NETWORK_TIMEOUT": TIMEOUT}
         ok = shardkit_cli("verify", proxy.url + "/", "-q", env=env)
         assert ok.returncode == 0, ok.stderr
-        assert ok.stdout.startswith("verified 16 shards, 300 rows, 1.8 MB in ") and ok.stdout.endswith(": OK\n")
+        assert ok.stdout.startswith("verified 16 shards, 300 rows, 1.7 MB in ") and ok.stdout.endswith(": OK\n")
 
         for fault, said in READ_FAULTS:
             [hit] = proxy.set(Fault(fault.mode, path=r"/data/3\.zip", after=fault.after))

@@ -57,7 +57,7 @@ LOADER_IN_TEMPLATE = Path("{{cookiecutter.dataset_name}}") / "{{cookiecutter.__l
 PREVIOUS_LOADER = Path(__file__).parent / "data" / "loader_template_eec3e39.py.jinja"
 #: A pretty name the old template put in its reader code (in the class docstring).
 PRETTY_NAME = 'Pets: "before" – ünï # 4'
-PACK_OPTIONS = ("--class-label", "label", "--keep-source-path", "--target-shard-size", "7KB")
+PACK_OPTIONS = ("--class-label", "label", "--keep-source-path", "--target-shard-size", "5KB")
 LONG_PREFIX = "ab" * 10
 
 
