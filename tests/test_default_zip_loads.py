@@ -25,7 +25,6 @@ is encoded, so reaching that error still shows that 5.x accepted the splits.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from tests import export_corpus
 from tests.hub_server import run_hub_server
 from tests.readback import DS36_PYTHON, run_reader, split_problems
 from tests.test_compat import DS40_PYTHON
-from tests.test_splits_labels import hub_env, pack_cli
+from tests.test_splits_labels import hub_env, pack_cli, push_cli
 
 READER = Path(__file__).with_name("any_modality_reader.py")
 MODALITIES = ("image", "audio")
@@ -80,15 +79,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
             pub.pack_stderr[modality] = packed.stderr
             pub.pack_warnings[modality] = json.loads(packed.stdout)["warnings"]
             pub.folders[modality] = out
-            pushed = subprocess.run(
-                [str(Path(sys.executable).parent / "shardkit"), "push", str(out), "--repo", pub.repo(modality), "-q"],
-                capture_output=True,
-                text=True,
-                env=hub_env(hub.url, root / "home"),
-                timeout=300,
-                check=False,
-            )
-            assert pushed.returncode == 0, pushed.stderr
+            push_cli(out, pub.repo(modality), hub_env(hub.url, root / "home"))
         yield pub
 
 

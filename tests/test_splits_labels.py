@@ -123,6 +123,19 @@ def pack_cli(images: Path, meta: Path, out: Path, *options: str) -> subprocess.C
     )
 
 
+def push_cli(out: Path, repo: str, env: dict[str, str]) -> None:
+    """``shardkit push OUT --repo REPO -q``, which must succeed."""
+    pushed = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "push", str(out), "--repo", repo, "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert pushed.returncode == 0, pushed.stderr
+
+
 def hub_env(endpoint: str, home: Path, *, token: str | None = WRITE_TOKEN) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(
@@ -186,15 +199,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
             sets.folders[fmt] = out
             for split in SPLITS:
                 sets.shards[fmt, split] = len(list((out / "data" / split).glob(f"*.{fmt}")))
-            pushed = subprocess.run(
-                [str(SCRIPTS / "shardkit"), "push", str(out), "--repo", sets.repo(fmt), "-q"],
-                capture_output=True,
-                text=True,
-                env=hub_env(hub.url, root / "home"),
-                timeout=300,
-                check=False,
-            )
-            assert pushed.returncode == 0, pushed.stderr
+            push_cli(out, sets.repo(fmt), hub_env(hub.url, root / "home"))
         yield sets
 
 
