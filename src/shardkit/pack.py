@@ -69,6 +69,7 @@ from .plan import (
     default_target,
     max_file_bytes,
     plan_shards,
+    shard_stem,
 )
 from .preview import write_preview
 from .progress import NullProgress, Progress
@@ -502,6 +503,11 @@ def _pack_locked(
 _TABLE_PLAN_ROUNDS = 5
 
 
+def _shard_names(manifest: Manifest, split: str) -> list[str]:
+    """The names a manifest gives a split's shards, sorted (cut by size: where each range starts)."""
+    return sorted(shard_stem(s.file) for s in manifest.shards if s.split == split)
+
+
 def _boundaries_before(previous: _PreviousRun | None, split: str, fingerprint: str, update: bool) -> list[str]:
     """The shard names a split cut by size is planned from: the run before's starting names for
     the same input (a re-run is the same run); for an update, the names the run before gave
@@ -512,7 +518,7 @@ def _boundaries_before(previous: _PreviousRun | None, split: str, fingerprint: s
     if previous.fingerprint == fingerprint and recorded:
         return list(recorded)
     if update and previous.manifest is not None:
-        names = sorted(s.file.rsplit("/", 1)[-1].split(".")[0] for s in previous.manifest.shards if s.split == split)
+        names = _shard_names(previous.manifest, split)
         if names and names[0] == FIRST_BOUNDARY:
             return names
     return list(recorded) if update and recorded else [FIRST_BOUNDARY]
@@ -908,9 +914,7 @@ def _previous_run(local_dir: str, work_dir: str) -> _PreviousRun | None:
         state["prefix_lengths"] = {s.name: s.prefix_length for s in manifest.splits()}
         state["labels"] = {f["name"]: n for f in manifest.features if (n := class_label_names(f)) is not None}
         state["boundaries"] = {
-            s.name: sorted(f.file.rsplit("/", 1)[-1].split(".")[0] for f in manifest.shards_of(s.name))
-            for s in manifest.splits()
-            if s.prefix_length == BY_SIZE
+            s.name: _shard_names(manifest, s.name) for s in manifest.splits() if s.prefix_length == BY_SIZE
         }
     if state is None:
         return None

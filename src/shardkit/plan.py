@@ -75,7 +75,12 @@ class ShardPlan:
 
     @property
     def stem(self) -> str:
-        return self.name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        return shard_stem(self.name)
+
+
+def shard_stem(file: str) -> str:
+    """A shard's name without its folder and suffix: ``data/train/7fe.zip`` -> ``7fe``."""
+    return file.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
 
 def max_file_bytes(max_shard_bytes: int, fmt: ShardFormat = ZIP) -> int:
@@ -154,8 +159,8 @@ def plan_shards(
             return key[:prefix_length]
 
     totals = _group_totals(entries, group_of, prefix_length, max_shard_bytes, fixed)
-    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows, fmt.suffix, fixed, split, folder)
-    cutter.by_size = prefix_length == BY_SIZE
+    by_size = prefix_length == BY_SIZE
+    cutter = _Cutter(totals, max_shard_bytes, target_shard_bytes, max_rows, fmt.suffix, fixed, split, folder, by_size)
     for entry in entries:
         cutter.add(entry, group_of(entry.key))
     return cutter.finish()
@@ -211,6 +216,7 @@ class _Cutter:
         fixed_bytes: int,
         split: str,
         folder: str,
+        by_size: bool,
     ) -> None:
         self.totals = totals
         self.split_name = split
@@ -220,7 +226,7 @@ class _Cutter:
         self.suffix = suffix
         self.per_part_content = max(target_bytes - fixed_bytes, 1)
         self.max_rows = max_rows
-        self.by_size = False
+        self.by_size = by_size
         self.shards: list[ShardPlan] = []
         self.group_shards: list[ShardPlan] = []
         self.prefix: str | None = None
@@ -329,16 +335,16 @@ class KeyRange:
 def key_ranges(shards: Sequence[tuple[str, str]], prefix_lengths: dict[str, int]) -> dict[str, KeyRange]:
     """Each shard's :class:`KeyRange`, from (file, split) pairs in the manifest's order and each
     split's prefix length (:data:`BY_SIZE`: named by where their keys start)."""
-    stems = {file: file.rsplit("/", 1)[-1].split(".")[0] for file, _ in shards}
+    by_split: dict[str, list[str]] = {}
+    for file, split in shards:
+        by_split.setdefault(split, []).append(file)
     ranges: dict[str, KeyRange] = {}
-    for split in dict.fromkeys(split for _, split in shards):
-        files = [file for file, s in shards if s == split]
+    for split, files in by_split.items():
         if prefix_lengths.get(split, BY_SIZE) == BY_SIZE:
-            names = sorted(stems[f] for f in files)
-            for file in files:
-                at = names.index(stems[file])
-                high = names[at + 1] if at + 1 < len(names) else None
-                ranges[file] = KeyRange(stems[file], high, by_prefix=False)
+            ordered = sorted(files, key=shard_stem)  # each range ends where the next name starts
+            highs: list[str | None] = [shard_stem(f) for f in ordered[1:]]
+            for file, high in zip(ordered, [*highs, None], strict=True):
+                ranges[file] = KeyRange(shard_stem(file), high, by_prefix=False)
         else:
-            ranges.update({f: KeyRange(stems[f].split("-")[0], None, by_prefix=True) for f in files})
+            ranges.update({f: KeyRange(shard_stem(f).split("-")[0], None, by_prefix=True) for f in files})
     return ranges
