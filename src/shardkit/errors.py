@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass
 
 
@@ -18,8 +20,74 @@ def naming(exc: OSError, path: str) -> OSError:
     return exc if exc.filename else OSError(exc.errno, exc.strerror or str(exc), path)
 
 
+#: What a secret looks like in text shardkit shows: each pattern's first group is kept, the rest
+#: becomes ``***``. Userinfo in a URL (``https://user:password@host``), a Hub token (``hf_`` and 30
+#: or more letters and digits), an Authorization-style header or ``Bearer``/``Basic`` credential,
+#: an AWS access key id, and the query parameters presigned URLs carry (``X-Amz-Signature=``,
+#: ``sig=``, ``token=``...).
+_SECRETS = [
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@"), r"\1***@"),
+    (re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
+    (
+        re.compile(
+            r"(?i)(\b(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-amz-security-token"
+            r"|aws_secret_access_key|aws_session_token|hf_token)[\"']?\s*[:=]\s*[\"']?)"
+            r"(?!(?:bearer|basic)\s)[^\s\"',;}]+"
+        ),
+        r"\1***",
+    ),
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "hf_***"),
+    (re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b"), r"\1***"),
+    (
+        re.compile(
+            r"(?i)([?&;](?:[a-z0-9_-]*token|sig|signature|x-amz-signature|x-amz-credential|x-goog-signature"
+            r"|x-goog-credential|key|api_key|apikey|password|passwd|secret|auth|code)=)[^&\s#\"'<>]+"
+        ),
+        r"\1***",
+    ),
+]
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret-shaped part (:data:`_SECRETS`) replaced by ``***``: for every
+    message, log line and ``--json`` field shardkit prints, since a URL can carry a password or a
+    signature and a server can echo the request's headers back."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+#: The most of a server's own text (an error body, a reason) a message shows.
+SERVER_TEXT_SHOWN_CHARS = 300
+
+
+def server_text(text: str) -> str:
+    """A server's text as a message may show it: cut to :data:`SERVER_TEXT_SHOWN_CHARS`, control
+    characters escaped (a server must not forge lines of shardkit's output), secrets redacted."""
+    more = "..." if len(text) > SERVER_TEXT_SHOWN_CHARS else ""
+    shown = "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:SERVER_TEXT_SHOWN_CHARS]
+    )
+    return redact(shown + more)
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts each record's text (:func:`redact`): libraries log the URLs
+    they retry, presigned signatures included. The CLI installs it on its log handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact(record.getMessage()), None
+        return True
+
+
 class ShardkitError(Exception):
-    """Base class: a failure with a message meant for the user (exit code 1 in the CLI)."""
+    """Base class: a failure with a message meant for the user (exit code 1 in the CLI).
+
+    Its message is redacted (:func:`redact`) as it is made: every message naming a URL, or quoting
+    a server or a library, goes through this one place whoever prints or logs it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class NetworkError(ShardkitError):

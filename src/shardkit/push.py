@@ -40,7 +40,15 @@ from .card import LOADER_SUFFIX, name_repo
 from .errors import ShardkitError, UsageError, listed
 from .formats import format_named
 from .hashing import sha256_stream
-from .location import Location, is_network_error, is_timeout, is_url, network_timeout, timeout_error
+from .location import (
+    Location,
+    bounded_hub_requests,
+    is_network_error,
+    is_timeout,
+    is_url,
+    network_timeout,
+    timeout_error,
+)
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
 from .outdir import (
     PLACEHOLDERS,
@@ -445,40 +453,6 @@ def hub_errors(action: str, repo_id: str) -> Iterator[None]:
                 f"{repo_id} changed while this push was running (someone else pushed?). {resume}"
             ) from None
         raise ShardkitError(f"the Hub failed while {action} ({status}{said}). {resume}") from None
-
-
-@contextmanager
-def bounded_hub_requests(timeout: float) -> Iterator[None]:
-    """In the block, every request huggingface_hub sends waits at most ``timeout`` seconds to
-    connect, and for each byte read or written (not for a whole upload).
-
-    Its shared HTTP client has no timeout, and most ``HfApi`` calls (the uploads, the commits)
-    pass none, so a Hub that stops answering mid-upload hung the push forever. A request hook
-    fills in the timeouts a request leaves unset (one that sets its own keeps it), on the client
-    that the current factory makes, so a user's factory (a proxy, certificates) still applies;
-    that factory is put back afterwards.
-    """
-    from huggingface_hub.utils import _http, set_client_factory  # type: ignore[attr-defined]
-
-    previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
-
-    def bound(request: Any) -> None:
-        limits = request.extensions.get("timeout") or {}
-        request.extensions["timeout"] = {
-            kind: timeout if limits.get(kind) is None else limits[kind] for kind in ("connect", "read", "write", "pool")
-        }
-
-    def factory() -> Any:
-        client = previous()
-        hooks = client.event_hooks
-        client.event_hooks = {**hooks, "request": [*hooks.get("request", []), bound]}
-        return client
-
-    set_client_factory(factory)
-    try:
-        yield
-    finally:
-        set_client_factory(previous)
 
 
 def resolve_token(explicit: str | None) -> str:

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 from .errors import UsageError
 from .formats import format_named
 from .formats.base import ShardRecord
-from .location import Location
+from .location import MAX_MANIFEST_BYTES, Location, read_bounded
 from .manifest import MANIFEST_NAME, Manifest
 
 
@@ -20,7 +20,7 @@ def read_manifest_from(location: Location) -> Manifest:
     """The manifest at ``location``, read as a shard is (one GET over http(s))."""
     try:
         with location.open(MANIFEST_NAME) as reader:
-            data = reader.read()
+            data = read_bounded(reader, MAX_MANIFEST_BYTES, location.where(MANIFEST_NAME))
     except FileNotFoundError:
         raise UsageError(
             f"{location.where(MANIFEST_NAME)} does not exist: {location.url} is not a dataset packed by shardkit"

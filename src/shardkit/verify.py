@@ -50,7 +50,7 @@ from .errors import UsageError, source_note
 from .formats import ShardFormat
 from .formats.base import source_of_row
 from .hashing import sha256_stream
-from .location import Location
+from .location import MAX_MANIFEST_BYTES, Location, bounded_hub_requests, network_timeout, read_bounded
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .outdir import unnamed_files
 from .plan import KeyRange, key_ranges
@@ -271,7 +271,14 @@ def verify(
     out_dir: str, *, deep: bool = False, threads: int | None = None, progress: Progress | None = None
 ) -> VerifyReport:
     """Check OUT_DIR (a folder, or the fsspec URL a pack wrote to) against its manifest; return
-    every problem found (the report is ``ok`` if none)."""
+    every problem found (the report is ``ok`` if none). At ``hf://`` huggingface_hub's requests are
+    bounded as a push's are (:func:`.location.bounded_hub_requests`)."""
+    hub = out_dir.startswith("hf://")
+    with bounded_hub_requests(network_timeout()) if hub else contextlib.nullcontext():
+        return _verify(out_dir, deep, threads, progress)
+
+
+def _verify(out_dir: str, deep: bool, threads: int | None, progress: Progress | None) -> VerifyReport:
     progress = progress or NullProgress()
     started = time.perf_counter()
     location = Location.out_dir(out_dir, writing=False)
@@ -280,7 +287,8 @@ def verify(
         raise UsageError(f"OUT_DIR {out_dir!r} is not a folder")
     try:
         with location.open_random(MANIFEST_NAME) as f:
-            manifest: Manifest | None = Manifest.from_json(json.load(f))
+            data = read_bounded(f, MAX_MANIFEST_BYTES, location.where(MANIFEST_NAME))
+        manifest: Manifest | None = Manifest.from_json(json.loads(data))
     except FileNotFoundError:
         manifest = None
     except (ValueError, KeyError, TypeError) as exc:
