@@ -20,7 +20,7 @@ import click
 
 from . import __version__
 from .card import human_size
-from .errors import RedactingFilter, ShardkitError, UsageError, redact
+from .errors import ShardkitError, UsageError, redact, redact_log_records
 from .formats import FORMAT_NAMES
 from .location import is_url
 from .plan import DEFAULT_MAX_SHARD_BYTES
@@ -126,9 +126,7 @@ def _setup_logging() -> None:
     """Warnings and errors on stderr, -q or not: -q silences progress and the summary, never
     what a user must know (a layout a reader would refuse, rows left out)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    for handler in logging.getLogger().handlers:  # libraries log the URLs they retry, signatures and all
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+    redact_log_records()
 
 
 def _echo_json(data: dict[str, object]) -> None:

@@ -71,13 +71,21 @@ def server_text(text: str) -> str:
     return redact(shown + more)
 
 
-class RedactingFilter(logging.Filter):
-    """A logging filter that redacts each record's text (:func:`redact`): libraries log the URLs
-    they retry, presigned signatures included. The CLI installs it on its log handler."""
+def redact_log_records() -> None:
+    """Make every log record's text redacted (:func:`redact`) as it is made, whichever logger and
+    handler it goes to: libraries log the URLs they retry, presigned signatures included, and
+    huggingface_hub's logger has a handler of its own. The CLI calls it once."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "redacts", False):
+        return
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def redacted(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = make(*args, **kwargs)
         record.msg, record.args = redact(record.getMessage()), None
-        return True
+        return record
+
+    redacted.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacted)
 
 
 class ShardkitError(Exception):

@@ -200,8 +200,15 @@ def answered(status: int, reason: str) -> str:
 def read_bounded(f: Any, limit: int, where: str) -> bytes:
     """All of an open file, or one line naming ``where`` once it holds more than ``limit`` bytes
     (read no further: a server may send an endless body)."""
-    data: bytes = f.read(limit + 1)
-    if len(data) > limit:
+    parts, size = [], 0
+    while size <= limit:  # a read may return less than asked before the end (a stream's next chunk)
+        part: bytes = f.read(limit + 1 - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    data = b"".join(parts)
+    if size > limit:
         raise ShardkitError(
             f"{where}: more than {limit} bytes, far more than shardkit writes there; the server sent something"
             " else (check the URL)"
@@ -354,14 +361,16 @@ def _asked_wait(response: Any) -> int | None:
 
 def _body_limit(response: Any) -> int | None:
     """How much of an answer huggingface_hub may read into memory: an error or a redirect, a bit;
-    an API answer (JSON it parses whole), :data:`MAX_API_BODY_BYTES`; a file (a GET outside
-    ``/api/``: a ``resolve`` URL or the storage it redirects to), no limit: it is streamed to
-    disk or to a reader that knows its size."""
+    an API answer (JSON it parses whole), :data:`MAX_API_BODY_BYTES`; part of a file (a ranged
+    GET, as ``hf://`` reads are), the range asked for; a whole file (a GET outside ``/api/``: a
+    ``resolve`` URL or the storage it redirects to), no limit: it is streamed to disk or to a
+    reader that knows its size."""
     if response.status_code >= 300:
         return MAX_ERROR_BODY_BYTES
     request = response.request
     if request.method in ("GET", "HEAD") and "/api/" not in request.url.path:
-        return None
+        asked = re.fullmatch(r"bytes=(\d+)-(\d+)", request.headers.get("range", "").strip())
+        return int(asked.group(2)) - int(asked.group(1)) + 1 if asked else None
     return MAX_API_BODY_BYTES
 
 
@@ -383,7 +392,7 @@ def bounded_hub_requests(timeout: float) -> Iterator[None]:
     Its shared HTTP client has no timeout, and most ``HfApi`` calls (the uploads, the commits)
     pass none, so a Hub that stops answering mid-upload hung the push forever. Request and
     response hooks go on the client that the current factory makes, so a user's factory (a
-    proxy, certificates) still applies; that factory is put back afterwards.
+    proxy, certificates) still applies; that factory is put back when the block ends normally.
     """
     import httpx2
     from huggingface_hub.utils import _http, set_client_factory  # type: ignore[attr-defined]
@@ -449,10 +458,10 @@ def bounded_hub_requests(timeout: float) -> Iterator[None]:
         return client
 
     set_client_factory(factory)
-    try:
-        yield
-    finally:
-        set_client_factory(previous)
+    yield
+    # Not on an error: the threads of a pool left on the way out may still be mid-request on this
+    # client, and putting the factory back closes it under them (each then retries, and logs it).
+    set_client_factory(previous)
 
 
 # --- the location of a dataset repo --------------------------------------------------------------

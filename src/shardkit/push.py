@@ -37,10 +37,11 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX, name_repo
-from .errors import ShardkitError, UsageError, listed
+from .errors import ShardkitError, UsageError, listed, server_text
 from .formats import format_named
 from .hashing import sha256_stream
 from .location import (
+    MAX_MANIFEST_BYTES,
     Location,
     bounded_hub_requests,
     is_network_error,
@@ -368,8 +369,8 @@ def plan_commits(
 def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[str, RemoteFile]) -> set[str]:
     """The data/ and metadata/ files the repo's own shards.json names: the only ones a push may
     delete (files another tool or person put there are left alone)."""
-    if MANIFEST_NAME not in remote:
-        return set()
+    if MANIFEST_NAME not in remote or remote[MANIFEST_NAME].size > MAX_MANIFEST_BYTES:
+        return set()  # none, or not one shardkit wrote: delete nothing
     with hub_errors(f"reading {MANIFEST_NAME} of {repo_id}", repo_id):
         path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision)
     try:
@@ -397,7 +398,9 @@ def _root_cause(exc: BaseException) -> BaseException:
 
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, HfHubHTTPError) or is_network_error(seen):
+        if isinstance(seen, (HfHubHTTPError, ShardkitError, json.JSONDecodeError)) or is_network_error(seen):
+            return seen
+        if type(seen).__name__ == "TooManyRedirects":
             return seen
         seen = seen.__cause__ or seen.__context__
     return exc
@@ -406,6 +409,7 @@ def _root_cause(exc: BaseException) -> BaseException:
 @contextmanager
 def hub_errors(action: str, repo_id: str) -> Iterator[None]:
     """Turn huggingface_hub and network errors into one message that says what to do."""
+    import httpx2
     from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -416,6 +420,8 @@ def hub_errors(action: str, repo_id: str) -> Iterator[None]:
         raise
     except Exception as raised:
         exc = _root_cause(raised)
+        if isinstance(exc, ShardkitError):  # one line already (a bound of bounded_hub_requests), in a thread's error
+            raise exc from None
         named = re.search(r"Error while uploading '([^']+)'", str(raised))
         if named:  # huggingface_hub names the file that failed
             action = f"uploading {named.group(1)}"
@@ -432,11 +438,21 @@ def hub_errors(action: str, repo_id: str) -> Iterator[None]:
                 f"cannot reach the Hub at {constants.ENDPOINT} while {action} ({type(exc).__name__}: {exc})."
                 f" Check the network (and HF_ENDPOINT, if set). {resume}"
             ) from None
+        if type(exc).__name__ == "TooManyRedirects":
+            where = exc.request.url if isinstance(exc, httpx2.RequestError) else constants.ENDPOINT
+            raise ShardkitError(
+                f"{where}: the server redirected too many times (a redirect loop?) while {action}"
+            ) from None
+        if isinstance(exc, json.JSONDecodeError):
+            raise ShardkitError(
+                f"the Hub at {constants.ENDPOINT} answered with something that is not JSON while {action}"
+                f" ({exc}); check HF_ENDPOINT (and the proxy, if any)"
+            ) from None
         if not isinstance(exc, HfHubHTTPError):
             raise
         status = exc.response.status_code if exc.response is not None else None
         server = (exc.server_message or "").strip().splitlines()[0:1]
-        said = f": {server[0]}" if server else ""
+        said = f": {server_text(server[0])}" if server else ""
         if status == 401:
             raise ShardkitError(
                 f"the Hub refused the token while {action} (401 Unauthorized{said}). It is invalid or expired:"

@@ -28,7 +28,7 @@ def read_manifest_from(location: Location) -> Manifest:
         ) from None
     try:
         return Manifest.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise UsageError(f"{location.where(MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
 
 

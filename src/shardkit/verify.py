@@ -291,7 +291,7 @@ def _verify(out_dir: str, deep: bool, threads: int | None, progress: Progress | 
         manifest: Manifest | None = Manifest.from_json(json.loads(data))
     except FileNotFoundError:
         manifest = None
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise UsageError(f"{out_dir}/{MANIFEST_NAME} is not a shardkit manifest: {exc}") from None
     if manifest is None:
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
