@@ -455,20 +455,25 @@ def hub_errors(action: str, repo_id: str) -> Iterator[None]:
         said = f": {server_text(server[0])}" if server else ""
         if status == 401:
             raise ShardkitError(
-                f"the Hub refused the token while {action} (401 Unauthorized{said}). It is invalid or expired:"
+                f"the Hub at {constants.ENDPOINT} refused the token while {action} (401 Unauthorized{said})."
+                " It is invalid or expired:"
                 " log in again with `hf auth login`, or pass a valid one with --token or HF_TOKEN."
             ) from None
         if status == 403:
             namespace = repo_id.split("/")[0]
             raise ShardkitError(
-                f"the token may not write to {namespace!r} ({action}: 403 Forbidden{said}). Create a token with write"
-                f" access to {namespace} at https://huggingface.co/settings/tokens, then `hf auth login`."
+                f"the token may not write to {namespace!r} at {constants.ENDPOINT} ({action}: 403 Forbidden{said})."
+                f" Create a token with write access to {namespace} at https://huggingface.co/settings/tokens,"
+                " then `hf auth login`."
             ) from None
         if status == 412:
             raise ShardkitError(
-                f"{repo_id} changed while this push was running (someone else pushed?). {resume}"
+                f"{repo_id} changed at {constants.ENDPOINT} while this push was running (someone else pushed?)."
+                f" {resume}"
             ) from None
-        raise ShardkitError(f"the Hub failed while {action} ({status}{said}). {resume}") from None
+        raise ShardkitError(
+            f"the Hub at {constants.ENDPOINT} failed while {action} ({status}{said}). {resume}"
+        ) from None
 
 
 def resolve_token(explicit: str | None) -> str:
