@@ -409,3 +409,32 @@ def test_verify_of_a_hostile_url_ends_in_one_line_naming_it(case: str, url_serve
     if fault.mode == "endless":
         assert fault.sent < 2 * MAX_MANIFEST_BYTES + (32 << 20) < ENDLESS
         assert result.peak_mb - baseline.peak_mb < 200, (result.peak_mb, baseline.peak_mb)
+
+
+def test_a_push_reads_the_published_manifest_only_up_to_its_bound(
+    hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
+) -> None:
+    """The repo's own shards.json (what a push may delete) is read whole, never more than a
+    manifest; one that is not JSON deletes nothing."""
+    server, proxy, env = hub
+    first = run("push", str(repo), "--repo", REPO, "-q", env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    published = server.files(REPO)
+
+    [fault] = proxy.set(
+        Fault("endless", method="GET", path=r"/resolve/[0-9a-f]+/shards\.json", status=200, size=ENDLESS)
+    )
+    result = run("push", str(repo), "--repo", REPO, "--json", env=env)
+    assert result.returncode == 1 and fault.hits == 1
+    line = result.error_line()
+    assert (
+        f"{proxy.url}/datasets/{REPO}/resolve/" in line and f"shards.json: more than {MAX_MANIFEST_BYTES} bytes" in line
+    )
+    assert fault.sent < 2 * MAX_MANIFEST_BYTES + (32 << 20) < ENDLESS
+
+    [fault] = proxy.set(
+        Fault("status", method="GET", path=r"/resolve/[0-9a-f]+/shards\.json", status=200, body=b"<html>")
+    )
+    again = run("push", str(repo), "--repo", REPO, "--json", env=env)
+    assert again.returncode == 0 and fault.hits == 1, again.stderr[-2000:]
+    assert json.loads(again.stdout)["deleted_files"] == 0 and server.files(REPO) == published

@@ -216,6 +216,16 @@ def read_bounded(f: Any, limit: int, where: str) -> bytes:
     return data
 
 
+def read_url(url: str, headers: dict[str, str], limit: int) -> bytes | None:
+    """A whole (small) file at an http(s) URL, in one GET with ``headers``; None when the server
+    answers 404; more than ``limit`` bytes is one line naming it (see :func:`read_bounded`)."""
+    try:
+        with _HttpReader(url, headers) as f:
+            return read_bounded(f, limit, url)
+    except FileNotFoundError:
+        return None
+
+
 def _named(call: Callable[..., Any], location: str, timeout: float, doing: Callable[[tuple[Any, ...]], str]) -> Any:
     """``call``, with its timeouts and failed connections (refused, cut mid-body) turned into one
     ShardkitError line naming what it was doing (``doing(args)``: "uploading to <URL>"), and its

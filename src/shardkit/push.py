@@ -48,6 +48,7 @@ from .location import (
     is_timeout,
     is_url,
     network_timeout,
+    read_url,
     timeout_error,
 )
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
@@ -371,12 +372,15 @@ def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[s
     delete (files another tool or person put there are left alone)."""
     if MANIFEST_NAME not in remote or remote[MANIFEST_NAME].size > MAX_MANIFEST_BYTES:
         return set()  # none, or not one shardkit wrote: delete nothing
-    with hub_errors(f"reading {MANIFEST_NAME} of {repo_id}", repo_id):
-        path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision)
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+
+    url = hf_hub_url(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision, endpoint=api.endpoint)
+    with hub_errors(f"reading {MANIFEST_NAME} of {repo_id}", repo_id):  # read whole, never more than a manifest
+        data = read_url(url, dict(build_hf_headers(token=api.token)), MAX_MANIFEST_BYTES)
     try:
-        with open(path, encoding="utf-8") as f:
-            published = Manifest.from_json(json.load(f))
-    except (OSError, ValueError, TypeError, KeyError):
+        published = Manifest.from_json(json.loads(data or b""))
+    except (ValueError, TypeError, KeyError, RecursionError):
         return set()  # not a manifest shardkit can read: delete nothing
     return {rel for shard in published.shards for rel in (shard.file, shard.metadata)}
 
