@@ -438,3 +438,20 @@ def test_a_push_reads_the_published_manifest_only_up_to_its_bound(
     again = run("push", str(repo), "--repo", REPO, "--json", env=env)
     assert again.returncode == 0 and fault.hits == 1, again.stderr[-2000:]
     assert json.loads(again.stdout)["deleted_files"] == 0 and server.files(REPO) == published
+
+
+def test_an_endless_metadata_file_is_read_only_up_to_its_bound(
+    url_server: tuple[FaultProxy, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify reads each metadata/<stem>.jsonl whole; the bound (2 GiB, too much to send in a
+    test) is lowered to 1 MiB here, the server sends 300 MB."""
+    from shardkit import verify
+
+    proxy, url = url_server
+    monkeypatch.setattr(verify, "MAX_METADATA_FILE_BYTES", 1 << 20)
+    [fault] = proxy.set(Fault("endless", path=r"/metadata/3\.jsonl", status=200, size=ENDLESS))
+    with pytest.raises(ShardkitError) as raised:
+        verify.verify(url, threads=1)
+    message = str(raised.value)
+    assert message.startswith(f"{shown(url)}metadata/3.jsonl: more than {1 << 20} bytes") and "\n" not in message
+    assert fault.sent < (64 << 20) and PASSWORD not in message

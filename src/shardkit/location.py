@@ -61,6 +61,9 @@ RESUME = "Try again: pack and push resume where they stopped."
 # hostile one may send an endless body): each is far above what shardkit itself writes.
 #: ``shards.json``: about 400 bytes a shard, so room for 100,000 shards and more.
 MAX_MANIFEST_BYTES = 64 << 20
+#: A shard's ``metadata/<stem>.jsonl``, read whole by ``verify``: its rows, a few hundred bytes each
+#: (a 4 GiB shard of 1 KB files holds 4 million).
+MAX_METADATA_FILE_BYTES = 2 << 30
 #: The repo's other top-level files read whole (the card, ``.gitattributes``, loading script, preview).
 MAX_SMALL_FILE_BYTES = 32 << 20
 #: One answer of the Hub's API (a page of a tree listing is about 1000 entries, under 1 MB).

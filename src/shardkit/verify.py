@@ -50,7 +50,14 @@ from .errors import UsageError, source_note
 from .formats import ShardFormat
 from .formats.base import source_of_row
 from .hashing import sha256_stream
-from .location import MAX_MANIFEST_BYTES, Location, bounded_hub_requests, network_timeout, read_bounded
+from .location import (
+    MAX_MANIFEST_BYTES,
+    MAX_METADATA_FILE_BYTES,
+    Location,
+    bounded_hub_requests,
+    network_timeout,
+    read_bounded,
+)
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .outdir import unnamed_files
 from .plan import KeyRange, key_ranges
@@ -181,6 +188,8 @@ class _Check:
         return self.shard.metadata
 
     def open(self, relative: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+        if relative == self.shard.metadata:  # read whole by the walks: never more than a metadata file
+            return contextlib.nullcontext(io.BytesIO(_read_metadata_file(self.location, relative)))
         return self.location.open_random(relative)
 
     def problem(
@@ -194,6 +203,13 @@ class _Check:
     def file(self, name: str, data: bytes, source: str | None) -> None:
         if self.deep:
             _decode(self.result, self.shard, name, data, source)
+
+
+def _read_metadata_file(location: Location, rel: str) -> bytes:
+    """A shard's ``metadata/<stem>.jsonl``, whole: one line naming it past :data:`MAX_METADATA_FILE_BYTES`
+    (a server may send an endless one). FileNotFoundError when it is not there."""
+    with location.open_random(rel) as f:
+        return read_bounded(f, MAX_METADATA_FILE_BYTES, location.where(rel))
 
 
 def _check_shard(
@@ -229,8 +245,7 @@ def _check_shard(
             )
 
     try:
-        with location.open_random(shard.metadata) as f:
-            outer = f.read()
+        outer = _read_metadata_file(location, shard.metadata)
         if walk.metadata is not None and outer != walk.metadata:
             problems.append(Problem(shard.metadata, f"differs from {fmt.metadata_inside} {shard.file}"))
         if hashlib.sha256(outer).hexdigest() != shard.metadata_sha256:
