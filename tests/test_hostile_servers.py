@@ -455,3 +455,38 @@ def test_an_endless_metadata_file_is_read_only_up_to_its_bound(
     message = str(raised.value)
     assert message.startswith(f"{shown(url)}metadata/3.jsonl: more than {1 << 20} bytes") and "\n" not in message
     assert fault.sent < (64 << 20) and PASSWORD not in message
+
+
+STREAM_FAULTS = {
+    "an endless shards.json": (
+        Fault("endless", path=r"/shards\.json", status=200, size=ENDLESS),
+        f"shards.json: more than {MAX_MANIFEST_BYTES} bytes",
+    ),
+    "a redirect loop on a shard": (
+        Fault("redirect", path=r"/data/", status=302),
+        "the server redirected too many times (a redirect loop?)",
+    ),
+    "a 503 on a shard asking to wait an hour": (
+        Fault("status", path=r"/data/", status=503, headers=WAIT_AN_HOUR, body=f"Bearer {TOKEN}\nforged".encode()),
+        "the server answered 503 Service Unavailable",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAM_FAULTS))
+def test_a_stream_from_a_hostile_url_is_one_line_naming_it(
+    case: str, packed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """shardkit.stream reads a ZIP pack with one GET per file (huggingface_hub's client, not fsspec's)."""
+    fault, said = STREAM_FAULTS[case]
+    monkeypatch.setenv("SHARDKIT_NETWORK_TIMEOUT", TIMEOUT)
+    with serve_directory(packed["zip"]) as (base, _), run_fault_proxy(base) as proxy:
+        url = with_password(proxy.url) + "/"
+        proxy.set(fault)
+        with pytest.raises(ShardkitError) as raised:
+            next(iter(shardkit.stream(url)))
+    message = str(raised.value)
+    assert fault.hits >= 1 and said in message and shown(url) in message, message
+    assert "\n" not in message and PASSWORD not in message and TOKEN not in message
+    if fault.mode == "endless":
+        assert fault.sent < 2 * MAX_MANIFEST_BYTES + (32 << 20) < ENDLESS
