@@ -31,6 +31,12 @@ default 60) is an error naming the URL, set through each library's own per-read 
 never a limit on a whole transfer. Other protocols keep their library's defaults. Two waits of an
 S3 upload have no such setting in aiohttp, which s3fs sends through: the wait for ``100
 Continue`` and a body the server stops reading; Ctrl-C still ends them.
+
+What a server answers is held to the same rule: only a 404 means a file is missing (any other
+error answer, and a redirect loop, is one line naming the URL); a body read whole is read up
+to a bound per kind (``MAX_*_BYTES`` below); and huggingface_hub's client, in a push and a
+``verify`` of ``hf://``, is kept from waiting longer than asked or following an upload's
+redirect (:func:`bounded_hub_requests`).
 """
 
 from __future__ import annotations
@@ -161,7 +167,7 @@ def _answer(exc: BaseException) -> tuple[int, str] | None:
     return (status, str(reason or "")) if isinstance(status, int) else None
 
 
-def is_missing(exc: BaseException) -> bool:
+def _is_missing(exc: BaseException) -> bool:
     """Whether a FileNotFoundError really means the file is not there: fsspec's http(s) filesystem
     raises one for any failed request (a 429, a 503, a redirect loop), keeping the cause; only a
     404 (or no HTTP answer behind it at all) means missing."""
@@ -187,7 +193,7 @@ def network_failure(exc: BaseException, doing: str, timeout: float, then: str = 
     if any(cls.__name__ == "TooManyRedirects" for cls in type(failed).__mro__):  # httpx's and aiohttp's
         return NetworkError(f"{doing}: the server redirected too many times (a redirect loop?). {then}")
     answer = _answer(failed)
-    if answer is not None and not (isinstance(exc, FileNotFoundError) and is_missing(exc)):
+    if answer is not None and not (isinstance(exc, FileNotFoundError) and _is_missing(exc)):
         return NetworkError(f"{doing}: {answered(*answer)}. {then}")
     if is_network_error(failed):
         said = server_text(str(failed))
