@@ -11,6 +11,7 @@ requests the proxy saw (a retry after a wait would be a second one) and the byte
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -214,6 +215,17 @@ PUSH_FAULTS = {
     "an endless tree listing": (
         Fault("endless", method="GET", path=TREE, status=200, size=ENDLESS),
         f"the server's answer is over {MAX_API_BODY_BYTES} bytes",
+    ),
+    "a compressed answer (a bomb: its bound counts bytes sent)": (
+        Fault(
+            "status",
+            method="GET",
+            path="/api/whoami",
+            status=200,
+            headers={"Content-Encoding": "gzip"},
+            body=gzip.compress(b"[" * (1 << 20)),
+        ),
+        "the server answered 200 OK, compressed (gzip) though asked not to be",
     ),
     "a 200 that is not JSON": (
         Fault("status", method="GET", path="/api/whoami", status=200, body=b"<html>a captive portal</html>"),

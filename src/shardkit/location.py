@@ -387,10 +387,16 @@ def _body_limit(response: Any) -> int | None:
     if response.status_code >= 300:
         return MAX_ERROR_BODY_BYTES
     request = response.request
-    if request.method in ("GET", "HEAD") and "/api/" not in request.url.path:
+    if not _is_api(request):
         asked = re.fullmatch(r"bytes=(\d+)-(\d+)", request.headers.get("range", "").strip())
         return int(asked.group(2)) - int(asked.group(1)) + 1 if asked else None
     return MAX_API_BODY_BYTES
+
+
+def _is_api(request: Any) -> bool:
+    """Whether a request of huggingface_hub's is to the Hub's API (its answer JSON, parsed whole),
+    not a file download (a GET outside ``/api/``)."""
+    return request.method not in ("GET", "HEAD") or "/api/" in request.url.path
 
 
 @contextlib.contextmanager
@@ -445,6 +451,8 @@ def bounded_hub_requests(timeout: float) -> Iterator[None]:
         request.extensions["timeout"] = {
             kind: timeout if limits.get(kind) is None else limits[kind] for kind in ("connect", "read", "write", "pool")
         }
+        if _is_api(request):  # its bound counts the bytes sent: a compressed body could hold a thousand times more
+            request.headers["Accept-Encoding"] = "identity"
 
     def check(response: Any) -> None:
         request = response.request
@@ -464,6 +472,11 @@ def bounded_hub_requests(timeout: float) -> Iterator[None]:
                 " (and the proxy, if any)."
             )
         limit = _body_limit(response)
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if limit is not None and _is_api(request) and encoding not in ("", "identity"):
+            raise NetworkError(
+                f"{request.method} {url}: {what}, compressed ({server_text(encoding)}) though asked not to be"
+            )
         if limit is not None and not isinstance(response.stream, httpx2.ByteStream):
             response.stream = bounded_body(response.stream, limit, f"{request.method} {url}")
 
