@@ -10,6 +10,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shardkit.errors import InputProblem
 from shardkit.metadata import SourceRecord, metadata_line
 from shardkit.staging import (
     FileRef,
@@ -22,6 +23,10 @@ from shardkit.staging import (
     repeated_files,
     rows_sha256,
 )
+
+
+def _unexpected(problem: InputProblem) -> None:
+    raise AssertionError(f"no problem expected: {problem}")
 
 
 def record(key: str, line: int) -> SourceRecord:
@@ -48,14 +53,14 @@ def test_many_small_runs_merge_in_rounds_sorted_and_deduplicated(tmp_path: Path)
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
     runs = writer.finish()
     assert len(runs) > 64
-    result = merge_runs(runs, str(tmp_path / "sorted.tsv"), fan_in=4)  # forces several rounds
+    duplicates: list[InputProblem] = []
+    result = merge_runs(runs, str(tmp_path / "sorted.tsv"), report=duplicates.append, fan_in=4)  # several rounds
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sorted.tsv"]  # runs consumed
     staged = list(iter_staged(result.path))
     assert [s.key for s in staged] == sorted(set(keys))
     assert result.rows == len(staged) == 2000
     assert result.total_cost == sum(e.cost for e in StagedEntries(result.path))
-    assert result.duplicate_count == 1
-    (dup,) = result.duplicates
+    (dup,) = duplicates
     assert dup.line == len(keys) + 1 and f"first used on line {dup_of.line}" in dup.message
     first = next(s for s in staged if s.key == dup_of.key)
     assert first.line == dup_of.line and first.source == dup_of.source
@@ -73,7 +78,7 @@ def test_fingerprint_ignores_row_order_but_not_content(tmp_path: Path) -> None:
         writer = RunWriter(str(d), run_bytes=1000)
         for r in records:
             writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-        return merge_runs(writer.finish(), str(d / "sorted.tsv")).fingerprint
+        return merge_runs(writer.finish(), str(d / "sorted.tsv"), report=_unexpected).fingerprint
 
     base = fingerprint(rows, "a")
     assert fingerprint(list(reversed(rows)), "b") == base  # the same rows in another order
@@ -155,9 +160,9 @@ def test_repeated_files_names_the_row_that_keeps_the_file(tmp_path: Path) -> Non
     ]
     for r in reversed(refs):
         writer.add(r.to_line())
-    repeats = repeated_files(writer.finish())
-    assert repeats.count == 2 and repeats.lines == {2, 5}
-    first, second = sorted(repeats.problems, key=lambda p: p.line)
+    problems: list[InputProblem] = []
+    assert repeated_files(writer.finish(), report=problems.append) == {2, 5}
+    first, second = sorted(problems, key=lambda p: p.line)
     assert first.line == 2 and first.raw == '{"n": 2}'
     assert "'x//one.jpg' is the same file as line 1 names ('x/one.jpg', key aaaaaaaaaaaaaaaa)" in first.message
     assert second.line == 5 and "line 4 names ('we\"ird\\\\.jpg'" in second.message
@@ -173,9 +178,10 @@ def test_duplicates_name_the_first_row_and_a_leak_between_splits(tmp_path: Path)
     writer = RunWriter(str(tmp_path))
     for r in rows:
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
-    assert result.rows == 1 and result.duplicate_count == 2
-    leak, again = result.duplicates
+    duplicates: list[InputProblem] = []
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"), report=duplicates.append)
+    assert result.rows == 1
+    leak, again = duplicates
     assert leak.line == 2 and leak.message.startswith("file_name 'b.jpg' has the same bytes as 'a.jpg' on line 1")
     assert "(split 'test'; line 1 is in 'train': a leak between splits)" in leak.message
     assert again.line == 3 and again.message.startswith("file_name './a.jpg' is named again (first on line 1):")
@@ -204,7 +210,7 @@ def test_fingerprint_and_rows_sha256_bytes_stay_as_they_were(tmp_path: Path) -> 
     writer = RunWriter(str(tmp_path))
     for r in rows:
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"), report=_unexpected)
     a, b = (f"{r.size}\t{r.ext}\t{json.dumps(r.source)}\t{metadata_line(r)}\n" for r in rows)
     expected = hashlib.sha256(f"split=test\t{a}{rows[0].key}{b}{rows[1].key}".encode())
     assert result.fingerprint == expected.hexdigest()
