@@ -130,7 +130,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
     progress = progress or NullProgress()
     settings = job.settings
     fmt = format_named(settings.format)
-    problems = ProblemReport(os.path.join(job.work_dir, "rejects.jsonl") if job.rejects else None)
+    problems = ProblemReport(os.path.join(job.work_dir, "rejects") if job.rejects else None)
     schema = SchemaTracker()
     audio_line = image_line = 0
     extensions: set[str] = set()

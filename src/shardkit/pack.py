@@ -284,7 +284,7 @@ def _pack_locked(
     rejects_path = (config.rejects_path or default_rejects) if skip else None
     # Each bad row is listed in a spool as it is found; the rejects file is written from it once
     # the check is complete (so an existing one is replaced whole, or not at all).
-    problems = ProblemReport(os.path.join(staging_dir, "rejects.jsonl") if rejects_path else None)
+    problems = ProblemReport(os.path.join(staging_dir, "rejects") if rejects_path else None)
     phases = _PhaseClock()
     try:
         # With a URL, the range tasks' runs must land where this process reads them: here.
@@ -306,7 +306,7 @@ def _pack_locked(
     if problems.count and not skip:
         raise problems.error(config.metadata_path, _wrong_folder_hint(config, staged, problems))
     if rejects_path is not None:
-        _publish_rejects(problems, rejects_path, default=rejects_path == default_rejects)
+        _publish_rejects(problems, rejects_path, config.metadata_path, default=rejects_path == default_rejects)
     if staged.rows == 0:
         listed_in = f": see {rejects_path}" if rejects_path is not None else ""
         every = f" (every row was rejected, {problems.count} problem(s){listed_in})" if problems.count else ""
@@ -838,11 +838,11 @@ def _default_rejects(local_dir: str) -> str:
     return os.path.join(local_dir, WORK_DIR, "rejects.jsonl")
 
 
-def _publish_rejects(problems: ProblemReport, path: str, *, default: bool) -> None:
+def _publish_rejects(problems: ProblemReport, path: str, metadata_path: str, *, default: bool) -> None:
     """Write the rejects file once the check is complete. With no row rejected a file of an
     earlier run stays as it was, unless it is the default one in the work folder (shardkit's
     own, which would mislead)."""
-    if problems.publish(path) or not os.path.exists(path):
+    if problems.publish(path, metadata_path) or not os.path.exists(path):
         return
     if default:
         os.unlink(path)

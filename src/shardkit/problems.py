@@ -3,9 +3,10 @@
 Every problem a check finds (a bad row, a file named twice, a duplicate key, a row without a
 split) goes to :class:`ProblemReport` as it is found, and nowhere else: the count in the summary,
 the "N problem(s)" of the error and the lines of the rejects file are all this one object's, so
-they cannot disagree. With a rejects file asked for, each problem is written at once to a spool
-file in the work folder (memory stays bounded for millions of bad rows); the rejects file the
-user named is written from the spool only at the end, whole, by an atomic rename.
+they cannot disagree. With a rejects file asked for, each problem is spooled at once in sorted
+runs on disk (memory stays bounded for millions of bad rows); once the check is complete the
+rejects file is written from them, whole (temp file, then rename), in input order, each problem
+with its row as the metadata file has it.
 
 The rejects file is the user's to name, and shardkit never overwrites a file it did not write:
 :func:`rejects_path_problem` refuses the metadata file, anything in IMAGES_DIR or OUT_DIR, and an
@@ -14,17 +15,18 @@ existing file that is not a rejects file; a run that rejects no row leaves an ex
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
 from .errors import InputErrors, InputProblem
 from .manifest import replace_atomic
+from .metadata import TOO_LONG, raw_lines
+from .staging import RunWriter, consume_sorted
 
 #: The problems an error message (and the rejects summary) shows; the rest are counted.
 SHOWN_PROBLEMS = 20
@@ -33,74 +35,70 @@ SHOWN_PROBLEMS = 20
 _REJECTS_LINE = re.compile(rb'\{"line":\s*\d+,\s*"reason":\s*"')
 
 
+#: Memory a report's spool holds before it spills a sorted run to disk.
+SPOOL_RUN_BYTES = 4 << 20
+
+
 class ProblemReport:
     """Counts each input problem once, keeps the first :data:`SHOWN_PROBLEMS` for the message,
-    and, given a ``spool`` path, writes each as one rejects line there (one per bad row, its raw
-    line kept). Range checks in other processes have reports of their own, which
-    :meth:`absorb` takes in input order."""
+    and, given a ``spool`` folder, spools each (its line and reason) in sorted runs on disk, from
+    which :meth:`publish` writes the rejects file: one line per problem, in input order, with
+    the row as it is in the metadata file. Range checks in other processes have reports of
+    their own, which :meth:`absorb` takes in."""
 
     def __init__(self, spool: str | None) -> None:
         self.shown: list[InputProblem] = []
         self.count = 0
-        self.spool = spool
-        self._out: IO[str] | None = None  # the spool, opened at the first problem; close() ends it
+        self._writer: RunWriter | None = None
+        self._runs: list[str] = []  # finished runs: of the ranges absorbed
+        if spool is not None:
+            os.makedirs(spool, exist_ok=True)
+            self._writer = RunWriter(spool, run_bytes=SPOOL_RUN_BYTES)
 
     @property
     def lists_rows(self) -> bool:
-        """Whether every problem is listed in a rejects file (``--on-error skip``)."""
-        return self.spool is not None
+        """Whether every problem is spooled for a rejects file (``--on-error skip``)."""
+        return self._writer is not None
 
     def add(self, problem: InputProblem) -> None:
         self.count += 1
         if len(self.shown) < SHOWN_PROBLEMS:
             self.shown.append(problem)
-        if self.spool is not None:
-            record = {"line": problem.line, "reason": problem.message, "row": problem.raw}
-            self._spool().write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        if self._writer is not None:  # (a JSON string holds no tab or newline)
+            self._writer.add(f"{problem.line:012d}\t{json.dumps(problem.message, ensure_ascii=False)}\n")
 
     def absorb(self, other: ReportPart) -> None:
         """Take a range's report (finished in its own process), after the problems already here."""
         self.shown.extend(other.shown[: max(SHOWN_PROBLEMS - len(self.shown), 0)])
         self.count += other.count
-        if self.spool is not None and other.spool is not None and other.count:
-            with open(other.spool, encoding="utf-8", newline="\n") as part:
-                shutil.copyfileobj(part, self._spool())
-
-    def _spool(self) -> IO[str]:
-        if self._out is None:
-            assert self.spool is not None
-            self._out = open(self.spool, "a", encoding="utf-8", newline="\n")  # noqa: SIM115 (closed by close())
-        return self._out
+        self._runs.extend(other.runs)
 
     def part(self) -> ReportPart:
-        """What :meth:`absorb` needs of this report in the process that gathers them all."""
-        self.close()
-        return ReportPart(self.shown, self.count, self.spool)
+        """This report as :meth:`absorb` takes it in the process that gathers them all."""
+        return ReportPart(self.shown, self.count, self._spooled())
 
     def close(self) -> None:
-        if self._out is not None:
-            self._out.close()
-            self._out = None
+        """Spill what the spool holds in memory to disk."""
+        if self._writer is not None:
+            self._writer.finish()
+
+    def _spooled(self) -> list[str]:
+        return self._runs + (self._writer.finish() if self._writer is not None else [])
 
     def error(self, source: str, hint: str | None = None) -> InputErrors:
         """The run's refusal: the first problems, and how many there are in all."""
         return InputErrors(source, self.shown, self.count, hint)
 
-    def publish(self, path: str) -> bool:
-        """Write the rejects file at ``path`` from the spool, whole (temp file, then rename), and
-        remove the spool. With no problem, nothing is written and an existing file stays as it
-        was. Return whether the file was written."""
-        self.close()
-        if self.spool is None:
-            return False
-        try:
-            if self.count:
-                with open(self.spool, "rb") as spool:
-                    replace_atomic(path, lambda out: shutil.copyfileobj(spool, out))
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.spool)
-        return bool(self.count)
+    def publish(self, path: str, metadata_path: str) -> bool:
+        """Write the rejects file at ``path`` whole (temp file, then rename), each problem with
+        its row read again from ``metadata_path``; consume the spool. With no problem nothing is
+        written and an existing file stays as it was. Return whether the file was written."""
+        runs = self._spooled()
+        with consume_sorted(runs) as spooled:
+            if not self.count:
+                return False
+            replace_atomic(path, lambda out: _write_rejects(out, spooled, raw_lines(metadata_path)))
+        return True
 
 
 @dataclass(frozen=True)
@@ -109,7 +107,26 @@ class ReportPart:
 
     shown: list[InputProblem]
     count: int
-    spool: str | None
+    runs: list[str]  # its spool: sorted runs
+
+
+def _write_rejects(out: IO[bytes], spooled: Iterator[str], lines: Iterator[tuple[int, bytes]]) -> None:
+    """One JSON line per spooled problem, in input order: ``{"line", "reason", "row"}``, where
+    ``row`` is the line as read (a line that is not UTF-8 keeps its bytes as surrogate escapes,
+    ``\\udcXX``; a line over the length limit is not copied: "")."""
+    lineno, raw = 0, b""
+    for entry in spooled:
+        line_text, reason = entry.rstrip("\n").split("\t", 1)
+        line = int(line_text)
+        while lineno < line:
+            lineno, raw = next(lines, (line, b""))
+        row = "" if raw is TOO_LONG else raw.decode("utf-8", errors="surrogateescape")
+        record = {"line": line, "reason": json.loads(reason), "row": row}
+        # Surrogate escapes are not UTF-8: such a row is written in ASCII (\\udcXX).
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        if any("\udc80" <= c <= "\udcff" for c in row):
+            text = json.dumps(record, separators=(",", ":"))
+        out.write(text.encode("utf-8") + b"\n")
 
 
 def _inside(path: str, folder: str) -> bool:

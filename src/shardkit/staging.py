@@ -195,6 +195,11 @@ def _consuming(runs: list[str], fan_in: int) -> Iterator[Iterator[str]]:
         os.unlink(run)
 
 
+def consume_sorted(runs: list[str], fan_in: int = MAX_FAN_IN) -> contextlib.AbstractContextManager[Iterator[str]]:
+    """Every line of the sorted ``runs`` (of a :class:`RunWriter`) in order; deleted once read."""
+    return _consuming(runs, fan_in)
+
+
 def _reduce_runs(runs: list[str], fan_in: int) -> list[str]:
     """Merge runs in rounds of ``fan_in`` until at most ``fan_in`` are left (duplicates kept)."""
     round_no = 0
