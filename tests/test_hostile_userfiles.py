@@ -206,6 +206,7 @@ def _refused(corpus: Corpus, tmp_path: Path, rejects: Path | str, *, out: Path |
     before = _snapshot(tmp_path)  # the corpus is in it too
     out_existed = out.exists()
     code, stdout, stderr = run(corpus.images, meta, "-o", out, "--on-error", "skip", "--rejects", rejects)
+    assert stdout == ""
     assert code == 2, stderr
     assert stderr.startswith("error: ") and stderr.count("\n") == 1 and "Traceback" not in stderr
     assert f"--rejects {rejects} " in stderr
