@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Container, Iterable, Iterator
 
-from .card import LOADER_SUFFIX, STATS_BEGIN
+from .card import LOADER_SUFFIX, is_shardkit_card
 from .errors import UsageError, listed
 from .hashing import sha256_file
 from .location import Location
@@ -65,7 +65,7 @@ def foreign_entries(out_dir: str) -> list[str]:
         return []
     try:
         with open(os.path.join(out_dir, "README.md"), encoding="utf-8", errors="replace") as f:
-            if STATS_BEGIN in f.read():
+            if is_shardkit_card(f.read()):
                 return []
     except FileNotFoundError:
         pass
