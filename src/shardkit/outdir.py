@@ -28,6 +28,9 @@ PLACEHOLDERS = frozenset({".gitkeep"})
 #: What may be at the root of a shardkit repo: its files and folders, and ``.git`` (a clone),
 #: which shardkit never touches. Anything else in OUT_DIR is the user's.
 SHARDKIT_ROOT_ENTRIES = SMALL_FILES | {WORK_DIR, ".git", "data", "metadata"}
+#: Names whose files are never published, whatever ``.gitignore`` or ``--include`` say:
+#: shardkit's working folder (OUT_DIR's, or a dataset's in a folder included) and git's.
+NEVER_PUBLISHED = frozenset({WORK_DIR, ".git"})
 #: The folders that hold a dataset's shards and their metadata files, and nothing else.
 SHARD_FOLDERS = ("data/", "metadata/")
 
@@ -46,6 +49,11 @@ def unnamed_files(paths: Iterable[str], named: Container[str]) -> list[str]:
         for rel in paths
         if rel.startswith(SHARD_FOLDERS) and rel.rsplit("/", 1)[-1] not in PLACEHOLDERS and rel not in named
     ]
+
+
+def never_published(rel: str) -> bool:
+    """Whether a repo path (with "/") is, or is in, a folder of :data:`NEVER_PUBLISHED`."""
+    return not NEVER_PUBLISHED.isdisjoint(rel.split("/"))
 
 
 def is_small_file(name: str) -> bool:
