@@ -487,23 +487,6 @@ def test_free_text_answers_with_a_marker_line_are_refused(tmp_path: Path, key: s
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_templates_own_hook_refuses_a_marker_line_for_plain_cookiecutter(tmp_path: Path) -> None:
-    from cookiecutter.exceptions import FailedHookException
-    from cookiecutter.main import cookiecutter
-
-    from shardkit.cli import TEMPLATE_DIR
-
-    with pytest.raises(FailedHookException):
-        cookiecutter(
-            TEMPLATE_DIR,
-            no_input=True,
-            extra_context={"description": "Text\n<!-- shardkit:stats -->\n"},
-            output_dir=str(tmp_path),
-            default_config=True,
-        )
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_a_language_that_would_end_the_front_matter_stays_a_value(tmp_path: Path) -> None:
     result = subprocess.run(
         [str(SCRIPTS / "shardkit"), "new", "--no-input", "namespace=me", "language=en\n---\nx: 1", "-o", str(tmp_path)],
