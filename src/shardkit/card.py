@@ -70,7 +70,7 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
 
 
 # A top-level key line: `key:`, `"key":`, `key :` (not a comment, list item or indented line).
-_TOP_LEVEL_KEY = re.compile(r"""^(["']?)([^\s#\-"'][^:"']*?)\1\s*:(?:\s|$)""")
+_TOP_LEVEL_KEY = re.compile(r"""^(["']?)([^\s#\-"'][^:"']*?)\1\s*:(?:\s|\Z)""")
 
 
 def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:

@@ -112,7 +112,7 @@ def split_problem(value: object) -> str | None:
         return f'column {SPLIT_COLUMN!r} holds {json.dumps(value)}, not a split name (a string such as "train")'
     if not _SPLIT_NAME.fullmatch(value) or value.lower() == "all":  # (datasets refuses ALL, All too)
         return (
-            f"column {SPLIT_COLUMN!r} holds {json.dumps(value, ensure_ascii=False)}: a split name is 1 to 64 ASCII"
+            f"column {SPLIT_COLUMN!r} holds {json.dumps(value)}: a split name is 1 to 64 ASCII"
             ' letters, digits or underscores, and not "all" in any case (train, validation, test...)'
         )
     return None
