@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -373,3 +374,54 @@ def test_anchored_checks_refuse_a_trailing_newline() -> None:
     assert manifest._SHARD_NAME.fullmatch("data/ab.zip") and not manifest._SHARD_NAME.fullmatch("data/ab.zip\n")
     assert scaffold.name_problems("name\n", "dataset_name")
     assert not scaffold.name_problems("name", "dataset_name")
+
+
+def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(tiny_image(1))
+    meta = tmp_path / "meta.jsonl"
+    meta.write_text('{"file_name": "a.jpg"}\n', encoding="utf-8")
+    out = tmp_path / "out"
+    assert _run(str(images), str(meta), "-o", str(out), "-q").returncode == 0
+    manifest = json.loads((out / "shards.json").read_text(encoding="utf-8"))
+    (shard,) = manifest["shards"]
+    (out / shard["file"]).rename(out / f"{shard['file']}\n")  # the file is there under the new name
+    shard["file"] += "\n"
+    (out / "shards.json").write_text(json.dumps(manifest), encoding="utf-8")
+    verified = subprocess.run(
+        [str(BIN / "shardkit"), "verify", str(out), "-q"], capture_output=True, text=True, check=False
+    )
+    # (2: the folder's manifest is not shardkit's, as for any other manifest shardkit did not write)
+    assert verified.returncode == 2, verified.stdout + verified.stderr
+    assert "Traceback" not in verified.stderr
+    named = [line for line in verified.stderr.split("\n") if "shards.json" in line]
+    assert len(named) == 1 and f"shard {shard['file']!r} is not data/" in named[0], verified.stderr
+
+
+@pytest.mark.parametrize("homepage", ["https://example.org/x\n", "https://example.org/\u2028x", "example.org"])
+def test_a_homepage_with_a_line_end_is_refused_by_shardkit_new_and_by_the_templates_hook(
+    tmp_path: Path, homepage: str
+) -> None:
+    from cookiecutter.exceptions import FailedHookException
+
+    from tests.test_template import generate
+
+    config = tmp_path / "cookiecutter.yaml"  # keeps a user's ~/.cookiecutterrc out of the test
+    config.write_text("default_context: {}\n")
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [str(BIN / "shardkit"), "new", "--no-input", "-o", str(out), "namespace=me", f"homepage={homepage}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "COOKIECUTTER_CONFIG": str(config)},
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"homepage {homepage!r} is not an http(s) URL" in result.stderr
+    assert not out.exists() or list(out.iterdir()) == []
+    hooked = tmp_path / "hooked"
+    hooked.mkdir()
+    with pytest.raises(FailedHookException):
+        generate(hooked, homepage=homepage)
+    assert list(hooked.iterdir()) == []
