@@ -256,7 +256,7 @@ def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
 
     ``images_root`` is absolute and ends in a separator.
     """
-    if control := _CONTROL.search(file_name):
+    if not file_name.isprintable() and (control := _CONTROL.search(file_name)):  # (most names: printable)
         return (
             f"file_name {file_name!r} holds {control.group()!r}: a file name holds no control character"
             " (NUL, tab, newline...) or line break; rename the file"

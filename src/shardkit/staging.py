@@ -42,20 +42,22 @@ class UnstageableRow(ValueError):
     """A row with a field no staged line can hold as it is: the checks before staging refuse
     such keys, extensions and split names, so this is a last guard of the line format."""
 
+    def __init__(self, fields: str) -> None:
+        super().__init__(f"the row's {fields} holds a control character or a character that is not ASCII")
 
-def _plain(what: str, *fields: str) -> None:
-    """Refuse fields a staged line holds as they are (not JSON) unless they are printable ASCII:
-    a tab would shift every later field, a line end (``\\n``; ``\\r``, ``\\x85``, ``\\u2028`` for a
-    reader that splits as str.splitlines does) would cut the row in two."""
-    plain = "".join(fields)
-    if not (plain.isascii() and plain.isprintable()):
-        shown = ", ".join(repr(field) for field in fields)
-        raise UnstageableRow(f"{what} ({shown}) holds a control character or a character that is not ASCII")
+
+def _plain(fields: str) -> bool:
+    """Whether ``fields`` (a key, extension or split, which a staged line holds as they are, not
+    as JSON) are printable ASCII: a tab would shift every later field, a line end (``\\n``;
+    ``\\r``, ``\\x85``, ``\\u2028`` for a reader that splits as str.splitlines does) would cut the
+    row in two."""
+    return fields.isascii() and fields.isprintable()
 
 
 def _staged_line(row: SourceRecord | StagedRow, metadata_line: str) -> str:
     """The one writer of a staged line (see :class:`StagedRow`)."""
-    _plain("the row's key, extension and split", row.key, row.ext, row.split)
+    if not _plain(row.key + row.ext + row.split):
+        raise UnstageableRow(f"key {row.key!r}, extension {row.ext!r} or split {row.split!r}")
     check = f"{row.stamp}:{'h' if row.content_keyed else 'k'}"
     head = f"{row.key}\t{row.line:012d}\t{row.size}\t{row.ext}\t{check}"
     return f"{head}\t{row.split}\t{json_string(row.source)}\t{metadata_line}\n"
@@ -340,7 +342,8 @@ class FileRef:
     @staticmethod
     def line_of(row: SourceRecord | FileRef, metadata_line: str) -> str:
         """``FileRef.of(row, metadata_line).to_line()``, without making the object (once per input row)."""
-        _plain("the row's key", row.key)
+        if not _plain(row.key):
+            raise UnstageableRow(f"key {row.key!r}")
         source = json_string(row.source)
         normal = _normal_path(row.source)
         path = source if normal == row.source else json_string(normal)
