@@ -176,7 +176,7 @@ class Manifest:
 #: else: a manifest naming ``../elsewhere.zip`` or an absolute path would make them read (and
 #: publish) files outside the dataset.
 _SHARD_NAME = re.compile(
-    rf"^data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})$"
+    rf"data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})"
 )
 
 
@@ -184,7 +184,7 @@ def _checked_shards(shards: list[ManifestShard], fmt: ShardFormat) -> list[Manif
     seen: set[str] = set()
     folders: set[bool] = set()
     for shard in shards:
-        match = _SHARD_NAME.match(shard.file)
+        match = _SHARD_NAME.fullmatch(shard.file)
         if match is None or match.group(3) != fmt.name:
             raise ValueError(f"shard {shard.file!r} is not data/[<split>/]<hex prefix>{fmt.suffix}")
         if shard.metadata != f"metadata/{match.group(1)}.jsonl":

@@ -42,8 +42,8 @@ FREE_TEXT = json.loads(r"""
 {{ {"pretty_name": cookiecutter.pretty_name, "description": cookiecutter.description,
     "citation": cookiecutter.citation, "language": cookiecutter.language} | tojson }}
 """)
-ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
-URL = re.compile(r"^https?://[^\s<>\"'`]+$")
+ALLOWED = re.compile(r"[A-Za-z0-9._-]")
+URL = re.compile(r"https?://[^\s<>\"'`]+")
 MARKER_LINE = re.compile(r"^<!-- /?shardkit:", re.MULTILINE)
 
 
@@ -53,7 +53,7 @@ def problems(value: str, what: str) -> list:
         return [f"{what} is empty"]
     if len(value) > 96:
         found.append(f"{what} {value!r} is {len(value)} characters long; the Hub allows at most 96")
-    bad = sorted({c for c in value if not ALLOWED.match(c)})
+    bad = sorted({c for c in value if not ALLOWED.fullmatch(c)})
     if bad:
         shown = ", ".join(repr(c) for c in bad)
         found.append(f"{what} {value!r} contains {shown}; use only letters, digits, '-', '_' and '.'")
@@ -76,7 +76,7 @@ def choice_problems() -> list:
     for key, value in FREE_TEXT.items():
         if MARKER_LINE.search(value):
             found.append(f"{key} {value!r} has a line that reads as one of the card's shardkit markers; reword it")
-    if HOMEPAGE and not URL.match(HOMEPAGE):
+    if HOMEPAGE and not URL.fullmatch(HOMEPAGE):
         found.append(f"homepage {HOMEPAGE!r} is not an http(s) URL (https://...); leave it out if there is none")
     return found
 
