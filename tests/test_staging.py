@@ -297,10 +297,12 @@ def test_every_reader_of_staged_files_gets_each_row_back_whatever_its_text(
         # A row naming a file an earlier row names (the same normalized name) is a repeat, by line.
         first_named: dict[str, int] = {}
         repeats = {r.line for r in records if first_named.setdefault(_normal_path(r.source), r.line) != r.line}
-        assert repeated_files(refs.finish()).lines == repeats
-        merged = merge_runs(writer.finish(), f"{folder}/sorted.tsv")
+        reported: list[InputProblem] = []
+        assert repeated_files(refs.finish(), report=reported.append) == repeats
+        assert sorted(p.line for p in reported) == sorted(repeats)  # each repeat reported once
+        merged = merge_runs(writer.finish(), f"{folder}/sorted.tsv", report=_unexpected)
         assert merged.rows == len(records)
-        regrouped = regroup(merged.path, merged)
+        regrouped = regroup(merged.path, merged, report=_unexpected)
         assert [(s.name, s.rows) for s in regrouped.splits] == [(split or "train", len(records))]
         staged = list(iter_staged(merged.path))
         assert [(s.key, s.source, s.metadata_line, s.split) for s in staged] == [
