@@ -141,7 +141,8 @@ def test_same_file_under_two_keys_is_reported_and_skip_keeps_the_first(corpus: C
     ) in stderr
     assert shard_files(out) == []
     code, stdout, stderr, _ = pack_rows(corpus, rows, tmp_path, "--on-error", "skip", "--json")
-    assert code == 0 and json.loads(stdout)["rows"] == 2 and json.loads(stdout)["rejected_rows"] == 1
+    assert code == 0, stderr
+    assert json.loads(stdout)["rows"] == 2 and json.loads(stdout)["rejected_rows"] == 1
 
 
 def test_links_to_one_file_are_distinct_rows(corpus: Corpus, tmp_path: Path) -> None:

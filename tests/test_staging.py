@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardkit.errors import InputProblem
 from shardkit.metadata import SourceRecord, metadata_line
 from shardkit.staging import (
     FileRef,
@@ -28,6 +29,10 @@ from shardkit.staging import (
     repeated_files,
     rows_sha256,
 )
+
+
+def _unexpected(problem: InputProblem) -> None:
+    raise AssertionError(f"no problem expected: {problem}")
 
 
 def record(key: str, line: int) -> SourceRecord:
@@ -54,14 +59,14 @@ def test_many_small_runs_merge_in_rounds_sorted_and_deduplicated(tmp_path: Path)
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
     runs = writer.finish()
     assert len(runs) > 64
-    result = merge_runs(runs, str(tmp_path / "sorted.tsv"), fan_in=4)  # forces several rounds
+    duplicates: list[InputProblem] = []
+    result = merge_runs(runs, str(tmp_path / "sorted.tsv"), report=duplicates.append, fan_in=4)  # several rounds
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sorted.tsv"]  # runs consumed
     staged = list(iter_staged(result.path))
     assert [s.key for s in staged] == sorted(set(keys))
     assert result.rows == len(staged) == 2000
     assert result.total_cost == sum(e.cost for e in StagedEntries(result.path))
-    assert result.duplicate_count == 1
-    (dup,) = result.duplicates
+    (dup,) = duplicates
     assert dup.line == len(keys) + 1 and f"first used on line {dup_of.line}" in dup.message
     first = next(s for s in staged if s.key == dup_of.key)
     assert first.line == dup_of.line and first.source == dup_of.source
@@ -79,7 +84,7 @@ def test_fingerprint_ignores_row_order_but_not_content(tmp_path: Path) -> None:
         writer = RunWriter(str(d), run_bytes=1000)
         for r in records:
             writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-        return merge_runs(writer.finish(), str(d / "sorted.tsv")).fingerprint
+        return merge_runs(writer.finish(), str(d / "sorted.tsv"), report=_unexpected).fingerprint
 
     base = fingerprint(rows, "a")
     assert fingerprint(list(reversed(rows)), "b") == base  # the same rows in another order
@@ -161,9 +166,9 @@ def test_repeated_files_names_the_row_that_keeps_the_file(tmp_path: Path) -> Non
     ]
     for r in reversed(refs):
         writer.add(r.to_line())
-    repeats = repeated_files(writer.finish())
-    assert repeats.count == 2 and repeats.lines == {2, 5}
-    first, second = sorted(repeats.problems, key=lambda p: p.line)
+    problems: list[InputProblem] = []
+    assert repeated_files(writer.finish(), report=problems.append) == {2, 5}
+    first, second = sorted(problems, key=lambda p: p.line)
     assert first.line == 2 and first.raw == '{"n": 2}'
     assert "'x//one.jpg' is the same file as line 1 names ('x/one.jpg', key aaaaaaaaaaaaaaaa)" in first.message
     assert second.line == 5 and "line 4 names ('we\"ird\\\\.jpg'" in second.message
@@ -179,9 +184,10 @@ def test_duplicates_name_the_first_row_and_a_leak_between_splits(tmp_path: Path)
     writer = RunWriter(str(tmp_path))
     for r in rows:
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
-    assert result.rows == 1 and result.duplicate_count == 2
-    leak, again = result.duplicates
+    duplicates: list[InputProblem] = []
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"), report=duplicates.append)
+    assert result.rows == 1
+    leak, again = duplicates
     assert leak.line == 2 and leak.message.startswith("file_name 'b.jpg' has the same bytes as 'a.jpg' on line 1")
     assert "(split 'test'; line 1 is in 'train': a leak between splits)" in leak.message
     assert again.line == 3 and again.message.startswith("file_name './a.jpg' is named again (first on line 1):")
@@ -210,7 +216,7 @@ def test_fingerprint_and_rows_sha256_bytes_stay_as_they_were(tmp_path: Path) -> 
     writer = RunWriter(str(tmp_path))
     for r in rows:
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"), report=_unexpected)
     a, b = (f"{r.size}\t{r.ext}\t{json.dumps(r.source)}\t{metadata_line(r)}\n" for r in rows)
     expected = hashlib.sha256(f"split=test\t{a}{rows[0].key}{b}{rows[1].key}".encode())
     assert result.fingerprint == expected.hexdigest()
@@ -291,10 +297,12 @@ def test_every_reader_of_staged_files_gets_each_row_back_whatever_its_text(
         # A row naming a file an earlier row names (the same normalized name) is a repeat, by line.
         first_named: dict[str, int] = {}
         repeats = {r.line for r in records if first_named.setdefault(_normal_path(r.source), r.line) != r.line}
-        assert repeated_files(refs.finish()).lines == repeats
-        merged = merge_runs(writer.finish(), f"{folder}/sorted.tsv")
+        reported: list[InputProblem] = []
+        assert repeated_files(refs.finish(), report=reported.append) == repeats
+        assert sorted(p.line for p in reported) == sorted(repeats)  # each repeat reported once
+        merged = merge_runs(writer.finish(), f"{folder}/sorted.tsv", report=_unexpected)
         assert merged.rows == len(records)
-        regrouped = regroup(merged.path, merged)
+        regrouped = regroup(merged.path, merged, report=_unexpected)
         assert [(s.name, s.rows) for s in regrouped.splits] == [(split or "train", len(records))]
         staged = list(iter_staged(merged.path))
         assert [(s.key, s.source, s.metadata_line, s.split) for s in staged] == [

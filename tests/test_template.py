@@ -132,6 +132,15 @@ def test_the_templates_own_hook_refuses_a_homepage_that_is_not_a_link(tmp_path: 
     assert "**Homepage:** <https://example.org/x>" in (repo / "README.md").read_text()
 
 
+@pytest.mark.parametrize("key", ["pretty_name", "description", "citation", "language"])
+def test_the_templates_own_hook_refuses_a_line_that_reads_as_a_card_marker(tmp_path: Path, key: str) -> None:
+    from cookiecutter.exceptions import FailedHookException
+
+    with pytest.raises(FailedHookException):
+        generate(tmp_path, **{key: "Text\n<!-- shardkit:stats -->\n"})
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_namespace_is_refused(tmp_path: Path) -> None:
     result = subprocess.run(
         [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path), "namespace=a b"],

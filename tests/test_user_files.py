@@ -59,6 +59,16 @@ def test_a_folder_shardkit_did_not_make_is_refused_and_left_as_it_was(tmp_path: 
     assert tree_bytes(repo) == before and not (repo / ".shardkit").exists()
 
 
+def test_a_card_that_only_mentions_shardkits_marker_is_not_a_shardkit_repo(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _user_repo(repo)
+    (repo / "README.md").write_text("# Notes\n\nshardkit's cards hold `<!-- shardkit:stats -->` markers.\n")
+    before = tree_bytes(repo)
+    result = pack_example(repo)
+    assert result.returncode == 2 and "is not empty and not a shardkit dataset repo" in result.stderr
+    assert tree_bytes(repo) == before and not (repo / ".shardkit").exists()
+
+
 def test_adopt_keeps_the_users_text_and_files_and_push_publishes_only_shardkits(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     mine = _user_repo(repo)

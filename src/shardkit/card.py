@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import quote, unquote
 
 import yaml
 
@@ -179,16 +180,19 @@ def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: 
     return fmt.card_features(features, extensions)
 
 
-STATS_BEGIN = "<!-- shardkit:stats -->"
-STATS_END = "<!-- /shardkit:stats -->"
-
 #: The card sections shardkit owns, each between ``<!-- shardkit:NAME -->`` and
 #: ``<!-- /shardkit:NAME -->``, in the order a missing one is put in. Every pack rewrites them
 #: (push rewrites ``usage`` too); the text around them is the user's and is never touched.
 SECTIONS = ("stats", "features", "usage", "layout", "license")
 #: A section's opening marker; ``usage`` records there, as ``key=value`` words, what push must
-#: know to render it again (``repo``, ``revision``, ``builtin``).
-_BEGIN = re.compile(r"<!-- shardkit:(?P<name>[a-z]+)(?P<attrs>(?: [a-z]+=[^\s>]+)*) -->")
+#: know to render it again (``repo``, ``revision``, ``builtin``; each value percent-encoded).
+#: A marker is a line of its own: user text in a section (a column or class name, a value) is
+#: never a whole line (one-line cells and JSON strings), so it can neither open nor close one.
+_BEGIN = re.compile(r"^<!-- shardkit:(?P<name>[a-z]+)(?P<attrs>(?: [a-z]+=[^\s>]+)*) -->[ \t\r]*$", re.MULTILINE)
+#: What a marker's word keeps as it is (a repo id, a branch name as usually spelled).
+_ATTR_SAFE = "/._-+@"
+#: A line of a section's content that would read as a marker: shown as text instead.
+_MARKER_LIKE = re.compile(r"^<!--(?= /?shardkit:)", re.MULTILINE)
 #: The Hub namespace the template offers before one is given: never a repo to load from.
 PLACEHOLDER_NAMESPACE = "your-username"
 #: Shown in a ClassLabel's row of the features table; the front matter lists every name.
@@ -202,16 +206,16 @@ def _end_marker(name: str) -> str:
 
 
 def _find_section(body: str, name: str) -> tuple[int, int, dict[str, str]] | None:
-    """Where section ``name`` starts and ends in ``body`` (its markers included) and the words of
-    its opening marker; None if it has no opening marker or no closing one after it."""
+    """Where section ``name`` starts and ends in ``body`` (its marker lines included) and the
+    words of its opening marker; None if it has no opening marker or no closing one after it."""
     for match in _BEGIN.finditer(body):
         if match.group("name") != name:
             continue
-        end = body.find(_end_marker(name), match.end())
-        if end == -1:
+        end = re.compile(rf"^{re.escape(_end_marker(name))}[ \t\r]*$", re.MULTILINE).search(body, match.end())
+        if end is None:
             return None
-        attrs = dict(word.split("=", 1) for word in match.group("attrs").split())
-        return match.start(), end + len(_end_marker(name)), attrs
+        attrs = {k: unquote(v) for k, v in (word.split("=", 1) for word in match.group("attrs").split())}
+        return match.start(), end.end(), attrs
     return None
 
 
@@ -219,10 +223,18 @@ def _has_marker(body: str, name: str) -> bool:
     return any(m.group("name") == name for m in _BEGIN.finditer(body))
 
 
+def is_shardkit_card(text: str) -> bool:
+    """Whether a card has shardkit's sections (a marker line, not the words in a sentence)."""
+    return _has_marker(text, "stats")
+
+
 def _section(name: str, content: str, attrs: dict[str, str] | None = None) -> str:
-    words = "".join(f" {k}={v}" for k, v in (attrs or {}).items())
+    """The one writer of a section: its markers, each a line, around ``content``, in which no
+    line can read as a marker (a name the user gave, say, that ends a line and starts another)."""
+    words = "".join(f" {k}={quote(v, safe=_ATTR_SAFE)}" for k, v in (attrs or {}).items())
     if content and not content.endswith("\n"):
         content += "\n"
+    content = _MARKER_LIKE.sub("&lt;!--", content)
     return f"<!-- shardkit:{name}{words} -->\n{content}{_end_marker(name)}"
 
 

@@ -285,7 +285,8 @@ pack_options: list[_Decorator] = [
         "--rejects",
         type=click.Path(dir_okay=False),
         default=None,
-        help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl].",
+        help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl]. Never the"
+        " input, a file in IMAGES_DIR or OUT_DIR, or a file that is not a rejects file.",
     ),
     click.option(
         "--keep-source-path",

@@ -36,7 +36,7 @@ class InputProblem:
 
     line: int
     message: str
-    raw: str = ""  # the offending line as read, for the rejects file
+    raw: str = ""  # the offending line as seen; no longer read (the rejects file reads each row again from the input)
 
     def format(self, source: str) -> str:
         return f"{source}:{self.line}: {self.message}"

@@ -12,8 +12,9 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import UsageError, naming
 from .formats import FORMAT_NAMES, ShardFormat, format_named, format_of_manifest
@@ -222,7 +223,13 @@ WORK_DIR = ".shardkit"
 
 
 def write_atomic(path: str, content: bytes) -> None:
-    """Write a small file so that readers see the old or the new content, never a mix.
+    """Write a small file so that readers see the old or the new content, never a mix."""
+    replace_atomic(path, lambda f: f.write(content))
+
+
+def replace_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
+    """Replace ``path`` with what ``write`` writes to the open file it is given: readers see the
+    old or the new content, never a mix, and a failed write leaves the old file as it was.
 
     In a repo root that has a working folder, the temporary file is written there (in
     ``.shardkit/tmp``, never published, on the same filesystem): a run killed part-way must
@@ -234,14 +241,16 @@ def write_atomic(path: str, content: bytes) -> None:
     tmp = os.path.join(scratch if os.path.isdir(scratch) else folder, f"{name}.{secrets.token_hex(4)}.partial")
     try:
         with open(tmp, "wb") as f:
-            f.write(content)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # Ctrl-C too: no partial file is left behind
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise naming(exc, path) from None
+        if isinstance(exc, OSError):
+            raise naming(exc, path) from None
+        raise
 
 
 def write_manifest(out_dir: str, manifest: Manifest) -> str:

@@ -106,9 +106,7 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
         if raw is TOO_LONG:
             yield _Row(lineno, "", problem=f"line is longer than {MAX_LINE_BYTES >> 20} MiB; not packed")
             continue
-        if lineno == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM) :]
-        raw = raw.rstrip(b"\r\n")
+        raw = _line_bytes(lineno, raw)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -143,6 +141,21 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
             )
             continue
         yield _Row(lineno, "", obj=obj)
+
+
+def _line_bytes(lineno: int, raw: bytes) -> bytes:
+    """A line as a row: without its line end, nor on line 1 a UTF-8 byte order mark."""
+    if lineno == 1 and raw.startswith(_BOM):
+        raw = raw[len(_BOM) :]
+    return raw.rstrip(b"\r\n")
+
+
+def raw_lines(metadata_path: str) -> Iterator[tuple[int, bytes]]:
+    """Every line of a metadata file as its rows are read (:func:`_line_bytes`), numbered as
+    problems name them; :data:`TOO_LONG` in place of a line longer than MAX_LINE_BYTES."""
+    with open_metadata(metadata_path) as stream:
+        for lineno, raw in enumerate(_bounded_lines(stream, None), 1):
+            yield lineno, raw if raw is TOO_LONG else _line_bytes(lineno, raw)
 
 
 class _DuplicateKey(ValueError):

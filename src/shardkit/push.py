@@ -48,6 +48,7 @@ from .outdir import (
     HashCache,
     is_small_file,
     locked,
+    never_published,
     pull_small_files,
     shard_problem,
     unnamed_files,
@@ -150,8 +151,9 @@ class PushSummary:
 
 
 def ignore_rules(out_dir: str) -> pathspec.GitIgnoreSpec:
-    """OUT_DIR's ``.gitignore`` with git's rules (``!`` included), then :data:`ALWAYS_IGNORED`,
-    last so that no ``!`` rule publishes the working folder or a clone's ``.git``.
+    """OUT_DIR's ``.gitignore`` with git's rules (``!`` included), then :data:`ALWAYS_IGNORED`.
+    (Last, yet a ``!`` rule that names a file in one of those folders takes it back, as
+    pathspec reads git's rules: :func:`is_ignored` keeps the working folder and ``.git`` out.)
 
     huggingface_hub applies ``.gitignore`` on the server only, after a file is uploaded;
     ``pathspec`` is the library git-style tools use to match it here. A line pathspec cannot read
@@ -178,7 +180,10 @@ def ignore_rules(out_dir: str) -> pathspec.GitIgnoreSpec:
 
 def is_ignored(path: str, is_dir: bool, rules: pathspec.GitIgnoreSpec) -> bool:
     """Whether git would leave ``path`` out: it or a folder on the way to it is ignored (as in
-    git, a file in an ignored folder stays out, whatever ``!`` rule names it)."""
+    git, a file in an ignored folder stays out, whatever ``!`` rule names it). A path in the
+    working folder or ``.git`` always is (:func:`~shardkit.outdir.never_published`)."""
+    if never_published(path):
+        return True
     parts = path.split("/")
     folders = ["/".join(parts[:i]) + "/" for i in range(1, len(parts))]
     return any(rules.match_file(folder) for folder in folders) or rules.match_file(path + "/" if is_dir else path)
@@ -252,7 +257,7 @@ def collect_files(
     for folder, dirs, files in os.walk(out_dir):
         rel_folder = os.path.relpath(folder, out_dir).replace(os.sep, "/")
         prefix = "" if rel_folder == "." else rel_folder + "/"
-        dirs[:] = sorted(d for d in dirs if not rules.match_file(prefix + d + "/"))
+        dirs[:] = sorted(d for d in dirs if not is_ignored(prefix + d, True, rules))
         found.update((prefix + name, (os.path.join(folder, name), None)) for name in sorted(files))
     if remote is not None:  # the files below the top level are at the URL only
         for rel, size in sorted(listing.items()):
