@@ -70,7 +70,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .check import SPLIT_COLUMN, split_problem
 from .errors import NetworkError, ShardkitError, UsageError
-from .location import Location, is_network_error, is_timeout
+from .location import (
+    Location,
+    OutsideDataset,
+    check_in_dataset,
+    is_network_error,
+    is_timeout,
+    open_in_dataset,
+    readable_root,
+)
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
 from .outdir import check_out_dir, locked
 from .plan import DEFAULT_MAX_SHARD_BYTES
@@ -534,17 +542,33 @@ def _with_bytes(value: Any, config: RemuxConfig, where: str) -> Any:
         import fsspec  # type: ignore[import-untyped]
 
         try:
-            with fsspec.open(path, "rb") as f:
+            opened: Any = None
+            if os.path.isdir(config.source):
+                # A local source's file is read as every local dataset file is: not through a link
+                # out of the folder (b.png -> ../secret.png), by the one rule of readable_root (for
+                # a member of an archive, ``zip://b.png::/src/a.zip``, the archive's link).
+                root = readable_root(config.source)
+                check_in_dataset(_local_file(path), root)
+                if "::" not in path:
+                    opened = open_in_dataset(_local_file(path), root)
+            with opened or fsspec.open(path, "rb") as f:
                 return {"bytes": f.read(), "path": path}
+        except OutsideDataset as exc:
+            raise ShardkitError(f"{where}: {exc}") from None
         except OSError as exc:
             raise ShardkitError(f"{where}: cannot read its file {path!r}: {exc}") from None
     return value
 
 
+def _local_file(path: str) -> str:
+    """The file a local source's path names (datasets may give it as ``file://...``)."""
+    return path.rsplit("::", 1)[-1].removeprefix("file://")
+
+
 def _inside_source(path: str, source: str) -> bool:
     """Whether a file path datasets gave lies inside the source: under a local source folder,
     or (the last link of a chained URL such as ``zip://x::hf://...``) in the source's Hub repo."""
-    last = path.rsplit("::", 1)[-1].removeprefix("file://")
+    last = _local_file(path)
     if os.path.isdir(source):
         # Compared as written, not resolved: the user's own folder may hold symlinks (a Hub
         # cache's snapshot is links into blobs/); what is refused is a path naming elsewhere.

@@ -51,7 +51,7 @@ from .formats import ShardFormat
 from .formats.base import source_of_row
 from .hashing import sha256_stream
 from .location import Location
-from .manifest import MANIFEST_NAME, Manifest, ManifestShard
+from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest_at
 from .outdir import unnamed_files
 from .plan import KeyRange, key_ranges
 from .progress import NullProgress, Progress
@@ -278,13 +278,7 @@ def verify(
     out_dir = location.url
     if location.is_local and not os.path.isdir(out_dir):  # a URL has no folder to check: its manifest tells
         raise UsageError(f"OUT_DIR {out_dir!r} is not a folder")
-    try:
-        with location.open_random(MANIFEST_NAME) as f:
-            manifest: Manifest | None = Manifest.from_json(json.load(f))
-    except FileNotFoundError:
-        manifest = None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{out_dir}/{MANIFEST_NAME} is not a shardkit manifest: {exc}") from None
+    manifest = read_manifest_at(location)
     if manifest is None:
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
     report = VerifyReport(out_dir=out_dir, shards=len(manifest.shards), deep=deep)
