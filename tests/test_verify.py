@@ -124,17 +124,12 @@ def _unsafe_member_name(repo: Path) -> str:
     return "data/3.zip: not a sound shard: unsafe member name '../escape.jpg'"
 
 
-def _over_the_cap(repo: Path) -> str:
-    manifest = json.loads((repo / "shards.json").read_text())
-    manifest["max_shard_bytes"] = 50_000
-    (repo / "shards.json").write_text(json.dumps(manifest))
-    return "over the cap of 50000"
-
-
 def _wrong_row_count(repo: Path) -> str:
     manifest = json.loads((repo / "shards.json").read_text())
     rows = manifest["shards"][3]["rows"]
     manifest["shards"][3]["rows"] = rows + 1
+    manifest["totals"]["rows"] += 1  # a manifest that adds up: only the shard can tell
+    manifest["splits"]["train"]["rows"] += 1
     (repo / "shards.json").write_text(json.dumps(manifest))
     return f"data/3.zip: {rows} members, the manifest says {rows + 1} rows"
 
@@ -149,7 +144,6 @@ DAMAGE = {
     "member without row": _member_without_row,
     "metadata not first": _metadata_not_first,
     "unsafe member name": _unsafe_member_name,
-    "over the cap": _over_the_cap,
     "wrong row count": _wrong_row_count,
 }
 

@@ -493,7 +493,7 @@ def _check_type(spec: dict[str, Any], where: str, count: list[int], depth: int, 
     if kind == "dtype":
         if isinstance(inner, dict) and top:
             _check_class_label(inner, where)
-        elif inner not in FIELD_DTYPES:
+        elif not isinstance(inner, str) or inner not in FIELD_DTYPES:
             raise ValueError(f"{where} has dtype {_shown(inner)}, not one of {', '.join(sorted(FIELD_DTYPES))}")
     elif kind == "struct":
         _check_fields(inner, f"{where}.struct", count, depth + 1)
