@@ -15,6 +15,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from shardkit import manifest as manifest_module
 from shardkit.cli import main
 from shardkit.errors import ManifestError, ShardkitError
 from tests.conftest import REPO_ROOT, tiny_image
+from tests.http_server import serve_directory
 from tests.hub_server import run_hub_server
 from tests.readback import DS36_PYTHON
 from tests.test_splits_labels import hub_env, push_cli
@@ -47,18 +49,21 @@ def _shard(m: Manifest, i: int = 3) -> dict[str, Any]:
     return m["shards"][i]  # type: ignore[no-any-return]
 
 
+def _parent(m: Manifest, path: str) -> tuple[Any, str | int]:
+    """The list or object holding the field a dotted ``path`` names (numbers index lists), and its key."""
+    *parents, last = path.split(".")
+    target: Any = m
+    for part in parents:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    return target, int(last) if isinstance(target, list) else last
+
+
 def _set(path: str, value: Any) -> Callable[[Manifest], Manifest]:
-    """A mutation setting one field: ``path`` is dotted, numbers index lists (``shards.3.sha256``)."""
+    """A mutation setting one field (``shards.3.sha256``)."""
 
     def mutate(m: Manifest) -> Manifest:
-        *parents, last = path.split(".")
-        target: Any = m
-        for part in parents:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        if isinstance(target, list):
-            target[int(last)] = value
-        else:
-            target[last] = value
+        target, key = _parent(m, path)
+        target[key] = value
         return m
 
     return mutate
@@ -66,11 +71,8 @@ def _set(path: str, value: Any) -> Callable[[Manifest], Manifest]:
 
 def _drop(path: str) -> Callable[[Manifest], Manifest]:
     def mutate(m: Manifest) -> Manifest:
-        *parents, last = path.split(".")
-        target: Any = m
-        for part in parents:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        del target[last]
+        target, key = _parent(m, path)
+        del target[key]
         return m
 
     return mutate
@@ -307,6 +309,29 @@ def test_a_hostile_manifest_is_refused_by_remux_and_push(packed_template: Path, 
         line = one_error_line(result.stderr)
         assert line.startswith(f"{repo}/shards.json: ") and says in line, line
         assert hub.state.load("dataset", "tester/hostile") is None  # nothing was published, not even the repo
+
+
+@pytest.mark.parametrize("case", ["truncated", "modality a path", "shard file out of data/"])
+def test_a_hostile_manifest_at_a_url_is_refused_by_verify_stream_and_remux(
+    packed_template: Path, tmp_path: Path, case: str
+) -> None:
+    """Read over http(s), the same checks, the message naming the URL; remux does not fall back
+    to reading the source some other way."""
+    repo = hostile_copy(packed_template, tmp_path / "src", case)
+    says = CASES[case][1]
+    with serve_directory(repo) as (base, log):
+        url = base.rstrip("/")
+        result = CliRunner().invoke(main, ["verify", url, "-q"], catch_exceptions=False)
+        assert result.exit_code == 1, result.output
+        assert one_error_line(result.stderr).startswith(f"{url}/shards.json: "), result.stderr
+        with pytest.raises(ManifestError, match=f"^{url}/shards.json: .*{re.escape(says)}"):
+            shardkit.stream(url)
+        out = tmp_path / "out"
+        remuxed = run_shardkit("remux", url, str(out), "--map", "tests.remux_functions:identity", "-q", "-j", "1")
+        assert remuxed.returncode == 1, remuxed.stderr[-3000:]
+        line = one_error_line(remuxed.stderr)
+        assert line.startswith(f"{url}/shards.json: ") and says in line, line
+        assert log.count("/data/") == 0, "a shard was read"
 
 
 def test_a_manifest_over_the_size_bound_is_refused_unread(

@@ -170,6 +170,11 @@ def set_shard(repo: Path, shard: str, data: bytes, rows: bytes | None = None) ->
     if rows is not None:
         (repo / entry["metadata"]).write_bytes(rows)
         entry["metadata_sha256"] = hashlib.sha256(rows).hexdigest()
+    # The totals and the split's bytes too: a manifest that does not add up is refused whole.
+    manifest["totals"]["bytes"] = sum(s["bytes"] for s in manifest["shards"])
+    manifest["splits"][entry["split"]]["bytes"] = sum(
+        s["bytes"] for s in manifest["shards"] if s["split"] == entry["split"]
+    )
     (repo / "shards.json").write_text(json.dumps(manifest))
 
 

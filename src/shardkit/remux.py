@@ -69,7 +69,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .check import SPLIT_COLUMN, split_problem
-from .errors import NetworkError, ShardkitError, UsageError
+from .errors import ManifestError, NetworkError, ShardkitError, UsageError
 from .location import (
     Location,
     OutsideDataset,
@@ -194,7 +194,7 @@ def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
     """The source's shards.json if it has one (then shardkit.stream reads it, one shard per file)."""
     if data_files_builder(source) is not None:
         return None
-    if os.path.isdir(source) and not os.path.exists(os.path.join(source, MANIFEST_NAME)):
+    if os.path.isdir(source) and not os.path.lexists(os.path.join(source, MANIFEST_NAME)):
         return None
     from .shardrows import read_manifest_from
 
@@ -203,9 +203,10 @@ def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
         return read_manifest_from(location)  # a damaged one is an error, as before
     try:
         return read_manifest_from(location)
-    except NetworkError:
-        # A server that does not answer is not "no manifest there": say so, not that the
-        # source has no data files (which datasets would say next).
+    except (NetworkError, ManifestError):
+        # A server that does not answer, or a manifest that is not shardkit's, is not "no
+        # manifest there": say so, not that the source has no data files (which datasets would
+        # say next), and never read the source some other way.
         raise
     except Exception as exc:
         if is_timeout(exc) or is_network_error(exc):
