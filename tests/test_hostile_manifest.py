@@ -215,6 +215,7 @@ CASES: dict[str, tuple[Callable[[Manifest], Manifest | bytes], str]] = {
     "sha256 in capitals": (_set("shards.3.sha256", "A" * 64), "sha256 is 'AAAA"),
     "metadata_sha256 a number": (_set("shards.3.metadata_sha256", 5), "metadata_sha256 is 5, not a sha256"),
     "rows zero": (_set("shards.3.rows", 0), "shard 'data/3.zip': rows is 0, not a whole number from 1 to 65534"),
+    "rows a million": (_set("shards.3.rows", 10**6), "rows is 1000000, not a whole number from 1 to 65534"),
     "rows a float": (_set("shards.3.rows", 14.0), "rows is 14.0, not a whole number"),
     "rows a boolean": (_set("shards.3.rows", True), "rows is True, not a whole number"),
     "bytes over the cap": (_set("shards.3.bytes", 2 * 10**9), "bytes is 2000000000, not a whole number from 1 to"),

@@ -34,7 +34,7 @@ from shardkit.errors import ShardkitError
 from shardkit.formats.parquet import encode_table, metadata_lines_table, read_metadata_table
 from shardkit.formats.tar import crc_record, iter_tar_members, member_header
 from shardkit.formats.zip import central_header, end_record, iter_members, local_header
-from tests.conftest import REPO_ROOT, pack_example
+from tests.conftest import REPO_ROOT, adding_up, pack_example
 from tests.readback import DS36_PYTHON, expected_rows
 
 SCRIPTS = Path(sys.executable).parent
@@ -170,12 +170,7 @@ def set_shard(repo: Path, shard: str, data: bytes, rows: bytes | None = None) ->
     if rows is not None:
         (repo / entry["metadata"]).write_bytes(rows)
         entry["metadata_sha256"] = hashlib.sha256(rows).hexdigest()
-    # The totals and the split's bytes too: a manifest that does not add up is refused whole.
-    manifest["totals"]["bytes"] = sum(s["bytes"] for s in manifest["shards"])
-    manifest["splits"][entry["split"]]["bytes"] = sum(
-        s["bytes"] for s in manifest["shards"] if s["split"] == entry["split"]
-    )
-    (repo / "shards.json").write_text(json.dumps(manifest))
+    (repo / "shards.json").write_text(json.dumps(adding_up(manifest)))
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from shardkit.card import (
     update_loaders,
 )
 from shardkit.formats.zip import ZipWriter, iter_members
-from tests.conftest import REPO_ROOT, write_jsonl
+from tests.conftest import REPO_ROOT, adding_up, write_jsonl
 from tests.http_server import serve_directory
 from tests.readback import DS36_PYTHON
 from tests.test_splits_labels import SPLITS, expected_splits, pack_cli, read_cells, write_corpus
@@ -103,10 +103,7 @@ def as_layout_2(folder: Path, to: Path) -> None:
         writer.close()
         path.write_bytes(buffer.getvalue())
         shard["bytes"], shard["sha256"] = len(buffer.getvalue()), hashlib.sha256(buffer.getvalue()).hexdigest()
-    # A manifest whose totals and splits do not add up to its shards is refused whole.
-    manifest["totals"]["bytes"] = sum(s["bytes"] for s in manifest["shards"])
-    for name, split in manifest["splits"].items():
-        split["bytes"] = sum(s["bytes"] for s in manifest["shards"] if s["split"] == name)
+    adding_up(manifest)
     del manifest["layout"]
     manifest["metadata_member"] = "metadata.jsonl"
     (to / "shards.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")

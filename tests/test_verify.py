@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from shardkit.cli import main
 from shardkit.formats.parquet import encode_metadata_table
 from shardkit.formats.zip import ZipWriter, iter_members
+from tests.conftest import adding_up
 from tests.test_hostile_shards import zip_bytes
 
 Members = list[tuple[str, bytes]]
@@ -128,9 +129,7 @@ def _wrong_row_count(repo: Path) -> str:
     manifest = json.loads((repo / "shards.json").read_text())
     rows = manifest["shards"][3]["rows"]
     manifest["shards"][3]["rows"] = rows + 1
-    manifest["totals"]["rows"] += 1  # a manifest that adds up: only the shard can tell
-    manifest["splits"]["train"]["rows"] += 1
-    (repo / "shards.json").write_text(json.dumps(manifest))
+    (repo / "shards.json").write_text(json.dumps(adding_up(manifest)))  # only the shard can tell
     return f"data/3.zip: {rows} members, the manifest says {rows + 1} rows"
 
 
