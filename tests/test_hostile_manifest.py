@@ -188,6 +188,7 @@ CASES: dict[str, tuple[Callable[[Manifest], Manifest | bytes], str]] = {
     "a feature with two types": (_set("features.3.list", "string"), "features 'uid' has ['dtype', 'list']"),
     "a feature without a name": (_drop("features.3.name"), "features[3].name is None, not a column name"),
     "a column twice": (_set("features.3.name", "photoid"), "features[3] is a second column named 'photoid'"),
+    "a field named as the file column": (_set("features.3.name", "image"), "a second column named 'image'"),
     "nested 100 deep": (_deep_list, "nests deeper than 64 levels"),
     "struct of strings": (_feature("s", {"struct": ["a", "b"]}), "features 's'.struct[0] is a string, not an object"),
     "list of a path": (_feature("l", {"list": "../x"}), "features 'l'.list has dtype '../x'"),

@@ -460,15 +460,14 @@ def _checked_features(value: Any, modality: str) -> list[dict[str, Any]]:
     if value[:2] != [file_feature, key_feature]:
         raise ValueError(f"features must begin with {file_feature} and {key_feature}")
     count = [0]
-    _check_fields(value[2:], "features", count, 1, top=True)
+    _check_fields(value[2:], "features", count, 1, {modality, "key"}, top=True)
     return value
 
 
-def _check_fields(value: Any, where: str, count: list[int], depth: int, *, top: bool = False) -> None:
-    """A list of named features (the top level's fields, or a struct's)."""
+def _check_fields(value: Any, where: str, count: list[int], depth: int, names: set[str], *, top: bool = False) -> None:
+    """A list of named features (the top level's fields, or a struct's), none named as one of ``names``."""
     if not isinstance(value, list):
         raise ValueError(f"{where} is {_kind(value)}, not a list of features")
-    names = {"key"} if top else set()
     for index, feature in enumerate(value):
         at = f"{where}[{index + 2 if top else index}]"
         feature = _object(feature, at)
@@ -496,11 +495,11 @@ def _check_type(spec: dict[str, Any], where: str, count: list[int], depth: int, 
         elif not isinstance(inner, str) or inner not in FIELD_DTYPES:
             raise ValueError(f"{where} has dtype {_shown(inner)}, not one of {', '.join(sorted(FIELD_DTYPES))}")
     elif kind == "struct":
-        _check_fields(inner, f"{where}.struct", count, depth + 1)
+        _check_fields(inner, f"{where}.struct", count, depth + 1, set())
     elif isinstance(inner, str):  # "list: string"
         _check_type({"dtype": inner}, f"{where}.list", count, depth + 1)
     elif isinstance(inner, list):  # a list of objects: "list: [fields]"
-        _check_fields(inner, f"{where}.list", count, depth + 1)
+        _check_fields(inner, f"{where}.list", count, depth + 1, set())
     elif isinstance(inner, dict) and "list" in inner:  # a list of lists: "list: {list: ...}"
         _check_type(inner, f"{where}.list", count, depth + 1)
     else:

@@ -157,7 +157,7 @@ def _checked_manifest(data):
     heads = [{"name": modality, "dtype": modality}, {"name": "key", "dtype": "string"}]
     if not isinstance(features, list) or features[:2] != heads:
         raise ValueError(f"features is not a list of features beginning with {heads[0]} and {heads[1]}")
-    _check_fields(features[2:], "features", 1, {"key"}, top=True)
+    _check_fields(features[2:], "features", 1, {modality, "key"}, top=True)
     if data.get("metadata_table") not in (None, _METADATA_TABLE):
         raise ValueError(f"metadata_table is {_shown(data['metadata_table'])}, not {_METADATA_TABLE!r}")
     if data.get("metadata_table_sha256") is not None:
