@@ -34,8 +34,7 @@ from shardkit.errors import ManifestError, ShardkitError
 from tests.conftest import REPO_ROOT, tiny_image
 from tests.http_server import serve_directory
 from tests.hub_server import run_hub_server
-from tests.readback import DS36_PYTHON
-from tests.test_hostile_shards import SCRIPT_DRIVER
+from tests.test_hostile_shards import script_outcomes
 from tests.test_splits_labels import hub_env, push_cli
 
 SCRIPTS = Path(sys.executable).parent
@@ -517,15 +516,7 @@ def script_results(
         folders[f"link {rel}"] = (linked_out(packed_template, root / f"link{number}", rel)[0], rel)
     folders["snapshot"] = (snapshot, "")
     loaders = {case: str(folder / LOADER) for case, (folder, _) in folders.items()}
-    result = subprocess.run(
-        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(root / "cache")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    outcomes: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    outcomes = script_outcomes(loaders, root / "cache")
     return {case: (outcomes[case], *folders[case]) for case in outcomes}
 
 

@@ -575,16 +575,22 @@ def script_results(packed_template: Path, tmp_path_factory: pytest.TempPathFacto
         repo, crafted[case], members = crafted_copy(packed_template, root / str(number), "zip", craft)
         loaders[case] = str(repo / "yfcc_mini_loader.py")
         crafted[case] = (crafted[case], members)
+    results = script_outcomes(loaders, root / "cache")
+    return {case: (results[case], *crafted[case]) for case in results}
+
+
+def script_outcomes(loaders: dict[str, str], cache: Path) -> dict[str, Any]:
+    """What each loading script (case -> its path) did in datasets 3.6, in one process: the
+    train split's (key, sha256 of its file) rows until it stopped, and its error if any."""
     result = subprocess.run(
-        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(root / "cache")],
+        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(cache)],
         capture_output=True,
         text=True,
         check=False,
-        timeout=600,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    results: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return {case: (results[case], *crafted[case]) for case in results}
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("case", sorted(ZIP_CASES))
