@@ -8,7 +8,8 @@ here, each with its reason:
 - a local folder (``/data/out``, ``file:///data/out``): shards are renamed into place and the
   folder fsynced (a power loss keeps the rename); the writer's ``O_DIRECT`` shard files
   (:mod:`.shardfile`) are local too. Listing and sizes go through fsspec's LocalFileSystem,
-  as for a URL.
+  as for a URL. Its files are read only where :func:`readable_root` allows: a link out of the
+  folder is refused (a Hub cache snapshot's links into its repo's ``blobs/`` are followed).
 - an fsspec URL (``s3://bucket/repo``, ``gs://``, ``memory://``...): where ``pack -o URL``
   writes the same files a local OUT_DIR gets, byte for byte. A finished shard is put with one
   upload. On object stores (S3, GCS, Azure) an object exists only once its upload completes,
