@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import tempfile
 from pathlib import Path
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.metadata import SourceRecord, metadata_line
@@ -16,9 +18,13 @@ from shardkit.staging import (
     RunWriter,
     StagedEntries,
     StagedRow,
+    UnstageableRow,
+    _normal_path,
+    iter_published_lines,
     iter_staged,
     json_string,
     merge_runs,
+    regroup,
     repeated_files,
     rows_sha256,
 )
@@ -210,3 +216,89 @@ def test_fingerprint_and_rows_sha256_bytes_stay_as_they_were(tmp_path: Path) -> 
     assert result.fingerprint == expected.hexdigest()
     published = f"{rows[0].key}\t5\t.jpg\ttest\t{json.dumps(rows[0].source)}\t{metadata_line(rows[0])}\n"
     assert rows_sha256(result.path, 0, 1, b"salt") == hashlib.sha256(b"salt" + published.encode()).hexdigest()
+
+
+# --- no value a row can hold cuts a staged line --------------------------------------------------
+
+#: Characters that end a line for some reader, or a field of a staged line, and characters that
+#: only look like ASCII digits and letters.
+LINE_BREAKERS = [
+    "\n",
+    "\r",
+    "\t",
+    "\x00",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x7f",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "\u0663",
+    "\uff41",
+]
+
+
+@pytest.mark.parametrize("char", LINE_BREAKERS, ids=[repr(c) for c in LINE_BREAKERS])
+def test_a_key_extension_or_split_that_could_cut_the_line_is_refused_not_written(char: str) -> None:
+    good = SourceRecord(4, "0123abcd", "a.jpg", 5, ".jpg", {}, "5:1:1", split="train")
+    assert StagedRow.line_of(good, "{}").count("\n") == 1
+    for bad in (
+        SourceRecord(4, f"0123abcd{char}", "a.jpg", 5, ".jpg", {}),
+        SourceRecord(4, f"{char}0123abcd", "a.jpg", 5, ".jpg", {}),
+        SourceRecord(4, "0123abcd", "a.jpg", 5, f".jp{char}g", {}),
+        SourceRecord(4, "0123abcd", "a.jpg", 5, ".jpg", {}, split=f"train{char}"),
+    ):
+        with pytest.raises(UnstageableRow, match="holds a control character or a character that is not ASCII") as info:
+            StagedRow.line_of(bad, "{}")
+        assert "\n" not in str(info.value)  # (the message shows the fields with repr: one line)
+        with pytest.raises(UnstageableRow):
+            StagedRow.of(bad, "{}").to_line()
+    with pytest.raises(UnstageableRow):
+        FileRef.line_of(SourceRecord(4, f"0123abcd{char}", "a.jpg", 5, ".jpg", {}), "{}")
+
+
+#: Text heavy in what trips line formats: separators, escapes, quotes, beyond the BMP.
+hostile_text = st.text(alphabet=st.sampled_from([*LINE_BREAKERS, "\\", '"', "'", " ", "a", "\u00e4", "\U0001f600"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(hostile_text.filter(bool), st.dictionaries(hostile_text, hostile_text | st.integers(), max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    split=st.sampled_from(["", "train", "test"]),
+)
+def test_every_reader_of_staged_files_gets_each_row_back_whatever_its_text(
+    rows: list[tuple[str, dict[str, object]]], split: str
+) -> None:
+    """Sources and published lines full of line and field separators, through runs, the merge,
+    the regroup by split and every reader: each row comes back whole, one line each."""
+    records = [
+        SourceRecord(i + 1, f"{i:016x}", name, 10 + i, ".jpg", fields, "1:2:3", split=split)
+        for i, (name, fields) in enumerate(rows)
+    ]
+    published = [metadata_line(r) for r in records]
+    with tempfile.TemporaryDirectory() as folder:
+        writer = RunWriter(folder, run_bytes=200)  # a few rows a run: the merge reads several
+        Path(folder, "refs").mkdir()
+        refs = RunWriter(f"{folder}/refs", run_bytes=200)
+        for record, line in zip(records, published, strict=True):
+            writer.add(StagedRow.line_of(record, line))
+            refs.add(FileRef.line_of(record, line))
+        # A row naming a file an earlier row names (the same normalized name) is a repeat, by line.
+        first_named: dict[str, int] = {}
+        repeats = {r.line for r in records if first_named.setdefault(_normal_path(r.source), r.line) != r.line}
+        assert repeated_files(refs.finish()).lines == repeats
+        merged = merge_runs(writer.finish(), f"{folder}/sorted.tsv")
+        assert merged.rows == len(records)
+        regrouped = regroup(merged.path, merged)
+        assert [(s.name, s.rows) for s in regrouped.splits] == [(split or "train", len(records))]
+        staged = list(iter_staged(merged.path))
+        assert [(s.key, s.source, s.metadata_line, s.split) for s in staged] == [
+            (r.key, r.source, line, r.split) for r, line in zip(records, published, strict=True)
+        ]
+        assert list(iter_published_lines(merged.path, 0, len(records))) == [f"{p}\n".encode() for p in published]
+        assert [e.key for e in StagedEntries(merged.path)] == [r.key for r in records]

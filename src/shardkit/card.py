@@ -31,7 +31,7 @@ from .table import TABLE_NAME
 
 log = logging.getLogger(__name__)
 #: A ``data_files`` path shardkit writes: ``data/*.zip``, or a split's ``data/<split>/*.zip``.
-_SHARDKIT_PATTERN = re.compile(rf"^data/(?:[A-Za-z0-9_]{{1,64}}/)?\*\.(?:{'|'.join(FORMAT_NAMES)})$")
+_SHARDKIT_PATTERN = re.compile(rf"data/(?:[A-Za-z0-9_]{{1,64}}/)?\*\.(?:{'|'.join(FORMAT_NAMES)})")
 
 GITATTRIBUTES_LINES = [
     *(f"*{suffix} filter=lfs diff=lfs merge=lfs -text" for suffix in SHARD_SUFFIXES),
@@ -70,7 +70,7 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
 
 
 # A top-level key line: `key:`, `"key":`, `key :` (not a comment, list item or indented line).
-_TOP_LEVEL_KEY = re.compile(r"""^(["']?)([^\s#\-"'][^:"']*?)\1\s*:(?:\s|$)""")
+_TOP_LEVEL_KEY = re.compile(r"""^(["']?)([^\s#\-"'][^:"']*?)\1\s*:(?:\s|\Z)""")
 
 
 def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
@@ -123,7 +123,7 @@ def default_configs(fmt: ShardFormat = ZIP, splits: list[SplitSummary] | None = 
 def _is_shardkit_config(config: Any) -> bool:
     """Whether a ``configs`` entry reads shardkit's shards only (its data_files are shardkit's)."""
     paths = _config_paths(config)
-    return bool(paths) and all(isinstance(p, str) and _SHARDKIT_PATTERN.match(p) for p in paths)
+    return bool(paths) and all(isinstance(p, str) and _SHARDKIT_PATTERN.fullmatch(p) for p in paths)
 
 
 def _config_entries(config: Any) -> list[Any]:
@@ -558,6 +558,10 @@ def layout_section(fmt: ShardFormat, splits: list[SplitSummary] | None, loader: 
     return "\n".join(lines) + "\n"
 
 
+#: A ``license_link`` the card shows as a link: a URL, or a path in the repo (LICENSE.md).
+_LICENSE_LINK = re.compile(r"https?://\S+|[\w./-]+")
+
+
 def license_section(front: dict[str, Any]) -> str:
     """The license the card's metadata declares, in words (the front matter is the user's)."""
     license_id = front.get("license")
@@ -569,7 +573,7 @@ def license_section(front: dict[str, Any]) -> str:
         name = front.get("license_name")
         link = front.get("license_link")
         said = _cell(str(name)) if name else "a license of its own"
-        if isinstance(link, str) and re.match(r"^(https?://\S+|[\w./-]+)$", link):
+        if isinstance(link, str) and _LICENSE_LINK.fullmatch(link):
             said = f"[{said}]({link})"
         lines.append(f"The data is published under {said}.")
     else:
@@ -947,7 +951,7 @@ def card_problem(out_dir: str) -> str | None:
     if isinstance(configs, list) and configs:
         first = configs[0] if isinstance(configs[0], dict) else {}
         paths = _config_paths(first)
-        if not any(isinstance(p, str) and _SHARDKIT_PATTERN.match(p) for p in paths):
+        if not any(isinstance(p, str) and _SHARDKIT_PATTERN.fullmatch(p) for p in paths):
             return (
                 f"{path}: its first config ({first.get('config_name')!r}) reads {paths}, not shardkit's"
                 " data/*.<format>; datasets picks every config's builder from the first one's files, so the"

@@ -40,7 +40,7 @@ from .metadata import metadata_line, read_metadata
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
 from .schema import SchemaTracker
-from .staging import DEFAULT_RUN_BYTES, FileRef, RunWriter, StagedRow
+from .staging import DEFAULT_RUN_BYTES, FileRef, RunWriter, StagedRow, UnstageableRow
 
 if TYPE_CHECKING:
     import jsonlines
@@ -112,7 +112,7 @@ def split_problem(value: object) -> str | None:
         return f'column {SPLIT_COLUMN!r} holds {json.dumps(value)}, not a split name (a string such as "train")'
     if not _SPLIT_NAME.fullmatch(value) or value.lower() == "all":  # (datasets refuses ALL, All too)
         return (
-            f"column {SPLIT_COLUMN!r} holds {json.dumps(value, ensure_ascii=False)}: a split name is 1 to 64 ASCII"
+            f"column {SPLIT_COLUMN!r} holds {json.dumps(value)}: a split name is 1 to 64 ASCII"
             ' letters, digits or underscores, and not "all" in any case (train, validation, test...)'
         )
     return None
@@ -237,6 +237,11 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             except ValueError as exc:  # NaN or Infinity: not valid JSON out
                 problems.add(InputProblem(item.line, f"value not allowed in JSON: {exc}", json.dumps(item.fields)))
                 continue
+            try:
+                staged, file_ref = StagedRow.line_of(item, line), FileRef.line_of(item, line)
+            except UnstageableRow as exc:  # (the checks above let no such row through)
+                problems.add(InputProblem(item.line, str(exc), line))
+                continue
             conflict = schema.check(item.fields, item.line)
             if conflict:
                 problems.add(InputProblem(item.line, conflict, line))
@@ -254,8 +259,8 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             else:
                 image_line = image_line or item.line
             extensions.add(item.ext.lower())
-            runs.add(StagedRow.line_of(item, line))
-            files.add(FileRef.line_of(item, line))
+            runs.add(staged)
+            files.add(file_ref)
     finally:
         problems.close()
     progress.advance(n % 1000)

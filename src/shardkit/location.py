@@ -272,8 +272,13 @@ def _timeout_options(protocol: str, timeout: float, config: dict[str, dict[str, 
 
 # --- the location of a dataset repo --------------------------------------------------------------
 
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-_HF_URL = re.compile(r"^hf://datasets/([\w.-]+/[\w.-]+?)(?:@([^/]+))?/?$")
+#: A Hub repo id (``ns/name``: ASCII letters, digits, "_", "." and "-"; ``\w`` would take other
+#: scripts' letters too) and an ``@revision`` after it (no "/", no space, no line break). The
+#: patterns here are matched whole (``.fullmatch``): ``$`` would let a trailing newline through.
+HUB_REPO_ID = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
+HUB_REVISION = r"@([^/\s]+)"
+_REPO_ID = re.compile(HUB_REPO_ID)
+_HF_URL = re.compile(rf"hf://datasets/({HUB_REPO_ID})(?:{HUB_REVISION})?/?")
 _CHUNK = 1 << 20
 #: Block size of fsspec files: large sequential reads, few requests.
 _BLOCK = 8 << 20
@@ -353,8 +358,8 @@ class Location:
             return cls(text, "http")
         if is_url(text) and not text.startswith("hf://"):
             return cls(text, "fsspec")
-        match = _HF_URL.match(text)
-        repo_id = match.group(1) if match else text if _REPO_ID.match(text) else None
+        match = _HF_URL.fullmatch(text)
+        repo_id = match.group(1) if match else text if _REPO_ID.fullmatch(text) else None
         if repo_id is None:
             raise UsageError(
                 f"{text!r} is not a folder, an http(s) URL, a Hub dataset id (ns/name) or hf://datasets/..."

@@ -181,7 +181,7 @@ MAX_CLASS_NAMES = 10_000_000
 #: The longest string of the manifest's own vocabulary (a column or class name, a split, a tag).
 MAX_NAME_CHARS = 10_000
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 #: What every manifest has had (fields added later may be absent: earlier versions' manifests).
 _REQUIRED = (
     "format",
@@ -204,7 +204,7 @@ _SHARD_REQUIRED = {f.name for f in fields(ManifestShard) if f.default is MISSING
 #: else: a manifest naming ``../elsewhere.zip`` or an absolute path would make them read (and
 #: publish) files outside the dataset.
 _SHARD_NAME = re.compile(
-    rf"^data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})\Z"
+    rf"data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})"
 )
 
 
@@ -280,7 +280,8 @@ def _whole(value: Any, where: str, low: int, high: int) -> int:
 
 
 def _string(value: Any, where: str, pattern: re.Pattern[str] | None = None, words: str = "") -> str:
-    if not isinstance(value, str) or len(value) > MAX_NAME_CHARS or (pattern is not None and not pattern.match(value)):
+    fits = isinstance(value, str) and len(value) <= MAX_NAME_CHARS
+    if not fits or (pattern is not None and not pattern.fullmatch(value)):
         raise ValueError(f"{where} is {_shown(value)}, not {words or 'a string'}")
     return value
 
@@ -360,7 +361,7 @@ def _checked_shards(value: Any, fmt: ShardFormat, cap: int) -> list[ManifestShar
         if unknown := sorted(entry.keys() - _SHARD_FIELDS):
             raise ValueError(f"{at} has a field shardkit does not write: {_shown(unknown[0])}")
         file = entry["file"]
-        match = _SHARD_NAME.match(file) if isinstance(file, str) else None
+        match = _SHARD_NAME.fullmatch(file) if isinstance(file, str) else None
         if match is None or match.group(3) != fmt.name:
             raise ValueError(f"{at}.file is {_shown(file)}, not data/[<split>/]<hex prefix>{fmt.suffix}")
         at = f"shard {file!r}"

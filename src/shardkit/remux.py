@@ -71,6 +71,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from .check import SPLIT_COLUMN, split_problem
 from .errors import ManifestError, NetworkError, ShardkitError, UsageError
 from .location import (
+    HUB_REPO_ID,
+    HUB_REVISION,
     Location,
     OutsideDataset,
     check_in_dataset,
@@ -359,7 +361,7 @@ CARD_KEYS = (
     "task_ids",
     "tags",
 )
-_HUB_SOURCE = re.compile(r"^(?:hf://datasets/)?([\w.-]+/[\w.-]+?)(?:@([^/]+))?/?$")
+_HUB_SOURCE = re.compile(rf"(?:hf://datasets/)?({HUB_REPO_ID})(?:{HUB_REVISION})?/?")
 
 
 def _source_card_text(config: RemuxConfig) -> str | None:
@@ -373,7 +375,7 @@ def _source_card_text(config: RemuxConfig) -> str | None:
         location = None
     if location is not None and location.kind != "hub":  # a folder, or a shardkit folder at a URL
         data = location.read_bytes("README.md")
-    elif match := _HUB_SOURCE.match(source):  # the Hub's card through its API (a revision in the id too)
+    elif match := _HUB_SOURCE.fullmatch(source):  # the Hub's card through its API (a revision in the id too)
         data = _hub_card(match.group(1), config.revision or match.group(2), source)
     else:
         return None
@@ -502,7 +504,7 @@ def _encode(value: Any, config: RemuxConfig) -> tuple[bytes, str] | None:
         return buf.getvalue(), _IMAGE_EXTENSIONS[fmt]
     if isinstance(value, dict) and isinstance(value.get("bytes"), bytes | bytearray):
         ext = os.path.splitext(str(value.get("path") or ""))[1].lower()
-        if not EXT_RE.match(ext):  # no extension, or one no file name may carry (a source's path is data)
+        if not EXT_RE.fullmatch(ext):  # no extension, or one no file name may carry (a source's path is data)
             ext = _sniff(value["bytes"])
         return bytes(value["bytes"]), ext
     if isinstance(value, bytes | bytearray):
@@ -666,8 +668,8 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
             file_column, encoded = _file_of(row, config, where)
             data, ext = encoded
             key = row.get("key")
-            if not (isinstance(key, str) and KEY_RE.match(key)):
-                key = identities[j] if same_rows and KEY_RE.match(identities[j]) else None
+            if not (isinstance(key, str) and KEY_RE.fullmatch(key)):
+                key = identities[j] if same_rows and KEY_RE.fullmatch(identities[j]) else None
             if key is None:
                 key = derived_key(f"{identities[0]}#{j}")
             name = f"{task.stem}/{rows_out:08d}{ext}"

@@ -17,9 +17,9 @@ import re
 from typing import Any
 
 PLACEHOLDER_NAMESPACE = "your-username"
-_ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
+_ALLOWED = re.compile(r"[A-Za-z0-9._-]")
 #: A homepage the card can show as a link: http(s), nothing that ends or breaks a markdown link.
-_URL = re.compile(r"^https?://[^\s<>\"'`]+$")
+_URL = re.compile(r"https?://[^\s<>\"'`]+")
 #: Tasks whose datasets carry a class per row: `shardkit new` suggests --class-label for them.
 CLASSIFICATION_TASKS = ("image-classification", "audio-classification")
 
@@ -42,7 +42,7 @@ def name_problems(value: str, what: str) -> list[str]:
     found = []
     if len(value) > 96:
         found.append(f"{what} {value!r} is {len(value)} characters long; the Hub allows at most 96")
-    bad = sorted({c for c in value if not _ALLOWED.match(c)})
+    bad = sorted({c for c in value if not _ALLOWED.fullmatch(c)})
     if bad:
         shown = ", ".join(repr(c) for c in bad)
         found.append(f"{what} {value!r} contains {shown}; use only letters, digits, '-', '_' and '.'")
@@ -91,7 +91,7 @@ def answer_problems(questions: dict[str, Any], answers: dict[str, str], *, no_in
                 f" use one of: {', '.join(fitting)}"
             )
     homepage = answers.get("homepage")
-    if homepage and not _URL.match(homepage):
+    if homepage and not _URL.fullmatch(homepage):
         found.append(f"homepage {homepage!r} is not an http(s) URL (https://...); leave it out if there is none")
     if no_input and questions.get("namespace") == PLACEHOLDER_NAMESPACE and "namespace" not in answers:
         found.append(

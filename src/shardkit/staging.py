@@ -38,8 +38,26 @@ MAX_FAN_IN = 64
 _KEY, _LINE, _SIZE, _EXT, _CHECK, _SPLIT, _SOURCE, _PUBLISHED = range(8)
 
 
+class UnstageableRow(ValueError):
+    """A row with a field no staged line can hold as it is: the checks before staging refuse
+    such keys, extensions and split names, so this is a last guard of the line format."""
+
+    def __init__(self, fields: str) -> None:
+        super().__init__(f"the row's {fields} holds a control character or a character that is not ASCII")
+
+
+def _plain(fields: str) -> bool:
+    """Whether ``fields`` (a key, extension or split, which a staged line holds as they are, not
+    as JSON) are printable ASCII: a tab would shift every later field, a line end (``\\n``;
+    ``\\r``, ``\\x85``, ``\\u2028`` for a reader that splits as str.splitlines does) would cut the
+    row in two."""
+    return fields.isascii() and fields.isprintable()
+
+
 def _staged_line(row: SourceRecord | StagedRow, metadata_line: str) -> str:
     """The one writer of a staged line (see :class:`StagedRow`)."""
+    if not _plain(row.key + row.ext + row.split):
+        raise UnstageableRow(f"key {row.key!r}, extension {row.ext!r} or split {row.split!r}")
     check = f"{row.stamp}:{'h' if row.content_keyed else 'k'}"
     head = f"{row.key}\t{row.line:012d}\t{row.size}\t{row.ext}\t{check}"
     return f"{head}\t{row.split}\t{json_string(row.source)}\t{metadata_line}\n"
@@ -56,9 +74,13 @@ class StagedRow:
     (:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, else
     ``:k``. It is not part of the fingerprint: touching a file does not change what gets
     published. ``split`` is the row's ``split`` column ("" for a dataset without one, whose one
-    split is ``train``). No field holds a tab (keys are hex, extensions and split names are
-    letters and digits, the stamp is numbers, JSON escapes tabs), so a line splits in eight, and
-    the published line, last, can be sliced off as it is.
+    split is ``train``). No field holds a tab or a line end, whatever the row holds: the key,
+    extension and split are printable ASCII (checked as the line is written), the stamp is
+    numbers, and the free text (the file_name, the published line) is JSON, which escapes tab,
+    CR, newline and every other character below U+0020. So a line splits in eight, and the
+    published line, last, can be sliced off as it is. JSON leaves U+0085, U+2028 and U+2029 as
+    they are: lines are split at "\\n" only (binary readline, or text files opened with
+    ``newline="\\n"``), never with str.splitlines.
     """
 
     key: str
@@ -320,6 +342,8 @@ class FileRef:
     @staticmethod
     def line_of(row: SourceRecord | FileRef, metadata_line: str) -> str:
         """``FileRef.of(row, metadata_line).to_line()``, without making the object (once per input row)."""
+        if not _plain(row.key):
+            raise UnstageableRow(f"key {row.key!r}")
         source = json_string(row.source)
         normal = _normal_path(row.source)
         path = source if normal == row.source else json_string(normal)

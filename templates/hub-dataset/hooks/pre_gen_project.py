@@ -36,8 +36,8 @@ TASKS = json.loads(r"""
 HOMEPAGE = json.loads(r"""
 {{ cookiecutter.homepage | tojson }}
 """)
-ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
-URL = re.compile(r"^https?://[^\s<>\"'`]+$")
+ALLOWED = re.compile(r"[A-Za-z0-9._-]")
+URL = re.compile(r"https?://[^\s<>\"'`]+")
 
 
 def problems(value: str, what: str) -> list:
@@ -46,7 +46,7 @@ def problems(value: str, what: str) -> list:
         return [f"{what} is empty"]
     if len(value) > 96:
         found.append(f"{what} {value!r} is {len(value)} characters long; the Hub allows at most 96")
-    bad = sorted({c for c in value if not ALLOWED.match(c)})
+    bad = sorted({c for c in value if not ALLOWED.fullmatch(c)})
     if bad:
         shown = ", ".join(repr(c) for c in bad)
         found.append(f"{what} {value!r} contains {shown}; use only letters, digits, '-', '_' and '.'")
@@ -66,7 +66,7 @@ def choice_problems() -> list:
     tasks = TASKS.get(MODALITY, []) + TASKS["any"]
     if TASK not in tasks:
         found.append(f"task_category {TASK!r} does not fit modality {MODALITY!r}; use one of: {', '.join(tasks)}")
-    if HOMEPAGE and not URL.match(HOMEPAGE):
+    if HOMEPAGE and not URL.fullmatch(HOMEPAGE):
         found.append(f"homepage {HOMEPAGE!r} is not an http(s) URL (https://...); leave it out if there is none")
     return found
 
