@@ -280,8 +280,7 @@ def _whole(value: Any, where: str, low: int, high: int) -> int:
 
 
 def _string(value: Any, where: str, pattern: re.Pattern[str] | None = None, words: str = "") -> str:
-    fits = isinstance(value, str) and len(value) <= MAX_NAME_CHARS
-    if not fits or (pattern is not None and not pattern.fullmatch(value)):
+    if not isinstance(value, str) or len(value) > MAX_NAME_CHARS or (pattern and not pattern.fullmatch(value)):
         raise ValueError(f"{where} is {_shown(value)}, not {words or 'a string'}")
     return value
 
