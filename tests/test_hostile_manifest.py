@@ -214,6 +214,7 @@ CASES: dict[str, tuple[Callable[[Manifest], Manifest | bytes], str]] = {
     "shard without sha256": (_drop("shards.3.sha256"), "shards[3] has no 'sha256'"),
     "sha256 not 64 hex": (_set("shards.3.sha256", "abc"), "shard 'data/3.zip': sha256 is 'abc', not a sha256"),
     "sha256 in capitals": (_set("shards.3.sha256", "A" * 64), "sha256 is 'AAAA"),
+    "sha256 with a newline": (_set("shards.3.sha256", "a" * 64 + "\n"), "sha256 is 'aaaa"),
     "metadata_sha256 a number": (_set("shards.3.metadata_sha256", 5), "metadata_sha256 is 5, not a sha256"),
     "rows zero": (_set("shards.3.rows", 0), "shard 'data/3.zip': rows is 0, not a whole number from 1 to 65534"),
     "rows a million": (_set("shards.3.rows", 10**6), "rows is 1000000, not a whole number from 1 to 65534"),
@@ -221,6 +222,10 @@ CASES: dict[str, tuple[Callable[[Manifest], Manifest | bytes], str]] = {
     "rows a boolean": (_set("shards.3.rows", True), "rows is True, not a whole number"),
     "bytes over the cap": (_set("shards.3.bytes", 2 * 10**9), "bytes is 2000000000, not a whole number from 1 to"),
     "first_key not a key": (_set("shards.3.first_key", "../3"), "first_key is '../3', not a key"),
+    "first_key with a newline": (
+        lambda m: _set("shards.3.first_key", _shard(m)["first_key"] + "\n")(m),
+        "first_key is '3",
+    ),
     "last_key a number": (_set("shards.3.last_key", 3), "last_key is 3, not a key"),
     "first key after the last": (_swapped_keys, "its keys must ascend"),
     "key outside the shard's name": (_key_outside_range, "not in this shard's prefix '3'"),
