@@ -304,8 +304,8 @@ def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
     [
         ("crc", "data/3.zip: CRC mismatch in member 'images/"),
         ("unsafe name", "data/3.zip: refusing unsafe member name '../../escape.jpg'"),
-        ("manifest escape", "shards.json names '../outside.zip', not a shard"),
-        ("manifest twice", "shards.json names a shard twice"),
+        ("manifest escape", "shards.json: shards[0].file is '../outside.zip', not data/[<split>/]<hex prefix>.zip"),
+        ("manifest twice", "shards.json: shard 'data/0.zip' is named twice"),
     ],
 )
 def test_loading_script_refuses_damaged_shards_instead_of_yielding_bad_bytes(

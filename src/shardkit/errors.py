@@ -30,6 +30,10 @@ class UsageError(ShardkitError):
     """The command was asked for something that cannot work (exit code 2 in the CLI)."""
 
 
+class ManifestError(ShardkitError):
+    """A ``shards.json`` that is not one shardkit wrote: one line, ``<where>/shards.json: <what>``."""
+
+
 @dataclass(frozen=True, order=True)
 class InputProblem:
     """One bad row of the metadata file (or one bad file it names)."""

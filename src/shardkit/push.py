@@ -23,7 +23,6 @@ The planning (:func:`collect_files`, :func:`plan_commits`) is pure; :func:`push`
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import re
@@ -37,11 +36,20 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX, name_repo
-from .errors import ShardkitError, UsageError, listed
+from .errors import ManifestError, ShardkitError, UsageError, listed
 from .formats import format_named
 from .hashing import sha256_stream
-from .location import Location, is_network_error, is_timeout, is_url, network_timeout, timeout_error
-from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
+from .location import (
+    Location,
+    check_in_dataset,
+    is_network_error,
+    is_timeout,
+    is_url,
+    network_timeout,
+    readable_root,
+    timeout_error,
+)
+from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, ManifestShard, parse_manifest, read_manifest
 from .outdir import (
     PLACEHOLDERS,
     WORK_DIR,
@@ -370,9 +378,9 @@ def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[s
     with hub_errors(f"reading {MANIFEST_NAME} of {repo_id}", repo_id):
         path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision)
     try:
-        with open(path, encoding="utf-8") as f:
-            published = Manifest.from_json(json.load(f))
-    except (OSError, ValueError, TypeError, KeyError):
+        with open(path, "rb") as f:
+            published = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1), path)
+    except (OSError, ManifestError):
         return set()  # not a manifest shardkit can read: delete nothing
     return {rel for shard in published.shards for rel in (shard.file, shard.metadata)}
 
@@ -717,6 +725,11 @@ def _push_locked(
     listing = None if location.is_local else location.find()
     left_out: list[str] = []
     shard_files, other_files = collect_files(out_dir, manifest, location, listing, config.include, left_out)
+    if location.is_local:  # huggingface_hub opens them by path: none may be a link out of OUT_DIR
+        root = readable_root(out_dir)
+        for f in (*shard_files, *other_files):
+            if os.path.lexists(f.local):
+                check_in_dataset(f.local, root)
     if left_out:
         shown = listed(left_out, 10)
         log.warning(
