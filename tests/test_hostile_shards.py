@@ -34,7 +34,7 @@ from shardkit.errors import ShardkitError
 from shardkit.formats.parquet import encode_table, metadata_lines_table, read_metadata_table
 from shardkit.formats.tar import crc_record, iter_tar_members, member_header
 from shardkit.formats.zip import central_header, end_record, iter_members, local_header
-from tests.conftest import REPO_ROOT, pack_example
+from tests.conftest import REPO_ROOT, adding_up, pack_example
 from tests.readback import DS36_PYTHON, expected_rows
 
 SCRIPTS = Path(sys.executable).parent
@@ -170,7 +170,7 @@ def set_shard(repo: Path, shard: str, data: bytes, rows: bytes | None = None) ->
     if rows is not None:
         (repo / entry["metadata"]).write_bytes(rows)
         entry["metadata_sha256"] = hashlib.sha256(rows).hexdigest()
-    (repo / "shards.json").write_text(json.dumps(manifest))
+    (repo / "shards.json").write_text(json.dumps(adding_up(manifest)))
 
 
 @dataclass(frozen=True)
@@ -575,16 +575,22 @@ def script_results(packed_template: Path, tmp_path_factory: pytest.TempPathFacto
         repo, crafted[case], members = crafted_copy(packed_template, root / str(number), "zip", craft)
         loaders[case] = str(repo / "yfcc_mini_loader.py")
         crafted[case] = (crafted[case], members)
+    results = script_outcomes(loaders, root / "cache")
+    return {case: (results[case], *crafted[case]) for case in results}
+
+
+def script_outcomes(loaders: dict[str, str], cache: Path) -> dict[str, Any]:
+    """What each loading script (case -> its path) did in datasets 3.6, in one process: the
+    train split's (key, sha256 of its file) rows until it stopped, and its error if any."""
     result = subprocess.run(
-        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(root / "cache")],
+        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(cache)],
         capture_output=True,
         text=True,
         check=False,
-        timeout=600,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    results: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return {case: (results[case], *crafted[case]) for case in results}
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("case", sorted(ZIP_CASES))

@@ -5,31 +5,25 @@ preview share; one shard is read front to back in one request (Parquet: footer, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 from typing import Any, BinaryIO
 
 from .errors import UsageError
 from .formats import format_named
 from .formats.base import ShardRecord
-from .location import MAX_MANIFEST_BYTES, Location, read_bounded
-from .manifest import MANIFEST_NAME, Manifest
+from .location import Location
+from .manifest import MANIFEST_NAME, Manifest, read_manifest_at
 
 
 def read_manifest_from(location: Location) -> Manifest:
-    """The manifest at ``location``, read as a shard is (one GET over http(s))."""
-    try:
-        with location.open(MANIFEST_NAME) as reader:
-            data = read_bounded(reader, MAX_MANIFEST_BYTES, location.where(MANIFEST_NAME))
-    except FileNotFoundError:
+    """The manifest at ``location``, checked (:func:`.manifest.read_manifest_at`); one line when there is none."""
+    manifest = read_manifest_at(location)
+    if manifest is None:
         raise UsageError(
             f"{location.where(MANIFEST_NAME)} does not exist: {location.url} is not a dataset packed by shardkit"
             " (pack it with `pack-shards IMAGES_DIR META_JSONL -o OUT_DIR`)"
-        ) from None
-    try:
-        return Manifest.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nested too deep
-        raise UsageError(f"{location.where(MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
+        )
+    return manifest
 
 
 class _ShardAt:

@@ -838,9 +838,9 @@ class ParquetFormat(ShardFormat):
                 if not (
                     isinstance(file_path, str)
                     and isinstance(key, str)
-                    and KEY_RE.match(key)
+                    and KEY_RE.fullmatch(key)
                     and file_path.startswith(key)
-                    and EXT_RE.match(file_path[len(key) :])
+                    and EXT_RE.fullmatch(file_path[len(key) :])
                 ):
                     named = f"row {row.get('key')!r}{source_note(row.get(SOURCE_PATH_COLUMN))}"
                     raise ShardkitError(f"{where}: {named} names its file {file_path!r}, not <key><ext>")
