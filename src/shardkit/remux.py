@@ -69,6 +69,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .check import SPLIT_COLUMN, split_problem
+from .decode import open_image
 from .errors import NetworkError, ShardkitError, UsageError
 from .location import Location, is_network_error, is_timeout
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
@@ -576,12 +577,12 @@ def _prepare_batch(
                 if not _has_bytes(v):
                     continue
                 try:
-                    values[i] = Image.open(io.BytesIO(v["bytes"]))
+                    values[i] = open_image(io.BytesIO(v["bytes"]))
                 except UnidentifiedImageError:
                     raise ShardkitError(
                         f"{rows} {first + i}: column {column!r} is not an image Pillow can read"
                     ) from None
-                except (OSError, ValueError, Image.DecompressionBombError) as exc:
+                except (OSError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
                     raise ShardkitError(
                         f"{rows} {first + i}: column {column!r} does not open as an image: {type(exc).__name__}: {exc}"
                     ) from None
