@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
 from .decode import AUDIO_EXTENSIONS
-from .errors import InputProblem
+from .errors import InputProblem, naming_errors
 from .formats import format_named
 from .metadata import metadata_line, read_metadata
 from .progress import NullProgress, Progress
@@ -81,7 +81,8 @@ class ProblemLog:
                 import jsonlines
 
                 self._rejects = jsonlines.open(self.rejects_path, "a", compact=True)
-            self._rejects.write({"line": problem.line, "reason": problem.message, "row": problem.raw})
+            with naming_errors(self.rejects_path):
+                self._rejects.write({"line": problem.line, "reason": problem.message, "row": problem.raw})
 
     def absorb(self, shown: list[InputProblem], count: int, rejects_part: str | None) -> None:
         """Take a range's problems, in input order after those already here."""
@@ -89,13 +90,18 @@ class ProblemLog:
         self.count += count
         if self.rejects_path is not None and rejects_part is not None and os.path.exists(rejects_part):
             self.close()
-            with open(rejects_part, "rb") as part, open(self.rejects_path, "ab") as out:
+            with (
+                naming_errors(self.rejects_path),
+                open(rejects_part, "rb") as part,
+                open(self.rejects_path, "ab") as out,
+            ):
                 shutil.copyfileobj(part, out)
 
     def close(self) -> None:
         if self._rejects is not None:
-            self._rejects.close()
-            self._rejects = None
+            rejects, self._rejects = self._rejects, None
+            with naming_errors(str(self.rejects_path)):  # (the flush of a full disk's last lines)
+                rejects.close()
 
 
 #: The column that names each row's split (train, validation, test...); it becomes the split,

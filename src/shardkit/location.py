@@ -46,7 +46,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from .errors import NetworkError, ShardkitError, UsageError
+from .errors import NetworkError, ShardkitError, UsageError, naming_errors
 
 #: fsspec protocols whose objects appear only when their upload completes.
 ATOMIC_UPLOAD_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
@@ -542,7 +542,7 @@ class Location:
             target = self.where(rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             partial = f"{target}.{secrets.token_hex(4)}.partial"
-            with open(partial, "wb") as f:
+            with naming_errors(partial), open(partial, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
