@@ -329,6 +329,19 @@ def test_a_full_disk_in_the_check_phase_leaves_nothing(
     assert list(disk.iterdir()) == []
 
 
+def test_a_full_disk_while_worker_processes_check_ranges_leaves_nothing(
+    weighty: tuple[Path, Path], tmp_path: Path, small_disk: Callable[[str], Path]
+) -> None:
+    images, meta = weighty
+    rows = [json.loads(line) for line in meta.read_text().splitlines()]
+    big = tmp_path / "big.jsonl"  # 2.7 MB: checked in ranges, by worker processes
+    big.write_text("".join(json.dumps({**r, "more": "y" * 7000}) + "\n" for r in rows))
+    disk = small_disk("700k")
+    line = one_error(run(PACK_SHARDS, images, big, "-o", disk / "out", "-q", "-j", "2"))
+    assert line.startswith(f"error: {disk}/out/.shardkit/staging/ranges/range-0000") and _FULL in line
+    assert list(disk.iterdir()) == []
+
+
 def test_a_full_disk_during_an_update_names_the_file_and_the_rerun_completes(
     weighty: tuple[Path, Path], tmp_path: Path, small_disk: Callable[[str], Path]
 ) -> None:
@@ -431,3 +444,38 @@ def test_ctrl_c_while_the_pool_starts_is_one_line_and_the_rerun_completes(
     rerun = run(*cmd, "--json")
     assert rerun.returncode == 0, rerun.stderr
     assert json.loads(rerun.stdout)["rows"] == 40
+
+
+# Where a pack's last steps write, each filled at that point (tests/fill_disk_at): the shards'
+# tables, the manifest, the card, the preview.
+FINISH_WRITES = [
+    "shardkit.pack:write_metadata_table",
+    "shardkit.pack:write_manifest",
+    "shardkit.card:write_atomic",
+    "shardkit.preview:write_atomic",
+]
+
+
+@pytest.mark.parametrize("at", FINISH_WRITES)
+def test_a_disk_full_in_the_last_steps_names_the_file_and_the_rerun_completes(
+    make_corpus: Callable[..., Corpus], tmp_path: Path, small_disk: Callable[[str], Path], at: str
+) -> None:
+    corpus = make_corpus(40)
+    reference = tmp_path / "reference" / "out"
+    assert run(PACK_SHARDS, corpus.images, corpus.meta, "-o", reference, "-q", "-j", "1").returncode == 0
+    disk = small_disk("4m")
+    out = disk / "out"
+    env = {
+        **os.environ,
+        "PYTHONPATH": python_path(Path(__file__).parent / "fill_disk_at"),
+        "SHARDKIT_TEST_FILL_AT": at,
+        "SHARDKIT_TEST_FILL_DISK": str(disk),
+    }
+    line = one_error(run(PACK_SHARDS, corpus.images, corpus.meta, "-o", out, "-q", "-j", "1", env=env))
+    assert line.startswith(f"error: {out}/") and _FULL in line, line
+    assert not list(out.glob("**/*.partial")) and not list(out.glob(".shardkit/tmp/*"))
+    _left_only_own_state(out, reference)
+    (disk / "filler").unlink()  # space freed
+    rerun = run(PACK_SHARDS, corpus.images, corpus.meta, "-o", out, "-q", "-j", "1")
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_bytes(out) == tree_bytes(reference)
