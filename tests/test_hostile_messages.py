@@ -319,26 +319,20 @@ def test_a_full_disk_anywhere_in_a_pack_names_the_file_and_the_rerun_completes(
     assert tree_bytes(out) == tree_bytes(reference)
 
 
+@pytest.mark.parametrize("ranges", [False, True], ids=["in this process", "ranges in worker processes"])
 def test_a_full_disk_in_the_check_phase_leaves_nothing(
-    weighty: tuple[Path, Path], small_disk: Callable[[str], Path]
+    weighty: tuple[Path, Path], tmp_path: Path, small_disk: Callable[[str], Path], ranges: bool
 ) -> None:
     images, meta = weighty
-    disk = small_disk("64k")
-    line = one_error(run(PACK_SHARDS, images, meta, "-o", disk / "out", *SHAPE))
-    assert line.startswith(f"error: {disk}/out/.shardkit/staging/") and _FULL in line
-    assert list(disk.iterdir()) == []
-
-
-def test_a_full_disk_while_worker_processes_check_ranges_leaves_nothing(
-    weighty: tuple[Path, Path], tmp_path: Path, small_disk: Callable[[str], Path]
-) -> None:
-    images, meta = weighty
-    rows = [json.loads(line) for line in meta.read_text().splitlines()]
-    big = tmp_path / "big.jsonl"  # 2.7 MB: checked in ranges, by worker processes
-    big.write_text("".join(json.dumps({**r, "more": "y" * 7000}) + "\n" for r in rows))
-    disk = small_disk("700k")
-    line = one_error(run(PACK_SHARDS, images, big, "-o", disk / "out", "-q", "-j", "2"))
-    assert line.startswith(f"error: {disk}/out/.shardkit/staging/ranges/range-0000") and _FULL in line
+    staged = ".shardkit/staging/"
+    if ranges:
+        rows = [json.loads(line) for line in meta.read_text().splitlines()]
+        meta = tmp_path / "big.jsonl"  # 2.7 MB: checked in ranges, by worker processes
+        meta.write_text("".join(json.dumps({**r, "more": "y" * 7000}) + "\n" for r in rows))
+        staged += "ranges/range-0000"
+    disk = small_disk("700k" if ranges else "64k")
+    line = one_error(run(PACK_SHARDS, images, meta, "-o", disk / "out", "-q", "-j", "2" if ranges else "1"))
+    assert line.startswith(f"error: {disk}/out/{staged}") and _FULL in line, line
     assert list(disk.iterdir()) == []
 
 
