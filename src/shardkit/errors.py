@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -16,6 +18,19 @@ def naming(exc: OSError, path: str) -> OSError:
     error (a full disk) and pyarrow's say which call failed, not on which file, and the CLI's
     one line must say where."""
     return exc if exc.filename else OSError(exc.errno, exc.strerror or str(exc), path)
+
+
+@contextlib.contextmanager
+def naming_errors(path: str) -> Iterator[None]:
+    """Around a block that writes ``path``: its OSError raised naming ``path`` where it names
+    no file (see :func:`naming`)."""
+    try:
+        yield
+    except OSError as exc:
+        named = naming(exc, path)
+        if named is exc:
+            raise
+        raise named from None
 
 
 class ShardkitError(Exception):
