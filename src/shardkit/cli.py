@@ -110,6 +110,9 @@ def _run(action: Callable[[], _T]) -> _T:
             fix = "; free some space, then re-run the same command (finished shards are kept)"
         click.echo(redact(f"error: {where}{exc.strerror or exc}{fix}"), err=True)
         sys.exit(1)
+    except EOFError as exc:  # a truncated compressed file read by a library: else click says "Aborted!"
+        click.echo(f"error: {exc or 'unexpected end of data'} (a truncated file?)", err=True)
+        sys.exit(1)
 
 
 def _exit_now(code: int) -> NoReturn:

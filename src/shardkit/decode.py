@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import BinaryIO
+import threading
+import warnings
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif", ".wma"})
 #: Audio extensions -> the libsndfile format that decodes them (soundfile; datasets 3.x decodes
@@ -32,15 +37,37 @@ def decode_problem(source: str | BinaryIO, ext: str) -> str | None:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(source) as image:
+        with open_image(source) as image:
             image.load()
     except UnidentifiedImageError:
         return "is not an image Pillow can read (wrong extension, or not an image at all)"
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        return f"is refused as a decompression bomb: {exc}"
     except (OSError, SyntaxError, ValueError) as exc:
         if isinstance(exc, OSError) and exc.errno is not None:
             raise  # a read error, not a decode error
         return f"does not decode as an image: {exc}"
     return None
+
+
+#: Held while Pillow reads an image's header: :func:`warnings.catch_warnings` changes the
+#: process's warning filters, and two threads doing so at once could leave its filter behind.
+_WARNINGS_LOCK = threading.Lock()
+
+
+def open_image(source: str | BinaryIO) -> Image.Image:
+    """``Image.open(source)``, its :class:`~PIL.Image.DecompressionBombWarning` raised as an error.
+
+    Pillow refuses an image of more than twice ``Image.MAX_IMAGE_PIXELS`` pixels with an error,
+    but only warns above the limit itself, and decodes it: a few KB of PNG declaring 100 million
+    pixels would take gigabytes, and the warning would be printed in the middle of the run.
+    Both are a bad file here. Only the header is read under the lock; the decode is not.
+    """
+    from PIL import Image
+
+    with _WARNINGS_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        return Image.open(source)
 
 
 def _audio_problem(source: str | BinaryIO) -> str | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -18,6 +20,19 @@ def naming(exc: OSError, path: str) -> OSError:
     error (a full disk) and pyarrow's say which call failed, not on which file, and the CLI's
     one line must say where."""
     return exc if exc.filename else OSError(exc.errno, exc.strerror or str(exc), path)
+
+
+@contextlib.contextmanager
+def naming_errors(path: str) -> Iterator[None]:
+    """Around a block that writes ``path``: its OSError raised naming ``path`` where it names
+    no file (see :func:`naming`)."""
+    try:
+        yield
+    except OSError as exc:
+        named = naming(exc, path)
+        if named is exc:
+            raise
+        raise named from None
 
 
 #: What a secret looks like in text shardkit shows: each pattern's first group is kept, the rest

@@ -54,7 +54,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from .errors import NetworkError, ShardkitError, UsageError, server_text
+from .errors import NetworkError, ShardkitError, UsageError, naming_errors, server_text
 from .inputfile import OutsideImagesDir, open_inside
 
 #: fsspec protocols whose objects appear only when their upload completes.
@@ -828,7 +828,7 @@ class Location:
             target = self.where(rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             partial = f"{target}.{secrets.token_hex(4)}.partial"
-            with open(partial, "wb") as f:
+            with naming_errors(partial), open(partial, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())  # the bytes are on the disk before the name points at them

@@ -12,11 +12,13 @@ decides the key and the shard. Shards group rows by the first hex digits of the 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import re
 import stat
+import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .decode import can_decode, decode_problem
-from .errors import InputProblem
+from .errors import InputProblem, ShardkitError, naming
 from .formats.zip import member_name  # a row's file inside a ZIP shard: metadata_line's default
 from .hashing import sha256_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
@@ -74,11 +76,53 @@ def content_key_of(sha256_hex: str) -> str:
     return sha256_hex[:CONTENT_KEY_HEX_DIGITS]
 
 
-def open_metadata(path: str) -> IO[bytes]:
-    """Open a .jsonl (or .jsonl.gz) file for binary reading."""
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+@contextlib.contextmanager
+def open_metadata(path: str, start: int = 0) -> Iterator[IO[bytes]]:
+    """A .jsonl (or .jsonl.gz) file open for binary reading, from byte ``start`` (of a .jsonl).
+
+    A file whose first bytes say it is compressed otherwise than its name says is refused with
+    one line naming it: read as text it would be a problem per line, and gzip's own message
+    ("Not a gzipped file") names no file. (Read through the one descriptor: a FIFO is read once.)
+    """
+    with open(path, "rb") as raw:
+        if start:
+            raw.seek(start)
+        else:
+            _refuse_misnamed(path, raw.peek(_MAGIC_BYTES)[:_MAGIC_BYTES])
+        if not path.endswith(".gz"):
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            yield stream  # type: ignore[misc]
+
+
+#: The first bytes of compressed data, by compression.
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+_MAGIC_BYTES = max(len(magic) for magic in _MAGIC)
+
+
+def _refuse_misnamed(path: str, head: bytes) -> None:
+    kind = next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+    gz = path.endswith(".gz")
+    if gz and kind != "gzip" and head:  # (an empty .gz holds no rows; that message names the file)
+        found = f"{kind} data" if kind else f"not gzip data (it starts with {head[:4]!r})"
+        raise ShardkitError(f"{path}: {found}, though its name ends in .gz; give the metadata as .jsonl or .jsonl.gz")
+    if not gz and kind is not None:
+        fix = "name it .jsonl.gz" if kind == "gzip" else "decompress it (or give it gzip-compressed, as .jsonl.gz)"
+        raise ShardkitError(f"{path}: {kind}-compressed data, not JSON lines; {fix}")
+
+
+def _read_problem(path: str, line: int, exc: Exception) -> Exception:
+    """The error for a read of the metadata file that failed at ``line``: one line naming both."""
+    if isinstance(exc, EOFError):
+        return ShardkitError(f"{path}:{line}: the gzip data ends early (the file is truncated)")
+    if isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):
+        return ShardkitError(f"{path}:{line}: bytes after the end of the gzip data are not gzip data (damaged file?)")
+    if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+        return ShardkitError(f"{path}:{line}: damaged gzip data ({exc})")
+    if isinstance(exc, OSError):
+        return naming(exc, path)
+    return exc
 
 
 @dataclass(slots=True)
@@ -154,7 +198,7 @@ def raw_lines(metadata_path: str) -> Iterator[tuple[int, bytes]]:
     """Every line of a metadata file as its rows are read (:func:`_line_bytes`), numbered as
     problems name them; :data:`TOO_LONG` in place of a line longer than MAX_LINE_BYTES."""
     with open_metadata(metadata_path) as stream:
-        for lineno, raw in enumerate(_bounded_lines(stream, None), 1):
+        for lineno, raw in enumerate(_bounded_lines(stream, None, metadata_path, 1), 1):
             yield lineno, raw if raw is TOO_LONG else _line_bytes(lineno, raw)
 
 
@@ -433,10 +477,8 @@ def read_metadata(
             return done
         return pool.submit(checker.check_batch, batch)
 
-    with open_metadata(metadata_path) as stream, interruptible_pool(threads, "shardkit-check") as pool:
-        if start:
-            stream.seek(start)
-        lines = _bounded_lines(stream, None if end is None else end - start)
+    with open_metadata(metadata_path, start) as stream, interruptible_pool(threads, "shardkit-check") as pool:
+        lines = _bounded_lines(stream, None if end is None else end - start, metadata_path, first_line)
         for row in _parse_rows(lines, first_line):
             batch.append(_pending_or_problem(row, images_root))
             if len(batch) < _BATCH:
@@ -455,22 +497,29 @@ def read_metadata(
 TOO_LONG = b"\0too long"
 
 
-def _bounded_lines(stream: IO[bytes], length: int | None) -> Iterator[bytes]:
+def _bounded_lines(stream: IO[bytes], length: int | None, path: str, first_line: int) -> Iterator[bytes]:
     """The lines of ``stream`` (of its next ``length`` bytes, whole lines: a range ends just
-    after a newline), each at most MAX_LINE_BYTES; :data:`TOO_LONG` for each longer one."""
-    while length is None or length > 0:
-        raw = stream.readline(MAX_LINE_BYTES + 1)
-        if not raw:
-            return
-        if length is not None:
-            length -= len(raw)
-        if len(raw) > MAX_LINE_BYTES:
-            while raw and not raw.endswith(b"\n"):  # skip the rest of it, a chunk at a time
-                raw = stream.readline(1 << 20)
-                if length is not None:
-                    length -= len(raw)
-            raw = TOO_LONG
-        yield raw
+    after a newline), each at most MAX_LINE_BYTES; :data:`TOO_LONG` for each longer one.
+    A read that fails (damaged gzip data, an I/O error) raises an error naming ``path`` and
+    the line it reached (``first_line`` is the first line's number)."""
+    line = first_line
+    try:
+        while length is None or length > 0:
+            raw = stream.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            if length is not None:
+                length -= len(raw)
+            if len(raw) > MAX_LINE_BYTES:
+                while raw and not raw.endswith(b"\n"):  # skip the rest of it, a chunk at a time
+                    raw = stream.readline(1 << 20)
+                    if length is not None:
+                        length -= len(raw)
+                raw = TOO_LONG
+            yield raw
+            line += 1
+    except (EOFError, OSError, zlib.error) as exc:
+        raise _read_problem(path, line, exc) from None
 
 
 def _pending_or_problem(row: _Row, images_root: str) -> _Pending | InputProblem:

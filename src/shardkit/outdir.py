@@ -13,7 +13,7 @@ import threading
 from collections.abc import Container, Iterable, Iterator
 
 from .card import LOADER_SUFFIX, is_shardkit_card
-from .errors import UsageError, listed
+from .errors import UsageError, listed, naming_errors
 from .hashing import sha256_file
 from .location import MAX_SMALL_FILE_BYTES, Location
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, ManifestShard, write_atomic
@@ -161,7 +161,7 @@ def locked(out_dir: str) -> Iterator[str]:
     os.makedirs(work_dir, exist_ok=True)
     ignore = os.path.join(work_dir, ".gitignore")
     if not os.path.exists(ignore):  # keeps the working files out of git, whatever the repo's rules
-        with open(ignore, "w") as f:
+        with naming_errors(ignore), open(ignore, "w") as f:
             f.write("# shardkit's working files: not part of the dataset\n*\n")
     with open(os.path.join(work_dir, "lock"), "w") as lock:
         try:

@@ -69,7 +69,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .check import SPLIT_COLUMN, split_problem
-from .errors import ManifestError, NetworkError, ShardkitError, UsageError
+from .decode import open_image
+from .errors import ManifestError, NetworkError, ShardkitError, UsageError, naming_errors
 from .location import (
     HUB_REPO_ID,
     HUB_REVISION,
@@ -603,12 +604,12 @@ def _prepare_batch(
                 if not _has_bytes(v):
                     continue
                 try:
-                    values[i] = Image.open(io.BytesIO(v["bytes"]))
+                    values[i] = open_image(io.BytesIO(v["bytes"]))
                 except UnidentifiedImageError:
                     raise ShardkitError(
                         f"{rows} {first + i}: column {column!r} is not an image Pillow can read"
                     ) from None
-                except (OSError, ValueError, Image.DecompressionBombError) as exc:
+                except (OSError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
                     raise ShardkitError(
                         f"{rows} {first + i}: column {column!r} does not open as an image: {type(exc).__name__}: {exc}"
                     ) from None
@@ -673,7 +674,8 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
             if key is None:
                 key = derived_key(f"{identities[0]}#{j}")
             name = f"{task.stem}/{rows_out:08d}{ext}"
-            with open(os.path.join(files_dir, f"{rows_out:08d}{ext}"), "wb") as f:
+            file_path = os.path.join(files_dir, f"{rows_out:08d}{ext}")
+            with naming_errors(file_path), open(file_path, "wb") as f:
                 f.write(data)
             fields = {k: _json_value(v) for k, v in row.items() if k not in (file_column, "key")}
             for label in task.split.labels:
@@ -749,7 +751,7 @@ def _done_path(work_dir: str, stem: str) -> str:
 
 
 def _append(path: str, lines: list[bytes]) -> None:
-    with open(path, "ab") as f:
+    with naming_errors(path), open(path, "ab") as f:
         f.writelines(lines)
 
 
@@ -885,7 +887,7 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         rows_in = sum(c["rows_in"] for c in counts)
         rows_out = sum(c["rows_out"] for c in counts)
         metadata = os.path.join(remux_dir, "metadata.jsonl")
-        with open(metadata, "wb") as out:
+        with naming_errors(metadata), open(metadata, "wb") as out:
             for task in all_tasks:
                 with open(os.path.join(parts, f"{task.stem}.jsonl"), "rb") as part:
                     shutil.copyfileobj(part, out)

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from .errors import InputProblem
+from .errors import InputProblem, naming_errors
 from .formats import ZIP, ShardFormat
 from .metadata import SourceRecord
 from .plan import PlanEntry
@@ -177,7 +177,7 @@ class RunWriter:
             return
         self._lines.sort()
         path = os.path.join(self.workdir, f"run-{len(self.runs):06d}.tsv")
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
+        with naming_errors(path), open(path, "w", encoding="utf-8", newline="\n") as f:
             f.writelines(self._lines)
         self.runs.append(path)
         self._lines = []
@@ -233,7 +233,7 @@ def _reduce_runs(runs: list[str], fan_in: int) -> list[str]:
                 merged.append(group[0])
                 continue
             path = f"{group[0]}.r{round_no}"
-            with _merging(group) as lines, open(path, "w", encoding="utf-8", newline="\n") as out:
+            with naming_errors(path), _merging(group) as lines, open(path, "w", encoding="utf-8", newline="\n") as out:
                 out.writelines(lines)
             for done in group:
                 os.unlink(done)
@@ -266,7 +266,11 @@ def merge_runs(
     prev_key = None
     prev_text = ""  # the row that keeps the key (as read: before ``retype``)
     splits: dict[str, tuple[int, int]] = {}
-    with _consuming(runs, fan_in) as lines, open(out_path, "w", encoding="utf-8", newline="\n") as out:
+    with (
+        naming_errors(out_path),
+        _consuming(runs, fan_in) as lines,
+        open(out_path, "w", encoding="utf-8", newline="\n") as out,
+    ):
         for text in lines:
             fields = StagedRow.fields(text)
             key = fields[_KEY]
@@ -516,7 +520,7 @@ def regroup(
     folder = os.path.dirname(path)
     order = named or [""]
     parts = {name: os.path.join(folder, f"split-{i:03d}.tsv") for i, name in enumerate(order)}
-    with contextlib.ExitStack() as stack:
+    with naming_errors(folder), contextlib.ExitStack() as stack:  # (one of the parts: the folder is named)
         outs = {name: stack.enter_context(open(part, "wb")) for name, part in parts.items()}
         for _, raw in _raw_rows(path, 0, None):
             fields = StagedRow.raw_fields(raw)
@@ -550,7 +554,7 @@ def regroup(
     relabel = label_retyper(label_column, names) if label_column is not None and names is not None else None
     found: list[SplitRows] = []
     offset = 0
-    with open(path, "wb") as out:
+    with naming_errors(path), open(path, "wb") as out:
         for name in order:
             start, rows, cost = offset, 0, 0
             with open(parts[name], "rb") as part:

@@ -66,6 +66,7 @@ import pickle
 import secrets
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
@@ -237,12 +238,36 @@ def _ensure_forkserver() -> None:
     # forkserver rather than by each worker. (No effect once this process's forkserver runs: it
     # keeps what it imported.)
     multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", *TASK_MODULES])
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
     try:
-        forkserver.ensure_running()
+        # The tracker first: starting it unblocks SIGINT on the way out, which would end the hold.
+        resource_tracker.ensure_running()
+        with _ctrl_c_held():
+            forkserver.ensure_running()
     except OSError:  # "AF_UNIX path too long" under a long TMPDIR: workers are spawned instead
         _forkserver_failed = True
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """SIGINT blocked in this thread while it starts a process, which inherits the block.
+
+    A Ctrl-C reaches every process of the group, and a process that is still importing (the
+    forkserver's preload, a worker before :func:`_start_worker`) would die of it with a
+    KeyboardInterrupt traceback. Blocked, the signal waits: the forkserver discards it when it
+    ignores SIGINT after its preload (the block stays, and its workers inherit it), and a worker
+    takes it in :func:`_start_worker`, once its handler is in place. Here it arrives when the
+    block ends, a moment later: nothing is lost. (Only the main thread takes signals.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def start_forkserver(jobs: int) -> None:
@@ -260,6 +285,7 @@ class LocalPool(ProcessPoolExecutor, TaskExecutor):
     def __init__(self, jobs: int, tasks: int) -> None:
         _ensure_forkserver()
         context = multiprocessing.get_context(_start_method())
+        self._spawns = context.get_start_method() == "spawn"
         # Per task (in submission order): 0 not started, a worker's pid while it runs there,
         # _ENDED once it ended with a result or an error. A worker that dies or is stopped leaves
         # its task's pid. No lock: each entry is written by one worker at a time.
@@ -271,7 +297,11 @@ class LocalPool(ProcessPoolExecutor, TaskExecutor):
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
         task = len(self._task_of)
-        future: Future[R] = super().submit(_run_in_worker, fn, task, args, kwargs)
+        # A worker is started here: spawned from this process (no forkserver), it inherits the block.
+        # (Not with the forkserver: its workers have the block from it, and this wait for a
+        # worker's pid must stay open to Ctrl-C.)
+        with _ctrl_c_held() if self._spawns else contextlib.nullcontext():
+            future: Future[R] = super().submit(_run_in_worker, fn, task, args, kwargs)
         self._task_of[future] = task
         # ProcessPoolExecutor has no public way to reach its processes (3.14 adds
         # terminate_workers(), which does not wait for them): stop() signals them and
@@ -355,6 +385,8 @@ def _start_worker(task_states: Any) -> None:
     _worker = _Worker(task_states)
     signal.signal(signal.SIGINT, _worker.on_stop_signal)
     signal.signal(signal.SIGTERM, _worker.on_stop_signal)
+    # Blocked since the process started (:func:`_ctrl_c_held`): a Ctrl-C that came meanwhile is taken now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _leave() -> NoReturn:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
-from .errors import ShardkitError, naming
+from .errors import ShardkitError, naming, naming_errors
 from .formats import format_named
 from .formats.base import RowFile
 from .location import Location
@@ -157,7 +157,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
     meta_rel = metadata_path_for(plan)
     try:
         if job.staged is not None:
-            with open(tmp_staged, "wb") as f:
+            with naming_errors(tmp_staged), open(tmp_staged, "wb") as f:
                 f.write(job.staged)
             job = replace(job, staging_path=tmp_staged, plan=replace(plan, offset=0), staged=None)
         meta_out = open(tmp_meta, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below, never over an error
