@@ -11,7 +11,13 @@ whole (or, for a stalled upload, in part), then either passed on or broken as th
 - ``stall_body``: pass the request on, relay the answer's headers and ``after`` bytes of its
   body, then send nothing more;
 - ``cut_body``: the same, then close the connection;
-- ``status``: answer ``status`` (500, 503...) without asking the server.
+- ``status``: answer ``status`` (500, 503...) without asking the server, with ``headers``
+  (``Retry-After``...) and ``body`` (``None``: a JSON error; ``ECHO``: the request's own head,
+  as a server that echoes what it got does);
+- ``redirect``: answer ``status`` (307...) with ``Location: to`` (a path; ``""``: the request's
+  own path, a redirect loop);
+- ``endless``: answer ``status`` (200) with a body of ``size`` bytes of ``fill`` made as they are
+  sent, with no length, until the client hangs up; ``sent`` counts the bytes it took.
 
 A fault breaks ``times`` matching requests (None: all) and counts them in ``hits``, so a test can
 check that the fault it set up really happened. A stalled connection stays open until the
@@ -33,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
-MODES = ("stall", "stall_upload", "stall_body", "cut_body", "status")
+MODES = ("stall", "stall_upload", "stall_body", "cut_body", "status", "redirect", "endless")
+ECHO = b"<echo>"  # a status fault's body that echoes the request's head
 
 
 @dataclass
@@ -44,7 +51,13 @@ class Fault:
     after: int = 0  # body bytes passed before a stall or a cut
     status: int = 503
     times: int | None = None  # how many matching requests to break; None: all
+    headers: dict[str, str] = field(default_factory=dict)  # more headers of a status, redirect or endless answer
+    body: bytes | None = None  # a status answer's body (None: a JSON error; ECHO: the request's head)
+    to: str = ""  # where a redirect points (a path; "": the request's own)
+    size: int = 0  # bytes of an endless answer
+    fill: bytes = b"["
     hits: int = 0
+    sent: int = 0  # bytes of an endless answer the client took
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -64,7 +77,18 @@ class ProxyLog:
         return [e for e in self.entries if e[2] is not None]
 
 
-_STATUS_TEXT = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+_STATUS_TEXT = {
+    200: "OK",
+    307: "Temporary Redirect",
+    308: "Permanent Redirect",
+    403: "Forbidden",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
 
 
 class FaultProxy:
@@ -165,11 +189,24 @@ class FaultProxy:
             return
         if fault is not None and fault.mode == "status":
             text = f'{{"error": "injected {fault.status} from the fault proxy"}}'.encode()
-            conn.sendall(
-                f"HTTP/1.1 {fault.status} {_STATUS_TEXT.get(fault.status, 'Error')}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(text)}\r\nConnection: close\r\n\r\n".encode()
-                + text
-            )
+            if fault.body == ECHO:
+                text = _head_bytes(request_line, headers)
+            elif fault.body is not None:
+                text = fault.body
+            conn.sendall(_answer_head(fault, {"Content-Type": "application/json", "Content-Length": str(len(text))}))
+            conn.sendall(text)
+            return
+        if fault is not None and fault.mode == "redirect":
+            conn.sendall(_answer_head(fault, {"Location": fault.to or target, "Content-Length": "0"}))
+            return
+        if fault is not None and fault.mode == "endless":
+            conn.sendall(_answer_head(fault, {"Content-Type": "application/json"}))
+            block = fault.fill * (65536 // len(fault.fill))
+            while fault.sent < fault.size:  # the client hanging up ends it (an OSError, taken by the handler)
+                chunk = block[: fault.size - fault.sent]
+                conn.sendall(chunk)
+                with self.lock:
+                    fault.sent += len(chunk)
             return
         with socket.create_connection(self.upstream) as upstream:
             upstream.sendall(_head_bytes(request_line, headers) + body)
@@ -200,6 +237,12 @@ class FaultProxy:
             rest = upstream.recv(65536)
             if not rest:
                 return
+
+
+def _answer_head(fault: Fault, headers: dict[str, str]) -> bytes:
+    """The head of an answer the proxy makes itself: ``fault.status`` with ``headers`` and the fault's own."""
+    status_line = f"HTTP/1.1 {fault.status} {_STATUS_TEXT.get(fault.status, 'Error')}"
+    return _head_bytes(status_line, [*headers.items(), *fault.headers.items()])
 
 
 def _read_head(reader: BinaryIO) -> tuple[str, list[tuple[str, str]]] | None:

@@ -20,7 +20,7 @@ import click
 
 from . import __version__
 from .card import human_size
-from .errors import ShardkitError, UsageError
+from .errors import ShardkitError, UsageError, redact, redact_log_records
 from .formats import FORMAT_NAMES
 from .location import is_url
 from .plan import DEFAULT_MAX_SHARD_BYTES
@@ -98,7 +98,7 @@ def _run(action: Callable[[], _T]) -> _T:
         click.echo("interrupted; re-run the same command to resume", err=True)
         _exit_now(130)
     except UsageError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {exc}", err=True)  # a ShardkitError's message is redacted as it is made
         sys.exit(2)
     except ShardkitError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -108,7 +108,7 @@ def _run(action: Callable[[], _T]) -> _T:
         fix = ""
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             fix = "; free some space, then re-run the same command (finished shards are kept)"
-        click.echo(f"error: {where}{exc.strerror or exc}{fix}", err=True)
+        click.echo(redact(f"error: {where}{exc.strerror or exc}{fix}"), err=True)
         sys.exit(1)
     except EOFError as exc:  # a truncated compressed file read by a library: else click says "Aborted!"
         click.echo(f"error: {exc or 'unexpected end of data'} (a truncated file?)", err=True)
@@ -129,6 +129,12 @@ def _setup_logging() -> None:
     """Warnings and errors on stderr, -q or not: -q silences progress and the summary, never
     what a user must know (a layout a reader would refuse, rows left out)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    redact_log_records()
+
+
+def _echo_json(data: dict[str, object]) -> None:
+    """``--json``'s one object on stdout, redacted as every message is (a URL may carry a password)."""
+    click.echo(redact(json.dumps(data)))
 
 
 def _progress(quiet: bool, as_json: bool) -> TqdmProgress:
@@ -524,7 +530,7 @@ def _pack_command(
         data = summary.to_json()
         if pushed is not None:
             data["push"] = pushed.to_json()
-        click.echo(json.dumps(data))
+        _echo_json(data)
         return
     if quiet:
         return
@@ -656,7 +662,7 @@ def push_cmd(
     progress = _progress(quiet, as_json)
     summary = _run(lambda: push(config, progress=progress))
     if as_json:
-        click.echo(json.dumps(summary.to_json()))
+        _echo_json(summary.to_json())
     elif not quiet:
         _print_push(summary)
 
@@ -806,7 +812,7 @@ def remux_cmd(
     progress = _progress(quiet, as_json)
     summary = _run(lambda: remux(config, progress=progress))
     if as_json:
-        click.echo(json.dumps(summary.to_json()))
+        _echo_json(summary.to_json())
     elif not quiet:
         packed = summary.pack
         click.echo(
@@ -849,7 +855,7 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     progress = _progress(quiet, as_json)
     report = _run(lambda: verify(out_dir, deep=deep, progress=progress))
     if as_json:
-        click.echo(json.dumps(report.to_json()))
+        _echo_json(report.to_json())
     else:
         for problem in report.problems[:SHOWN_PROBLEMS]:
             click.echo(problem.format())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,8 +35,82 @@ def naming_errors(path: str) -> Iterator[None]:
         raise named from None
 
 
+#: What a secret looks like in text shardkit shows: each pattern's first group is kept, the rest
+#: becomes ``***``. Userinfo in a URL (``https://user:password@host``), a Hub token (``hf_`` and 30
+#: or more letters and digits), an Authorization-style header or ``Bearer``/``Basic`` credential,
+#: an AWS access key id, and the query parameters presigned URLs carry (``X-Amz-Signature=``,
+#: ``sig=``, ``token=``...).
+_SECRETS = [
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@"), r"\1***@"),
+    (re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
+    (
+        re.compile(
+            r"(?i)(\b(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-amz-security-token"
+            r"|aws_secret_access_key|aws_session_token|hf_token)[\"']?\s*[:=]\s*[\"']?)"
+            r"(?!(?:bearer|basic)\s)[^\s\"',;}]+"
+        ),
+        r"\1***",
+    ),
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "hf_***"),
+    (re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b"), r"\1***"),
+    (
+        re.compile(
+            r"(?i)([?&;](?:[a-z0-9_-]*token|sig|signature|x-amz-signature|x-amz-credential|x-goog-signature"
+            r"|x-goog-credential|key|api_key|apikey|password|passwd|secret|auth|code)=)[^&\s#\"'<>]+"
+        ),
+        r"\1***",
+    ),
+]
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret-shaped part (:data:`_SECRETS`) replaced by ``***``: for every
+    message, log line and ``--json`` field shardkit prints, since a URL can carry a password or a
+    signature and a server can echo the request's headers back."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+#: The most of a server's own text (an error body, a reason) a message shows.
+SERVER_TEXT_SHOWN_CHARS = 300
+
+
+def server_text(text: str) -> str:
+    """A server's text as a message may show it: cut to :data:`SERVER_TEXT_SHOWN_CHARS`, control
+    characters escaped (a server must not forge lines of shardkit's output), secrets redacted."""
+    more = "..." if len(text) > SERVER_TEXT_SHOWN_CHARS else ""
+    shown = "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:SERVER_TEXT_SHOWN_CHARS]
+    )
+    return redact(shown + more)
+
+
+def redact_log_records() -> None:
+    """Make every log record's text redacted (:func:`redact`) as it is made, whichever logger and
+    handler it goes to: libraries log the URLs they retry, presigned signatures included, and
+    huggingface_hub's logger has a handler of its own. The CLI calls it once."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "redacts", False):
+        return
+
+    def redacted(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        record.msg, record.args = redact(record.getMessage()), None
+        return record
+
+    redacted.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacted)
+
+
 class ShardkitError(Exception):
-    """Base class: a failure with a message meant for the user (exit code 1 in the CLI)."""
+    """Base class: a failure with a message meant for the user (exit code 1 in the CLI).
+
+    Its message is redacted (:func:`redact`) as it is made: every message naming a URL, or quoting
+    a server or a library, goes through this one place whoever prints or logs it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class NetworkError(ShardkitError):

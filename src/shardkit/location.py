@@ -32,12 +32,19 @@ default 60) is an error naming the URL, set through each library's own per-read 
 never a limit on a whole transfer. Other protocols keep their library's defaults. Two waits of an
 S3 upload have no such setting in aiohttp, which s3fs sends through: the wait for ``100
 Continue`` and a body the server stops reading; Ctrl-C still ends them.
+
+What a server answers is held to the same rule: only a 404 means a file is missing (any other
+error answer, and a redirect loop, is one line naming the URL); a body read whole is read up
+to a bound per kind (``MAX_*_BYTES`` below); and huggingface_hub's client, in a push and a
+``verify`` of ``hf://``, is kept from waiting longer than asked or following an upload's
+redirect (:func:`bounded_hub_requests`).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import hashlib
 import math
 import os
@@ -47,7 +54,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from .errors import NetworkError, ShardkitError, UsageError, naming_errors
+from .errors import NetworkError, ShardkitError, UsageError, naming_errors, server_text
 from .inputfile import OutsideImagesDir, open_inside
 
 #: fsspec protocols whose objects appear only when their upload completes.
@@ -57,6 +64,19 @@ ATOMIC_UPLOAD_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", 
 TIMEOUT_VARIABLE = "SHARDKIT_NETWORK_TIMEOUT"
 DEFAULT_NETWORK_TIMEOUT = 60.0
 RESUME = "Try again: pack and push resume where they stopped."
+
+# The most of each kind of body shardkit holds in memory, whatever the server sends (a broken or
+# hostile one may send an endless body): each is far above what shardkit itself writes
+# (``shards.json``'s is :data:`.manifest.MAX_MANIFEST_BYTES`, where every manifest is read).
+#: A shard's ``metadata/<stem>.jsonl``, read whole by ``verify``: its rows, a few hundred bytes each
+#: (a 4 GiB shard of 1 KB files holds 4 million).
+MAX_METADATA_FILE_BYTES = 2 << 30
+#: The repo's other top-level files read whole (the card, ``.gitattributes``, loading script, preview).
+MAX_SMALL_FILE_BYTES = 32 << 20
+#: One answer of the Hub's API (a page of a tree listing is about 1000 entries, under 1 MB).
+MAX_API_BODY_BYTES = 16 << 20
+#: A server's error answer or redirect: only a line of it is ever shown.
+MAX_ERROR_BODY_BYTES = 64 << 10
 
 
 def network_timeout() -> float:
@@ -137,17 +157,83 @@ _DOING = {
 }
 
 
+def _answer(exc: BaseException) -> tuple[int, str] | None:
+    """The HTTP status and reason behind a library's error (aiohttp's ClientResponseError,
+    httpx's HTTPStatusError, huggingface_hub's HfHubHTTPError), or None."""
+    status = getattr(exc, "status", None)  # aiohttp
+    reason = getattr(exc, "message", "")
+    response = getattr(exc, "response", None)  # httpx and huggingface_hub
+    if not isinstance(status, int) and response is not None:
+        status, reason = getattr(response, "status_code", None), getattr(response, "reason_phrase", "")
+    return (status, str(reason or "")) if isinstance(status, int) else None
+
+
+def _is_missing(exc: BaseException) -> bool:
+    """Whether a FileNotFoundError really means the file is not there: fsspec's http(s) filesystem
+    raises one for any failed request (a 429, a 503, a redirect loop), keeping the cause; only a
+    404 (or no HTTP answer behind it at all) means missing."""
+    cause = exc.__cause__
+    if not isinstance(exc, FileNotFoundError):
+        return False
+    if cause is None:
+        answer = _answer(exc)
+        return answer is None or answer[0] == 404
+    answer = _answer(cause)
+    return answer is not None and answer[0] == 404
+
+
 def network_failure(exc: BaseException, doing: str, timeout: float, then: str = RESUME) -> NetworkError | None:
-    """The one-line error for a timeout or a failed connection (refused, cut mid-body) while
-    ``doing`` ("reading <URL>"); None for any other failure. fsspec's http(s) filesystem hides
-    both behind a FileNotFoundError: its cause tells."""
+    """The one-line error for a timeout, a failed connection (refused, cut mid-body), a redirect
+    loop or an HTTP error answer other than 404 while ``doing`` ("reading <URL>"); None for any
+    other failure. fsspec's http(s) filesystem hides them all behind a FileNotFoundError: its
+    cause tells."""
     cause = exc.__cause__ if isinstance(exc, FileNotFoundError) else None
     if is_timeout(exc) or (cause is not None and is_timeout(cause)):
         return timeout_error(doing, timeout, then)
-    failed = cause if cause is not None and is_network_error(cause) else exc
+    failed = cause if cause is not None else exc
+    if any(cls.__name__ == "TooManyRedirects" for cls in type(failed).__mro__):  # httpx's and aiohttp's
+        return NetworkError(f"{doing}: the server redirected too many times (a redirect loop?). {then}")
+    answer = _answer(failed)
+    if answer is not None and not (isinstance(exc, FileNotFoundError) and _is_missing(exc)):
+        return NetworkError(f"{doing}: {answered(*answer)}. {then}")
     if is_network_error(failed):
-        return NetworkError(f"the connection failed {doing} ({type(failed).__name__}: {failed}). {then}")
+        said = server_text(str(failed))
+        return NetworkError(f"the connection failed {doing} ({type(failed).__name__}: {said}). {then}")
     return None
+
+
+def answered(status: int, reason: str) -> str:
+    """``the server answered 429 Too Many Requests``: what a message says of an HTTP error answer."""
+    return f"the server answered {status} {server_text(reason)}".rstrip()
+
+
+def read_bounded(f: Any, limit: int, where: str) -> bytes:
+    """All of an open file, or one line naming ``where`` once it holds more than ``limit`` bytes
+    (read no further: a server may send an endless body)."""
+    parts, size = [], 0
+    while size <= limit:  # a read may return less than asked before the end (a stream's next chunk)
+        part: bytes = f.read(limit + 1 - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    data = b"".join(parts)
+    if size > limit:
+        raise ShardkitError(
+            f"{where}: more than {limit} bytes, far more than shardkit writes there; the server sent something"
+            " else (check the URL)"
+        )
+    return data
+
+
+def read_url(url: str, headers: dict[str, str], limit: int) -> bytes | None:
+    """A whole (small) file at an http(s) URL, in one GET with ``headers``; None when the server
+    answers 404; more than ``limit`` bytes is one line naming it (see :func:`read_bounded`)."""
+    try:
+        with _HttpReader(url, headers) as f:
+            return read_bounded(f, limit, url)
+    except FileNotFoundError:
+        return None
 
 
 def _named(call: Callable[..., Any], location: str, timeout: float, doing: Callable[[tuple[Any, ...]], str]) -> Any:
@@ -160,12 +246,14 @@ def _named(call: Callable[..., Any], location: str, timeout: float, doing: Calla
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return call(*args, **kwargs)
+        except ShardkitError:  # already one line (a bound of :func:`bounded_hub_requests`)
+            raise
         except Exception as exc:
             if (failure := network_failure(exc, doing(args), timeout)) is not None:
                 raise failure from None
             if isinstance(exc, OSError):
                 raise
-            raise ShardkitError(f"{location}: {type(exc).__name__}: {exc}") from None
+            raise ShardkitError(f"{location}: {type(exc).__name__}: {server_text(str(exc))}") from None
 
     return run
 
@@ -268,6 +356,145 @@ def _timeout_options(protocol: str, timeout: float, config: dict[str, dict[str, 
     elif protocol in ("s3", "s3a"):
         options["config_kwargs"] = {"connect_timeout": timeout, "read_timeout": timeout}
     return {key: value for key, value in options.items() if key not in config.get(protocol, {})}
+
+
+# --- huggingface_hub's HTTP client --------------------------------------------------------------
+
+#: The statuses huggingface_hub's ``http_backoff`` retries, after the wait the answer asks for.
+_RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _asked_wait(response: Any) -> int | None:
+    """Seconds an answer asks the client to wait before it retries, as huggingface_hub reads
+    them (``Retry-After`` in seconds; a 429's ``RateLimit`` reset), or None."""
+    from huggingface_hub.utils import parse_ratelimit_headers  # type: ignore[attr-defined]
+
+    waits = []
+    retry_after = response.headers.get("retry-after", "").strip()
+    if retry_after.isdigit():
+        waits.append(int(retry_after))
+    limits = parse_ratelimit_headers(response.headers) if response.status_code == 429 else None
+    if limits is not None and limits.remaining == 0:
+        waits.append(int(limits.reset_in_seconds))
+    return max(waits, default=None)
+
+
+def _body_limit(response: Any) -> int | None:
+    """How much of an answer huggingface_hub may read into memory: an error or a redirect, a bit;
+    an API answer (JSON it parses whole), :data:`MAX_API_BODY_BYTES`; part of a file (a ranged
+    GET, as ``hf://`` reads are), the range asked for; a whole file (a GET outside ``/api/``: a
+    ``resolve`` URL or the storage it redirects to), no limit: it is streamed to disk or to a
+    reader that knows its size."""
+    if response.status_code >= 300:
+        return MAX_ERROR_BODY_BYTES
+    request = response.request
+    if not _is_api(request):
+        asked = re.fullmatch(r"bytes=(\d+)-(\d+)", request.headers.get("range", "").strip())
+        return int(asked.group(2)) - int(asked.group(1)) + 1 if asked else None
+    return MAX_API_BODY_BYTES
+
+
+def _is_api(request: Any) -> bool:
+    """Whether a request of huggingface_hub's is to the Hub's API (its answer JSON, parsed whole),
+    not a file download (a GET outside ``/api/``)."""
+    return request.method not in ("GET", "HEAD") or "/api/" in request.url.path
+
+
+@contextlib.contextmanager
+def bounded_hub_requests(timeout: float) -> Iterator[None]:
+    """In the block, every request huggingface_hub sends waits at most ``timeout`` seconds to
+    connect, and for each byte read or written (not for a whole upload); and what a server
+    answers cannot make it wait longer, or read without end:
+
+    - an answer asking to wait (``Retry-After``, a 429's ``RateLimit``) more than ``timeout``
+      seconds before a retry is one line naming the URL at once (huggingface_hub would sleep that
+      long, up to five times; it has no setting to cap it). A shorter wait is honoured, so its
+      retries of one request wait five times ``timeout`` at most;
+    - an answer's body is read up to a limit (:func:`_body_limit`), past which it is one line;
+    - a 307 or 308 redirect of an upload is one line: its body is a file huggingface_hub has
+      already read, which httpx cannot send again (it would fail with a traceback). Uploads go
+      where the Hub says (its storage's URL is for the right region), so it is refused, not followed.
+
+    Its shared HTTP client has no timeout, and most ``HfApi`` calls (the uploads, the commits)
+    pass none, so a Hub that stops answering mid-upload hung the push forever. Request and
+    response hooks go on the client that the current factory makes, so a user's factory (a
+    proxy, certificates) still applies; that factory is put back when the block ends normally.
+    """
+    import httpx2
+    from huggingface_hub.utils import _http, set_client_factory  # type: ignore[attr-defined]
+
+    previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
+
+    class bounded_body(httpx2.SyncByteStream):
+        """An answer's body that fails with one line naming the request past ``limit`` bytes."""
+
+        def __init__(self, stream: Any, limit: int, request: str) -> None:
+            self._stream = stream
+            self._limit = limit
+            self._request = request
+
+        def __iter__(self) -> Iterator[bytes]:
+            seen = 0
+            for chunk in self._stream:
+                seen += len(chunk)
+                if seen > self._limit:
+                    raise ShardkitError(
+                        f"{self._request}: the server's answer is over {self._limit} bytes, far more than it"
+                        " should be; not read further (check HF_ENDPOINT, and the proxy if any)"
+                    )
+                yield chunk
+
+        def close(self) -> None:
+            self._stream.close()
+
+    def bound(request: Any) -> None:
+        limits = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {
+            kind: timeout if limits.get(kind) is None else limits[kind] for kind in ("connect", "read", "write", "pool")
+        }
+        if _is_api(request):  # its bound counts the bytes sent: a compressed body could hold a thousand times more
+            request.headers["Accept-Encoding"] = "identity"
+
+    def check(response: Any) -> None:
+        request = response.request
+        url = str(request.url)
+        what = answered(response.status_code, response.reason_phrase)
+        wait = _asked_wait(response) if response.status_code in _RETRIED_STATUSES else None
+        if wait is not None and wait > timeout:
+            raise NetworkError(
+                f"{request.method} {url}: {what} and asked to wait {wait} s before trying again, longer than"
+                f" {TIMEOUT_VARIABLE}={timeout:g} allows. Try again later: pack and push resume where they stopped."
+            )
+        replayable = isinstance(request.stream, httpx2.ByteStream)
+        if response.status_code in (307, 308) and not replayable and request.method not in ("GET", "HEAD"):
+            raise NetworkError(
+                f"{request.method} {url}: {what} (to {response.headers.get('location', '?')}) for an upload;"
+                " shardkit does not send an upload again to where a server redirects it. Check HF_ENDPOINT"
+                " (and the proxy, if any)."
+            )
+        limit = _body_limit(response)
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if limit is not None and _is_api(request) and encoding not in ("", "identity"):
+            raise NetworkError(
+                f"{request.method} {url}: {what}, compressed ({server_text(encoding)}) though asked not to be"
+            )
+        if limit is not None and not isinstance(response.stream, httpx2.ByteStream):
+            response.stream = bounded_body(response.stream, limit, f"{request.method} {url}")
+
+    def factory() -> Any:
+        client = previous()
+        hooks = client.event_hooks
+        client.event_hooks = {
+            "request": [*hooks.get("request", []), bound],
+            "response": [*hooks.get("response", []), check],
+        }
+        return client
+
+    set_client_factory(factory)
+    yield
+    # Not on an error: the threads of a pool left on the way out may still be mid-request on this
+    # client, and putting the factory back closes it under them (each then retries, and logs it).
+    set_client_factory(previous)
 
 
 # --- the location of a dataset repo --------------------------------------------------------------
@@ -500,13 +727,15 @@ class Location:
         f.seek(start)
         return _Window(f, end - start)  # type: ignore[return-value]
 
-    def read_bytes(self, rel: str) -> bytes | None:
-        """A whole (small) file, or None when it does not exist."""
+    def read_bytes(self, rel: str, limit: int = MAX_SMALL_FILE_BYTES) -> bytes | None:
+        """A whole (small) file, or None when it does not exist. At a URL, more than ``limit``
+        bytes is one line naming it: a server may send an endless body."""
         try:
             if self.is_local:
                 with self.open_local(rel) as f:
                     return f.read()
-            return bytes(self.fs.cat_file(self._path(rel)))
+            with self.open(rel) as f:
+                return read_bounded(f, limit, self.where(rel))
         except FileNotFoundError:
             return None
 
@@ -699,7 +928,7 @@ class _HttpReader:
     """
 
     def __init__(self, url: str, headers: dict[str, str], *, byte_range: tuple[int, int] | None = None) -> None:
-        from huggingface_hub.utils import get_session, hf_raise_for_status  # type: ignore[attr-defined]
+        from huggingface_hub.utils import get_session  # type: ignore[attr-defined]
 
         self._url = url
         self._timeout = network_timeout()
@@ -709,14 +938,11 @@ class _HttpReader:
         self._context = get_session().stream("GET", url, headers=headers, timeout=self._timeout)
         with self._named_errors():
             response = self._context.__enter__()
-        try:
-            hf_raise_for_status(response)
-        except BaseException as exc:
+        if response.is_error:  # its status says it all: the body (the server's, any length) is not read
             self._context.__exit__(None, None, None)
-            if getattr(exc, "response", None) is None:
-                raise
-            status = f"{exc.response.status_code} {exc.response.reason_phrase}".strip()  # type: ignore[attr-defined]
-            raise ShardkitError(f"cannot read {url}: the server answered {status}") from None
+            if response.status_code == 404:
+                raise FileNotFoundError(errno.ENOENT, "the server answered 404 Not Found", url)
+            raise NetworkError(f"cannot read {url}: {answered(response.status_code, response.reason_phrase)}")
         # Chunks as they arrive: httpx re-cuts them to a given size by copying, on this thread.
         self._chunks = response.iter_bytes()
         self._buffer = b""

@@ -15,8 +15,8 @@ from collections.abc import Container, Iterable, Iterator
 from .card import LOADER_SUFFIX, is_shardkit_card
 from .errors import UsageError, listed, naming_errors
 from .hashing import sha256_file
-from .location import Location
-from .manifest import MANIFEST_NAME, ManifestShard, write_atomic
+from .location import MAX_SMALL_FILE_BYTES, Location
+from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, ManifestShard, write_atomic
 from .manifest import WORK_DIR as WORK_DIR  # the working folder is outdir's concept; defined beside write_atomic
 from .table import TABLE_NAME
 
@@ -261,7 +261,7 @@ def pull_small_files(location: Location, local_dir: str) -> list[str]:
     # Not the metadata table: every pack writes it anew, and it can be GBs.
     names = [name for name in location.list("") if is_small_file(name) and name != TABLE_NAME]
     for name in names:
-        data = location.read_bytes(name)
+        data = location.read_bytes(name, MAX_MANIFEST_BYTES if name == MANIFEST_NAME else MAX_SMALL_FILE_BYTES)
         if data is not None:
             write_atomic(os.path.join(local_dir, name), data)
     for name in set(_small_files(local_dir)) - set(names):

@@ -23,6 +23,7 @@ The planning (:func:`collect_files`, :func:`plan_commits`) is pure; :func:`push`
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import re
@@ -36,16 +37,18 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX, name_repo
-from .errors import ManifestError, ShardkitError, UsageError, listed
+from .errors import ManifestError, ShardkitError, UsageError, listed, server_text
 from .formats import format_named
 from .hashing import sha256_stream
 from .location import (
     Location,
+    bounded_hub_requests,
     check_in_dataset,
     is_network_error,
     is_timeout,
     is_url,
     network_timeout,
+    read_url,
     readable_root,
     timeout_error,
 )
@@ -373,14 +376,17 @@ def plan_commits(
 def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[str, RemoteFile]) -> set[str]:
     """The data/ and metadata/ files the repo's own shards.json names: the only ones a push may
     delete (files another tool or person put there are left alone)."""
-    if MANIFEST_NAME not in remote:
-        return set()
-    with hub_errors(f"reading {MANIFEST_NAME} of {repo_id}", repo_id):
-        path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision)
+    if MANIFEST_NAME not in remote or remote[MANIFEST_NAME].size > MAX_MANIFEST_BYTES:
+        return set()  # none, or not one shardkit wrote: delete nothing
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+
+    url = hf_hub_url(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision, endpoint=api.endpoint)
+    with hub_errors(f"reading {MANIFEST_NAME} of {repo_id}", repo_id):  # read whole, never more than a manifest
+        data = read_url(url, dict(build_hf_headers(token=api.token)), MAX_MANIFEST_BYTES)
     try:
-        with open(path, "rb") as f:
-            published = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1), path)
-    except (OSError, ManifestError):
+        published = parse_manifest(data or b"", url)
+    except ManifestError:
         return set()  # not a manifest shardkit can read: delete nothing
     return {rel for shard in published.shards for rel in (shard.file, shard.metadata)}
 
@@ -402,7 +408,9 @@ def _root_cause(exc: BaseException) -> BaseException:
 
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, HfHubHTTPError) or is_network_error(seen):
+        if isinstance(seen, (HfHubHTTPError, ShardkitError, json.JSONDecodeError)) or is_network_error(seen):
+            return seen
+        if type(seen).__name__ == "TooManyRedirects":
             return seen
         seen = seen.__cause__ or seen.__context__
     return exc
@@ -411,6 +419,7 @@ def _root_cause(exc: BaseException) -> BaseException:
 @contextmanager
 def hub_errors(action: str, repo_id: str) -> Iterator[None]:
     """Turn huggingface_hub and network errors into one message that says what to do."""
+    import httpx2
     from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -421,6 +430,8 @@ def hub_errors(action: str, repo_id: str) -> Iterator[None]:
         raise
     except Exception as raised:
         exc = _root_cause(raised)
+        if isinstance(exc, ShardkitError):  # one line already (a bound of bounded_hub_requests), in a thread's error
+            raise exc from None
         named = re.search(r"Error while uploading '([^']+)'", str(raised))
         if named:  # huggingface_hub names the file that failed
             action = f"uploading {named.group(1)}"
@@ -437,61 +448,42 @@ def hub_errors(action: str, repo_id: str) -> Iterator[None]:
                 f"cannot reach the Hub at {constants.ENDPOINT} while {action} ({type(exc).__name__}: {exc})."
                 f" Check the network (and HF_ENDPOINT, if set). {resume}"
             ) from None
+        if type(exc).__name__ == "TooManyRedirects":
+            where = exc.request.url if isinstance(exc, httpx2.RequestError) else constants.ENDPOINT
+            raise ShardkitError(
+                f"{where}: the server redirected too many times (a redirect loop?) while {action}"
+            ) from None
+        if isinstance(exc, json.JSONDecodeError):
+            raise ShardkitError(
+                f"the Hub at {constants.ENDPOINT} answered with something that is not JSON while {action}"
+                f" ({exc}); check HF_ENDPOINT (and the proxy, if any)"
+            ) from None
         if not isinstance(exc, HfHubHTTPError):
             raise
         status = exc.response.status_code if exc.response is not None else None
         server = (exc.server_message or "").strip().splitlines()[0:1]
-        said = f": {server[0]}" if server else ""
+        said = f": {server_text(server[0])}" if server else ""
         if status == 401:
             raise ShardkitError(
-                f"the Hub refused the token while {action} (401 Unauthorized{said}). It is invalid or expired:"
+                f"the Hub at {constants.ENDPOINT} refused the token while {action} (401 Unauthorized{said})."
+                " It is invalid or expired:"
                 " log in again with `hf auth login`, or pass a valid one with --token or HF_TOKEN."
             ) from None
         if status == 403:
             namespace = repo_id.split("/")[0]
             raise ShardkitError(
-                f"the token may not write to {namespace!r} ({action}: 403 Forbidden{said}). Create a token with write"
-                f" access to {namespace} at https://huggingface.co/settings/tokens, then `hf auth login`."
+                f"the token may not write to {namespace!r} at {constants.ENDPOINT} ({action}: 403 Forbidden{said})."
+                f" Create a token with write access to {namespace} at https://huggingface.co/settings/tokens,"
+                " then `hf auth login`."
             ) from None
         if status == 412:
             raise ShardkitError(
-                f"{repo_id} changed while this push was running (someone else pushed?). {resume}"
+                f"{repo_id} changed at {constants.ENDPOINT} while this push was running (someone else pushed?)."
+                f" {resume}"
             ) from None
-        raise ShardkitError(f"the Hub failed while {action} ({status}{said}). {resume}") from None
-
-
-@contextmanager
-def bounded_hub_requests(timeout: float) -> Iterator[None]:
-    """In the block, every request huggingface_hub sends waits at most ``timeout`` seconds to
-    connect, and for each byte read or written (not for a whole upload).
-
-    Its shared HTTP client has no timeout, and most ``HfApi`` calls (the uploads, the commits)
-    pass none, so a Hub that stops answering mid-upload hung the push forever. A request hook
-    fills in the timeouts a request leaves unset (one that sets its own keeps it), on the client
-    that the current factory makes, so a user's factory (a proxy, certificates) still applies;
-    that factory is put back afterwards.
-    """
-    from huggingface_hub.utils import _http, set_client_factory  # type: ignore[attr-defined]
-
-    previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
-
-    def bound(request: Any) -> None:
-        limits = request.extensions.get("timeout") or {}
-        request.extensions["timeout"] = {
-            kind: timeout if limits.get(kind) is None else limits[kind] for kind in ("connect", "read", "write", "pool")
-        }
-
-    def factory() -> Any:
-        client = previous()
-        hooks = client.event_hooks
-        client.event_hooks = {**hooks, "request": [*hooks.get("request", []), bound]}
-        return client
-
-    set_client_factory(factory)
-    try:
-        yield
-    finally:
-        set_client_factory(previous)
+        raise ShardkitError(
+            f"the Hub at {constants.ENDPOINT} failed while {action} ({status}{said}). {resume}"
+        ) from None
 
 
 def resolve_token(explicit: str | None) -> str:

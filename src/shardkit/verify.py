@@ -52,7 +52,7 @@ from .errors import UsageError, source_note
 from .formats import ShardFormat
 from .formats.base import source_of_row
 from .hashing import sha256_stream
-from .location import Location
+from .location import MAX_METADATA_FILE_BYTES, Location, bounded_hub_requests, network_timeout, read_bounded
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest_at
 from .outdir import unnamed_files
 from .plan import KeyRange, key_ranges
@@ -183,6 +183,8 @@ class _Check:
         return self.shard.metadata
 
     def open(self, relative: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+        if relative == self.shard.metadata:  # read whole by the walks: never more than a metadata file
+            return contextlib.nullcontext(io.BytesIO(_read_metadata_file(self.location, relative)))
         return self.location.open_random(relative)
 
     def problem(
@@ -196,6 +198,13 @@ class _Check:
     def file(self, name: str, data: bytes, source: str | None) -> None:
         if self.deep:
             _decode(self.result, self.shard, name, data, source)
+
+
+def _read_metadata_file(location: Location, rel: str) -> bytes:
+    """A shard's ``metadata/<stem>.jsonl``, whole: one line naming it past :data:`MAX_METADATA_FILE_BYTES`
+    (a server may send an endless one). FileNotFoundError when it is not there."""
+    with location.open_random(rel) as f:
+        return read_bounded(f, MAX_METADATA_FILE_BYTES, location.where(rel))
 
 
 def _check_shard(
@@ -231,8 +240,7 @@ def _check_shard(
             )
 
     try:
-        with location.open_random(shard.metadata) as f:
-            outer = f.read()
+        outer = _read_metadata_file(location, shard.metadata)
         if walk.metadata is not None and outer != walk.metadata:
             problems.append(Problem(shard.metadata, f"differs from {fmt.metadata_inside} {shard.file}"))
         if hashlib.sha256(outer).hexdigest() != shard.metadata_sha256:
@@ -270,7 +278,14 @@ def verify(
     out_dir: str, *, deep: bool = False, threads: int | None = None, progress: Progress | None = None
 ) -> VerifyReport:
     """Check OUT_DIR (a folder, or the fsspec URL a pack wrote to) against its manifest; return
-    every problem found (the report is ``ok`` if none)."""
+    every problem found (the report is ``ok`` if none). At ``hf://`` huggingface_hub's requests are
+    bounded as a push's are (:func:`.location.bounded_hub_requests`)."""
+    hub = out_dir.startswith("hf://")
+    with bounded_hub_requests(network_timeout()) if hub else contextlib.nullcontext():
+        return _verify(out_dir, deep, threads, progress)
+
+
+def _verify(out_dir: str, deep: bool, threads: int | None, progress: Progress | None) -> VerifyReport:
     progress = progress or NullProgress()
     started = time.perf_counter()
     location = Location.out_dir(out_dir, writing=False)
