@@ -207,18 +207,24 @@ def answered(status: int, reason: str) -> str:
     return f"the server answered {status} {server_text(reason)}".rstrip()
 
 
-def read_bounded(f: Any, limit: int, where: str) -> bytes:
-    """All of an open file, or one line naming ``where`` once it holds more than ``limit`` bytes
-    (read no further: a server may send an endless body)."""
-    parts, size = [], 0
-    while size <= limit:  # a read may return less than asked before the end (a stream's next chunk)
-        part: bytes = f.read(limit + 1 - size)
+def read_upto(f: Any, size: int) -> bytes:
+    """The next ``size`` bytes of an open file, fewer only at its end: a stream's read may return
+    less than asked before the end (a network body's next chunk)."""
+    parts, got = [], 0
+    while got < size:
+        part: bytes = f.read(size - got)
         if not part:
             break
         parts.append(part)
-        size += len(part)
-    data = b"".join(parts)
-    if size > limit:
+        got += len(part)
+    return b"".join(parts)
+
+
+def read_bounded(f: Any, limit: int, where: str) -> bytes:
+    """All of an open file, or one line naming ``where`` once it holds more than ``limit`` bytes
+    (read no further: a server may send an endless body)."""
+    data = read_upto(f, limit + 1)
+    if len(data) > limit:
         raise ShardkitError(
             f"{where}: more than {limit} bytes, far more than shardkit writes there; the server sent something"
             " else (check the URL)"

@@ -27,7 +27,7 @@ from .formats import (
     format_named,
     format_of_manifest,
 )
-from .location import Location, local_path
+from .location import Location, local_path, read_upto
 from .metadata import KEY_SCHEME, MAX_NESTING
 from .plan import BY_SIZE, MAX_PREFIX_LENGTH, key_ranges
 from .rowrules import KEY_RE
@@ -235,7 +235,7 @@ def read_manifest_at(location: Location) -> Manifest | None:
     where = location.where(MANIFEST_NAME)
     try:
         with location.open(MANIFEST_NAME) as reader:
-            data = reader.read(MAX_MANIFEST_BYTES + 1)
+            data = read_upto(reader, MAX_MANIFEST_BYTES + 1)  # parse_manifest refuses more
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -74,12 +74,16 @@ from .errors import ManifestError, NetworkError, ShardkitError, UsageError, nami
 from .location import (
     HUB_REPO_ID,
     HUB_REVISION,
+    MAX_SMALL_FILE_BYTES,
     Location,
     OutsideDataset,
+    bounded_hub_requests,
     check_in_dataset,
     is_network_error,
     is_timeout,
+    network_timeout,
     open_in_dataset,
+    read_bounded,
     readable_root,
 )
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
@@ -390,7 +394,8 @@ def _hub_card(repo_id: str, revision: str | None, source: str) -> bytes | None:
     from huggingface_hub.errors import EntryNotFoundError
 
     try:
-        path = hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=revision)
+        with bounded_hub_requests(network_timeout()):  # a timeout, and no hour-long Retry-After
+            path = hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=revision)
     except EntryNotFoundError:  # a repo without a card
         return None
     except Exception as exc:  # the data was just read from there: this is a failure, not "no card"
@@ -399,7 +404,7 @@ def _hub_card(repo_id: str, revision: str | None, source: str) -> bytes | None:
             f" {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         ) from None
     with open(path, "rb") as f:
-        return f.read()
+        return read_bounded(f, MAX_SMALL_FILE_BYTES, f"the card (README.md) of {source!r}")
 
 
 def source_card_fields(config: RemuxConfig) -> dict[str, Any]:
