@@ -726,6 +726,7 @@ EARLIER_READERS = {
     "73e0b1a754f3b274f74bf0c6f5b01ba060c27d60e609c693cf8c70d52439b00c": "2d45ce5",
     "fa1e0f9eeaace58f10cfea50c10b6dbba34f1efaebefb32aa58fbc9b2c534494": "f31e959",
     "f2ac91e8733954ff211125bbae4d52635d4e3955e12d076827867f3247b9c598": "eec3e39",
+    "639ee6803661b5ba2b7605a96e3c68118e9c5694357c17fe8086d5fb1323a9d7": "2fc619f",
 }
 #: The line of the earlier templates' reader code that held the pretty name (the class docstring),
 #: as rendered (a name on one line, without a triple quote) and as the template wrote it.

@@ -47,14 +47,14 @@ from typing import IO, Any
 
 from .decode import can_decode, decode_problem
 from .errors import UsageError, source_note
-from .formats import ShardFormat
+from .formats import ShardFormat, ShardFormatError
 from .formats.base import source_of_row
 from .hashing import sha256_stream
 from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard
 from .outdir import unnamed_files
-from .plan import KeyRange, key_ranges
 from .progress import NullProgress, Progress
+from .rowcheck import DatasetRows, ShardRowCheck
 from .rowrules import SOURCE_PATH_COLUMN
 from .streamio import jsonl_lines
 from .table import table_problems
@@ -109,37 +109,48 @@ class _ShardResult:
     problems: list[Problem] = field(default_factory=list)
 
 
+def _text_lines(data: str | bytes) -> list[str | None]:
+    """JSON lines (:func:`.streamio.jsonl_lines`), those of ``bytes`` decoded one by one (None: not UTF-8)."""
+    if isinstance(data, str):
+        return list(jsonl_lines(data))
+    lines: list[str | None] = []
+    for line in data.removesuffix(b"\n").split(b"\n") if data else []:
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(None)
+    return lines
+
+
 def _check_rows(
-    shard: ManifestShard, text: str, keys: KeyRange, problems: list[Problem], fmt: ShardFormat, where_name: str
+    shard: ManifestShard, data: str | bytes, rows_check: ShardRowCheck, problems: list[Problem], where_name: str
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Parse metadata lines; return file_name -> key, and file_name -> source_path for the rows
-    that have one. Row problems go to ``problems``."""
+    """Parse metadata lines (``bytes``: each must be UTF-8) and hold each row to the manifest
+    (:mod:`.rowcheck`); return file_name -> key, and file_name -> source_path for the rows that
+    have one. Row problems go to ``problems``."""
     rows: dict[str, str] = {}
     sources: dict[str, str] = {}
-    previous = ""
-    for number, line in enumerate(jsonl_lines(text), 1):
+    for number, line in enumerate(_text_lines(data), 1):
         where = f"{where_name} line {number}"
+        if line is None:
+            problems.append(Problem(shard.file, "not UTF-8", where))
+            continue
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as exc:
             problems.append(Problem(shard.file, f"invalid JSON: {exc}", where))
             continue
-        if not isinstance(row, dict) or not isinstance(row.get("file_name"), str) or "key" not in row:
-            problems.append(Problem(shard.file, "row is not an object with 'file_name' and 'key'", where))
+        if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+            problems.append(Problem(shard.file, "row is not an object with a 'file_name'", where))
             continue
-        name, key, source = row["file_name"], str(row["key"]), source_of_row(row, SOURCE_PATH_COLUMN)
+        name, source = row["file_name"], source_of_row(row, SOURCE_PATH_COLUMN)
         if name in rows:
             problems.append(Problem(shard.file, f"file_name {name!r} appears twice", where, source))
-        if key <= previous:
-            problem = f"key {key} is not above the previous row's ({previous})"
+        if (problem := rows_check.problem(row)) is not None:
             problems.append(Problem(shard.file, problem, where, source))
-        previous = max(previous, key)
-        if not keys.holds(key):
-            problems.append(Problem(shard.file, f"key {key} is not in {keys.words()}", where, source))
-        if name != fmt.member_name(key, os.path.splitext(name)[1]):
-            problem = f"file_name {name!r} is not where key {key} belongs"
-            problems.append(Problem(shard.file, problem, where, source))
-        rows[name] = key
+            if not isinstance(row.get("key"), str):
+                continue
+        rows[name] = row["key"]
         if source is not None:
             sources[name] = source
     return rows, sources
@@ -163,7 +174,7 @@ class _Check:
     location: Location
     shard: ManifestShard
     fmt: ShardFormat
-    keys: KeyRange
+    rows_check: ShardRowCheck
     deep: bool
     result: _ShardResult
     feature_list: list[dict[str, Any]]
@@ -188,8 +199,8 @@ class _Check:
     ) -> None:
         self.result.problems.append(Problem(file or self.shard.file, message, member, source))
 
-    def check_rows(self, text: str, where: str) -> tuple[dict[str, str], dict[str, str]]:
-        return _check_rows(self.shard, text, self.keys, self.result.problems, self.fmt, where)
+    def check_rows(self, data: str | bytes, where: str) -> tuple[dict[str, str], dict[str, str]]:
+        return _check_rows(self.shard, data, self.rows_check, self.result.problems, where)
 
     def file(self, name: str, data: bytes, source: str | None) -> None:
         if self.deep:
@@ -197,10 +208,15 @@ class _Check:
 
 
 def _check_shard(
-    location: Location, shard: ManifestShard, manifest: Manifest, keys: KeyRange, deep: bool
+    location: Location, shard: ManifestShard, manifest: Manifest, rules: DatasetRows, deep: bool
 ) -> _ShardResult:
     result = _ShardResult()
     problems = result.problems
+    try:
+        rows_check = rules.shard(shard.file, shard.file, file_column=None)
+    except ShardFormatError as exc:  # its manifest entry breaks the key rules: its rows are held to its range alone
+        problems.append(Problem(shard.file, str(exc).removeprefix(f"{shard.file}: ")))
+        rows_check = ShardRowCheck(rules, shard, rules.ranges[shard.file], shard.file, None)
     cap = manifest.options.max_shard_bytes
     fmt = manifest.options.shard_format
     size = location.size(shard.file)
@@ -212,7 +228,7 @@ def _check_shard(
     if size > cap:
         problems.append(Problem(shard.file, f"{size} bytes, over the cap of {cap}"))
 
-    walk = fmt.verify_shard(_Check(location, shard, fmt, keys, deep, result, manifest.features))
+    walk = fmt.verify_shard(_Check(location, shard, fmt, rows_check, deep, result, manifest.features))
     if walk.sha256 != shard.sha256:
         problems.append(Problem(shard.file, "sha256 differs from the manifest's"))
     result.rows = walk.members
@@ -288,14 +304,14 @@ def verify(
     if manifest is None:
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
     report = VerifyReport(out_dir=out_dir, shards=len(manifest.shards), deep=deep)
-    ranges = key_ranges([(s.file, s.split) for s in manifest.shards], manifest.prefix_lengths_by_split())
+    rules = DatasetRows(manifest)
     threads = threads or min(4, os.cpu_count() or 1)
     progress.start("verifying" + (" (deep)" if deep else ""), total=sum(s.bytes for s in manifest.shards), unit="B")
     results: list[_ShardResult] = []
     with interruptible_pool(threads, "verify") as pool:
         for shard, result in zip(
             manifest.shards,
-            pool.map(lambda s: _check_shard(location, s, manifest, ranges[s.file], deep), manifest.shards),
+            pool.map(lambda s: _check_shard(location, s, manifest, rules, deep), manifest.shards),
             strict=True,
         ):
             results.append(result)
