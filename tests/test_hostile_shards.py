@@ -520,12 +520,16 @@ TAR_CASES: dict[str, tuple[Callable[[Members], Crafted], Expect]] = {
 # --- packed datasets and the readers -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def packed_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tar") / "yfcc-mini"
-    result = pack_example(folder, "--format", "tar", "-q")
+def packed_example(tmp_path_factory: pytest.TempPathFactory, name: str, *options: str) -> Path:
+    folder = tmp_path_factory.mktemp(name) / "yfcc-mini"
+    result = pack_example(folder, *options, "-q")
     assert result.returncode == 0, result.stderr
     return folder
+
+
+@pytest.fixture(scope="module")
+def packed_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return packed_example(tmp_path_factory, "tar", "--format", "tar")
 
 
 PACKED_SHA256 = {key: digest for key, digest, _ in expected_rows()}  # each file's bytes as packed, by key
@@ -627,16 +631,22 @@ def script_results(packed_template: Path, tmp_path_factory: pytest.TempPathFacto
         repo, crafted[case], members = crafted_copy(packed_template, root / str(number), "zip", craft)
         loaders[case] = str(repo / "yfcc_mini_loader.py")
         crafted[case] = (crafted[case], members)
+    results = run_loaders(loaders, root / "cache")
+    return {case: (results[case], *crafted[case]) for case in results}
+
+
+def run_loaders(loaders: dict[str, str], cache: Path) -> dict[str, Any]:
+    """What each loading script (by case) yielded or raised, in datasets 3.6 (one process)."""
     result = subprocess.run(
-        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(root / "cache")],
+        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(cache)],
         capture_output=True,
         text=True,
         check=False,
-        timeout=600,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     results: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return {case: (results[case], *crafted[case]) for case in results}
+    return results
 
 
 @pytest.mark.parametrize("case", sorted(ZIP_CASES))
@@ -983,10 +993,7 @@ def _crafted_shard(fmt: str, rows: Rows, files: list[bytes], names: list[str], f
 
 @pytest.fixture(scope="module")
 def packed_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("parquet") / "yfcc-mini"
-    result = pack_example(folder, "--format", "parquet", "-q")
-    assert result.returncode == 0, result.stderr
-    return folder
+    return packed_example(tmp_path_factory, "parquet", "--format", "parquet")
 
 
 @pytest.fixture(scope="module")
@@ -1062,16 +1069,7 @@ def row_script_results(packed_template: Path, tmp_path_factory: pytest.TempPathF
     for number, (fmt, case) in enumerate(p for p in ROW_PARAMS if p[0].startswith("zip")):
         repo = row_case_copy(packed_template, root / str(number), fmt, ROW_CASES[case])
         loaders[f"{fmt} {case}"] = str(repo / "yfcc_mini_loader.py")
-    result = subprocess.run(
-        [DS36_PYTHON, "-c", SCRIPT_DRIVER, json.dumps(loaders), str(root / "cache")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    results: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return results
+    return run_loaders(loaders, root / "cache")
 
 
 @pytest.mark.parametrize(("fmt", "case"), [p for p in ROW_PARAMS if p[0].startswith("zip")])
@@ -1087,10 +1085,7 @@ def test_a_row_that_does_not_agree_with_the_manifest_is_refused_by_the_loading_s
 @pytest.fixture(scope="module")
 def packed_by_size(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example cut by size into shards named by where their keys start (data/0.zip, data/2a.zip...)."""
-    folder = tmp_path_factory.mktemp("by-size") / "yfcc-mini"
-    result = pack_example(folder, "--target-shard-size", "300KB", "-q")
-    assert result.returncode == 0, result.stderr
-    return folder
+    return packed_example(tmp_path_factory, "by-size", "--target-shard-size", "300KB")
 
 
 def test_a_key_at_the_next_shards_name_is_refused(packed_by_size: Path, tmp_path: Path) -> None:
