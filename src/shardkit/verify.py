@@ -10,7 +10,8 @@ For every ZIP shard the manifest names, in one front-to-back read of the file:
   and the other members agree one to one: each row's ``file_name`` is a member, each member has
   a row, keys are unique, ascending, in the shard's range (its key prefix, or from its name to
   the next shard's: :class:`.plan.KeyRange`), within the recorded first/last key, and name
-  their member;
+  their member; each row holds only the columns the features declare, each value of its
+  declared type (:mod:`.rowcheck`, what every reader holds each row to);
 * ``metadata/<stem>.jsonl`` holds the same rows as ``metadata.parquet`` (values compared as
   typed; before layout 4, the same bytes as ``metadata.jsonl``);
 * with ``deep``, every image decodes (Pillow) and every audio file libsndfile reads decodes (soundfile;
