@@ -187,7 +187,7 @@ def _range_problems(shards: list[ManifestShard], ranges: dict[str, KeyRange]) ->
     for shard in shards:
         keys = ranges[shard.file]
         bounds = (shard.first_key, shard.last_key)
-        if not all(isinstance(k, str) and KEY_RE.match(k) for k in bounds) or bounds[0] > bounds[1]:
+        if not all(isinstance(k, str) and KEY_RE.fullmatch(k) for k in bounds) or bounds[0] > bounds[1]:
             problems[shard.file] = f"shards.json gives its keys as {bounds[0]!r}..{bounds[1]!r}, not a range of keys"
         elif not (keys.holds(bounds[0]) and keys.holds(bounds[1])):
             problems[shard.file] = f"shards.json gives its keys as {bounds[0]}..{bounds[1]}, not in {keys.words()}"
@@ -218,7 +218,7 @@ class ShardRowCheck:
     def problem(self, row: dict[str, Any]) -> str | None:
         """Why ``row`` does not agree with the manifest (None: it does). Call once per row, in order."""
         key = row.get("key")
-        if type(key) is not str or not KEY_RE.match(key):
+        if type(key) is not str or not KEY_RE.fullmatch(key):
             return f"key {key!r} is not 8 to 128 lowercase hex digits" if "key" in row else "no key"
         if not self.keys.holds(key):
             return f"key {key} is not in {self.keys.words()}"
@@ -263,7 +263,7 @@ class ShardRowCheck:
 
     def _extension(self, ext: str) -> bool:
         """Whether ``ext`` is an extension shardkit publishes (those seen are remembered)."""
-        if EXT_RE.match(ext):
+        if EXT_RE.fullmatch(ext):
             self.extensions.add(ext)
             return True
         return False
@@ -280,7 +280,7 @@ class ShardRowCheck:
         for number, row in enumerate(rows, first + 1):
             if (problem := self.problem(row)) is not None:
                 key = row.get("key")
-                named = f" (key {key})" if type(key) is str and KEY_RE.match(key) else ""
+                named = f" (key {key})" if type(key) is str and KEY_RE.fullmatch(key) else ""
                 raise ShardFormatError(
                     f"{self.where}: row {number}{named}{source_note(row.get(SOURCE_PATH_COLUMN))}: {problem}"
                 )
