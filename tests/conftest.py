@@ -49,6 +49,20 @@ def write_jsonl(path: Path, rows: Iterable[Any]) -> Path:
     return path
 
 
+def adding_up(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` (a parsed shards.json) with its totals and each split's rows, shards and bytes
+    those of its shards: a test that changes a shard's record keeps the rest in agreement, as a
+    forger would (readers refuse a manifest that does not add up before reading any shard)."""
+
+    def counts(shards: list[dict[str, Any]]) -> dict[str, int]:
+        return {"rows": sum(s["rows"] for s in shards), "shards": len(shards), "bytes": sum(s["bytes"] for s in shards)}
+
+    manifest["totals"] = counts(manifest["shards"])
+    for name, split in manifest.get("splits", {}).items():
+        split.update(counts([s for s in manifest["shards"] if s.get("split", "train") == name]))
+    return manifest
+
+
 class Corpus:
     """An IMAGES_DIR with N small images and a matching metadata file."""
 

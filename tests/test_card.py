@@ -399,3 +399,102 @@ def test_push_keeps_what_the_pack_found_about_the_builtin_loader(tmp_path: Path)
     assert 'shardkit.stream("me/x", split="train", revision="v1")' in usage
     assert "'hf://datasets/me/x@v1/metadata.parquet'" in usage
     assert name_repo(str(out), "me/x", "v1", manifest) is None  # named already: nothing to write
+
+
+# --- user text that looks like shardkit's markers ------------------------------------------------------
+
+#: Every marker of every section, alone and inside a line (as a name or value the user gave).
+MARKERS = [m for name in SECTIONS for m in (f"<!-- shardkit:{name} -->", f"<!-- /shardkit:{name} -->")]
+
+
+def test_names_and_values_that_read_as_markers_neither_end_nor_forge_a_section(tmp_path: Path) -> None:
+    """A column, class or split-free value named like a marker: each pack gives the same card, with
+    one section of each kind, and the user's text around them stays byte for byte."""
+    images = tmp_path / "in" / "images"
+    images.mkdir(parents=True)
+    rows = []
+    for i in range(6):
+        (images / f"p{i}.jpg").write_bytes(tiny_image(i))
+        row: dict[str, Any] = {"file_name": f"p{i}.jpg", "label": MARKERS[i % len(MARKERS)]}
+        row.update({marker: f"value {i}\n{marker}\n" for marker in MARKERS})
+        row["x\n<!-- /shardkit:features -->\ny"] = i  # a name holding the marker as a line of its own
+        rows.append(row)
+    meta = write_jsonl(tmp_path / "in" / "meta.jsonl", rows)
+    out = tmp_path / "out"
+    out.mkdir()
+    user_card = "---\nlicense: mit\n---\n\n# Mine\n\nMy intro.\n"
+    (out / "README.md").write_text(user_card, encoding="utf-8")
+    cards = []
+    for _ in range(3):
+        pack(images, meta, out, "--adopt")
+        cards.append((out / "README.md").read_text(encoding="utf-8"))
+    assert cards[0] == cards[1] == cards[2]  # nothing left over to append to the user's card
+    text = cards[0]
+    assert body_of(text).startswith("\n# Mine\n\nMy intro.\n")
+    lines = text.splitlines()
+    for marker in MARKERS:
+        assert lines.count(marker) == 1, marker
+    features_text = re.search(r"(?ms)^<!-- shardkit:features -->\n(.*?)^<!-- /shardkit:features -->$", text)
+    assert features_text is not None and features_text.group(1).startswith("## Features\n")
+    features = table(features_text.group(1), "column")
+    # image, key, label, every marker column, the two-line name (on one line in its cell)
+    assert [row[0] for row in features] == [
+        "`image`",
+        "`key`",
+        "`label`",
+        *(f"`{m}`" for m in MARKERS),
+        "`x <!-- /shardkit:features --> y`",
+    ]
+    card = DatasetCard(text)
+    names = [f["name"] for f in card.data.dataset_info["features"]]
+    assert set(MARKERS) <= set(names) and "x\n<!-- /shardkit:features -->\ny" in names
+    label = next(f for f in card.data.dataset_info["features"] if f["name"] == "label")
+    assert sorted(label["dtype"]["class_label"]["names"].values()) == sorted(MARKERS[:6])
+
+
+def test_a_section_line_that_reads_as_a_marker_is_shown_as_text() -> None:
+    body = set_section("# Mine\n\nKept.\n", "stats", "a\n<!-- /shardkit:stats -->\n<!-- shardkit:usage -->\nb\n")
+    again = set_section(body, "stats", "new\n")
+    assert again == "# Mine\n\nKept.\n\n<!-- shardkit:stats -->\nnew\n<!-- /shardkit:stats -->\n"
+    assert "&lt;!-- /shardkit:stats -->\n&lt;!-- shardkit:usage -->" in body
+
+
+def test_a_marker_inside_a_line_is_the_users_text(tmp_path: Path) -> None:
+    user = "# Mine\n\nI wrote `<!-- shardkit:stats -->` and <!-- /shardkit:stats --> here.\n"
+    body = set_section(user, "stats", "s\n")
+    assert body == user + "\n<!-- shardkit:stats -->\ns\n<!-- /shardkit:stats -->\n"
+
+
+def test_a_revision_or_repo_with_any_characters_round_trips_through_the_usage_marker(tmp_path: Path) -> None:
+    for odd in ("me/a b-->c", "me/x%41>y", "me/é\tz"):
+        body = set_section("# T\n", "usage", "u\n", {"repo": odd, "revision": odd})
+        (tmp_path / "README.md").write_text(body, encoding="utf-8")
+        assert card_repo(str(tmp_path)) == odd
+        assert body.splitlines()[2].startswith("<!-- shardkit:usage repo=me/")
+
+
+@pytest.mark.parametrize("key", ["pretty_name", "description", "citation", "language"])
+def test_free_text_answers_with_a_marker_line_are_refused(tmp_path: Path, key: str) -> None:
+    value = "Fine text\n<!-- /shardkit:stats -->\nmore"
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "new", "--no-input", "namespace=me", f"{key}={value}", "-o", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"error: {key} {value!r} has a line that reads as one of the card's shardkit markers" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_language_that_would_end_the_front_matter_stays_a_value(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "new", "--no-input", "namespace=me", "language=en\n---\nx: 1", "-o", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    data, body = split_front_matter((tmp_path / "my-image-dataset" / "README.md").read_text(encoding="utf-8"))
+    assert data["language"] == ["en\n---\nx: 1"] and "x" not in data
+    assert body.count("<!-- shardkit:stats -->") == 1

@@ -141,7 +141,8 @@ def test_same_file_under_two_keys_is_reported_and_skip_keeps_the_first(corpus: C
     ) in stderr
     assert shard_files(out) == []
     code, stdout, stderr, _ = pack_rows(corpus, rows, tmp_path, "--on-error", "skip", "--json")
-    assert code == 0 and json.loads(stdout)["rows"] == 2 and json.loads(stdout)["rejected_rows"] == 1
+    assert code == 0, stderr
+    assert json.loads(stdout)["rows"] == 2 and json.loads(stdout)["rejected_rows"] == 1
 
 
 def test_links_to_one_file_are_distinct_rows(corpus: Corpus, tmp_path: Path) -> None:
@@ -336,7 +337,7 @@ def test_os_error_while_writing_is_one_line_naming_the_path(corpus: Corpus, tmp_
 
 
 def test_bom_crlf_and_odd_file_names_are_accepted(corpus: Corpus, tmp_path: Path) -> None:
-    names = ["with space.jpg", "ünïcode.jpg", "new\nline.jpg"]
+    names = ["with space.jpg", "ünïcode.jpg", "nbsp\u00a0and\u3000fullwidth space.jpg"]
     for i, name in enumerate(names):
         (corpus.images / name).write_bytes((corpus.images / corpus.rows[i]["file_name"]).read_bytes() + b"x")
     lines = [json.dumps({"file_name": n, "caption": f"c{i}"}, ensure_ascii=False) for i, n in enumerate(names)]
@@ -345,6 +346,19 @@ def test_bom_crlf_and_odd_file_names_are_accepted(corpus: Corpus, tmp_path: Path
     code, stdout, stderr = run(corpus.images, meta, "-o", tmp_path / "out", "-j", "1", "--json")
     assert code == 0, stderr
     assert json.loads(stdout)["rows"] == 3
+
+
+def test_a_file_name_with_a_line_end_is_one_bad_row(corpus: Corpus, tmp_path: Path) -> None:
+    # A control character in a file name would print raw in messages and in --keep-source-path's
+    # column: the row is refused with the name quoted, on one line, and nothing is written.
+    (corpus.images / "new\nline.jpg").write_bytes((corpus.images / corpus.rows[0]["file_name"]).read_bytes())
+    meta = corpus.write_meta([good(corpus, 1), {"file_name": "new\nline.jpg", "caption": "c"}], "nl.jsonl")
+    code, _, stderr = run(corpus.images, meta, "-o", tmp_path / "out", "-j", "1")
+    assert code == 1
+    [line] = [ln for ln in stderr.splitlines() if "nl.jsonl:2:" in ln]
+    assert "'new\\nline.jpg'" in line
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_non_utf8_line_names_line_and_column(corpus: Corpus, tmp_path: Path) -> None:

@@ -49,12 +49,25 @@ def _nothing(images: Path) -> None:
     pass
 
 
+def _newline_name(images: Path) -> None:
+    (images / "x.png\n").write_bytes(tiny_image(3, "PNG"))
+
+
+def _line_separator_name(images: Path) -> None:
+    (images / "x\u2028.png").write_bytes(tiny_image(3, "PNG"))
+
+
 #: (case, bad line (bytes, without its newline), what makes the files, what the message says)
 CASES: list[tuple[str, bytes, Callable[[Path], None], str]] = [
     ("path traversal", b'{"file_name": "../secret.jpg"}', _nothing, "contains '..'"),
     ("absolute path", b'{"file_name": "/etc/passwd.jpg"}', _nothing, "is absolute"),
     ("drive letter", b'{"file_name": "C:/x.jpg"}', _nothing, "is absolute"),
-    ("NUL in file_name", b'{"file_name": "a\\u0000.jpg"}', _nothing, "contains a NUL byte"),
+    ("NUL in file_name", b'{"file_name": "a\\u0000.jpg"}', _nothing, "holds '\\x00': a file name holds no control"),
+    ("newline ending file_name", b'{"file_name": "x.png\\n"}', _newline_name, "holds '\\n': a file name holds no"),
+    ("U+2028 in file_name", b'{"file_name": "x\\u2028.png"}', _line_separator_name, "holds '\\u2028': a file"),
+    ("key ending in newline", b'{"file_name": "b.jpg", "key": "deadbeef\\n"}', _nothing, "does not fit the key"),
+    ("key of Arabic-Indic digits", '{"file_name": "b.jpg", "key": "٠١٢٣٤٥٦٧"}'.encode(), _nothing, "does not fit"),
+    ("split ending in newline", b'{"file_name": "b.jpg", "split": "train\\n"}', _nothing, 'holds "train\\n": a split'),
     ("symlink outside", b'{"file_name": "link.jpg"}', _outside_symlink, "resolves outside IMAGES_DIR"),
     ("device", b'{"file_name": "dev.jpg"}', _device, "resolves outside IMAGES_DIR"),
     ("FIFO", b'{"file_name": "pipe.jpg"}', _fifo, "not a regular file"),

@@ -44,7 +44,7 @@ from shardkit.card import (
     update_loaders,
 )
 from shardkit.formats.zip import ZipWriter, iter_members
-from tests.conftest import REPO_ROOT, write_jsonl
+from tests.conftest import REPO_ROOT, adding_up, write_jsonl
 from tests.http_server import serve_directory
 from tests.readback import DS36_PYTHON
 from tests.test_splits_labels import SPLITS, expected_splits, pack_cli, read_cells, write_corpus
@@ -103,6 +103,7 @@ def as_layout_2(folder: Path, to: Path) -> None:
         writer.close()
         path.write_bytes(buffer.getvalue())
         shard["bytes"], shard["sha256"] = len(buffer.getvalue()), hashlib.sha256(buffer.getvalue()).hexdigest()
+    adding_up(manifest)
     del manifest["layout"]
     manifest["metadata_member"] = "metadata.jsonl"
     (to / "shards.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
@@ -111,11 +112,11 @@ def as_layout_2(folder: Path, to: Path) -> None:
 
 #: One damage per copy of the layout-4 pack: the split read, and what the script must say.
 DAMAGES = {
-    "metadata outside": ("train", "shards.json gives 'data/train/0.zip' the metadata '../outside.jsonl', not"),
-    "metadata of another shard": ("train", "shards.json gives 'data/train/0.zip' the metadata 'metadata/train/"),
-    "metadata URL": ("train", "shards.json gives 'data/train/0.zip' the metadata 'https://example.org/0.jsonl'"),
-    "name of 129 digits": ("test", "shards.json names 'data/test/" + "a" * 129 + ".zip', not a shard"),
-    "name with a newline": ("train", "shards.json names 'data/train/0.zip\\n', not a shard"),
+    "metadata outside": ("train", "shards.json: shard 'data/train/0.zip' has metadata '../outside.jsonl', not"),
+    "metadata of another shard": ("train", "shards.json: shard 'data/train/0.zip' has metadata 'metadata/train/"),
+    "metadata URL": ("train", "shards.json: shard 'data/train/0.zip' has metadata 'https://example.org/0.jsonl'"),
+    "name of 129 digits": ("test", "].file is 'data/test/" + "a" * 66),
+    "name with a newline": ("train", "shards.json: shards[0].file is 'data/train/0.zip\\n', not data/[<split>/]"),
     "manifest of layout 3": (
         "train",
         "data/train/0.zip: the first member is 'metadata.parquet', but shards.json says its shards begin with"

@@ -523,6 +523,44 @@ def test_push_leaves_out_what_gitignore_ignores_and_takes_back_what_a_bang_rule_
     assert {".gitignore", "README.md", "shards.json", "data/.gitkeep"} <= published
 
 
+NEVER_OUT_RULES = [
+    "!.shardkit/**",
+    "!.shardkit/\n!.shardkit/**\n!.shardkit/*",
+    "!**/.shardkit/**\n!.git/**\n!**",
+    "*\n!*\n!**/*",
+]
+
+
+@pytest.mark.parametrize("rules", NEVER_OUT_RULES)
+def test_no_gitignore_rule_nor_include_publishes_the_working_folder_or_git(repo_dir: Path, rules: str) -> None:
+    (repo_dir / ".gitignore").write_text(rules + "\n")
+    (repo_dir / ".shardkit" / "state.json").write_text("{}")
+    (repo_dir / ".git").mkdir()
+    (repo_dir / ".git" / "config").write_text("[core]\n")
+    nested = repo_dir / "extras" / ".shardkit"  # another dataset's working folder, in a folder included
+    nested.mkdir(parents=True)
+    (nested / "rejects.jsonl").write_text("{}\n")
+    (repo_dir / "extras" / "notes.md").write_text("mine")
+    manifest = read_manifest(str(repo_dir))
+    assert manifest is not None
+    left_out: list[str] = []
+    include = (".shardkit/**", ".shardkit/", ".git/**", "extras/**", "**", "*")
+    _, other = collect_files(str(repo_dir), manifest, include=include, left_out=left_out)
+    published = {f.path for f in other}
+    assert "extras/notes.md" in published and "README.md" in published
+    assert not [p for p in published | set(left_out) if ".shardkit" in p.split("/") or ".git" in p.split("/")]
+
+
+def test_push_with_include_and_a_bang_rule_for_the_working_folder_publishes_none_of_it(
+    hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    (repo_dir / ".gitignore").write_text("!.shardkit/**\n")
+    (repo_dir / ".shardkit" / "rejects.jsonl").write_text('{"line":1,"reason":"x","row":"private"}\n')
+    push(repo_dir, hub_env(hub.url, tmp_path / "home"), "--include", ".shardkit/**")
+    published = remote_files(hub)
+    assert "README.md" in published and not [p for p in published if p.startswith(".shardkit")]
+
+
 def test_push_refuses_any_file_in_data_or_metadata_the_manifest_does_not_name(repo_dir: Path) -> None:
     (repo_dir / "data" / "my_results.csv").write_text("a,b\n")
     manifest = read_manifest(str(repo_dir))

@@ -121,11 +121,6 @@ def test_keys_must_rise_within_the_shards_recorded_range() -> None:
     assert "is not within the shard's keys in shards.json" in str(check.problem(_row(key=short)))
 
 
-def test_a_manifest_whose_shards_keys_overlap_is_refused_for_the_later_shard() -> None:
-    shards = [_shard("data/3-0.tar", "3" + "0" * 31, "3" + "8" * 31), _shard("data/3-1.tar", "3" + "7" * 31, "3f" * 16)]
-    rules = DatasetRows(_manifest(shards=shards))
-    assert rules.shard("data/3-0.tar", "data/3-0.tar") is not None
-    with pytest.raises(ShardFormatError, match=r"^data/3-1.tar: shards.json gives it keys from 37+, within those of"):
-        rules.shard("data/3-1.tar", "data/3-1.tar")
+def test_a_shard_the_manifest_does_not_name_is_refused() -> None:
     with pytest.raises(ShardFormatError, match=r"^data/9.tar: not a shard shards.json names$"):
-        rules.shard("data/9.tar", "data/9.tar")
+        DatasetRows(_manifest()).shard("data/9.tar", "data/9.tar")

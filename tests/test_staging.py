@@ -5,23 +5,34 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import tempfile
 from pathlib import Path
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardkit.errors import InputProblem
 from shardkit.metadata import SourceRecord, metadata_line
 from shardkit.staging import (
     FileRef,
     RunWriter,
     StagedEntries,
     StagedRow,
+    UnstageableRow,
+    _normal_path,
+    iter_published_lines,
     iter_staged,
     json_string,
     merge_runs,
+    regroup,
     repeated_files,
     rows_sha256,
 )
+
+
+def _unexpected(problem: InputProblem) -> None:
+    raise AssertionError(f"no problem expected: {problem}")
 
 
 def record(key: str, line: int) -> SourceRecord:
@@ -48,14 +59,14 @@ def test_many_small_runs_merge_in_rounds_sorted_and_deduplicated(tmp_path: Path)
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
     runs = writer.finish()
     assert len(runs) > 64
-    result = merge_runs(runs, str(tmp_path / "sorted.tsv"), fan_in=4)  # forces several rounds
+    duplicates: list[InputProblem] = []
+    result = merge_runs(runs, str(tmp_path / "sorted.tsv"), report=duplicates.append, fan_in=4)  # several rounds
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sorted.tsv"]  # runs consumed
     staged = list(iter_staged(result.path))
     assert [s.key for s in staged] == sorted(set(keys))
     assert result.rows == len(staged) == 2000
     assert result.total_cost == sum(e.cost for e in StagedEntries(result.path))
-    assert result.duplicate_count == 1
-    (dup,) = result.duplicates
+    (dup,) = duplicates
     assert dup.line == len(keys) + 1 and f"first used on line {dup_of.line}" in dup.message
     first = next(s for s in staged if s.key == dup_of.key)
     assert first.line == dup_of.line and first.source == dup_of.source
@@ -73,7 +84,7 @@ def test_fingerprint_ignores_row_order_but_not_content(tmp_path: Path) -> None:
         writer = RunWriter(str(d), run_bytes=1000)
         for r in records:
             writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-        return merge_runs(writer.finish(), str(d / "sorted.tsv")).fingerprint
+        return merge_runs(writer.finish(), str(d / "sorted.tsv"), report=_unexpected).fingerprint
 
     base = fingerprint(rows, "a")
     assert fingerprint(list(reversed(rows)), "b") == base  # the same rows in another order
@@ -155,9 +166,9 @@ def test_repeated_files_names_the_row_that_keeps_the_file(tmp_path: Path) -> Non
     ]
     for r in reversed(refs):
         writer.add(r.to_line())
-    repeats = repeated_files(writer.finish())
-    assert repeats.count == 2 and repeats.lines == {2, 5}
-    first, second = sorted(repeats.problems, key=lambda p: p.line)
+    problems: list[InputProblem] = []
+    assert repeated_files(writer.finish(), report=problems.append) == {2, 5}
+    first, second = sorted(problems, key=lambda p: p.line)
     assert first.line == 2 and first.raw == '{"n": 2}'
     assert "'x//one.jpg' is the same file as line 1 names ('x/one.jpg', key aaaaaaaaaaaaaaaa)" in first.message
     assert second.line == 5 and "line 4 names ('we\"ird\\\\.jpg'" in second.message
@@ -173,9 +184,10 @@ def test_duplicates_name_the_first_row_and_a_leak_between_splits(tmp_path: Path)
     writer = RunWriter(str(tmp_path))
     for r in rows:
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
-    assert result.rows == 1 and result.duplicate_count == 2
-    leak, again = result.duplicates
+    duplicates: list[InputProblem] = []
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"), report=duplicates.append)
+    assert result.rows == 1
+    leak, again = duplicates
     assert leak.line == 2 and leak.message.startswith("file_name 'b.jpg' has the same bytes as 'a.jpg' on line 1")
     assert "(split 'test'; line 1 is in 'train': a leak between splits)" in leak.message
     assert again.line == 3 and again.message.startswith("file_name './a.jpg' is named again (first on line 1):")
@@ -204,9 +216,97 @@ def test_fingerprint_and_rows_sha256_bytes_stay_as_they_were(tmp_path: Path) -> 
     writer = RunWriter(str(tmp_path))
     for r in rows:
         writer.add(StagedRow.of(r, metadata_line(r)).to_line())
-    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"))
+    result = merge_runs(writer.finish(), str(tmp_path / "sorted.tsv"), report=_unexpected)
     a, b = (f"{r.size}\t{r.ext}\t{json.dumps(r.source)}\t{metadata_line(r)}\n" for r in rows)
     expected = hashlib.sha256(f"split=test\t{a}{rows[0].key}{b}{rows[1].key}".encode())
     assert result.fingerprint == expected.hexdigest()
     published = f"{rows[0].key}\t5\t.jpg\ttest\t{json.dumps(rows[0].source)}\t{metadata_line(rows[0])}\n"
     assert rows_sha256(result.path, 0, 1, b"salt") == hashlib.sha256(b"salt" + published.encode()).hexdigest()
+
+
+# --- no value a row can hold cuts a staged line --------------------------------------------------
+
+#: Characters that end a line for some reader, or a field of a staged line, and characters that
+#: only look like ASCII digits and letters.
+LINE_BREAKERS = [
+    "\n",
+    "\r",
+    "\t",
+    "\x00",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x7f",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "\u0663",
+    "\uff41",
+]
+
+
+@pytest.mark.parametrize("char", LINE_BREAKERS, ids=[repr(c) for c in LINE_BREAKERS])
+def test_a_key_extension_or_split_that_could_cut_the_line_is_refused_not_written(char: str) -> None:
+    good = SourceRecord(4, "0123abcd", "a.jpg", 5, ".jpg", {}, "5:1:1", split="train")
+    assert StagedRow.line_of(good, "{}").count("\n") == 1
+    for bad in (
+        SourceRecord(4, f"0123abcd{char}", "a.jpg", 5, ".jpg", {}),
+        SourceRecord(4, f"{char}0123abcd", "a.jpg", 5, ".jpg", {}),
+        SourceRecord(4, "0123abcd", "a.jpg", 5, f".jp{char}g", {}),
+        SourceRecord(4, "0123abcd", "a.jpg", 5, ".jpg", {}, split=f"train{char}"),
+    ):
+        with pytest.raises(UnstageableRow, match="holds a control character or a character that is not ASCII") as info:
+            StagedRow.line_of(bad, "{}")
+        assert "\n" not in str(info.value)  # (the message shows the fields with repr: one line)
+        with pytest.raises(UnstageableRow):
+            StagedRow.of(bad, "{}").to_line()
+    with pytest.raises(UnstageableRow):
+        FileRef.line_of(SourceRecord(4, f"0123abcd{char}", "a.jpg", 5, ".jpg", {}), "{}")
+
+
+#: Text heavy in what trips line formats: separators, escapes, quotes, beyond the BMP.
+hostile_text = st.text(alphabet=st.sampled_from([*LINE_BREAKERS, "\\", '"', "'", " ", "a", "\u00e4", "\U0001f600"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(hostile_text.filter(bool), st.dictionaries(hostile_text, hostile_text | st.integers(), max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    split=st.sampled_from(["", "train", "test"]),
+)
+def test_every_reader_of_staged_files_gets_each_row_back_whatever_its_text(
+    rows: list[tuple[str, dict[str, object]]], split: str
+) -> None:
+    """Sources and published lines full of line and field separators, through runs, the merge,
+    the regroup by split and every reader: each row comes back whole, one line each."""
+    records = [
+        SourceRecord(i + 1, f"{i:016x}", name, 10 + i, ".jpg", fields, "1:2:3", split=split)
+        for i, (name, fields) in enumerate(rows)
+    ]
+    published = [metadata_line(r) for r in records]
+    with tempfile.TemporaryDirectory() as folder:
+        writer = RunWriter(folder, run_bytes=200)  # a few rows a run: the merge reads several
+        Path(folder, "refs").mkdir()
+        refs = RunWriter(f"{folder}/refs", run_bytes=200)
+        for record, line in zip(records, published, strict=True):
+            writer.add(StagedRow.line_of(record, line))
+            refs.add(FileRef.line_of(record, line))
+        # A row naming a file an earlier row names (the same normalized name) is a repeat, by line.
+        first_named: dict[str, int] = {}
+        repeats = {r.line for r in records if first_named.setdefault(_normal_path(r.source), r.line) != r.line}
+        reported: list[InputProblem] = []
+        assert repeated_files(refs.finish(), report=reported.append) == repeats
+        assert sorted(p.line for p in reported) == sorted(repeats)  # each repeat reported once
+        merged = merge_runs(writer.finish(), f"{folder}/sorted.tsv", report=_unexpected)
+        assert merged.rows == len(records)
+        regrouped = regroup(merged.path, merged, report=_unexpected)
+        assert [(s.name, s.rows) for s in regrouped.splits] == [(split or "train", len(records))]
+        staged = list(iter_staged(merged.path))
+        assert [(s.key, s.source, s.metadata_line, s.split) for s in staged] == [
+            (r.key, r.source, line, r.split) for r, line in zip(records, published, strict=True)
+        ]
+        assert list(iter_published_lines(merged.path, 0, len(records))) == [f"{p}\n".encode() for p in published]
+        assert [e.key for e in StagedEntries(merged.path)] == [r.key for r in records]

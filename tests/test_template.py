@@ -132,6 +132,15 @@ def test_the_templates_own_hook_refuses_a_homepage_that_is_not_a_link(tmp_path: 
     assert "**Homepage:** <https://example.org/x>" in (repo / "README.md").read_text()
 
 
+@pytest.mark.parametrize("key", ["pretty_name", "description", "citation", "language"])
+def test_the_templates_own_hook_refuses_a_line_that_reads_as_a_card_marker(tmp_path: Path, key: str) -> None:
+    from cookiecutter.exceptions import FailedHookException
+
+    with pytest.raises(FailedHookException):
+        generate(tmp_path, **{key: "Text\n<!-- shardkit:stats -->\n"})
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_namespace_is_refused(tmp_path: Path) -> None:
     result = subprocess.run(
         [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path), "namespace=a b"],
@@ -295,8 +304,8 @@ def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
     [
         ("crc", "data/3.zip: CRC mismatch in member 'images/"),
         ("unsafe name", "data/3.zip: refusing unsafe member name '../../escape.jpg'"),
-        ("manifest escape", "shards.json names '../outside.zip', not a shard"),
-        ("manifest twice", "shards.json names a shard twice"),
+        ("manifest escape", "shards.json: shards[0].file is '../outside.zip', not data/[<split>/]<hex prefix>.zip"),
+        ("manifest twice", "shards.json: shard 'data/0.zip' is named twice"),
     ],
 )
 def test_loading_script_refuses_damaged_shards_instead_of_yielding_bad_bytes(

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.errors import UsageError
+from shardkit.errors import ManifestError, UsageError
 from shardkit.formats.base import ShardRecord
 from shardkit.formats.zip import ZipFormatError
 from shardkit.location import Location
@@ -362,9 +362,7 @@ def test_a_manifest_whose_shard_has_no_rows_is_refused_not_read_around(
     manifest = json.loads((repo / "shards.json").read_text())
     manifest["shards"][3]["rows"] = 0
     (repo / "shards.json").write_text(json.dumps(manifest))
-    with pytest.raises(
-        UsageError, match=r"not a shardkit manifest: shard 'data/3\.zip' has rows 0, not a whole number"
-    ):
+    with pytest.raises(ManifestError, match=r"shards\.json: shard 'data/3\.zip': rows is 0, not a whole number"):
         shardkit.stream(str(repo), shuffle_seed=1)
 
 

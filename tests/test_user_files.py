@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.card import split_front_matter
-from tests.conftest import EXAMPLE_DIR, pack_example, tree_bytes, write_jsonl
+from tests.conftest import EXAMPLE_DIR, adding_up, pack_example, tree_bytes, write_jsonl
 from tests.hub_server import run_hub_server
 from tests.test_push import REPO, hub_env, push, remote_files
 
@@ -56,6 +56,16 @@ def test_a_folder_shardkit_did_not_make_is_refused_and_left_as_it_was(tmp_path: 
     assert result.returncode == 2
     assert "is not empty and not a shardkit dataset repo (it holds notes.txt, src)" in result.stderr
     assert "--adopt" in result.stderr
+    assert tree_bytes(repo) == before and not (repo / ".shardkit").exists()
+
+
+def test_a_card_that_only_mentions_shardkits_marker_is_not_a_shardkit_repo(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _user_repo(repo)
+    (repo / "README.md").write_text("# Notes\n\nshardkit's cards hold `<!-- shardkit:stats -->` markers.\n")
+    before = tree_bytes(repo)
+    result = pack_example(repo)
+    assert result.returncode == 2 and "is not empty and not a shardkit dataset repo" in result.stderr
     assert tree_bytes(repo) == before and not (repo / ".shardkit").exists()
 
 
@@ -356,15 +366,15 @@ def push_with_stderr(folder: Path, env: dict[str, str]) -> subprocess.CompletedP
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ("escape", "shard '../outside.zip' is not data/[<split>/]<hex prefix>.zip"),
-        ("absolute", "shard '/etc/passwd' is not data/[<split>/]<hex prefix>.zip"),
+        ("escape", "shards.json: shards[0].file is '../outside.zip', not data/[<split>/]<hex prefix>.zip"),
+        ("absolute", "shards.json: shards[0].file is '/etc/passwd', not data/[<split>/]<hex prefix>.zip"),
         ("twice", "is named twice"),
         ("metadata", "has metadata '../x.jsonl'"),
     ],
 )
 def test_readers_follow_no_manifest_entry_outside_the_dataset(tmp_path: Path, change: str, message: str) -> None:
     import shardkit
-    from shardkit.errors import UsageError
+    from shardkit.errors import ManifestError
 
     out = tmp_path / "ds"
     assert pack_example(out, "-q").returncode == 0
@@ -379,12 +389,12 @@ def test_readers_follow_no_manifest_entry_outside_the_dataset(tmp_path: Path, ch
     else:
         first["metadata"] = "../x.jsonl"
     (out / "shards.json").write_text(json.dumps(manifest))
-    with pytest.raises(UsageError, match=re.escape(message)):
+    with pytest.raises(ManifestError, match=re.escape(message)):
         shardkit.stream(str(out))
     verify = subprocess.run(
         [str(SCRIPTS / "shardkit"), "verify", str(out)], capture_output=True, text=True, check=False
     )
-    assert verify.returncode == 2 and message in verify.stderr and "Traceback" not in verify.stderr
+    assert verify.returncode == 1 and message in verify.stderr and "Traceback" not in verify.stderr
 
 
 HOSTILE_LINES = {
@@ -438,7 +448,7 @@ def test_stream_refuses_a_parquet_row_whose_file_path_leaves_the_dataset(tmp_pat
     )
     manifest = json.loads((out / "shards.json").read_text())
     next(s for s in manifest["shards"] if s["file"] == f"data/{shard.name}")["bytes"] = shard.stat().st_size
-    (out / "shards.json").write_text(json.dumps(manifest))
+    (out / "shards.json").write_text(json.dumps(adding_up(manifest)))
     with pytest.raises(ShardkitError, match=r"names its file '\.\./\.\./\.\./etc/passwd', not <key><ext>"):
         list(shardkit.stream(str(out)))
 

@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import quote, unquote
 
 import yaml
 
@@ -31,7 +32,7 @@ from .table import TABLE_NAME
 
 log = logging.getLogger(__name__)
 #: A ``data_files`` path shardkit writes: ``data/*.zip``, or a split's ``data/<split>/*.zip``.
-_SHARDKIT_PATTERN = re.compile(rf"^data/(?:[A-Za-z0-9_]{{1,64}}/)?\*\.(?:{'|'.join(FORMAT_NAMES)})$")
+_SHARDKIT_PATTERN = re.compile(rf"data/(?:[A-Za-z0-9_]{{1,64}}/)?\*\.(?:{'|'.join(FORMAT_NAMES)})")
 
 GITATTRIBUTES_LINES = [
     *(f"*{suffix} filter=lfs diff=lfs merge=lfs -text" for suffix in SHARD_SUFFIXES),
@@ -70,7 +71,7 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
 
 
 # A top-level key line: `key:`, `"key":`, `key :` (not a comment, list item or indented line).
-_TOP_LEVEL_KEY = re.compile(r"""^(["']?)([^\s#\-"'][^:"']*?)\1\s*:(?:\s|$)""")
+_TOP_LEVEL_KEY = re.compile(r"""^(["']?)([^\s#\-"'][^:"']*?)\1\s*:(?:\s|\Z)""")
 
 
 def set_front_matter_keys(text: str, values: dict[str, Any]) -> str:
@@ -123,7 +124,7 @@ def default_configs(fmt: ShardFormat = ZIP, splits: list[SplitSummary] | None = 
 def _is_shardkit_config(config: Any) -> bool:
     """Whether a ``configs`` entry reads shardkit's shards only (its data_files are shardkit's)."""
     paths = _config_paths(config)
-    return bool(paths) and all(isinstance(p, str) and _SHARDKIT_PATTERN.match(p) for p in paths)
+    return bool(paths) and all(isinstance(p, str) and _SHARDKIT_PATTERN.fullmatch(p) for p in paths)
 
 
 def _config_entries(config: Any) -> list[Any]:
@@ -179,16 +180,19 @@ def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: 
     return fmt.card_features(features, extensions)
 
 
-STATS_BEGIN = "<!-- shardkit:stats -->"
-STATS_END = "<!-- /shardkit:stats -->"
-
 #: The card sections shardkit owns, each between ``<!-- shardkit:NAME -->`` and
 #: ``<!-- /shardkit:NAME -->``, in the order a missing one is put in. Every pack rewrites them
 #: (push rewrites ``usage`` too); the text around them is the user's and is never touched.
 SECTIONS = ("stats", "features", "usage", "layout", "license")
 #: A section's opening marker; ``usage`` records there, as ``key=value`` words, what push must
-#: know to render it again (``repo``, ``revision``, ``builtin``).
-_BEGIN = re.compile(r"<!-- shardkit:(?P<name>[a-z]+)(?P<attrs>(?: [a-z]+=[^\s>]+)*) -->")
+#: know to render it again (``repo``, ``revision``, ``builtin``; each value percent-encoded).
+#: A marker is a line of its own: user text in a section (a column or class name, a value) is
+#: never a whole line (one-line cells and JSON strings), so it can neither open nor close one.
+_BEGIN = re.compile(r"^<!-- shardkit:(?P<name>[a-z]+)(?P<attrs>(?: [a-z]+=[^\s>]+)*) -->[ \t\r]*$", re.MULTILINE)
+#: What a marker's word keeps as it is (a repo id, a branch name as usually spelled).
+_ATTR_SAFE = "/._-+@"
+#: A line of a section's content that would read as a marker: shown as text instead.
+_MARKER_LIKE = re.compile(r"^<!--(?= /?shardkit:)", re.MULTILINE)
 #: The Hub namespace the template offers before one is given: never a repo to load from.
 PLACEHOLDER_NAMESPACE = "your-username"
 #: Shown in a ClassLabel's row of the features table; the front matter lists every name.
@@ -202,16 +206,16 @@ def _end_marker(name: str) -> str:
 
 
 def _find_section(body: str, name: str) -> tuple[int, int, dict[str, str]] | None:
-    """Where section ``name`` starts and ends in ``body`` (its markers included) and the words of
-    its opening marker; None if it has no opening marker or no closing one after it."""
+    """Where section ``name`` starts and ends in ``body`` (its marker lines included) and the
+    words of its opening marker; None if it has no opening marker or no closing one after it."""
     for match in _BEGIN.finditer(body):
         if match.group("name") != name:
             continue
-        end = body.find(_end_marker(name), match.end())
-        if end == -1:
+        end = re.compile(rf"^{re.escape(_end_marker(name))}[ \t\r]*$", re.MULTILINE).search(body, match.end())
+        if end is None:
             return None
-        attrs = dict(word.split("=", 1) for word in match.group("attrs").split())
-        return match.start(), end + len(_end_marker(name)), attrs
+        attrs = {k: unquote(v) for k, v in (word.split("=", 1) for word in match.group("attrs").split())}
+        return match.start(), end.end(), attrs
     return None
 
 
@@ -219,10 +223,18 @@ def _has_marker(body: str, name: str) -> bool:
     return any(m.group("name") == name for m in _BEGIN.finditer(body))
 
 
+def is_shardkit_card(text: str) -> bool:
+    """Whether a card has shardkit's sections (a marker line, not the words in a sentence)."""
+    return _has_marker(text, "stats")
+
+
 def _section(name: str, content: str, attrs: dict[str, str] | None = None) -> str:
-    words = "".join(f" {k}={v}" for k, v in (attrs or {}).items())
+    """The one writer of a section: its markers, each a line, around ``content``, in which no
+    line can read as a marker (a name the user gave, say, that ends a line and starts another)."""
+    words = "".join(f" {k}={quote(v, safe=_ATTR_SAFE)}" for k, v in (attrs or {}).items())
     if content and not content.endswith("\n"):
         content += "\n"
+    content = _MARKER_LIKE.sub("&lt;!--", content)
     return f"<!-- shardkit:{name}{words} -->\n{content}{_end_marker(name)}"
 
 
@@ -558,6 +570,10 @@ def layout_section(fmt: ShardFormat, splits: list[SplitSummary] | None, loader: 
     return "\n".join(lines) + "\n"
 
 
+#: A ``license_link`` the card shows as a link: a URL, or a path in the repo (LICENSE.md).
+_LICENSE_LINK = re.compile(r"https?://\S+|[\w./-]+")
+
+
 def license_section(front: dict[str, Any]) -> str:
     """The license the card's metadata declares, in words (the front matter is the user's)."""
     license_id = front.get("license")
@@ -569,7 +585,7 @@ def license_section(front: dict[str, Any]) -> str:
         name = front.get("license_name")
         link = front.get("license_link")
         said = _cell(str(name)) if name else "a license of its own"
-        if isinstance(link, str) and re.match(r"^(https?://\S+|[\w./-]+)$", link):
+        if isinstance(link, str) and _LICENSE_LINK.fullmatch(link):
             said = f"[{said}]({link})"
         lines.append(f"The data is published under {said}.")
     else:
@@ -727,6 +743,7 @@ EARLIER_READERS = {
     "fa1e0f9eeaace58f10cfea50c10b6dbba34f1efaebefb32aa58fbc9b2c534494": "f31e959",
     "f2ac91e8733954ff211125bbae4d52635d4e3955e12d076827867f3247b9c598": "eec3e39",
     "639ee6803661b5ba2b7605a96e3c68118e9c5694357c17fe8086d5fb1323a9d7": "2fc619f",
+    "f54d3fdd289d201f8ab83c21cccee32c2a5219b92e3ff4d334c94ca3a292c42e": "25c66ef",
 }
 #: The line of the earlier templates' reader code that held the pretty name (the class docstring),
 #: as rendered (a name on one line, without a triple quote) and as the template wrote it.
@@ -946,7 +963,7 @@ def card_problem(out_dir: str) -> str | None:
     if isinstance(configs, list) and configs:
         first = configs[0] if isinstance(configs[0], dict) else {}
         paths = _config_paths(first)
-        if not any(isinstance(p, str) and _SHARDKIT_PATTERN.match(p) for p in paths):
+        if not any(isinstance(p, str) and _SHARDKIT_PATTERN.fullmatch(p) for p in paths):
             return (
                 f"{path}: its first config ({first.get('config_name')!r}) reads {paths}, not shardkit's"
                 " data/*.<format>; datasets picks every config's builder from the first one's files, so the"

@@ -25,27 +25,22 @@ machine and for every ``--jobs``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from .decode import AUDIO_EXTENSIONS
 from .errors import InputProblem
 from .formats import format_named
 from .metadata import metadata_line, read_metadata
+from .problems import ProblemReport, ReportPart
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
 from .schema import SchemaTracker
-from .staging import DEFAULT_RUN_BYTES, FileRef, RunWriter, StagedRow
+from .staging import DEFAULT_RUN_BYTES, FileRef, RunWriter, StagedRow, UnstageableRow
 
-if TYPE_CHECKING:
-    import jsonlines
-
-SHOWN_PROBLEMS = 20
 FILE_RUN_BYTES = 2 << 20
 MIN_RANGE_BYTES = 1 << 20
 MAX_RANGE_BYTES = 64 << 20
@@ -56,46 +51,6 @@ RANGES_WANTED = 64  # ranges of a large file, for even load and progress (within
 #: hashed while checked, and ranges in separate processes hash faster than threads in one (the
 #: GIL), so those files are split from 2 MiB (two ranges) on.
 MIN_SPLIT_BYTES = 8 << 20
-
-
-class ProblemLog:
-    """Counts input problems, keeps the first few for the message, and writes rejects if asked."""
-
-    def __init__(self, rejects_path: str | None) -> None:
-        self.shown: list[InputProblem] = []
-        self.count = 0
-        self.rejects_path = rejects_path
-        self._rejects: jsonlines.Writer | None = None
-        if rejects_path is not None:  # a rejects file from an earlier run would mislead
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(rejects_path)
-
-    def add(self, problem: InputProblem) -> None:
-        self.count += 1
-        if len(self.shown) < SHOWN_PROBLEMS:
-            self.shown.append(problem)
-        if self.rejects_path is not None:
-            if self._rejects is None:
-                # Opened on the first problem and kept open across calls; close() ends it.
-                # (Imported here: a pack without rejects need not pay for jsonlines and attrs.)
-                import jsonlines
-
-                self._rejects = jsonlines.open(self.rejects_path, "a", compact=True)
-            self._rejects.write({"line": problem.line, "reason": problem.message, "row": problem.raw})
-
-    def absorb(self, shown: list[InputProblem], count: int, rejects_part: str | None) -> None:
-        """Take a range's problems, in input order after those already here."""
-        self.shown.extend(shown[: max(SHOWN_PROBLEMS - len(self.shown), 0)])
-        self.count += count
-        if self.rejects_path is not None and rejects_part is not None and os.path.exists(rejects_part):
-            self.close()
-            with open(rejects_part, "rb") as part, open(self.rejects_path, "ab") as out:
-                shutil.copyfileobj(part, out)
-
-    def close(self) -> None:
-        if self._rejects is not None:
-            self._rejects.close()
-            self._rejects = None
 
 
 #: The column that names each row's split (train, validation, test...); it becomes the split,
@@ -112,7 +67,7 @@ def split_problem(value: object) -> str | None:
         return f'column {SPLIT_COLUMN!r} holds {json.dumps(value)}, not a split name (a string such as "train")'
     if not _SPLIT_NAME.fullmatch(value) or value.lower() == "all":  # (datasets refuses ALL, All too)
         return (
-            f"column {SPLIT_COLUMN!r} holds {json.dumps(value, ensure_ascii=False)}: a split name is 1 to 64 ASCII"
+            f"column {SPLIT_COLUMN!r} holds {json.dumps(value)}: a split name is 1 to 64 ASCII"
             ' letters, digits or underscores, and not "all" in any case (train, validation, test...)'
         )
     return None
@@ -156,9 +111,7 @@ class RangeJob:
 class RangeResult:
     index: int
     rows: int  # non-blank lines read
-    shown: list[InputProblem]
-    problem_count: int
-    rejects_path: str | None
+    problems: ReportPart
     schema: SchemaTracker
     audio_line: int
     image_line: int
@@ -177,8 +130,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
     progress = progress or NullProgress()
     settings = job.settings
     fmt = format_named(settings.format)
-    rejects_path = os.path.join(job.work_dir, "rejects.jsonl") if job.rejects else None
-    problems = ProblemLog(rejects_path)
+    problems = ProblemReport(os.path.join(job.work_dir, "rejects") if job.rejects else None)
     schema = SchemaTracker()
     audio_line = image_line = 0
     extensions: set[str] = set()
@@ -237,6 +189,11 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             except ValueError as exc:  # NaN or Infinity: not valid JSON out
                 problems.add(InputProblem(item.line, f"value not allowed in JSON: {exc}", json.dumps(item.fields)))
                 continue
+            try:
+                staged, file_ref = StagedRow.line_of(item, line), FileRef.line_of(item, line)
+            except UnstageableRow as exc:  # (the checks above let no such row through)
+                problems.add(InputProblem(item.line, str(exc), line))
+                continue
             conflict = schema.check(item.fields, item.line)
             if conflict:
                 problems.add(InputProblem(item.line, conflict, line))
@@ -254,17 +211,15 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             else:
                 image_line = image_line or item.line
             extensions.add(item.ext.lower())
-            runs.add(StagedRow.line_of(item, line))
-            files.add(FileRef.line_of(item, line))
+            runs.add(staged)
+            files.add(file_ref)
     finally:
         problems.close()
     progress.advance(n % 1000)
     return RangeResult(
         index=job.index,
         rows=n,
-        shown=problems.shown,
-        problem_count=problems.count,
-        rejects_path=rejects_path,
+        problems=problems.part(),
         schema=schema,
         audio_line=audio_line,
         image_line=image_line,

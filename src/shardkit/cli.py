@@ -64,7 +64,7 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: str | int, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
         if not match or match.group(2).lower() not in _UNITS:
             self.fail(f"{value!r} is not a size (examples: 1GB, 500MB, 256MiB, 1000000)", param, ctx)
         return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
@@ -285,7 +285,8 @@ pack_options: list[_Decorator] = [
         "--rejects",
         type=click.Path(dir_okay=False),
         default=None,
-        help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl].",
+        help="Where --on-error skip writes bad rows [default: OUT_DIR/.shardkit/rejects.jsonl]. Never the"
+        " input, a file in IMAGES_DIR or OUT_DIR, or a file that is not a rejects file.",
     ),
     click.option(
         "--keep-source-path",

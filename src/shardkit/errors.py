@@ -30,13 +30,17 @@ class UsageError(ShardkitError):
     """The command was asked for something that cannot work (exit code 2 in the CLI)."""
 
 
+class ManifestError(ShardkitError):
+    """A ``shards.json`` that is not one shardkit wrote: one line, ``<where>/shards.json: <what>``."""
+
+
 @dataclass(frozen=True, order=True)
 class InputProblem:
     """One bad row of the metadata file (or one bad file it names)."""
 
     line: int
     message: str
-    raw: str = ""  # the offending line as read, for the rejects file
+    raw: str = ""  # the offending line as seen; no longer read (the rejects file reads each row again from the input)
 
     def format(self, source: str) -> str:
         return f"{source}:{self.line}: {self.message}"

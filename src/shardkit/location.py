@@ -8,7 +8,8 @@ here, each with its reason:
 - a local folder (``/data/out``, ``file:///data/out``): shards are renamed into place and the
   folder fsynced (a power loss keeps the rename); the writer's ``O_DIRECT`` shard files
   (:mod:`.shardfile`) are local too. Listing and sizes go through fsspec's LocalFileSystem,
-  as for a URL.
+  as for a URL. Its files are read only where :func:`readable_root` allows: a link out of the
+  folder is refused (a Hub cache snapshot's links into its repo's ``blobs/`` are followed).
 - an fsspec URL (``s3://bucket/repo``, ``gs://``, ``memory://``...): where ``pack -o URL``
   writes the same files a local OUT_DIR gets, byte for byte. A finished shard is put with one
   upload. On object stores (S3, GCS, Azure) an object exists only once its upload completes,
@@ -47,6 +48,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from .errors import NetworkError, ShardkitError, UsageError
+from .inputfile import OutsideImagesDir, open_inside
 
 #: fsspec protocols whose objects appear only when their upload completes.
 ATOMIC_UPLOAD_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
@@ -270,12 +272,59 @@ def _timeout_options(protocol: str, timeout: float, config: dict[str, dict[str, 
 
 # --- the location of a dataset repo --------------------------------------------------------------
 
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-_HF_URL = re.compile(r"^hf://datasets/([\w.-]+/[\w.-]+?)(?:@([^/]+))?/?$")
+#: A Hub repo id (``ns/name``: ASCII letters, digits, "_", "." and "-"; ``\w`` would take other
+#: scripts' letters too) and an ``@revision`` after it (no "/", no space, no line break). The
+#: patterns here are matched whole (``.fullmatch``): ``$`` would let a trailing newline through.
+HUB_REPO_ID = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
+HUB_REVISION = r"@([^/\s]+)"
+_REPO_ID = re.compile(HUB_REPO_ID)
+_HF_URL = re.compile(rf"hf://datasets/({HUB_REPO_ID})(?:{HUB_REVISION})?/?")
 _CHUNK = 1 << 20
 #: Block size of fsspec files: large sequential reads, few requests.
 _BLOCK = 8 << 20
 _KINDS = ("folder", "fsspec", "http", "hub")
+
+
+class OutsideDataset(ShardkitError):
+    """A file of a local dataset folder that is a link out of it (or not a regular file)."""
+
+
+def readable_root(folder: str) -> str:
+    """The real folder the files of the local dataset ``folder`` may resolve into, ending in a
+    separator: the folder itself (a link inside it, to a file beside, is followed), or for a
+    Hugging Face cache snapshot (``<repo>/snapshots/<revision>``, whose files are links to
+    ``../../blobs/<hash>``) the repo's cache folder that holds ``snapshots/`` and ``blobs/``.
+    A link anywhere else (``data/9.zip -> /home/me/secret``) is refused: a dataset someone else
+    made must not make a reader read, or remux and push publish, a file of the reader's."""
+    real = os.path.realpath(folder)
+    parent = os.path.dirname(real)
+    if os.path.basename(parent) == "snapshots" and os.path.isdir(os.path.join(os.path.dirname(parent), "blobs")):
+        real = os.path.dirname(parent)
+    return os.path.join(real, "")
+
+
+def open_in_dataset(path: str, root: str, buffering: int = -1) -> BinaryIO:
+    """``path`` opened for reading, if it is a regular file whose real location is inside
+    ``root`` (:func:`readable_root`); the test is on the opened descriptor
+    (:func:`.inputfile.open_inside`), so no swap after it redirects the read."""
+    try:
+        fd, _ = open_inside(path, root)
+    except OutsideImagesDir:
+        check_in_dataset(path, root)
+        raise OutsideDataset(f"{path}: not a regular file") from None
+    return os.fdopen(fd, "rb", buffering=buffering)
+
+
+def check_in_dataset(path: str, root: str) -> None:
+    """Refuse ``path`` when its real location is outside ``root`` (:func:`readable_root`): for a
+    file another library opens by its path (huggingface_hub's upload), and the message of
+    :func:`open_in_dataset`."""
+    real = os.path.realpath(path)
+    if not real.startswith(root):
+        raise OutsideDataset(
+            f"{path}: a link to {real!r}, outside the dataset folder {root.rstrip(os.sep)!r};"
+            " shardkit reads only the dataset's own files"
+        )
 
 
 class Location:
@@ -294,6 +343,7 @@ class Location:
         self.kind = kind
         self._fs: Any = None
         self._root = self.url  # the filesystem's path of the repo (for fsspec: without its protocol)
+        self._readable: str | None = None  # a folder's readable_root, once known
 
     # -- telling places apart
 
@@ -308,8 +358,8 @@ class Location:
             return cls(text, "http")
         if is_url(text) and not text.startswith("hf://"):
             return cls(text, "fsspec")
-        match = _HF_URL.match(text)
-        repo_id = match.group(1) if match else text if _REPO_ID.match(text) else None
+        match = _HF_URL.fullmatch(text)
+        repo_id = match.group(1) if match else text if _REPO_ID.fullmatch(text) else None
         if repo_id is None:
             raise UsageError(
                 f"{text!r} is not a folder, an http(s) URL, a Hub dataset id (ns/name) or hf://datasets/..."
@@ -416,17 +466,24 @@ class Location:
         large sequential blocks through fsspec, a buffered file on disk. A missing file raises
         FileNotFoundError (or, over http(s), one line naming the URL and the server's answer)."""
         if self.is_local:  # the plain file: fsspec's local file adds a layer to every read
-            return open(self.where(rel), "rb", buffering=_CHUNK)
+            return self.open_local(rel, _CHUNK)
         if self.kind == "fsspec":
             return self.fs.open(self._path(rel), "rb", block_size=_BLOCK, cache_type="readahead")  # type: ignore[no-any-return]
         return _HttpReader(self.where(rel), self._headers())  # type: ignore[return-value]
+
+    def open_local(self, rel: str, buffering: int = -1) -> BinaryIO:
+        """A file of a local folder, read only where :func:`readable_root` allows (every read of a
+        local dataset's files comes here: a link out of the folder is one line, refused)."""
+        if self._readable is None:
+            self._readable = readable_root(self.url)
+        return open_in_dataset(self.where(rel), self._readable, buffering)
 
     def open_random(self, rel: str, *, exact: bool = False) -> BinaryIO:
         """A seekable file, read with ranged reads where it is remote (a Parquet footer first).
         ``exact``: each read asks for exactly its bytes, no read-ahead (for a reader whose reads
         are whole row groups: a rank reading part of a shard fetches only that part)."""
         if self.is_local:
-            return open(self.where(rel), "rb")
+            return self.open_local(rel)
         cache = "none" if exact else "readahead"
         return self.fs.open(self._path(rel), "rb", block_size=_BLOCK, cache_type=cache)  # type: ignore[no-any-return]
 
@@ -435,7 +492,7 @@ class Location:
         http(s) and on the Hub (the server sends those bytes only), a seek on disk and through
         fsspec. Fewer bytes than asked for is the reader's to notice (it knows what it expects)."""
         if self.is_local:
-            f = open(self.where(rel), "rb", buffering=_CHUNK)  # noqa: SIM115 - the _Window below closes it
+            f = self.open_local(rel, _CHUNK)
         elif self.kind == "fsspec":  # (its read-ahead may fetch up to a block past ``end``)
             f = self.fs.open(self._path(rel), "rb", block_size=_BLOCK, cache_type="readahead")
         else:
@@ -447,7 +504,7 @@ class Location:
         """A whole (small) file, or None when it does not exist."""
         try:
             if self.is_local:
-                with open(self.where(rel), "rb") as f:
+                with self.open_local(rel) as f:
                     return f.read()
             return bytes(self.fs.cat_file(self._path(rel)))
         except FileNotFoundError:

@@ -8,16 +8,29 @@ atomically and only after every shard it names exists.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
 import secrets
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, BinaryIO
 
-from .errors import UsageError, naming
-from .formats import FORMAT_NAMES, ShardFormat, format_named, format_of_manifest
-from .metadata import KEY_SCHEME
+from .errors import ManifestError, UsageError, naming
+from .formats import (
+    FORMAT_NAMES,
+    FORMATS,
+    METADATA_MEMBER,
+    METADATA_TABLE_MEMBER,
+    ShardFormat,
+    format_named,
+    format_of_manifest,
+)
+from .location import Location, local_path
+from .metadata import KEY_SCHEME, MAX_NESTING
+from .plan import BY_SIZE, MAX_PREFIX_LENGTH, key_ranges
+from .rowrules import KEY_RE
 from .table import TABLE_NAME
 
 MANIFEST_NAME = "shards.json"
@@ -153,64 +166,363 @@ class Manifest:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Manifest:
-        fmt = format_of_manifest(str(data.get("format")))
-        return cls(
-            options=Options(data["prefix_length"], data["max_shard_bytes"], data["target_shard_bytes"], fmt.name),
-            input_fingerprint=data["input_fingerprint"],
-            modality=data["modality"],
-            features=data["features"],
-            shards=_checked_shards([ManifestShard(**s) for s in data["shards"]], fmt),
-            metadata_table=_table_name(data.get("metadata_table")),
-            metadata_table_sha256=data.get("metadata_table_sha256"),
-            prefix_lengths={
-                str(name): int(split["prefix_length"]) for name, split in (data.get("splits") or {}).items()
-            },
-            layout=int(data["layout"]) if data.get("layout") is not None else None,
-        )
+    def from_json(cls, data: Any) -> Manifest:
+        """The manifest a parsed ``shards.json`` describes, checked as a whole (:func:`checked_manifest`)."""
+        return checked_manifest(data)
 
+
+# --- reading a manifest: checked as a whole before any reader uses it ----------------------------
+
+#: The largest ``shards.json`` a reader takes (about 400,000 shards). It is read whole and parsed
+#: in memory, from a folder, a URL or the Hub: a larger one is refused before it is parsed.
+MAX_MANIFEST_BYTES = 256 << 20
+#: The most columns (at any level) and class names a manifest may declare.
+MAX_FEATURES = 100_000
+MAX_CLASS_NAMES = 10_000_000
+#: The longest string of the manifest's own vocabulary (a column or class name, a split, a tag).
+MAX_NAME_CHARS = 10_000
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+#: What every manifest has had (fields added later may be absent: earlier versions' manifests).
+_REQUIRED = (
+    "format",
+    "prefix_length",
+    "max_shard_bytes",
+    "target_shard_bytes",
+    "input_fingerprint",
+    "modality",
+    "features",
+    "shards",
+)
+#: The dtypes :mod:`.schema` writes for a field, and the file column's.
+FIELD_DTYPES = frozenset({"string", "int64", "float64", "bool"})
+MODALITIES = ("image", "audio")
+_SHARD_FIELDS = {f.name for f in fields(ManifestShard)}
+_SHARD_REQUIRED = {f.name for f in fields(ManifestShard) if f.default is MISSING}
 
 #: A shard's name as the planner makes it: ``data/[<split>/]<hex>[-<part>]<suffix>`` (the hex
 #: digits: where its keys start, up to a key's length, or its key prefix). Readers follow nothing
 #: else: a manifest naming ``../elsewhere.zip`` or an absolute path would make them read (and
 #: publish) files outside the dataset.
 _SHARD_NAME = re.compile(
-    rf"^data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})$"
+    rf"data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})"
 )
 
 
-def _checked_shards(shards: list[ManifestShard], fmt: ShardFormat) -> list[ManifestShard]:
+def parse_manifest(data: bytes, where: str) -> Manifest:
+    """The manifest in ``data`` (a ``shards.json``'s bytes), checked as a whole; anything else is
+    one :class:`.ManifestError` line, ``<where>: <what is wrong>`` (``where`` names the file: its
+    path or URL). Every reader of a manifest goes through here."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes, more than any shardkit manifest")
+    try:
+        parsed = json.loads(data, object_pairs_hook=_no_duplicate_names, parse_constant=_no_constant)
+    except RecursionError:
+        raise ManifestError(f"{where}: not a shardkit manifest (nested too deep)") from None
+    except UnicodeDecodeError:
+        raise ManifestError(f"{where}: not a shardkit manifest (not UTF-8)") from None
+    except ValueError as exc:  # JSONDecodeError, and the hooks' own
+        raise ManifestError(f"{where}: not a shardkit manifest (not JSON: {exc})") from None
+    try:
+        return checked_manifest(parsed)
+    except ValueError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+
+
+def read_manifest_at(location: Location) -> Manifest | None:
+    """The manifest of the repo at ``location`` (a folder, a URL, the Hub), checked
+    (:func:`parse_manifest`); None when there is none. At most :data:`MAX_MANIFEST_BYTES` are read."""
+    where = location.where(MANIFEST_NAME)
+    try:
+        with location.open(MANIFEST_NAME) as reader:
+            data = reader.read(MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ManifestError(f"{where}: cannot be read: {exc.strerror or exc}") from None
+    return parse_manifest(data, where)
+
+
+def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        names = [name for name, _ in pairs]
+        twice = next(name for name in names if names.count(name) > 1)
+        raise ValueError(f"the name {_shown(twice)} appears twice in one object")
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: repr, cut short (it may be megabytes of anything)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", float: "a number"}
+    return "null" if value is None else names.get(type(value), "a whole number")
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} is {_kind(value)}, not an object")
+    return value
+
+
+def _whole(value: Any, where: str, low: int, high: int) -> int:
+    """A JSON whole number from ``low`` to ``high`` (not a boolean, not 3.0)."""
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{where} is {_shown(value)}, not a whole number from {low} to {high}")
+    return value
+
+
+def _string(value: Any, where: str, pattern: re.Pattern[str] | None = None, words: str = "") -> str:
+    if not isinstance(value, str) or len(value) > MAX_NAME_CHARS or (pattern and not pattern.fullmatch(value)):
+        raise ValueError(f"{where} is {_shown(value)}, not {words or 'a string'}")
+    return value
+
+
+def _sha256(value: Any, where: str) -> str:
+    return _string(value, where, _HEX64, "a sha256 (64 lowercase hex digits)")
+
+
+def checked_manifest(data: Any) -> Manifest:
+    """The :class:`Manifest` a parsed ``shards.json`` describes, every field checked for its type
+    and range as shardkit writes it (its format and layout, the options, every shard, the
+    features, the totals and splits against the shards); a ValueError saying what is wrong
+    otherwise. Fields that manifests of earlier shardkit versions lack may be absent."""
+    data = _object(data, "the manifest")
+    for name in _REQUIRED:
+        if name not in data:
+            raise ValueError(f"the manifest has no {name!r}: not a shardkit manifest")
+    tag = data["format"]
+    try:
+        fmt = format_of_manifest(tag) if isinstance(tag, str) else None
+    except ValueError:
+        fmt = None
+    if fmt is None:
+        tags = ", ".join(f.manifest_format for f in FORMATS.values())
+        raise ValueError(f"format is {_shown(tag)}, not one shardkit writes ({tags})")
+    layout = data.get("layout")
+    if layout is not None:
+        _whole(layout, "layout", 1, fmt.layout_version)
+    for name in ("key_scheme", "member_template"):
+        if name in data:
+            _string(data[name], name)
+    member = data.get("metadata_member", METADATA_MEMBER)
+    if member not in (METADATA_MEMBER, METADATA_TABLE_MEMBER):
+        raise ValueError(f"metadata_member is {_shown(member)}, not {METADATA_MEMBER!r} or {METADATA_TABLE_MEMBER!r}")
+    prefix_length = _whole(data["prefix_length"], "prefix_length", BY_SIZE, MAX_PREFIX_LENGTH)
+    cap = _whole(data["max_shard_bytes"], "max_shard_bytes", fmt.fixed_bytes + 1, fmt.max_bytes)
+    target = _whole(data["target_shard_bytes"], "target_shard_bytes", 1, cap)
+    fingerprint = _sha256(data["input_fingerprint"], "input_fingerprint")
+    modality = data["modality"]
+    if modality not in MODALITIES:
+        raise ValueError(f"modality is {_shown(modality)}, not one of {', '.join(MODALITIES)}")
+    features = _checked_features(data["features"], modality)
+    table = data.get("metadata_table")
+    if table not in (None, TABLE_NAME):  # shardkit's one name, never a path to follow
+        raise ValueError(f"metadata_table is {_shown(table)}, not {TABLE_NAME!r}")
+    table_sha256 = data.get("metadata_table_sha256")
+    if table_sha256 is not None:
+        _sha256(table_sha256, "metadata_table_sha256")
+    shards = _checked_shards(data["shards"], fmt, cap)
+    prefix_lengths = _checked_splits(data, shards, prefix_length)
+    manifest = Manifest(
+        options=Options(prefix_length, cap, target, fmt.name),
+        input_fingerprint=fingerprint,
+        modality=modality,
+        features=features,
+        shards=shards,
+        metadata_table=table,
+        metadata_table_sha256=table_sha256,
+        prefix_lengths=prefix_lengths,
+        layout=layout,
+    )
+    _check_key_ranges(manifest)
+    return manifest
+
+
+def _checked_shards(value: Any, fmt: ShardFormat, cap: int) -> list[ManifestShard]:
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"shards is {_shown(value) if value == [] else _kind(value)}, not a list of shards")
+    shards: list[ManifestShard] = []
     seen: set[str] = set()
     folders: set[bool] = set()
-    for shard in shards:
-        match = _SHARD_NAME.match(shard.file)
+    for index, entry in enumerate(value):
+        at = f"shards[{index}]"
+        entry = _object(entry, at)
+        if missing := sorted(_SHARD_REQUIRED - entry.keys()):
+            raise ValueError(f"{at} has no {missing[0]!r}")
+        if unknown := sorted(entry.keys() - _SHARD_FIELDS):
+            raise ValueError(f"{at} has a field shardkit does not write: {_shown(unknown[0])}")
+        file = entry["file"]
+        match = _SHARD_NAME.fullmatch(file) if isinstance(file, str) else None
         if match is None or match.group(3) != fmt.name:
-            raise ValueError(f"shard {shard.file!r} is not data/[<split>/]<hex prefix>{fmt.suffix}")
-        if shard.metadata != f"metadata/{match.group(1)}.jsonl":
-            raise ValueError(
-                f"shard {shard.file!r} has metadata {shard.metadata!r}, not metadata/{match.group(1)}.jsonl"
-            )
-        if shard.split != (match.group(2) or "train"):
-            raise ValueError(f"shard {shard.file!r} is in the folder of another split than {shard.split!r}")
+            raise ValueError(f"{at}.file is {_shown(file)}, not data/[<split>/]<hex prefix>{fmt.suffix}")
+        at = f"shard {file!r}"
+        if file in seen:
+            raise ValueError(f"{at} is named twice")
+        seen.add(file)
+        stem = match.group(1)
+        if entry["metadata"] != f"metadata/{stem}.jsonl":
+            raise ValueError(f"{at} has metadata {_shown(entry['metadata'])}, not 'metadata/{stem}.jsonl'")
+        split = entry.get("split", "train")
+        if split != (match.group(2) or "train"):
+            raise ValueError(f"{at} is in the folder of another split than {_shown(split)}")
         folders.add(match.group(2) is not None)
-        if shard.file in seen:
-            raise ValueError(f"shard {shard.file!r} is named twice")
         # Readers plan from these (which rows a rank reads, where a cut piece ends): a shard of
         # no rows would never be opened, and its rows would be lost without a word.
-        for name, value in (("rows", shard.rows), ("bytes", shard.bytes)):
-            if type(value) is not int or value < 1:
-                raise ValueError(f"shard {shard.file!r} has {name} {value!r}, not a whole number of at least 1")
-        seen.add(shard.file)
+        rows = _whole(entry["rows"], f"{at}: rows", 1, fmt.max_rows)
+        size = _whole(entry["bytes"], f"{at}: bytes", 1, cap)
+        sha256 = _sha256(entry["sha256"], f"{at}: sha256")
+        metadata_sha256 = _sha256(entry["metadata_sha256"], f"{at}: metadata_sha256")
+        first = _string(entry["first_key"], f"{at}: first_key", KEY_RE, "a key (8 to 128 lowercase hex digits)")
+        last = _string(entry["last_key"], f"{at}: last_key", KEY_RE, "a key (8 to 128 lowercase hex digits)")
+        # Keys ascend within a shard: its first is its last only when it holds one row.
+        if not (first == last if rows == 1 else first < last):
+            raise ValueError(f"{at} has {rows} row(s) from key {first} to {last}: its keys must ascend")
+        input_sha256 = entry.get("input_sha256", "")
+        if input_sha256 != "":
+            _sha256(input_sha256, f"{at}: input_sha256")
+        shards.append(
+            ManifestShard(
+                file, entry["metadata"], rows, size, sha256, metadata_sha256, first, last, split, input_sha256
+            )
+        )
     if len(folders) > 1:
         raise ValueError("some shards are in a split's folder and some are not")
     return shards
 
 
-def _table_name(value: Any) -> str | None:
-    """The manifest's ``metadata_table``: shardkit's one name, or absent (never a path to follow)."""
-    if value not in (None, TABLE_NAME):
-        raise ValueError(f"metadata_table must be {TABLE_NAME!r}, got {value!r}")
-    return value  # type: ignore[no-any-return]
+def _checked_splits(data: dict[str, Any], shards: list[ManifestShard], prefix_length: int) -> dict[str, int]:
+    """Each split's prefix length, from ``splits``; the totals and splits checked against the shards."""
+    actual: dict[str, list[int]] = {}  # split -> rows, shards, bytes
+    for shard in shards:
+        sums = actual.setdefault(shard.split, [0, 0, 0])
+        sums[0] += shard.rows
+        sums[1] += 1
+        sums[2] += shard.bytes
+    if "totals" in data:
+        totals = _object(data["totals"], "totals")
+        whole = dict(zip(("rows", "shards", "bytes"), map(sum, zip(*actual.values(), strict=True)), strict=True))
+        _check_counts(totals, whole, "totals")
+    if "splits" not in data:
+        return {}
+    splits = _object(data["splits"], "splits")
+    if set(splits) != set(actual):
+        raise ValueError(f"splits names {_shown(sorted(splits))}, but the shards are in {sorted(actual)}")
+    prefix_lengths: dict[str, int] = {}
+    for name, split in splits.items():
+        split = _object(split, f"splits[{name!r}]")
+        length = _whole(split.get("prefix_length"), f"splits[{name!r}].prefix_length", BY_SIZE, MAX_PREFIX_LENGTH)
+        rows, count, size = actual[name]
+        expected = {"prefix_length": length, "rows": rows, "shards": count, "bytes": size}
+        _check_counts(split, expected, f"splits[{name!r}]")
+        prefix_lengths[name] = length
+    return prefix_lengths
+
+
+def _check_counts(found: dict[str, Any], expected: dict[str, int], where: str) -> None:
+    # (compared with their types: JSON's true must not pass for 1)
+    if found != expected or any(type(v) is not int for v in found.values()):
+        raise ValueError(f"{where} is {_shown(found)}, but the shards add up to {expected}")
+
+
+def _check_key_ranges(manifest: Manifest) -> None:
+    """Each shard's first and last keys are within what its name says it holds, and no two shards
+    of a split hold overlapping keys (a reader would give a row twice)."""
+    ranges = key_ranges([(s.file, s.split) for s in manifest.shards], manifest.prefix_lengths_by_split())
+    by_split: dict[str, list[ManifestShard]] = {}
+    for shard in manifest.shards:
+        keys = ranges[shard.file]
+        for key in (shard.first_key, shard.last_key):
+            if not keys.holds(key):
+                raise ValueError(f"shard {shard.file!r} has key {key}, not in {keys.words()}")
+        by_split.setdefault(shard.split, []).append(shard)
+    for shards in by_split.values():
+        ordered = sorted(shards, key=lambda s: s.first_key)
+        for a, b in itertools.pairwise(ordered):
+            if b.first_key <= a.last_key:
+                raise ValueError(f"the keys of shards {a.file!r} and {b.file!r} overlap: rows would not be unique")
+
+
+def _checked_features(value: Any, modality: str) -> list[dict[str, Any]]:
+    """The features as :mod:`.schema` writes them: the file column, ``key``, then each field's
+    (a dtype of :data:`FIELD_DTYPES`, a class label, a list or a struct), nested at most
+    :data:`.metadata.MAX_NESTING` deep, names unique at each level."""
+    if not isinstance(value, list):
+        raise ValueError(f"features is {_kind(value)}, not a list of features")
+    file_feature, key_feature = {"name": modality, "dtype": modality}, {"name": "key", "dtype": "string"}
+    if value[:2] != [file_feature, key_feature]:
+        raise ValueError(f"features must begin with {file_feature} and {key_feature}")
+    count = [0]
+    _check_fields(value[2:], "features", count, 1, {modality, "key"}, top=True)
+    return value
+
+
+def _check_fields(value: Any, where: str, count: list[int], depth: int, names: set[str], *, top: bool = False) -> None:
+    """A list of named features (the top level's fields, or a struct's), none named as one of ``names``."""
+    if not isinstance(value, list):
+        raise ValueError(f"{where} is {_kind(value)}, not a list of features")
+    for index, feature in enumerate(value):
+        at = f"{where}[{index + 2 if top else index}]"
+        feature = _object(feature, at)
+        name = _string(feature.get("name"), f"{at}.name", words="a column name")
+        if name in names:
+            raise ValueError(f"{at} is a second column named {_shown(name)}")
+        names.add(name)
+        at = f"{where} {name!r}" if top else f"{at} ({name!r})"
+        _check_type({k: v for k, v in feature.items() if k != "name"}, at, count, depth, top=top)
+
+
+def _check_type(spec: dict[str, Any], where: str, count: list[int], depth: int, *, top: bool = False) -> None:
+    """One feature's type: ``{"dtype": ...}``, ``{"list": ...}`` or ``{"struct": [...]}``."""
+    count[0] += 1
+    if count[0] > MAX_FEATURES:
+        raise ValueError(f"features declare more than {MAX_FEATURES} columns")
+    if depth > MAX_NESTING:
+        raise ValueError(f"{where} nests deeper than {MAX_NESTING} levels")
+    if len(spec) != 1 or next(iter(spec)) not in ("dtype", "list", "struct"):
+        raise ValueError(f"{where} has {_shown(sorted(spec))}, not one of dtype, list or struct")
+    kind, inner = next(iter(spec.items()))
+    if kind == "dtype":
+        if isinstance(inner, dict) and top:
+            _check_class_label(inner, where)
+        elif not isinstance(inner, str) or inner not in FIELD_DTYPES:
+            raise ValueError(f"{where} has dtype {_shown(inner)}, not one of {', '.join(sorted(FIELD_DTYPES))}")
+    elif kind == "struct":
+        _check_fields(inner, f"{where}.struct", count, depth + 1, set())
+    elif isinstance(inner, str):  # "list: string"
+        _check_type({"dtype": inner}, f"{where}.list", count, depth + 1)
+    elif isinstance(inner, list):  # a list of objects: "list: [fields]"
+        _check_fields(inner, f"{where}.list", count, depth + 1, set())
+    elif isinstance(inner, dict) and "list" in inner:  # a list of lists: "list: {list: ...}"
+        _check_type(inner, f"{where}.list", count, depth + 1)
+    else:
+        raise ValueError(f"{where}.list is {_shown(inner)}, not a dtype, a list of fields or a list")
+
+
+def _check_class_label(dtype: dict[str, Any], where: str) -> None:
+    """``{"class_label": {"names": {"0": name, "1": name, ...}}}``: unique string names, numbered from 0."""
+    label = dtype.get("class_label") if list(dtype) == ["class_label"] else None
+    names = label.get("names") if isinstance(label, dict) and list(label) == ["names"] else None
+    if not isinstance(names, dict) or not names:
+        raise ValueError(f"{where} has dtype {_shown(dtype)}, not a class label's names")
+    if len(names) > MAX_CLASS_NAMES:
+        raise ValueError(f"{where} has more than {MAX_CLASS_NAMES} class names")
+    if list(names) != [str(i) for i in range(len(names))]:
+        raise ValueError(f"{where}'s class names are not numbered 0 to {len(names) - 1} in order")
+    seen: set[str] = set()
+    for number, name in names.items():
+        _string(name, f"{where}'s class name {number}", words="a class name (a string)")
+        if name in seen:
+            raise ValueError(f"{where} has the class name {_shown(name)} twice")
+        seen.add(name)
 
 
 def dump_json(data: Any) -> bytes:
@@ -222,7 +534,13 @@ WORK_DIR = ".shardkit"
 
 
 def write_atomic(path: str, content: bytes) -> None:
-    """Write a small file so that readers see the old or the new content, never a mix.
+    """Write a small file so that readers see the old or the new content, never a mix."""
+    replace_atomic(path, lambda f: f.write(content))
+
+
+def replace_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
+    """Replace ``path`` with what ``write`` writes to the open file it is given: readers see the
+    old or the new content, never a mix, and a failed write leaves the old file as it was.
 
     In a repo root that has a working folder, the temporary file is written there (in
     ``.shardkit/tmp``, never published, on the same filesystem): a run killed part-way must
@@ -234,14 +552,16 @@ def write_atomic(path: str, content: bytes) -> None:
     tmp = os.path.join(scratch if os.path.isdir(scratch) else folder, f"{name}.{secrets.token_hex(4)}.partial")
     try:
         with open(tmp, "wb") as f:
-            f.write(content)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # Ctrl-C too: no partial file is left behind
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise naming(exc, path) from None
+        if isinstance(exc, OSError):
+            raise naming(exc, path) from None
+        raise
 
 
 def write_manifest(out_dir: str, manifest: Manifest) -> str:
@@ -251,11 +571,5 @@ def write_manifest(out_dir: str, manifest: Manifest) -> str:
 
 
 def read_manifest(out_dir: str) -> Manifest | None:
-    path = os.path.join(out_dir, MANIFEST_NAME)
-    try:
-        with open(path, "rb") as f:
-            return Manifest.from_json(json.load(f))
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{path} is not a shardkit manifest: {exc}") from None
+    """The manifest of the local folder ``out_dir``, checked (:func:`read_manifest_at`); None when there is none."""
+    return read_manifest_at(Location(local_path(out_dir), "folder"))

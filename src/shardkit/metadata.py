@@ -106,9 +106,7 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
         if raw is TOO_LONG:
             yield _Row(lineno, "", problem=f"line is longer than {MAX_LINE_BYTES >> 20} MiB; not packed")
             continue
-        if lineno == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM) :]
-        raw = raw.rstrip(b"\r\n")
+        raw = _line_bytes(lineno, raw)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -143,6 +141,21 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
             )
             continue
         yield _Row(lineno, "", obj=obj)
+
+
+def _line_bytes(lineno: int, raw: bytes) -> bytes:
+    """A line as a row: without its line end, nor on line 1 a UTF-8 byte order mark."""
+    if lineno == 1 and raw.startswith(_BOM):
+        raw = raw[len(_BOM) :]
+    return raw.rstrip(b"\r\n")
+
+
+def raw_lines(metadata_path: str) -> Iterator[tuple[int, bytes]]:
+    """Every line of a metadata file as its rows are read (:func:`_line_bytes`), numbered as
+    problems name them; :data:`TOO_LONG` in place of a line longer than MAX_LINE_BYTES."""
+    with open_metadata(metadata_path) as stream:
+        for lineno, raw in enumerate(_bounded_lines(stream, None), 1):
+            yield lineno, raw if raw is TOO_LONG else _line_bytes(lineno, raw)
 
 
 class _DuplicateKey(ValueError):
@@ -227,7 +240,7 @@ def _check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | 
             _GOOD_COLUMNS.clear()
         _GOOD_COLUMNS.add(columns)
     key = obj.get("key")
-    if key is not None and (not isinstance(key, str) or not KEY_RE.match(key)):
+    if key is not None and (not isinstance(key, str) or not KEY_RE.fullmatch(key)):
         return (
             f"key {key!r} does not fit the key scheme (8 to 128 lowercase hex digits);"
             " drop the 'key' column to use content hashes"
@@ -256,8 +269,11 @@ def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
 
     ``images_root`` is absolute and ends in a separator.
     """
-    if "\x00" in file_name:
-        return "file_name contains a NUL byte"
+    if not file_name.isprintable() and (control := _CONTROL.search(file_name)):  # (most names: printable)
+        return (
+            f"file_name {file_name!r} holds {control.group()!r}: a file name holds no control character"
+            " (NUL, tab, newline...) or line break; rename the file"
+        )
     if file_name[0] == "/" or (file_name[1:2] == ":" and _DRIVE_RE.match(file_name)):
         return f"file_name {file_name!r} is absolute; give it relative to IMAGES_DIR"
     if ".." in file_name and ".." in file_name.split("/"):
@@ -265,7 +281,7 @@ def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
     base = file_name.rpartition("/")[2]
     dot = base.rfind(".")
     ext = base[dot:] if dot > 0 and base[:dot].strip(".") else ""  # as posixpath.splitext: not leading dots
-    if not EXT_RE.match(ext):
+    if not EXT_RE.fullmatch(ext):
         return (
             f"file_name {file_name!r} has no usable extension (need e.g. .jpg, .png, .flac);"
             " the extension tells loaders the file type"
@@ -274,6 +290,10 @@ def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
 
 
 _DRIVE_RE = re.compile(r"[A-Za-z]:[\\/]")
+#: What no file_name may hold: control characters (C0, DEL and C1: NUL, tab, newline, U+0085...)
+#: and Unicode's line and paragraph separators. A file name is shown in messages, one line each,
+#: and published in --keep-source-path's column; a file that needs one is renamed, not packed.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @dataclass(slots=True)

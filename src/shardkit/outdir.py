@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Container, Iterable, Iterator
 
-from .card import LOADER_SUFFIX, STATS_BEGIN
+from .card import LOADER_SUFFIX, is_shardkit_card
 from .errors import UsageError, listed
 from .hashing import sha256_file
 from .location import Location
@@ -28,6 +28,9 @@ PLACEHOLDERS = frozenset({".gitkeep"})
 #: What may be at the root of a shardkit repo: its files and folders, and ``.git`` (a clone),
 #: which shardkit never touches. Anything else in OUT_DIR is the user's.
 SHARDKIT_ROOT_ENTRIES = SMALL_FILES | {WORK_DIR, ".git", "data", "metadata"}
+#: Names whose files are never published, whatever ``.gitignore`` or ``--include`` say:
+#: shardkit's working folder (OUT_DIR's, or a dataset's in a folder included) and git's.
+NEVER_PUBLISHED = frozenset({WORK_DIR, ".git"})
 #: The folders that hold a dataset's shards and their metadata files, and nothing else.
 SHARD_FOLDERS = ("data/", "metadata/")
 
@@ -48,6 +51,11 @@ def unnamed_files(paths: Iterable[str], named: Container[str]) -> list[str]:
     ]
 
 
+def never_published(rel: str) -> bool:
+    """Whether a repo path (with "/") is, or is in, a folder of :data:`NEVER_PUBLISHED`."""
+    return not NEVER_PUBLISHED.isdisjoint(rel.split("/"))
+
+
 def is_small_file(name: str) -> bool:
     """Whether a top-level file name is one shardkit writes."""
     return name in SMALL_FILES or name.endswith(LOADER_SUFFIX)
@@ -65,7 +73,7 @@ def foreign_entries(out_dir: str) -> list[str]:
         return []
     try:
         with open(os.path.join(out_dir, "README.md"), encoding="utf-8", errors="replace") as f:
-            if STATS_BEGIN in f.read():
+            if is_shardkit_card(f.read()):
                 return []
     except FileNotFoundError:
         pass

@@ -35,7 +35,6 @@ from .card import card_features, card_problem, ensure_gitattributes, update_card
 from .check import (
     SPLIT_COLUMN,
     CheckSettings,
-    ProblemLog,
     RangeJob,
     check_range,
     combine,
@@ -48,6 +47,7 @@ from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
 from .outdir import (
     PLACEHOLDERS,
+    WORK_DIR,
     CreatedHere,
     HashCache,
     check_out_dir,
@@ -72,6 +72,7 @@ from .plan import (
     shard_stem,
 )
 from .preview import write_preview
+from .problems import ProblemReport, rejects_path_problem
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
 from .schema import class_label_names, float_retyper, with_class_label
@@ -223,6 +224,16 @@ def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = 
     # the small files it edits (card, manifest...): for a local OUT_DIR, the same folder.
     location = Location.out_dir(config.out_dir)
     local_dir = location.local_dir(config.work_dir)
+    if config.rejects_path and config.on_error == "skip":
+        problem = rejects_path_problem(
+            config.rejects_path,
+            metadata=config.metadata_path,
+            images_dir=config.images_dir,
+            out_dir=local_dir,
+            default=_default_rejects(local_dir),
+        )
+        if problem:
+            raise UsageError(problem)
     if location.is_local:  # a URL is not checked for foreign files: a bucket has no "folder" to claim
         check_out_dir(local_dir, adopt=config.adopt)
     created = CreatedHere(local_dir)
@@ -269,9 +280,11 @@ def _pack_locked(
     os.makedirs(staging_dir)
     skip = config.on_error == "skip"
     # A dry run writes no rejects file of its own (it leaves no work folder); one asked for is written.
-    default_rejects = None if config.dry_run else os.path.join(work_dir, "rejects.jsonl")
+    default_rejects = None if config.dry_run else _default_rejects(local_dir)
     rejects_path = (config.rejects_path or default_rejects) if skip else None
-    problems = ProblemLog(rejects_path)
+    # Each bad row is listed in a spool as it is found; the rejects file is written from it once
+    # the check is complete (so an existing one is replaced whole, or not at all).
+    problems = ProblemReport(os.path.join(staging_dir, "rejects") if rejects_path else None)
     phases = _PhaseClock()
     try:
         # With a URL, the range tasks' runs must land where this process reads them: here.
@@ -291,11 +304,13 @@ def _pack_locked(
     finally:
         problems.close()
     if problems.count and not skip:
-        raise InputErrors(
-            config.metadata_path, problems.shown, problems.count, _wrong_folder_hint(config, staged, problems)
-        )
+        raise problems.error(config.metadata_path, _wrong_folder_hint(config, staged, problems))
+    if rejects_path is not None:
+        _publish_rejects(problems, rejects_path, config.metadata_path, default=rejects_path == default_rejects)
     if staged.rows == 0:
-        raise ShardkitError(f"{config.metadata_path}: no rows to pack")
+        listed_in = f": see {rejects_path}" if rejects_path is not None else ""
+        every = f" (every row was rejected, {problems.count} problem(s){listed_in})" if problems.count else ""
+        raise ShardkitError(f"{config.metadata_path}: no rows to pack{every}")
     if staged.duplicate_count:
         first = staged.duplicates[0]
         log.warning(
@@ -660,7 +675,7 @@ def _check_and_stage(
     config: PackConfig,
     fmt: ShardFormat,
     staging_dir: str,
-    problems: ProblemLog,
+    problems: ProblemReport,
     progress: Progress,
     cluster: Cluster | None = None,
     previous_labels: dict[str, list[str]] | None = None,
@@ -676,7 +691,7 @@ def _check_and_stage(
         class_label=config.class_label,
     )
     ranges_dir = os.path.join(staging_dir, "ranges")
-    skip = problems.rejects_path is not None
+    skip = problems.lists_rows
     progress.start("checking rows", total=None, unit="rows")
     at_once = 1 if cluster is not None else config.jobs  # range tasks sharing this machine's memory
     jobs = range_jobs(settings, ranges_dir, skip, at_once, config.check_range_bytes)
@@ -702,12 +717,9 @@ def _check_and_stage(
         assert combined is not None  # one range cannot disagree with itself
     progress.finish()
     for result in results:
-        problems.absorb(result.shown, result.problem_count, result.rejects_path)
+        problems.absorb(result.problems)
 
-    repeats = repeated_files([run for r in results for run in r.file_runs])
-    for problem in repeats.problems:
-        problems.add(problem)
-    problems.count += repeats.count - len(repeats.problems)
+    repeats = repeated_files([run for r in results for run in r.file_runs], report=problems.add)
     modality = "audio" if combined.audio_line else "image"  # mixing the two is refused above
     features = combined.schema.features_yaml(modality, modality)
     labels: dict[str, list[str]] = {}
@@ -726,10 +738,13 @@ def _check_and_stage(
             )
         if column not in {f["name"] for f in features}:
             raise UsageError(f"--class-label {column}: no row of {config.metadata_path} has a column {column!r}")
+    # With --on-duplicate skip a repeated key is no problem of the input: counted apart, not rejected.
+    skipped = ProblemReport(None)
     merged = merge_runs(
         [run for r in results for run in r.runs],
         os.path.join(staging_dir, "sorted.tsv"),
-        drop_lines=repeats.lines,
+        report=skipped.add if config.on_duplicate == "skip" else problems.add,
+        drop_lines=repeats,
         fmt=fmt,
         retype=float_retyper(features),
     )
@@ -738,24 +753,18 @@ def _check_and_stage(
     # some keeps their integers and numbers new names after them.
     known = list(config.class_names) or (previous_labels or {}).get(config.class_label or "") or []
     try:
-        regrouped = regroup(merged.path, merged, fmt=fmt, label_column=config.class_label, known_labels=known)
+        regrouped = regroup(
+            merged.path, merged, fmt=fmt, label_column=config.class_label, known_labels=known, report=problems.add
+        )
     except ValueError as exc:
         raise UsageError(f"{config.metadata_path}: {exc}") from None
     if config.class_label is not None and regrouped.label_names is not None:
         labels[config.class_label] = regrouped.label_names
         features = with_class_label(features, config.class_label, regrouped.label_names)
         _warn_about_classes(config, regrouped, merged.rows)
-    for problem in regrouped.unsplit:
-        problems.add(problem)
-    problems.count += regrouped.unsplit_count - len(regrouped.unsplit)
-    if config.on_duplicate != "skip":
-        for problem in merged.duplicates:
-            problems.add(problem)
-        problems.count += merged.duplicate_count - len(merged.duplicates)
     fingerprint = hashlib.sha256(
         (merged.fingerprint + json.dumps(features, sort_keys=True)).encode("utf-8")
     ).hexdigest()
-    skipped = merged.duplicates if config.on_duplicate == "skip" else []
     return _Staged(
         merged.path,
         merged.rows - regrouped.unsplit_count,
@@ -764,8 +773,8 @@ def _check_and_stage(
         modality,
         features,
         sorted(combined.extensions),
-        skipped,
-        merged.duplicate_count if skipped else 0,
+        skipped.shown,
+        skipped.count,
         regrouped.splits,
         split_folders=any(name for name in merged.splits),
         labels=labels,
@@ -824,7 +833,24 @@ def _class_label_problem(config: PackConfig) -> str | None:
     return None
 
 
-def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemLog) -> str | None:
+def _default_rejects(local_dir: str) -> str:
+    """Where ``--on-error skip`` lists bad rows without ``--rejects``: in the work folder."""
+    return os.path.join(local_dir, WORK_DIR, "rejects.jsonl")
+
+
+def _publish_rejects(problems: ProblemReport, path: str, metadata_path: str, *, default: bool) -> None:
+    """Write the rejects file once the check is complete. With no row rejected a file of an
+    earlier run stays as it was, unless it is the default one in the work folder (shardkit's
+    own, which would mislead)."""
+    if problems.publish(path, metadata_path) or not os.path.exists(path):
+        return
+    if default:
+        os.unlink(path)
+    else:
+        log.info("%s: no row was rejected; the file, from an earlier run, is left as it was", path)
+
+
+def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemReport) -> str | None:
     """When no row's file was found, the folder is likely wrong, not every row: say so."""
     if staged.rows or not all(p.message.startswith("file not found") for p in problems.shown):
         return None

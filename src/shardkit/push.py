@@ -23,7 +23,6 @@ The planning (:func:`collect_files`, :func:`plan_commits`) is pure; :func:`push`
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import re
@@ -37,17 +36,27 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .card import LOADER_SUFFIX, name_repo
-from .errors import ShardkitError, UsageError, listed
+from .errors import ManifestError, ShardkitError, UsageError, listed
 from .formats import format_named
 from .hashing import sha256_stream
-from .location import Location, is_network_error, is_timeout, is_url, network_timeout, timeout_error
-from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest
+from .location import (
+    Location,
+    check_in_dataset,
+    is_network_error,
+    is_timeout,
+    is_url,
+    network_timeout,
+    readable_root,
+    timeout_error,
+)
+from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, ManifestShard, parse_manifest, read_manifest
 from .outdir import (
     PLACEHOLDERS,
     WORK_DIR,
     HashCache,
     is_small_file,
     locked,
+    never_published,
     pull_small_files,
     shard_problem,
     unnamed_files,
@@ -150,8 +159,9 @@ class PushSummary:
 
 
 def ignore_rules(out_dir: str) -> pathspec.GitIgnoreSpec:
-    """OUT_DIR's ``.gitignore`` with git's rules (``!`` included), then :data:`ALWAYS_IGNORED`,
-    last so that no ``!`` rule publishes the working folder or a clone's ``.git``.
+    """OUT_DIR's ``.gitignore`` with git's rules (``!`` included), then :data:`ALWAYS_IGNORED`.
+    (Last, yet a ``!`` rule that names a file in one of those folders takes it back, as
+    pathspec reads git's rules: :func:`is_ignored` keeps the working folder and ``.git`` out.)
 
     huggingface_hub applies ``.gitignore`` on the server only, after a file is uploaded;
     ``pathspec`` is the library git-style tools use to match it here. A line pathspec cannot read
@@ -178,7 +188,10 @@ def ignore_rules(out_dir: str) -> pathspec.GitIgnoreSpec:
 
 def is_ignored(path: str, is_dir: bool, rules: pathspec.GitIgnoreSpec) -> bool:
     """Whether git would leave ``path`` out: it or a folder on the way to it is ignored (as in
-    git, a file in an ignored folder stays out, whatever ``!`` rule names it)."""
+    git, a file in an ignored folder stays out, whatever ``!`` rule names it). A path in the
+    working folder or ``.git`` always is (:func:`~shardkit.outdir.never_published`)."""
+    if never_published(path):
+        return True
     parts = path.split("/")
     folders = ["/".join(parts[:i]) + "/" for i in range(1, len(parts))]
     return any(rules.match_file(folder) for folder in folders) or rules.match_file(path + "/" if is_dir else path)
@@ -252,7 +265,7 @@ def collect_files(
     for folder, dirs, files in os.walk(out_dir):
         rel_folder = os.path.relpath(folder, out_dir).replace(os.sep, "/")
         prefix = "" if rel_folder == "." else rel_folder + "/"
-        dirs[:] = sorted(d for d in dirs if not rules.match_file(prefix + d + "/"))
+        dirs[:] = sorted(d for d in dirs if not is_ignored(prefix + d, True, rules))
         found.update((prefix + name, (os.path.join(folder, name), None)) for name in sorted(files))
     if remote is not None:  # the files below the top level are at the URL only
         for rel, size in sorted(listing.items()):
@@ -365,9 +378,9 @@ def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[s
     with hub_errors(f"reading {MANIFEST_NAME} of {repo_id}", repo_id):
         path = api.hf_hub_download(repo_id, MANIFEST_NAME, repo_type="dataset", revision=revision)
     try:
-        with open(path, encoding="utf-8") as f:
-            published = Manifest.from_json(json.load(f))
-    except (OSError, ValueError, TypeError, KeyError):
+        with open(path, "rb") as f:
+            published = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1), path)
+    except (OSError, ManifestError):
         return set()  # not a manifest shardkit can read: delete nothing
     return {rel for shard in published.shards for rel in (shard.file, shard.metadata)}
 
@@ -712,6 +725,11 @@ def _push_locked(
     listing = None if location.is_local else location.find()
     left_out: list[str] = []
     shard_files, other_files = collect_files(out_dir, manifest, location, listing, config.include, left_out)
+    if location.is_local:  # huggingface_hub opens them by path: none may be a link out of OUT_DIR
+        root = readable_root(out_dir)
+        for f in (*shard_files, *other_files):
+            if os.path.lexists(f.local):
+                check_in_dataset(f.local, root)
     if left_out:
         shown = listed(left_out, 10)
         log.warning(

@@ -69,8 +69,18 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .check import SPLIT_COLUMN, split_problem
-from .errors import NetworkError, ShardkitError, UsageError
-from .location import Location, is_network_error, is_timeout
+from .errors import ManifestError, NetworkError, ShardkitError, UsageError
+from .location import (
+    HUB_REPO_ID,
+    HUB_REVISION,
+    Location,
+    OutsideDataset,
+    check_in_dataset,
+    is_network_error,
+    is_timeout,
+    open_in_dataset,
+    readable_root,
+)
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
 from .outdir import check_out_dir, locked
 from .plan import DEFAULT_MAX_SHARD_BYTES
@@ -186,7 +196,7 @@ def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
     """The source's shards.json if it has one (then shardkit.stream reads it, one shard per file)."""
     if data_files_builder(source) is not None:
         return None
-    if os.path.isdir(source) and not os.path.exists(os.path.join(source, MANIFEST_NAME)):
+    if os.path.isdir(source) and not os.path.lexists(os.path.join(source, MANIFEST_NAME)):
         return None
     from .shardrows import read_manifest_from
 
@@ -195,9 +205,10 @@ def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
         return read_manifest_from(location)  # a damaged one is an error, as before
     try:
         return read_manifest_from(location)
-    except NetworkError:
-        # A server that does not answer is not "no manifest there": say so, not that the
-        # source has no data files (which datasets would say next).
+    except (NetworkError, ManifestError):
+        # A server that does not answer, or a manifest that is not shardkit's, is not "no
+        # manifest there": say so, not that the source has no data files (which datasets would
+        # say next), and never read the source some other way.
         raise
     except Exception as exc:
         if is_timeout(exc) or is_network_error(exc):
@@ -350,7 +361,7 @@ CARD_KEYS = (
     "task_ids",
     "tags",
 )
-_HUB_SOURCE = re.compile(r"^(?:hf://datasets/)?([\w.-]+/[\w.-]+?)(?:@([^/]+))?/?$")
+_HUB_SOURCE = re.compile(rf"(?:hf://datasets/)?({HUB_REPO_ID})(?:{HUB_REVISION})?/?")
 
 
 def _source_card_text(config: RemuxConfig) -> str | None:
@@ -364,7 +375,7 @@ def _source_card_text(config: RemuxConfig) -> str | None:
         location = None
     if location is not None and location.kind != "hub":  # a folder, or a shardkit folder at a URL
         data = location.read_bytes("README.md")
-    elif match := _HUB_SOURCE.match(source):  # the Hub's card through its API (a revision in the id too)
+    elif match := _HUB_SOURCE.fullmatch(source):  # the Hub's card through its API (a revision in the id too)
         data = _hub_card(match.group(1), config.revision or match.group(2), source)
     else:
         return None
@@ -493,7 +504,7 @@ def _encode(value: Any, config: RemuxConfig) -> tuple[bytes, str] | None:
         return buf.getvalue(), _IMAGE_EXTENSIONS[fmt]
     if isinstance(value, dict) and isinstance(value.get("bytes"), bytes | bytearray):
         ext = os.path.splitext(str(value.get("path") or ""))[1].lower()
-        if not EXT_RE.match(ext):  # no extension, or one no file name may carry (a source's path is data)
+        if not EXT_RE.fullmatch(ext):  # no extension, or one no file name may carry (a source's path is data)
             ext = _sniff(value["bytes"])
         return bytes(value["bytes"]), ext
     if isinstance(value, bytes | bytearray):
@@ -534,17 +545,33 @@ def _with_bytes(value: Any, config: RemuxConfig, where: str) -> Any:
         import fsspec  # type: ignore[import-untyped]
 
         try:
-            with fsspec.open(path, "rb") as f:
+            opened: Any = None
+            if os.path.isdir(config.source):
+                # A local source's file is read as every local dataset file is: not through a link
+                # out of the folder (b.png -> ../secret.png), by the one rule of readable_root (for
+                # a member of an archive, ``zip://b.png::/src/a.zip``, the archive's link).
+                root = readable_root(config.source)
+                check_in_dataset(_local_file(path), root)
+                if "::" not in path:
+                    opened = open_in_dataset(_local_file(path), root)
+            with opened or fsspec.open(path, "rb") as f:
                 return {"bytes": f.read(), "path": path}
+        except OutsideDataset as exc:
+            raise ShardkitError(f"{where}: {exc}") from None
         except OSError as exc:
             raise ShardkitError(f"{where}: cannot read its file {path!r}: {exc}") from None
     return value
 
 
+def _local_file(path: str) -> str:
+    """The file a local source's path names (datasets may give it as ``file://...``)."""
+    return path.rsplit("::", 1)[-1].removeprefix("file://")
+
+
 def _inside_source(path: str, source: str) -> bool:
     """Whether a file path datasets gave lies inside the source: under a local source folder,
     or (the last link of a chained URL such as ``zip://x::hf://...``) in the source's Hub repo."""
-    last = path.rsplit("::", 1)[-1].removeprefix("file://")
+    last = _local_file(path)
     if os.path.isdir(source):
         # Compared as written, not resolved: the user's own folder may hold symlinks (a Hub
         # cache's snapshot is links into blobs/); what is refused is a path naming elsewhere.
@@ -641,8 +668,8 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
             file_column, encoded = _file_of(row, config, where)
             data, ext = encoded
             key = row.get("key")
-            if not (isinstance(key, str) and KEY_RE.match(key)):
-                key = identities[j] if same_rows and KEY_RE.match(identities[j]) else None
+            if not (isinstance(key, str) and KEY_RE.fullmatch(key)):
+                key = identities[j] if same_rows and KEY_RE.fullmatch(identities[j]) else None
             if key is None:
                 key = derived_key(f"{identities[0]}#{j}")
             name = f"{task.stem}/{rows_out:08d}{ext}"

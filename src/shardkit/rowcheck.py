@@ -15,9 +15,9 @@ the shard's range, or the same key in two shards (read twice). So every row is h
 * its member: the name the format gives its key and extension (``member_template``).
 
 The manifest's shards of one split hold key ranges (first to last key) that do not overlap and
-lie within each shard's :class:`.plan.KeyRange`: checked once per manifest
-(:class:`DatasetRows`). With every row within its shard's range, a key in two shards is then
-impossible, and no reader needs to remember the keys it has seen.
+lie within each shard's :class:`.plan.KeyRange` (:func:`.manifest.checked_manifest` sees to it
+before any reader uses a manifest). With every row within its shard's range, a key in two shards
+is then impossible, and no reader needs to remember the keys it has seen.
 
 ``shardkit.stream``, remux and the preview check each row as :func:`.shardrows.iter_shard`
 yields it (:meth:`ShardRowCheck.rows`); ``verify`` checks each metadata line
@@ -27,7 +27,6 @@ import shardkit) has its own copy of these rules for the rows it reads.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -131,7 +130,7 @@ def _feature_check(feature: dict[str, Any], int_floats: bool) -> ValueCheck:
 
 class DatasetRows:
     """What every row of a dataset is held to, from its manifest (built once per manifest): the
-    columns' checks, and each shard's key range (those of one split checked not to overlap)."""
+    columns' checks, and each shard's key range."""
 
     def __init__(self, manifest: Manifest) -> None:
         self.fmt: ShardFormat = manifest.options.shard_format
@@ -165,37 +164,15 @@ class DatasetRows:
         self.groups = [(types, tuple(names)) for types, names in groups.items()]
         self.ranges = key_ranges([(s.file, s.split) for s in manifest.shards], manifest.prefix_lengths_by_split())
         self.shards = {s.file: s for s in manifest.shards}
-        self.manifest_problems = _range_problems(manifest.shards, self.ranges)
 
     def shard(self, file: str, where: str, *, file_column: str | None = None) -> ShardRowCheck:
         """The check of shard ``file``'s rows (``where``: its path or URL, for messages), as a reader
         gives them (the file's bytes and member name in ``file_column``), or as metadata lines
-        (``file_column`` None: the member name in ``file_name``). A shard whose manifest entry
-        breaks the key rules is a :class:`.formats.ShardFormatError` here, before any row."""
+        (``file_column`` None: the member name in ``file_name``)."""
         shard = self.shards.get(file)
         if shard is None:
             raise ShardFormatError(f"{where}: not a shard shards.json names")
-        if problem := self.manifest_problems.get(file):
-            raise ShardFormatError(f"{where}: {problem}")
         return ShardRowCheck(self, shard, self.ranges[file], where, file_column)
-
-
-def _range_problems(shards: list[ManifestShard], ranges: dict[str, KeyRange]) -> dict[str, str]:
-    """Shards whose recorded keys (first to last) leave their range, or overlap another shard's of
-    their split: then two shards could hold one key, which no row's check would see."""
-    problems: dict[str, str] = {}
-    for shard in shards:
-        keys = ranges[shard.file]
-        bounds = (shard.first_key, shard.last_key)
-        if not all(isinstance(k, str) and KEY_RE.fullmatch(k) for k in bounds) or bounds[0] > bounds[1]:
-            problems[shard.file] = f"shards.json gives its keys as {bounds[0]!r}..{bounds[1]!r}, not a range of keys"
-        elif not (keys.holds(bounds[0]) and keys.holds(bounds[1])):
-            problems[shard.file] = f"shards.json gives its keys as {bounds[0]}..{bounds[1]}, not in {keys.words()}"
-    ordered = sorted((s.split, s.first_key, s.last_key, s.file) for s in shards if s.file not in problems)
-    for (split_a, _, last_a, file_a), (split_b, first_b, _, file_b) in itertools.pairwise(ordered):
-        if split_a == split_b and first_b <= last_a:
-            problems[file_b] = f"shards.json gives it keys from {first_b}, within those of {file_a} (up to {last_a})"
-    return problems
 
 
 class ShardRowCheck:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 
-KEY_RE = re.compile(r"^[0-9a-f]{8,128}$")
-EXT_RE = re.compile(r"^\.[A-Za-z0-9]{1,16}$")
+#: A key and a file extension, each matched whole: use them with ``.fullmatch`` (``$`` would let
+#: a value ending in a newline through, and a newline in a key or extension would break every
+#: line that holds it). ASCII classes, not ``\d`` or ``\w``, which take other scripts' digits too.
+KEY_RE = re.compile(r"[0-9a-f]{8,128}")
+EXT_RE = re.compile(r"\.[A-Za-z0-9]{1,16}")
 #: A longer metadata line is refused without being held in memory (it would be published in
 #: the shard's metadata.jsonl and the metadata table, and read whole by every reader of them).
 MAX_LINE_BYTES = 16 << 20

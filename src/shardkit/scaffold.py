@@ -17,9 +17,15 @@ import re
 from typing import Any
 
 PLACEHOLDER_NAMESPACE = "your-username"
-_ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
+_ALLOWED = re.compile(r"[A-Za-z0-9._-]")
 #: A homepage the card can show as a link: http(s), nothing that ends or breaks a markdown link.
-_URL = re.compile(r"^https?://[^\s<>\"'`]+$")
+_URL = re.compile(r"https?://[^\s<>\"'`]+")
+#: A line the card would read as one of shardkit's section markers (each is a line of its own,
+#: see card.py): free text that lands in the card (title, description, citation) may not hold one,
+#: or a pack would rewrite the user's text as if it were a section.
+_MARKER_LINE = re.compile(r"^<!-- /?shardkit:", re.MULTILINE)
+#: The answers written into the card as the user typed them.
+_FREE_TEXT = ("pretty_name", "description", "citation", "language")
 #: Tasks whose datasets carry a class per row: `shardkit new` suggests --class-label for them.
 CLASSIFICATION_TASKS = ("image-classification", "audio-classification")
 
@@ -42,7 +48,7 @@ def name_problems(value: str, what: str) -> list[str]:
     found = []
     if len(value) > 96:
         found.append(f"{what} {value!r} is {len(value)} characters long; the Hub allows at most 96")
-    bad = sorted({c for c in value if not _ALLOWED.match(c)})
+    bad = sorted({c for c in value if not _ALLOWED.fullmatch(c)})
     if bad:
         shown = ", ".join(repr(c) for c in bad)
         found.append(f"{what} {value!r} contains {shown}; use only letters, digits, '-', '_' and '.'")
@@ -90,8 +96,14 @@ def answer_problems(questions: dict[str, Any], answers: dict[str, str], *, no_in
                 f"task_category {answers['task_category']!r} does not fit modality {modality!r};"
                 f" use one of: {', '.join(fitting)}"
             )
+    for key in _FREE_TEXT:
+        if key in answers and _MARKER_LINE.search(answers[key]):
+            found.append(
+                f"{key} {answers[key]!r} has a line that reads as one of the card's shardkit markers"
+                " (<!-- shardkit:... -->), which would end the text there; reword it"
+            )
     homepage = answers.get("homepage")
-    if homepage and not _URL.match(homepage):
+    if homepage and not _URL.fullmatch(homepage):
         found.append(f"homepage {homepage!r} is not an http(s) URL (https://...); leave it out if there is none")
     if no_input and questions.get("namespace") == PLACEHOLDER_NAMESPACE and "namespace" not in answers:
         found.append(

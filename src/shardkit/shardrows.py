@@ -5,7 +5,6 @@ preview share; one shard is read front to back in one request (Parquet: footer, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 from typing import Any, BinaryIO
 
@@ -13,24 +12,19 @@ from .errors import UsageError
 from .formats import ShardFormat, format_named
 from .formats.base import ShardRecord
 from .location import Location
-from .manifest import MANIFEST_NAME, Manifest
+from .manifest import MANIFEST_NAME, Manifest, read_manifest_at
 from .rowcheck import DatasetRows
 
 
 def read_manifest_from(location: Location) -> Manifest:
-    """The manifest at ``location``, read as a shard is (one GET over http(s))."""
-    try:
-        with location.open(MANIFEST_NAME) as reader:
-            data = reader.read()
-    except FileNotFoundError:
+    """The manifest at ``location``, checked (:func:`.manifest.read_manifest_at`); one line when there is none."""
+    manifest = read_manifest_at(location)
+    if manifest is None:
         raise UsageError(
             f"{location.where(MANIFEST_NAME)} does not exist: {location.url} is not a dataset packed by shardkit"
             " (pack it with `pack-shards IMAGES_DIR META_JSONL -o OUT_DIR`)"
-        ) from None
-    try:
-        return Manifest.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{location.where(MANIFEST_NAME)} is not a shardkit manifest: {exc}") from None
+        )
+    return manifest
 
 
 class _ShardAt:

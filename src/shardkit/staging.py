@@ -38,8 +38,26 @@ MAX_FAN_IN = 64
 _KEY, _LINE, _SIZE, _EXT, _CHECK, _SPLIT, _SOURCE, _PUBLISHED = range(8)
 
 
+class UnstageableRow(ValueError):
+    """A row with a field no staged line can hold as it is: the checks before staging refuse
+    such keys, extensions and split names, so this is a last guard of the line format."""
+
+    def __init__(self, fields: str) -> None:
+        super().__init__(f"the row's {fields} holds a control character or a character that is not ASCII")
+
+
+def _plain(fields: str) -> bool:
+    """Whether ``fields`` (a key, extension or split, which a staged line holds as they are, not
+    as JSON) are printable ASCII: a tab would shift every later field, a line end (``\\n``;
+    ``\\r``, ``\\x85``, ``\\u2028`` for a reader that splits as str.splitlines does) would cut the
+    row in two."""
+    return fields.isascii() and fields.isprintable()
+
+
 def _staged_line(row: SourceRecord | StagedRow, metadata_line: str) -> str:
     """The one writer of a staged line (see :class:`StagedRow`)."""
+    if not _plain(row.key + row.ext + row.split):
+        raise UnstageableRow(f"key {row.key!r}, extension {row.ext!r} or split {row.split!r}")
     check = f"{row.stamp}:{'h' if row.content_keyed else 'k'}"
     head = f"{row.key}\t{row.line:012d}\t{row.size}\t{row.ext}\t{check}"
     return f"{head}\t{row.split}\t{json_string(row.source)}\t{metadata_line}\n"
@@ -56,9 +74,13 @@ class StagedRow:
     (:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, else
     ``:k``. It is not part of the fingerprint: touching a file does not change what gets
     published. ``split`` is the row's ``split`` column ("" for a dataset without one, whose one
-    split is ``train``). No field holds a tab (keys are hex, extensions and split names are
-    letters and digits, the stamp is numbers, JSON escapes tabs), so a line splits in eight, and
-    the published line, last, can be sliced off as it is.
+    split is ``train``). No field holds a tab or a line end, whatever the row holds: the key,
+    extension and split are printable ASCII (checked as the line is written), the stamp is
+    numbers, and the free text (the file_name, the published line) is JSON, which escapes tab,
+    CR, newline and every other character below U+0020. So a line splits in eight, and the
+    published line, last, can be sliced off as it is. JSON leaves U+0085, U+2028 and U+2029 as
+    they are: lines are split at "\\n" only (binary readline, or text files opened with
+    ``newline="\\n"``), never with str.splitlines.
     """
 
     key: str
@@ -172,8 +194,6 @@ class MergeResult:
     rows: int
     total_cost: int  # bytes the rows add to shards, all together (what the prefix length needs)
     fingerprint: str
-    duplicates: list[InputProblem]
-    duplicate_count: int
     #: rows and shard cost per split ("": rows without a split), in the order first seen
     splits: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -195,6 +215,11 @@ def _consuming(runs: list[str], fan_in: int) -> Iterator[Iterator[str]]:
         yield lines
     for run in runs:
         os.unlink(run)
+
+
+def consume_sorted(runs: list[str], fan_in: int = MAX_FAN_IN) -> contextlib.AbstractContextManager[Iterator[str]]:
+    """Every line of the sorted ``runs`` (of a :class:`RunWriter`) in order; deleted once read."""
+    return _consuming(runs, fan_in)
 
 
 def _reduce_runs(runs: list[str], fan_in: int) -> list[str]:
@@ -222,13 +247,13 @@ def merge_runs(
     runs: list[str],
     out_path: str,
     *,
-    keep_problems: int = 1000,
+    report: Callable[[InputProblem], None],
     fan_in: int = MAX_FAN_IN,
     drop_lines: frozenset[int] = frozenset(),
     fmt: ShardFormat = ZIP,
     retype: Callable[[str], str] | None = None,
 ) -> MergeResult:
-    """Merge sorted runs into ``out_path``, dropping (and reporting) duplicate keys.
+    """Merge sorted runs into ``out_path``, dropping duplicate keys: each goes to ``report``.
 
     Rows from the input lines in ``drop_lines`` (already reported elsewhere) are left out.
     ``retype`` rewrites each published line once every row's type is known (see
@@ -236,8 +261,6 @@ def merge_runs(
     line. The runs are consumed: they are deleted once merged.
     """
     fingerprint = hashlib.sha256()
-    duplicates: list[InputProblem] = []
-    duplicate_count = 0
     rows = 0
     total_cost = 0
     prev_key = None
@@ -250,9 +273,7 @@ def merge_runs(
             if drop_lines and int(fields[_LINE]) in drop_lines:
                 continue
             if key == prev_key:
-                duplicate_count += 1
-                if len(duplicates) < keep_problems:
-                    duplicates.append(_duplicate(StagedRow.from_line(text), StagedRow.from_line(prev_text)))
+                report(_duplicate(StagedRow.from_line(text), StagedRow.from_line(prev_text)))
                 continue
             prev_key, prev_text = key, text
             if retype is not None:
@@ -273,7 +294,7 @@ def merge_runs(
             total_cost += cost
             split_rows, split_cost = splits.get(split, (0, 0))
             splits[split] = (split_rows + 1, split_cost + cost)
-    return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), duplicates, duplicate_count, splits)
+    return MergeResult(out_path, rows, total_cost, fingerprint.hexdigest(), splits)
 
 
 def _duplicate(row: StagedRow, first: StagedRow) -> InputProblem:
@@ -320,6 +341,8 @@ class FileRef:
     @staticmethod
     def line_of(row: SourceRecord | FileRef, metadata_line: str) -> str:
         """``FileRef.of(row, metadata_line).to_line()``, without making the object (once per input row)."""
+        if not _plain(row.key):
+            raise UnstageableRow(f"key {row.key!r}")
         source = json_string(row.source)
         normal = _normal_path(row.source)
         path = source if normal == row.source else json_string(normal)
@@ -343,21 +366,16 @@ def _normal_path(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class Repeats:
-    problems: list[InputProblem]  # the first ``keep_problems``
-    count: int
-    lines: frozenset[int]  # input lines of every repeat, to leave out when skipping bad rows
-
-
-def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = MAX_FAN_IN) -> Repeats:
+def repeated_files(
+    runs: list[str], *, report: Callable[[InputProblem], None], fan_in: int = MAX_FAN_IN
+) -> frozenset[int]:
     """Rows naming a file an earlier row names too (same normalized file_name) under another key.
 
-    The first row keeps the file; each later one is a problem: a file is published once.
-    (Under the same key it is a duplicate key, which :func:`merge_runs` reports.) Consumes
-    the runs. Memory holds the repeats' line numbers only.
+    The first row keeps the file; each later one is a problem, given to ``report``: a file is
+    published once. (Under the same key it is a duplicate key, which :func:`merge_runs` reports.)
+    Return the repeats' input lines, to leave out when skipping bad rows. Consumes the runs.
+    Memory holds the repeats' line numbers only.
     """
-    problems: list[InputProblem] = []
     lines: set[int] = set()
     first_file, first_key, first_text = None, "", ""  # of the row that keeps the file
     with _consuming(runs, fan_in) as merged:
@@ -370,14 +388,13 @@ def repeated_files(runs: list[str], *, keep_problems: int = 1000, fan_in: int = 
                 continue
             line = int(line_text)
             lines.add(line)
-            if len(problems) < keep_problems:
-                row, first = FileRef.from_line(text), FileRef.from_line(first_text)
-                message = (
-                    f"file_name {row.source!r} is the same file as line {first.line} names"
-                    f" ({first.source!r}, key {first.key}): a file is published once; drop one of the rows"
-                )
-                problems.append(InputProblem(line, message, row.metadata_line))
-    return Repeats(problems, len(lines), frozenset(lines))
+            row, first = FileRef.from_line(text), FileRef.from_line(first_text)
+            message = (
+                f"file_name {row.source!r} is the same file as line {first.line} names"
+                f" ({first.source!r}, key {first.key}): a file is published once; drop one of the rows"
+            )
+            report(InputProblem(line, message, row.metadata_line))
+    return frozenset(lines)
 
 
 def _raw_rows(path: str, offset: int, count: int | None) -> Iterator[tuple[int, bytes]]:
@@ -457,8 +474,7 @@ class Regrouped:
     """``sorted.tsv`` as the planner reads it: where each split's rows are, and the class names."""
 
     splits: list[SplitRows]
-    unsplit: list[InputProblem]  # rows left out for having no split (the first ``keep_problems``)
-    unsplit_count: int
+    unsplit_count: int  # rows left out for having no split (each given to ``report``)
     label_names: list[str] | None  # the class_label column's names, numbered in this order
     empty_labels: list[str] = field(default_factory=list)  # known names no packed row has
 
@@ -470,14 +486,14 @@ def regroup(
     fmt: ShardFormat = ZIP,
     label_column: str | None = None,
     known_labels: tuple[str, ...] | list[str] = (),
-    keep_problems: int = 1000,
+    report: Callable[[InputProblem], None],
 ) -> Regrouped:
     """Rewrite ``sorted.tsv`` so that each split's rows are together (train, validation, test,
     then the others by name; rows by key within each), and with ``label_column`` write each
     row's class name as its number.
 
-    Rows without a split in a dataset whose other rows have one are left out and returned as
-    problems: put in ``train`` they would leak what was held out. The class names are those of
+    Rows without a split in a dataset whose other rows have one are left out, each a problem
+    given to ``report``: put in ``train`` they would leak what was held out. The class names are those of
     the rows that stay (a duplicate left out adds none): ``known_labels`` first, in their order
     (what an earlier pack published), then the others sorted; a row without a label gets -1,
     datasets' number for no label. Split names that differ only in case are refused: on macOS,
@@ -487,14 +503,13 @@ def regroup(
     named = sorted((name for name in merged.splits if name), key=split_order)
     if not named and label_column is None:
         rows, cost = merged.splits.get("", (0, 0))
-        return Regrouped([SplitRows("train", 0, rows, cost)], [], 0, None)
+        return Regrouped([SplitRows("train", 0, rows, cost)], 0, None)
     if len(named) > MAX_SPLITS:
         raise ValueError(
             f"the split column has {len(named)} different values ({', '.join(named[:5])}, ...): more than"
             f" {MAX_SPLITS} splits. It names each row's split (train, validation, test...); rename a column"
             " that means something else"
         )
-    problems: list[InputProblem] = []
     missing = 0
     first_line: dict[str, int] = {}
     labels: set[str] = set()
@@ -508,12 +523,11 @@ def regroup(
             line_text, split, published = fields[_LINE], fields[_SPLIT].decode("utf-8"), fields[_PUBLISHED]
             if named and not split:
                 missing += 1
-                if len(problems) < keep_problems:
-                    message = (
-                        f"the row has no split, while other rows have one ({', '.join(named[:5])}):"
-                        " give every row its split"
-                    )
-                    problems.append(InputProblem(int(line_text), message, published.decode("utf-8").rstrip("\n")))
+                message = (
+                    f"the row has no split, while other rows have one ({', '.join(named[:5])}):"
+                    " give every row its split"
+                )
+                report(InputProblem(int(line_text), message, published.decode("utf-8").rstrip("\n")))
                 continue
             line = int(line_text)
             first_line[split] = min(first_line.get(split, line), line)
@@ -553,7 +567,7 @@ def regroup(
             os.unlink(parts[name])
             found.append(SplitRows(name or "train", start, rows, cost))
     empty = [n for n in known_labels if n not in labels] if label_column is not None else []
-    return Regrouped(found, problems, missing, names, empty)
+    return Regrouped(found, missing, names, empty)
 
 
 def rows_sha256(path: str, offset: int, count: int, salt: bytes = b"") -> str:

@@ -55,7 +55,7 @@ _PAX_NAME = "././@PaxHeader"  # what Python's tarfile names a PAX header (no mem
 _SIZE_FIELD = re.compile(rb"[0-7]{11}\0")
 #: What no member name may hold: a '/' (shardkit's members are plain names), control characters
 #: (NUL...), a backslash or a colon (a Windows path or drive); nor may it be '.' or '..'.
-_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\:]|^\.\.?$")
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\:]|^\.\.?\Z")
 #: The ustar header's fields, named for messages saying where a header differs from shardkit's.
 _FIELDS = (
     ("name", 0, 100),

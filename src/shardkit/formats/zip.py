@@ -114,7 +114,7 @@ class ZipFormatError(ShardFormatError):
 
 #: What no member name may hold: control characters (NUL...), a backslash or a colon (a Windows
 #: path, drive or stream: ``C:/x.jpg``), a leading '/', or an empty, '.' or '..' part.
-_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\:]|^/|//|/$|(?:^|/)\.\.?(?:/|$)")
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\:]|^/|//|/\Z|(?:^|/)\.\.?(?:/|\Z)")
 
 
 def encode_name(name: str) -> bytes:

@@ -5,7 +5,9 @@ start or end with '-' or '.', contain '--' or '..', or end in '.git'. Namespaces
 organizations) follow the same rules. The license must be one of the Hub's license ids
 (https://huggingface.co/docs/hub/repositories-licenses; the list is cookiecutter.json's
 ``__licenses``), the task one for the modality (``__tasks``), and a homepage, if given, an
-http(s) URL (the card shows it as a link). A bad answer exits non-zero with what is wrong.
+http(s) URL (the card shows it as a link). The free text (title, description, citation, language)
+holds no line that reads as one of the card's shardkit markers. A bad answer exits non-zero with
+what is wrong.
 """
 
 import json
@@ -36,8 +38,13 @@ TASKS = json.loads(r"""
 HOMEPAGE = json.loads(r"""
 {{ cookiecutter.homepage | tojson }}
 """)
-ALLOWED = re.compile(r"^[A-Za-z0-9._-]+$")
-URL = re.compile(r"^https?://[^\s<>\"'`]+$")
+FREE_TEXT = json.loads(r"""
+{{ {"pretty_name": cookiecutter.pretty_name, "description": cookiecutter.description,
+    "citation": cookiecutter.citation, "language": cookiecutter.language} | tojson }}
+""")
+ALLOWED = re.compile(r"[A-Za-z0-9._-]")
+URL = re.compile(r"https?://[^\s<>\"'`]+")
+MARKER_LINE = re.compile(r"^<!-- /?shardkit:", re.MULTILINE)
 
 
 def problems(value: str, what: str) -> list:
@@ -46,7 +53,7 @@ def problems(value: str, what: str) -> list:
         return [f"{what} is empty"]
     if len(value) > 96:
         found.append(f"{what} {value!r} is {len(value)} characters long; the Hub allows at most 96")
-    bad = sorted({c for c in value if not ALLOWED.match(c)})
+    bad = sorted({c for c in value if not ALLOWED.fullmatch(c)})
     if bad:
         shown = ", ".join(repr(c) for c in bad)
         found.append(f"{what} {value!r} contains {shown}; use only letters, digits, '-', '_' and '.'")
@@ -66,7 +73,10 @@ def choice_problems() -> list:
     tasks = TASKS.get(MODALITY, []) + TASKS["any"]
     if TASK not in tasks:
         found.append(f"task_category {TASK!r} does not fit modality {MODALITY!r}; use one of: {', '.join(tasks)}")
-    if HOMEPAGE and not URL.match(HOMEPAGE):
+    for key, value in FREE_TEXT.items():
+        if MARKER_LINE.search(value):
+            found.append(f"{key} {value!r} has a line that reads as one of the card's shardkit markers; reword it")
+    if HOMEPAGE and not URL.fullmatch(HOMEPAGE):
         found.append(f"homepage {HOMEPAGE!r} is not an http(s) URL (https://...); leave it out if there is none")
     return found
 

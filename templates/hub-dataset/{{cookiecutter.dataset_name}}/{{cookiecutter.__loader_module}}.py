@@ -64,9 +64,245 @@ _METADATA_LINES = "metadata.jsonl"
 # The column `pack-shards --keep-source-path` adds: each row's input file name.
 _SOURCE_PATH = "source_path"
 _SOURCE_SHOWN_CHARS = 1000
-# What every row obeys (a copy of shardkit.rowcheck's rules: this script cannot import shardkit):
-# its key, its file's extension, the 64-bit integers, and the Python types of each feature's values.
+# shards.json as shardkit writes it (a copy of the checks of shardkit.manifest.checked_manifest
+# this script needs: it imports nothing of shardkit). Anything else is refused in one line
+# naming the file, before any shard is read.
+_MAX_MANIFEST_BYTES = 256 << 20
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _KEY = re.compile(r"^[0-9a-f]{8,128}\Z")
+_SHARD_FIELDS = {"file", "metadata", "rows", "bytes", "sha256", "metadata_sha256", "first_key", "last_key"}
+_DTYPES = {"string", "int64", "float64", "bool"}
+_MAX_NESTING = 64
+_MAX_PREFIX_LENGTH = 6
+_LAYOUT = 4  # the newest layout this script reads
+
+
+def _shown(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _whole(value, where, low, high):
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{where} is {_shown(value)}, not a whole number from {low} to {high}")
+    return value
+
+
+def _text(value, where, pattern, words):
+    if not isinstance(value, str) or not pattern.match(value):
+        raise ValueError(f"{where} is {_shown(value)}, not {words}")
+    return value
+
+
+def _check_type(spec, where, depth, top):
+    """One feature's type, as shardkit's schema writes it: a dtype, a class label, a list or a struct."""
+    if depth > _MAX_NESTING:
+        raise ValueError(f"{where} nests deeper than {_MAX_NESTING} levels")
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("dtype", "list", "struct"):
+        raise ValueError(f"{where} is not one of dtype, list or struct")
+    kind, inner = next(iter(spec.items()))
+    if kind == "dtype" and isinstance(inner, dict) and top:
+        label = inner.get("class_label") if list(inner) == ["class_label"] else None
+        names = label.get("names") if isinstance(label, dict) and list(label) == ["names"] else None
+        if not isinstance(names, dict) or list(names) != [str(i) for i in range(len(names))] or not names:
+            raise ValueError(f"{where} has dtype {_shown(inner)}, not a class label's names")
+        values = list(names.values())
+        if not all(isinstance(n, str) for n in values) or len(set(values)) != len(values):
+            raise ValueError(f"{where}'s class names are not distinct strings")
+    elif kind == "dtype" and (not isinstance(inner, str) or inner not in _DTYPES):
+        raise ValueError(f"{where} has dtype {_shown(inner)}, not one of {', '.join(sorted(_DTYPES))}")
+    elif kind == "struct" or (kind == "list" and isinstance(inner, list)):
+        _check_fields(inner, f"{where}.{kind}", depth + 1, set())
+    elif kind == "list" and isinstance(inner, str):
+        _check_type({"dtype": inner}, f"{where}.list", depth + 1, False)
+    elif kind == "list" and not (isinstance(inner, dict) and "list" in inner):
+        raise ValueError(f"{where}.list is {_shown(inner)}, not a dtype, a list of fields or a list")
+    elif kind == "list":
+        _check_type(inner, f"{where}.list", depth + 1, False)
+
+
+def _check_fields(fields, where, depth, names, top=False):
+    if not isinstance(fields, list):
+        raise ValueError(f"{where} is not a list of features")
+    for feature in fields:
+        name = feature.get("name") if isinstance(feature, dict) else None
+        if not isinstance(name, str) or name in names:
+            raise ValueError(f"{where} has a feature without a name, or a second one named {_shown(name)}")
+        names.add(name)
+        _check_type({k: v for k, v in feature.items() if k != "name"}, f"{where} {name!r}", depth, top)
+
+
+def _checked_manifest(data):
+    """The parsed shards.json, if it is one shardkit writes (format, layout, options, features,
+    shards, totals and splits): the checks of shardkit.manifest.checked_manifest this script needs."""
+    if not isinstance(data, dict):
+        raise ValueError("the manifest is not an object")
+    for name in ("format", "prefix_length", "max_shard_bytes", "target_shard_bytes", "input_fingerprint"):
+        if name not in data:
+            raise ValueError(f"the manifest has no {name!r}: not a shardkit manifest")
+    if data["format"] != "shardkit.zip/1":
+        raise ValueError(f"format is {_shown(data['format'])}, not shardkit.zip/1 (the shards this script reads)")
+    if data.get("layout") is not None:
+        _whole(data["layout"], "layout", 1, _LAYOUT)
+    if data.get("metadata_member", _METADATA_LINES) not in (_METADATA_LINES, _METADATA_TABLE):
+        raise ValueError(f"metadata_member is {_shown(data['metadata_member'])}, not a shardkit metadata member")
+    prefix_length = _whole(data["prefix_length"], "prefix_length", 0, _MAX_PREFIX_LENGTH)
+    cap = _whole(data["max_shard_bytes"], "max_shard_bytes", 131, 0xFFFFFFFF)
+    _whole(data["target_shard_bytes"], "target_shard_bytes", 1, cap)
+    _text(data["input_fingerprint"], "input_fingerprint", _HEX64, "a sha256 (64 lowercase hex digits)")
+    modality = data.get("modality")
+    if modality not in ("image", "audio"):
+        raise ValueError(f"modality is {_shown(modality)}, not one of audio, image")
+    features = data.get("features")
+    heads = [{"name": modality, "dtype": modality}, {"name": "key", "dtype": "string"}]
+    if not isinstance(features, list) or features[:2] != heads:
+        raise ValueError(f"features is not a list of features beginning with {heads[0]} and {heads[1]}")
+    _check_fields(features[2:], "features", 1, {modality, "key"}, top=True)
+    if data.get("metadata_table") not in (None, _METADATA_TABLE):
+        raise ValueError(f"metadata_table is {_shown(data['metadata_table'])}, not {_METADATA_TABLE!r}")
+    if data.get("metadata_table_sha256") is not None:
+        _text(data["metadata_table_sha256"], "metadata_table_sha256", _HEX64, "a sha256 (64 lowercase hex digits)")
+    shards = data.get("shards")
+    if not isinstance(shards, list) or not shards:
+        raise ValueError("shards is not a list of shards")
+    sums, seen, folders = {}, set(), set()
+    for index, shard in enumerate(shards):
+        if not isinstance(shard, dict) or not _SHARD_FIELDS <= set(shard) <= _SHARD_FIELDS | {"split", "input_sha256"}:
+            raise ValueError(f"shards[{index}] is not a shard's record (its fields are not shardkit's)")
+        name = shard["file"]
+        # Follow nothing but shardkit's own names (no "../", no URL), for the shard and its rows.
+        match = _SHARD_NAME.match(name) if isinstance(name, str) else None
+        if not match:
+            raise ValueError(f"shards[{index}].file is {_shown(name)}, not data/[<split>/]<hex prefix>.zip")
+        at = f"shard {name!r}"
+        if name in seen:
+            raise ValueError(f"{at} is named twice")
+        split = shard.get("split", "train")  # manifests from before splits: every shard is train
+        if split != (match.group(2) or "train"):
+            raise ValueError(f"{at} is in the folder of another split than {_shown(split)}")
+        folders.add(match.group(2) is not None)
+        if shard["metadata"] != f"metadata/{match.group(1)}.jsonl":
+            raise ValueError(f"{at} has metadata {_shown(shard['metadata'])}, not 'metadata/{match.group(1)}.jsonl'")
+        rows = _whole(shard["rows"], f"{at}: rows", 1, 0xFFFE)
+        size = _whole(shard["bytes"], f"{at}: bytes", 1, cap)
+        for field in ("sha256", "metadata_sha256") + (("input_sha256",) if shard.get("input_sha256") else ()):
+            _text(shard[field], f"{at}: {field}", _HEX64, "a sha256 (64 lowercase hex digits)")
+        first = _text(shard["first_key"], f"{at}: first_key", _KEY, "a key (8 to 128 lowercase hex digits)")
+        last = _text(shard["last_key"], f"{at}: last_key", _KEY, "a key (8 to 128 lowercase hex digits)")
+        if not (first == last if rows == 1 else first < last):
+            raise ValueError(f"{at} has {rows} row(s) from key {first} to {last}: its keys must ascend")
+        counts = sums.setdefault(split, [0, 0, 0])
+        counts[0], counts[1], counts[2] = counts[0] + rows, counts[1] + 1, counts[2] + size
+        seen.add(name)
+    if len(folders) > 1:
+        raise ValueError("some shards are in a split's folder and some are not")
+    _check_counts(data, sums, prefix_length)
+    return data
+
+
+def _check_counts(data, sums, prefix_length):
+    """totals and splits add up to the shards (shardkit.manifest._checked_splits)."""
+    if "totals" in data:
+        whole = {k: sum(c[i] for c in sums.values()) for i, k in enumerate(("rows", "shards", "bytes"))}
+        found = data["totals"]
+        if found != whole or any(type(v) is not int for v in found.values()):
+            raise ValueError(f"totals is {_shown(found)}, but the shards add up to {whole}")
+    splits = data.get("splits")
+    if splits is None:
+        return
+    if not isinstance(splits, dict) or set(splits) != set(sums):
+        raise ValueError(f"splits is {_shown(splits)}, but the shards are in {sorted(sums)}")
+    for name, found in splits.items():
+        length = found.get("prefix_length") if isinstance(found, dict) else None
+        _whole(length, f"splits[{name!r}].prefix_length", 0, _MAX_PREFIX_LENGTH)
+        expected = dict(zip(("rows", "shards", "bytes"), sums[name]), prefix_length=length)
+        if found != expected or any(type(v) is not int for v in found.values()):
+            raise ValueError(f"splits[{name!r}] is {_shown(found)}, but its shards add up to {expected}")
+
+
+def _check_key_ranges(manifest):
+    """Each shard's keys are within what its name says (its key prefix, or from its name to the
+    next shard's), and no two shards of a split overlap (shardkit.plan.key_ranges)."""
+    lengths = {name: split["prefix_length"] for name, split in (manifest.get("splits") or {}).items()}
+    by_split = {}
+    for shard in manifest["shards"]:
+        by_split.setdefault(shard.get("split", "train"), []).append(shard)
+    for split, shards in by_split.items():
+        stems = sorted(_SHARD_NAME.match(s["file"]).group(1).rsplit("/", 1)[-1] for s in shards)
+        after = dict(zip(stems, stems[1:]))  # by size: a shard's keys end where the next name starts
+        by_prefix = lengths.get(split, manifest["prefix_length"]) != 0
+        for shard in shards:
+            stem = _SHARD_NAME.match(shard["file"]).group(1).rsplit("/", 1)[-1]
+            high = after.get(stem)
+            for key in (shard["first_key"], shard["last_key"]):
+                if by_prefix:
+                    holds = key.startswith(stem.split("-")[0])
+                else:
+                    holds = key >= stem and (high is None or key < high)
+                if not holds:
+                    raise ValueError(f"shard {shard['file']!r} has key {key}, outside what its name says it holds")
+        ordered = sorted(shards, key=lambda s: s["first_key"])
+        for a, b in zip(ordered, ordered[1:]):
+            if b["first_key"] <= a["last_key"]:
+                raise ValueError(
+                    f"the keys of shards {a['file']!r} and {b['file']!r} overlap: rows would not be unique"
+                )
+
+
+def _read_manifest(path, where):
+    """shards.json at `path` (`where` names it in messages: its path or URL), checked as a whole."""
+    with open(path, "rb") as f:
+        data = f.read(_MAX_MANIFEST_BYTES + 1)
+    try:
+        if len(data) > _MAX_MANIFEST_BYTES:
+            raise ValueError(f"larger than {_MAX_MANIFEST_BYTES} bytes, more than any shardkit manifest")
+        try:
+            manifest = json.loads(data, object_pairs_hook=_one_of_each, parse_constant=_not_a_number)
+        except RecursionError:
+            raise ValueError("not a shardkit manifest (nested too deep)") from None
+        except ValueError as exc:
+            raise ValueError(f"not a shardkit manifest (not JSON: {exc})") from None
+        _check_key_ranges(_checked_manifest(manifest))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return manifest
+
+
+def _not_a_number(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _one_of_each(pairs):
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("a name appears twice in one object")
+    return found
+
+
+def _readable_root(folder):
+    """The real folder a local dataset's files may resolve into (shardkit.location.readable_root):
+    the folder itself, or for a Hugging Face cache snapshot (<repo>/snapshots/<revision>, whose
+    files link to ../../blobs/) the repo's cache folder. A link elsewhere is refused."""
+    real = os.path.realpath(folder)
+    parent = os.path.dirname(real)
+    if os.path.basename(parent) == "snapshots" and os.path.isdir(os.path.join(os.path.dirname(parent), "blobs")):
+        real = os.path.dirname(parent)
+    return os.path.join(real, "")
+
+
+def _inside(path, root):
+    """`path`, if it is not a link out of the dataset folder `root` (a URL streamed is not on this disk)."""
+    if root is None or "://" in path:
+        return path
+    real = os.path.realpath(path)
+    if not real.startswith(root):
+        raise ValueError(
+            f"{path}: a link to {real!r}, outside the dataset folder {root.rstrip(os.sep)!r};"
+            " shardkit reads only the dataset's own files"
+        )
+    return path
+# What every row obeys (a copy of shardkit.rowcheck's rules: this script cannot import shardkit):
+# its key (_KEY, above), its file's extension, the 64-bit integers, and the Python types of each feature's values.
 _EXT = re.compile(r"^\.[A-Za-z0-9]{1,16}\Z")
 _INT64 = (-(2**63), 2**63 - 1)
 _SCALARS = {"string": (str,), "int64": (int,), "float64": (float,), "bool": (bool,), "binary": (bytes,)}
@@ -273,31 +509,20 @@ def _value_check(feature, int_floats):
 def _key_ranges(manifest):
     """Each shard's keys, by file: (its range by name: low, high or None, by prefix; the first and
     last key shards.json records; whether a float column may hold whole numbers, as shards before
-    layout 4 may; its rows). The recorded keys must lie in the shard's range, and those of one
-    split's shards must not overlap: with each row's key checked against them, no key is in two
-    shards, and no reader needs to remember the keys it has read."""
+    layout 4 may; its rows). _check_key_ranges has checked that the recorded keys lie in each
+    shard's range and that a split's shards do not overlap: with each row's key checked against
+    them, no key is in two shards, and no reader needs to remember the keys it has read."""
     by_split = {}
     for shard in manifest["shards"]:
         by_split.setdefault(shard.get("split", "train"), {})[shard["file"]] = shard
     ranges = {}
     for split, shards in by_split.items():
-        prefix_length = (manifest.get("splits") or {}).get(split, {}).get("prefix_length", manifest.get("prefix_length"))
+        by_prefix = (manifest.get("splits") or {}).get(split, {}).get("prefix_length", manifest["prefix_length"]) != 0
         stems = sorted((name.rsplit("/", 1)[-1].rsplit(".", 1)[0], name) for name in shards)
         for (stem, name), high in zip(stems, [stem for stem, _ in stems[1:]] + [None]):
-            first, last = shards[name].get("first_key"), shards[name].get("last_key")
-            low = stem.split("-")[0] if prefix_length else stem
-            if not (isinstance(first, str) and isinstance(last, str) and first <= last):
-                raise ValueError(f"shards.json gives {name!r} no range of keys")
-            if prefix_length and not (first.startswith(low) and last.startswith(low)):
-                raise ValueError(f"shards.json gives {name!r} keys {first}..{last}, outside its prefix {low!r}")
-            if not prefix_length and not (low <= first and (high is None or last < high)):
-                raise ValueError(f"shards.json gives {name!r} keys {first}..{last}, outside its range by name")
+            shard, low = shards[name], stem.split("-")[0] if by_prefix else stem
             int_floats = "layout" not in manifest
-            ranges[name] = (low, high, bool(prefix_length), first, last, int_floats, shards[name].get("rows"))
-        ordered = sorted((ranges[name][3], ranges[name][4], name) for name in shards)
-        for (_, last_a, name_a), (first_b, _, name_b) in zip(ordered, ordered[1:]):
-            if first_b <= last_a:
-                raise ValueError(f"shards.json gives {name_b!r} keys from {first_b}, within those of {name_a!r}")
+            ranges[name] = (low, high, by_prefix, shard["first_key"], shard["last_key"], int_floats, shard["rows"])
     return ranges
 
 
@@ -356,35 +581,27 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
         return os.path.join(base, relative) if base else relative
 
     def _split_generators(self, dl_manager):
-        manifest_file = dl_manager.download(self._location("shards.json"))
-        with open(manifest_file, encoding="utf-8") as f:
-            manifest = json.load(f)
-        names = [shard["file"] for shard in manifest["shards"]]
+        location = self._location("shards.json")
+        manifest_file = dl_manager.download(location)
+        # A local file is the dataset's own (or datasets' downloaded copy): none is read through
+        # a link out of its folder.
+        local = "://" not in manifest_file
+        root = _readable_root(os.path.dirname(os.path.abspath(manifest_file))) if local else None
+        where = manifest_file if manifest_file.endswith("shards.json") else location
+        manifest = _read_manifest(_inside(manifest_file, root), where)
         splits = {}  # split -> its shards and their metadata files, in the manifest's order
         for shard in manifest["shards"]:
-            name = shard["file"]
-            # Follow nothing but shardkit's own names (no "../", no URL), for the shard and its rows.
-            match = _SHARD_NAME.match(name) if isinstance(name, str) else None
-            if not match:
-                raise ValueError(f"shards.json names {name!r}, not a shard (data/[<split>/]<hex prefix>.zip)")
-            split = shard.get("split", "train")  # manifests from before splits: every shard is train
-            if split != (match.group(2) or "train"):
-                raise ValueError(f"shards.json puts {name!r} in split {split!r}, not its folder's")
-            metadata = f"metadata/{match.group(1)}.jsonl"
-            if shard.get("metadata") != metadata:
-                raise ValueError(f"shards.json gives {name!r} the metadata {shard.get('metadata')!r}, not {metadata!r}")
-            splits.setdefault(split, []).append((name, metadata))
-        if len(set(names)) != len(names):
-            raise ValueError("shards.json names a shard twice")
+            splits.setdefault(shard.get("split", "train"), []).append((shard["file"], shard["metadata"]))
         # Shards before layout 4 hold their rows (the manifest's metadata_member): their metadata
         # files are not fetched.
         rows_outside = manifest.get("metadata_member") != _METADATA_LINES
         ranges = _key_ranges(manifest)
         generators = []
         for split, shards in splits.items():
-            paths = dl_manager.download([self._location(name) for name, _ in shards])
+            paths = [_inside(p, root) for p in dl_manager.download([self._location(name) for name, _ in shards])]
             if rows_outside:
-                metadata = dl_manager.download([self._location(where) for _, where in shards])
+                metadata = dl_manager.download([self._location(rows) for _, rows in shards])
+                metadata = [_inside(p, root) for p in metadata]
             else:
                 metadata = [None] * len(shards)
             # Lists of equal length: datasets makes one shard of work per ZIP.
