@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -298,7 +299,36 @@ def _zip_deep_row(ms: Members) -> Crafted:
     return Crafted(zip_bytes([(b"metadata.jsonl", rows), *ms[1:]]), rows=rows)
 
 
+def _zip_jsonl_line(line: bytes) -> Callable[[Members], Crafted]:
+    """A shard of before layout 4 (metadata.jsonl inside, which readers still read) whose second
+    line is ``line``."""
+
+    def craft(ms: Members) -> Crafted:
+        lines = row_lines(ms).splitlines(keepends=True)
+        rows = b"".join([lines[0], line + b"\n", *lines[2:]])
+        return Crafted(zip_bytes([(b"metadata.jsonl", rows), *ms[1:]]), rows=rows)
+
+    return craft
+
+
 ZIP_CASES: dict[str, tuple[Callable[[Members], Crafted], Expect]] = {
+    "metadata.jsonl line not UTF-8": (
+        _zip_jsonl_line(b'{"file_name": "caf\xe9.jpg"}'),
+        Expect(None, "metadata.jsonl line 2: not UTF-8", "metadata.jsonl is not UTF-8", "metadata.jsonl is not UTF-8"),
+    ),
+    "metadata.jsonl line in UTF-16": (
+        _zip_jsonl_line('{"file_name": "x.jpg"}'.encode("utf-16")),
+        Expect(None, "metadata.jsonl line 2: not UTF-8", "metadata.jsonl is not UTF-8", "metadata.jsonl is not UTF-8"),
+    ),
+    "metadata.jsonl line not an object": (
+        _zip_jsonl_line(b'["file_name", "key"]'),
+        Expect(
+            None,
+            "metadata.jsonl line 2: row is not an object",
+            "metadata.jsonl line 2 is not a JSON object",
+            "line 2 of metadata.jsonl is not a row",
+        ),
+    ),
     "metadata row nested 200,000 deep": (
         _zip_deep_row,
         Expect(None, "invalid JSON", "metadata.jsonl line 1 is not a JSON object", "nested too deep"),
@@ -429,7 +459,29 @@ def _tar_deep_json(ms: Members) -> Crafted:
     return Crafted(tar_bytes([(ms[0][0], deep), *ms[1:]]))
 
 
+def _tar_json_as(data: bytes) -> Callable[[Members], Crafted]:
+    """A's .json member holding ``data``."""
+
+    def craft(ms: Members) -> Crafted:
+        members = [(ms[0][0], data), *ms[1:]]
+        return Crafted(tar_bytes(members), rows=b"".join(m[1] + b"\n" for m in members if m[0].endswith(b".json")))
+
+    return craft
+
+
 TAR_CASES: dict[str, tuple[Callable[[Members], Crafted], Expect]] = {
+    "json member in UTF-16": (
+        lambda ms: _tar_json_as(ms[0][1].decode().encode("utf-16"))(ms),
+        Expect("{j}", "not a JSON object with a file_name", "is not a JSON object"),
+    ),
+    "json member not UTF-8": (
+        lambda ms: _tar_json_as(ms[0][1].replace(b'"title":"', b'"title":"\xff', 1))(ms),
+        Expect("{j}", "not a JSON object with a file_name", "is not a JSON object"),
+    ),
+    "json member not an object": (
+        _tar_json_as(b'["file_name", "key"]'),
+        Expect("{j}", "not a JSON object with a file_name", "is not a JSON object"),
+    ),
     "json member nested 200,000 deep": (_tar_deep_json, Expect("{j}", "", "is not a JSON object")),
     "negative size": (
         _tar_header_case(size_field=b"-0000000001\0"),
@@ -468,12 +520,16 @@ TAR_CASES: dict[str, tuple[Callable[[Members], Crafted], Expect]] = {
 # --- packed datasets and the readers -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def packed_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tar") / "yfcc-mini"
-    result = pack_example(folder, "--format", "tar", "-q")
+def packed_example(tmp_path_factory: pytest.TempPathFactory, name: str, *options: str) -> Path:
+    folder = tmp_path_factory.mktemp(name) / "yfcc-mini"
+    result = pack_example(folder, *options, "-q")
     assert result.returncode == 0, result.stderr
     return folder
+
+
+@pytest.fixture(scope="module")
+def packed_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return packed_example(tmp_path_factory, "tar", "--format", "tar")
 
 
 PACKED_SHA256 = {key: digest for key, digest, _ in expected_rows()}  # each file's bytes as packed, by key
@@ -715,3 +771,360 @@ def test_a_metadata_file_that_differs_from_the_table_inside_is_named_by_verify(
     repo, _, _ = crafted_copy(packed_template, tmp_path, "zip", craft)
     words = "differs from the metadata.parquet inside data/3.zip: line 3"
     assert_verify_refuses(repo, "metadata/3.jsonl", None, words)
+
+
+# --- rows that do not agree with the manifest (issue 31) -------------------------------------------------
+#
+# Each case changes the rows of data/3.<fmt> (row 1 is B, the second) and builds the shard again as
+# shardkit lays it out, CRCs and checksums right, its metadata/3.jsonl the same rows: only the rows
+# give it away. Every reader refuses it with one line naming the shard and the row: verify --deep,
+# shardkit.stream, remux (which reads through it) and, for ZIP shards, the loading script in
+# datasets 3.6. A typed shard (a ZIP's metadata.parquet, a Parquet shard) cannot hold a value of
+# another type than its columns': there the shard's columns differ from the features, and that is
+# what the shard is refused for (its metadata/3.jsonl's row is what verify and the script name).
+
+Rows = list[dict[str, Any]]
+#: The shard kinds the row cases run on: ZIP (layout 4), ZIP of before layout 4 (metadata.jsonl
+#: inside, still read), tar, Parquet.
+ROW_FORMATS = ("zip", "zip-jsonl", "tar", "parquet")
+
+
+@dataclass(frozen=True)
+class RowCase:
+    change: Callable[[Rows, Rows], Rows]  # (the shard's rows, data/4's rows) -> the crafted rows
+    words: str  # a regular expression every reader's message matches
+    formats: tuple[str, ...] = ROW_FORMATS
+    script_words: str | None = None  # the loading script's, where they differ
+
+
+def _member(fmt: str, key: str, ext: str = ".jpg") -> str:
+    return f"images/{key[0:3]}/{key[3:6]}/{key}{ext}" if fmt.startswith("zip") else f"{key}{ext}"
+
+
+ABSENT = object()
+
+
+def _in_b(**fields: Any) -> Callable[[Rows, Rows], Rows]:
+    """Row B with ``fields`` set (a field given ABSENT is taken out)."""
+
+    def change(rows: Rows, _: Rows) -> Rows:
+        b = {k: v for k, v in {**rows[1], **fields}.items() if v is not ABSENT}
+        return [rows[0], b, *rows[2:]]
+
+    return change
+
+
+def _b_keyed(key_of_b: Callable[[str, Rows], str], *, rename: bool = True) -> Callable[[Rows, Rows], Rows]:
+    """Row B with another key (and, with ``rename``, its member named for it)."""
+
+    def change(rows: Rows, others: Rows) -> Rows:
+        b = dict(rows[1])
+        key = key_of_b(b["key"], others)
+        if rename:
+            b["file_name"] = b["file_name"].replace(b["key"], key)
+        b["key"] = key
+        return [rows[0], b, *rows[2:]]
+
+    return change
+
+
+def _swapped(rows: Rows, _: Rows) -> Rows:
+    return [rows[0], rows[2], rows[1], *rows[3:]]
+
+
+def _b_twice(rows: Rows, _: Rows) -> Rows:
+    """B's key on C's row too, C's member named for it in another extension (not a second member)."""
+    c = {**rows[2], "key": rows[1]["key"], "file_name": rows[1]["file_name"].replace(".jpg", ".png")}
+    return [rows[0], rows[1], c, *rows[3:]]
+
+
+def _last_dropped(rows: Rows, _: Rows) -> Rows:
+    return rows[:-1]
+
+
+ROW_CASES: dict[str, RowCase] = {
+    "no key": RowCase(_in_b(key=ABSENT), r": no key$|key None is not 8 to 128"),
+    "null key": RowCase(_in_b(key=None), r"key None is not 8 to 128 lowercase hex digits"),
+    "no file_name": RowCase(
+        _in_b(file_name=ABSENT), r"with a file_name|follows the row for None|its file has no name|with a 'file_name'"
+    ),
+    "key of 7 digits": RowCase(_b_keyed(lambda k, _: k[:7]), r"is not 8 to 128 lowercase hex digits"),
+    "key of 129 digits": RowCase(
+        _b_keyed(lambda k, _: (k * 5)[:129]),
+        r"is not 8 to 128 lowercase hex digits",
+        formats=("zip", "zip-jsonl", "parquet"),  # a tar member's name holds at most 100 bytes
+    ),
+    "uppercase hex key": RowCase(_b_keyed(lambda k, _: k.upper()), r"is not 8 to 128 lowercase hex digits"),
+    "key outside the shard's prefix": RowCase(
+        _b_keyed(lambda k, _: "f" + k[1:]), r"key f[0-9a-f]+ is not in this shard's (prefix|range)"
+    ),
+    "key of a row of another shard": RowCase(
+        _b_keyed(lambda _, others: others[0]["key"]), r"key 4[0-9a-f]+ is not in this shard's (prefix|range)"
+    ),
+    "key that does not name its member": RowCase(
+        _b_keyed(lambda k, _: k[:-1] + ("0" if k[-1] != "0" else "1"), rename=False),
+        r"member '[^']*' is not where key [0-9a-f]+ belongs|is not above the previous",
+    ),
+    "keys not increasing": RowCase(_swapped, r"is not above the previous row's"),
+    "one key twice in a shard": RowCase(_b_twice, r"is not above the previous row's|a second member of that name"),
+    "a row fewer than the manifest records": RowCase(
+        _last_dropped, r"rows?,? where the manifest records|members, the manifest says|rows, the manifest says"
+    ),
+    "int where string is declared": RowCase(
+        _in_b(title=5), r"column 'title': (an integer|int) where the features declare string|its columns are not"
+    ),
+    "string where int64 is declared": RowCase(
+        _in_b(photoid="364426"),
+        r"column 'photoid': (a string|str) where the features declare int64|its columns are not",
+    ),
+    "bool where int64 is declared": RowCase(
+        _in_b(marker=True), r"column 'marker': (a boolean|bool) where the features declare int64|its columns are not"
+    ),
+    "int where float64 is declared": RowCase(
+        _in_b(latitude=5),
+        r"column 'latitude': (an integer|int) where the features declare float64|its columns are not",
+        # A typed table holds 5.0 (a manifest of before layout 4 lets rows hold 5: layout 1 wrote that).
+        formats=("zip-jsonl", "tar"),
+    ),
+    "list where string is declared": RowCase(
+        _in_b(title=["a"]), r"column 'title': (a list|list) where the features declare string|its columns are not"
+    ),
+    "object where string is declared": RowCase(
+        _in_b(title={"a": 1}), r"column 'title': (an object|dict) where the features declare string|its columns are not"
+    ),
+    "NaN": RowCase(_in_b(latitude=float("nan")), r"column 'latitude': nan, which shardkit never packs|differ"),
+    "infinity": RowCase(_in_b(longitude=float("inf")), r"column 'longitude': inf, which shardkit never packs|differ"),
+    "integer over 64 bits": RowCase(
+        _in_b(photoid=2**64),
+        r"column 'photoid': 18446744073709551616, outside the 64-bit",
+        formats=("tar", "zip-jsonl"),
+    ),
+    "a column the features do not declare": RowCase(
+        _in_b(extra="x"), r"column 'extra', which the features do not declare|its columns are not"
+    ),
+}
+
+
+def _shard_rows(repo: Path, fmt: str, stem: str = "3") -> tuple[Rows, list[bytes]]:
+    """The rows of ``repo``'s data/<stem> shard (each with its file_name) and their files, in order."""
+    shard = repo / "data" / f"{stem}.{fmt.split('-')[0]}"
+    if fmt == "parquet":
+        table = pq.read_table(shard).to_pylist()
+        return [{"file_name": row.pop("image")["path"], **row} for row in table], [
+            row["image"]["bytes"] for row in pq.read_table(shard).to_pylist()
+        ]
+    if fmt.startswith("zip"):
+        ms = zip_members(shard)
+        return [json.loads(line) for line in row_lines(ms).splitlines()], [data for _, data in ms[1:]]
+    ms = tar_members(shard)
+    return [json.loads(data) for name, data in ms if name.endswith(b".json")], [
+        data for name, data in ms if not name.endswith(b".json")
+    ]
+
+
+def _inferred(rows: Rows) -> Any:
+    """``rows`` as a table of the types pyarrow infers for each column (every row's columns). A
+    column whose values cannot share a type keeps only those of row B's type (the others null):
+    a typed shard holds B's value in a column of its type."""
+    import pyarrow as pa
+
+    columns: dict[str, Any] = {}
+    for name in dict.fromkeys(k for row in rows for k in row):
+        values = [row.get(name) for row in rows]
+        try:
+            columns[name] = pa.array(values)
+        except (pa.ArrowException, OverflowError):
+            kind = type(values[1])
+            columns[name] = pa.array([v if type(v) is kind else None for v in values])
+    return pa.table(columns)
+
+
+def _fits(rows: Rows, schema: Any) -> bool:
+    """Whether every value of ``rows`` has its column's type in ``schema`` as pyarrow infers it
+    (a table of the schema would convert True to 1, or drop a column, without a word)."""
+    import pyarrow as pa
+
+    inferred = _inferred(rows).schema
+    return set(inferred.names) <= set(schema.names) and all(
+        pa.types.is_null(f.type) or f.type == schema.field(f.name).type for f in inferred
+    )
+
+
+def _typed(rows: Rows, schema: Any) -> Any:
+    """``rows`` as a table of ``schema``, or of the types pyarrow infers where they do not fit it."""
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=schema) if _fits(rows, schema) else _inferred(rows)
+
+
+def _crafted_shard(fmt: str, rows: Rows, files: list[bytes], names: list[str], features: Any) -> bytes:
+    """``rows`` and ``files`` as shardkit lays out a shard of ``fmt``; a row without a file_name
+    keeps its member's name from ``names`` (the packed shard's)."""
+
+    from shardkit.formats.parquet import ParquetShardWriter, arrow_schema, shard_table_schema
+
+    members = [r["file_name"] if isinstance(r.get("file_name"), str) else n for r, n in zip(rows, names, strict=True)]
+    lines = [json.dumps(row, ensure_ascii=False).encode() for row in rows]
+    files_in = [(m.encode(), f) for m, f in zip(members, files, strict=True)]
+    if fmt == "zip":
+        return zip_bytes([(b"metadata.parquet", encode_table(_typed(rows, shard_table_schema(features)))), *files_in])
+    if fmt == "zip-jsonl":
+        return zip_bytes([(b"metadata.jsonl", b"".join(line + b"\n" for line in lines)), *files_in])
+    if fmt == "tar":
+        return tar_bytes(
+            [
+                m
+                for line, (name, data) in zip(lines, files_in, strict=True)
+                for m in ((name[:-4] + b".json", line), (name, data))
+            ]
+        )
+    buffer = io.BytesIO()
+    typed = [{"image": {"bytes": f, "path": r.get("file_name")}, **r} for r, f in zip(rows, files, strict=True)]
+    typed = [{k: v for k, v in r.items() if k != "file_name"} for r in typed]
+    if _fits(typed, arrow_schema(features)):  # as shardkit writes it
+        writer = ParquetShardWriter(buffer, features)  # type: ignore[arg-type]
+        for row, data in zip(rows, files, strict=True):  # (a row without a file_name: a null path)
+            writer.add(json.dumps({"file_name": None, **row}), data)
+        writer.close()
+    else:  # with the types the rows have
+        pq.write_table(_inferred(typed), buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def packed_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return packed_example(tmp_path_factory, "parquet", "--format", "parquet")
+
+
+@pytest.fixture(scope="module")
+def packed_kinds(packed_template: Path, packed_tar: Path, packed_parquet: Path) -> dict[str, Path]:
+    return {"zip": packed_template, "zip-jsonl": packed_template, "tar": packed_tar, "parquet": packed_parquet}
+
+
+def row_case_copy(packed: Path, dest: Path, fmt: str, case: RowCase) -> Path:
+    """A copy of ``packed`` whose data/3 shard holds ``case``'s rows (the manifest agreeing with
+    its bytes and with its metadata/3.jsonl, which holds the same rows)."""
+    repo = dest / "yfcc-mini"
+    shutil.copytree(packed, repo, ignore=shutil.ignore_patterns("lock", ".shardkit"))
+    features = json.loads((repo / "shards.json").read_text())["features"]
+    rows, files = _shard_rows(repo, fmt)
+    crafted = case.change([dict(r) for r in rows], _shard_rows(repo, fmt, "4")[0])
+    names = [r["file_name"] for r in rows][: len(crafted)]
+    shard = _crafted_shard(fmt, crafted, files[: len(crafted)], names, features)
+    lines = b"".join(json.dumps(row, ensure_ascii=False).encode() + b"\n" for row in crafted)
+    set_shard(repo, f"data/3.{fmt.split('-')[0]}", shard, lines)
+    return repo
+
+
+ROW_PARAMS = [(fmt, case) for case, c in sorted(ROW_CASES.items()) for fmt in c.formats]
+
+
+def one_line_refusal(message: str, shard: str, words: str) -> None:
+    assert "\n" not in message and "Traceback" not in message, message
+    assert shard in message and re.search(words, message), message
+
+
+@pytest.mark.parametrize(("fmt", "case"), ROW_PARAMS)
+def test_a_row_that_does_not_agree_with_the_manifest_is_refused(
+    packed_kinds: dict[str, Path], tmp_path: Path, fmt: str, case: str
+) -> None:
+    """verify --deep (its first line about the shard), shardkit.stream and remux: one line each,
+    naming the shard and the row."""
+    row_case = ROW_CASES[case]
+    repo = row_case_copy(packed_kinds[fmt], tmp_path, fmt, row_case)
+    shard = f"data/3.{fmt.split('-')[0]}"
+    result = CliRunner().invoke(main, ["verify", str(repo), "--deep", "-q"], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stdout.splitlines() if re.search(row_case.words, line)]
+    assert lines and lines[0].startswith((f"{shard}: ", "metadata/3.jsonl: ")), result.stdout
+    with pytest.raises(ShardkitError) as caught:
+        for _ in shardkit.stream(str(repo)):
+            pass
+    one_line_refusal(str(caught.value), f"{repo / shard}: ", row_case.words)
+    remuxed = CliRunner().invoke(
+        main,
+        [
+            "remux",
+            str(repo),
+            str(tmp_path / "out"),
+            "--map",
+            "tests.remux_functions:slow_identity",
+            "--jobs",
+            "1",
+            "-q",
+        ],
+        env={"REMUX_TEST_SLEEP": "0"},
+    )
+    assert remuxed.exit_code == 1, remuxed.output
+    one_line_refusal(remuxed.stderr.strip(), f"{shard}: ", row_case.words)
+    assert remuxed.stderr.startswith("error: ")
+
+
+@pytest.fixture(scope="module")
+def row_script_results(packed_template: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What the template's loading script did with each row case of a ZIP shard (layout 4: its
+    rows read from metadata/3.jsonl; before: from metadata.jsonl inside), in datasets 3.6."""
+    root = tmp_path_factory.mktemp("row-script")
+    loaders = {}
+    for number, (fmt, case) in enumerate(p for p in ROW_PARAMS if p[0].startswith("zip")):
+        repo = row_case_copy(packed_template, root / str(number), fmt, ROW_CASES[case])
+        loaders[f"{fmt} {case}"] = str(repo / "yfcc_mini_loader.py")
+    return script_outcomes(loaders, root / "cache")
+
+
+@pytest.mark.parametrize(("fmt", "case"), [p for p in ROW_PARAMS if p[0].startswith("zip")])
+def test_a_row_that_does_not_agree_with_the_manifest_is_refused_by_the_loading_script(
+    row_script_results: dict[str, Any], fmt: str, case: str
+) -> None:
+    error = row_script_results[f"{fmt} {case}"]["error"]
+    row_case = ROW_CASES[case]
+    assert error is not None and error.startswith("ValueError: data/3.zip: "), error
+    one_line_refusal(error, "data/3.zip: ", row_case.script_words or row_case.words)
+
+
+@pytest.fixture(scope="module")
+def packed_by_size(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example cut by size into shards named by where their keys start (data/0.zip, data/2a.zip...)."""
+    return packed_example(tmp_path_factory, "by-size", "--target-shard-size", "300KB")
+
+
+def test_a_key_at_the_next_shards_name_is_refused(packed_by_size: Path, tmp_path: Path) -> None:
+    """A shard's range ends below the next shard's name: the last row's key made the smallest key
+    at that name (its member named for it) is refused by verify and stream, naming the row."""
+    repo = tmp_path / "yfcc-mini"
+    shutil.copytree(packed_by_size, repo, ignore=shutil.ignore_patterns("lock", ".shardkit"))
+    manifest = json.loads((repo / "shards.json").read_text())
+    first, after = manifest["shards"][0]["file"], manifest["shards"][1]["file"]
+    next_name = after.rsplit("/", 1)[-1].split(".")[0]
+    rows, files = _shard_rows(repo, "zip", first.rsplit("/", 1)[-1].split(".")[0])
+    last = rows[-1]
+    key = next_name.ljust(len(last["key"]), "0")
+    rows[-1] = {**last, "key": key, "file_name": last["file_name"].replace(last["key"], key)}
+    shard = _crafted_shard("zip", rows, files, [r["file_name"] for r in rows], manifest["features"])
+    set_shard(repo, first, shard, b"".join(json.dumps(r).encode() + b"\n" for r in rows))
+    words = f"key {key} is not in this shard's range: at or above its name .* and below '{next_name}'"
+    result = CliRunner().invoke(main, ["verify", str(repo), "-q"], catch_exceptions=False)
+    assert result.exit_code == 1 and re.search(
+        f"^{first}: metadata.parquet line {len(rows)}: {words}", result.stdout, re.M
+    )
+    with pytest.raises(ShardkitError) as caught:
+        for _ in shardkit.stream(str(repo)):
+            pass
+    one_line_refusal(str(caught.value), f"{repo / first}: row {len(rows)} (key {key}): ", words)
+
+
+@pytest.mark.parametrize("fmt", ["zip", "tar", "parquet"])
+def test_a_cut_piece_holds_its_rows_to_the_manifest_too(
+    packed_kinds: dict[str, Path], tmp_path: Path, fmt: str
+) -> None:
+    """A rank reading rows 1 to 3 of a shard (a ZIP through its central directory, Parquet by row
+    group) meets B's NaN as the whole-shard reader does, named by its row number in the shard."""
+    from shardkit.location import Location
+    from shardkit.shardrows import iter_shard
+
+    repo = row_case_copy(packed_kinds[fmt], tmp_path, fmt, ROW_CASES["NaN"])
+    location = Location(str(repo), "folder")
+    assert len(list(iter_shard(location, f"data/3.{fmt}", "image", fmt, start=2, stop=4))) == 2
+    with pytest.raises(ShardkitError) as caught:
+        list(iter_shard(location, f"data/3.{fmt}", "image", fmt, start=1, stop=3))
+    one_line_refusal(str(caught.value), f"{repo / 'data'}/3.{fmt}: row 2 (key ", r"column 'latitude': nan")

@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,8 @@ import pytest
 from datasets.distributed import split_dataset_by_node
 
 import shardkit
-from shardkit.formats.zip import ZipFormatError, ZipWriter
-from shardkit.location import Location
-from shardkit.shardrows import iter_shard
+from shardkit.formats.base import ShardRecord
+from shardkit.formats.zip import ZIP, ZipFormatError, ZipWriter
 from tests.http_server import serve_directory
 from tests.readback import expected_rows
 
@@ -99,9 +99,15 @@ def _zip_shard(path: Path, rows: list[dict[str, Any]], members: list[str], tail:
         zw.close()
 
 
+def _format_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """A hand-made shard's rows as the ZIP format reads them (no manifest: shardkit's readers,
+    iter_shard, also hold each row to one)."""
+    with open(path, "rb") as f:
+        yield from ZIP.read_rows(f, ShardRecord(str(path), "image"))
+
+
 def _rows_of(tmp_path: Path, shard: str) -> list[tuple[str, Any]]:
-    rows = iter_shard(Location(str(tmp_path), "folder"), shard, "image")
-    return [(row["image"]["path"], row["n"]) for row in rows]
+    return [(row["image"]["path"], row["n"]) for row in _format_rows(tmp_path / shard)]
 
 
 def test_a_shard_whose_rows_are_in_another_order_than_its_members_still_pairs_them_by_name(
@@ -133,7 +139,7 @@ def test_a_reader_that_stops_early_parses_only_the_rows_it_reads(tmp_path: Path)
     names = [f"images/{i}.jpg" for i in range(3)]
     rows = [{"file_name": name, "n": i} for i, name in enumerate(names[:2])]
     _zip_shard(tmp_path / "s.zip", rows, names, tail="{not json\n")
-    reader = iter_shard(Location(str(tmp_path), "folder"), "s.zip", "image")
+    reader = _format_rows(tmp_path / "s.zip")
     assert next(reader)["n"] == 0
     reader.close()
     with pytest.raises(ZipFormatError, match=r"s\.zip: metadata\.jsonl line 3 is not a JSON object with a file_name"):

@@ -744,6 +744,8 @@ EARLIER_READERS = {
     "f2ac91e8733954ff211125bbae4d52635d4e3955e12d076827867f3247b9c598": "eec3e39",
     "639ee6803661b5ba2b7605a96e3c68118e9c5694357c17fe8086d5fb1323a9d7": "2fc619f",
     "f54d3fdd289d201f8ab83c21cccee32c2a5219b92e3ff4d334c94ca3a292c42e": "25c66ef",
+    "7e6204afec5b45ab211d002b39ac4e3374820f33f1d273d16703a9e1f1932417": "1403417",
+    "b8e0d3bf8231732b6cd38da44659289caa2be27d983067a5e40ab82a356cbd82": "b5b75c3",
 }
 #: The line of the earlier templates' reader code that held the pretty name (the class docstring),
 #: as rendered (a name on one line, without a triple quote) and as the template wrote it.

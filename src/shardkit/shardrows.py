@@ -9,10 +9,11 @@ from collections.abc import Generator
 from typing import Any, BinaryIO
 
 from .errors import UsageError
-from .formats import format_named
+from .formats import ShardFormat, format_named
 from .formats.base import ShardRecord
 from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, read_manifest_at
+from .rowcheck import DatasetRows
 
 
 def read_manifest_from(location: Location) -> Manifest:
@@ -56,19 +57,50 @@ def iter_shard(
     """Rows ``start`` to ``stop`` (default: all) of one shard, in order: metadata fields plus
     ``{file_column: {"bytes", "path"}}``, as its format reads them
     (:meth:`.formats.base.ShardFormat.read_piece`). The shard is held to its ``manifest``'s record
-    (read from ``source`` if not given and needed: a Parquet shard, or part of a shard; a ZIP
-    shard's typed metadata table is held to the manifest's features when one is given)."""
+    (read from ``source`` if not given), and each row to the manifest (:mod:`.rowcheck`)."""
     fmt = format_named(fmt_name)
-    record = ShardRecord(source.where(shard), file_column)
-    if fmt.random_access or (fmt.metadata_table and manifest is not None) or start or stop is not None:
-        manifest = manifest or read_manifest_from(source)
-        recorded = next((s for s in manifest.shards if s.file == shard), None)
-        record = ShardRecord(
-            record.where,
-            file_column,
-            features=manifest.features or None,
-            max_bytes=manifest.options.max_shard_bytes,
-            bytes=recorded.bytes if recorded is not None else None,
-            rows=recorded.rows if recorded is not None else None,
-        )
-    return fmt.read_piece(_ShardAt(source, shard), record, start, stop)
+    manifest = manifest or read_manifest_from(source)
+    recorded = next((s for s in manifest.shards if s.file == shard), None)
+    record = ShardRecord(
+        source.where(shard),
+        file_column,
+        features=manifest.features or None,
+        max_bytes=manifest.options.max_shard_bytes,
+        bytes=recorded.bytes if recorded is not None else None,
+        rows=recorded.rows if recorded is not None else None,
+    )
+    return _checked_rows(fmt, source, shard, record, manifest, start, stop)
+
+
+def _checked_rows(
+    fmt: ShardFormat,
+    source: Location,
+    shard: str,
+    record: ShardRecord,
+    manifest: Manifest,
+    start: int,
+    stop: int | None,
+) -> Generator[dict[str, Any], None, None]:
+    """The piece's rows as its format reads them, each held to the manifest (:mod:`.rowcheck`):
+    the one place every row ``shardkit.stream``, remux and the preview get passes through."""
+    check = dataset_rows(manifest).shard(shard, record.where, file_column=record.file_column)
+    rows = fmt.read_piece(_ShardAt(source, shard), record, start, stop)
+    try:
+        yield from check.rows(rows, start)
+    finally:
+        rows.close()  # a read left early (a break, an error) closes its stream
+
+
+_last_rules: tuple[Manifest, DatasetRows] | None = None
+
+
+def dataset_rows(manifest: Manifest) -> DatasetRows:
+    """The row rules of ``manifest`` (:class:`.rowcheck.DatasetRows`), built once for the manifest
+    a stream reads shard after shard (the last one asked for is kept)."""
+    global _last_rules
+    last = _last_rules
+    if last is not None and last[0] is manifest:
+        return last[1]
+    rules = DatasetRows(manifest)
+    _last_rules = (manifest, rules)
+    return rules

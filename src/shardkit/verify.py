@@ -10,7 +10,8 @@ For every ZIP shard the manifest names, in one front-to-back read of the file:
   and the other members agree one to one: each row's ``file_name`` is a member, each member has
   a row, keys are unique, ascending, in the shard's range (its key prefix, or from its name to
   the next shard's: :class:`.plan.KeyRange`), within the recorded first/last key, and name
-  their member;
+  their member; each row holds only the columns the features declare, each value of its
+  declared type (:mod:`.rowcheck`, what every reader holds each row to);
 * ``metadata/<stem>.jsonl`` holds the same rows as ``metadata.parquet`` (values compared as
   typed; before layout 4, the same bytes as ``metadata.jsonl``);
 * with ``deep``, every image decodes (Pillow) and every audio file libsndfile reads decodes (soundfile;
@@ -55,8 +56,8 @@ from .hashing import sha256_stream
 from .location import MAX_METADATA_FILE_BYTES, Location, bounded_hub_requests, network_timeout, read_bounded
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest_at
 from .outdir import unnamed_files
-from .plan import KeyRange, key_ranges
 from .progress import NullProgress, Progress
+from .rowcheck import DatasetRows, ShardRowCheck
 from .rowrules import SOURCE_PATH_COLUMN
 from .streamio import jsonl_lines
 from .table import table_problems
@@ -111,37 +112,48 @@ class _ShardResult:
     problems: list[Problem] = field(default_factory=list)
 
 
+def _text_lines(data: str | bytes) -> list[str | None]:
+    """JSON lines (:func:`.streamio.jsonl_lines`), those of ``bytes`` decoded one by one (None: not UTF-8)."""
+    if isinstance(data, str):
+        return list(jsonl_lines(data))
+    lines: list[str | None] = []
+    for line in data.removesuffix(b"\n").split(b"\n") if data else []:
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(None)
+    return lines
+
+
 def _check_rows(
-    shard: ManifestShard, text: str, keys: KeyRange, problems: list[Problem], fmt: ShardFormat, where_name: str
+    shard: ManifestShard, data: str | bytes, rows_check: ShardRowCheck, problems: list[Problem], where_name: str
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Parse metadata lines; return file_name -> key, and file_name -> source_path for the rows
-    that have one. Row problems go to ``problems``."""
+    """Parse metadata lines (``bytes``: each must be UTF-8) and hold each row to the manifest
+    (:mod:`.rowcheck`); return file_name -> key, and file_name -> source_path for the rows that
+    have one. Row problems go to ``problems``."""
     rows: dict[str, str] = {}
     sources: dict[str, str] = {}
-    previous = ""
-    for number, line in enumerate(jsonl_lines(text), 1):
+    for number, line in enumerate(_text_lines(data), 1):
         where = f"{where_name} line {number}"
+        if line is None:
+            problems.append(Problem(shard.file, "not UTF-8", where))
+            continue
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as exc:
             problems.append(Problem(shard.file, f"invalid JSON: {exc}", where))
             continue
-        if not isinstance(row, dict) or not isinstance(row.get("file_name"), str) or "key" not in row:
-            problems.append(Problem(shard.file, "row is not an object with 'file_name' and 'key'", where))
+        if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+            problems.append(Problem(shard.file, "row is not an object with a 'file_name'", where))
             continue
-        name, key, source = row["file_name"], str(row["key"]), source_of_row(row, SOURCE_PATH_COLUMN)
+        name, source = row["file_name"], source_of_row(row, SOURCE_PATH_COLUMN)
         if name in rows:
             problems.append(Problem(shard.file, f"file_name {name!r} appears twice", where, source))
-        if key <= previous:
-            problem = f"key {key} is not above the previous row's ({previous})"
+        if (problem := rows_check.problem(row)) is not None:
             problems.append(Problem(shard.file, problem, where, source))
-        previous = max(previous, key)
-        if not keys.holds(key):
-            problems.append(Problem(shard.file, f"key {key} is not in {keys.words()}", where, source))
-        if name != fmt.member_name(key, os.path.splitext(name)[1]):
-            problem = f"file_name {name!r} is not where key {key} belongs"
-            problems.append(Problem(shard.file, problem, where, source))
-        rows[name] = key
+            if not isinstance(row.get("key"), str):
+                continue
+        rows[name] = row["key"]
         if source is not None:
             sources[name] = source
     return rows, sources
@@ -165,7 +177,7 @@ class _Check:
     location: Location
     shard: ManifestShard
     fmt: ShardFormat
-    keys: KeyRange
+    rows_check: ShardRowCheck
     deep: bool
     result: _ShardResult
     feature_list: list[dict[str, Any]]
@@ -192,8 +204,8 @@ class _Check:
     ) -> None:
         self.result.problems.append(Problem(file or self.shard.file, message, member, source))
 
-    def check_rows(self, text: str, where: str) -> tuple[dict[str, str], dict[str, str]]:
-        return _check_rows(self.shard, text, self.keys, self.result.problems, self.fmt, where)
+    def check_rows(self, data: str | bytes, where: str) -> tuple[dict[str, str], dict[str, str]]:
+        return _check_rows(self.shard, data, self.rows_check, self.result.problems, where)
 
     def file(self, name: str, data: bytes, source: str | None) -> None:
         if self.deep:
@@ -208,10 +220,11 @@ def _read_metadata_file(location: Location, rel: str) -> bytes:
 
 
 def _check_shard(
-    location: Location, shard: ManifestShard, manifest: Manifest, keys: KeyRange, deep: bool
+    location: Location, shard: ManifestShard, manifest: Manifest, rules: DatasetRows, deep: bool
 ) -> _ShardResult:
     result = _ShardResult()
     problems = result.problems
+    rows_check = rules.shard(shard.file, shard.file, file_column=None)
     cap = manifest.options.max_shard_bytes
     fmt = manifest.options.shard_format
     size = location.size(shard.file)
@@ -223,7 +236,7 @@ def _check_shard(
     if size > cap:
         problems.append(Problem(shard.file, f"{size} bytes, over the cap of {cap}"))
 
-    walk = fmt.verify_shard(_Check(location, shard, fmt, keys, deep, result, manifest.features))
+    walk = fmt.verify_shard(_Check(location, shard, fmt, rows_check, deep, result, manifest.features))
     if walk.sha256 != shard.sha256:
         problems.append(Problem(shard.file, "sha256 differs from the manifest's"))
     result.rows = walk.members
@@ -296,14 +309,14 @@ def _verify(out_dir: str, deep: bool, threads: int | None, progress: Progress | 
     if manifest is None:
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
     report = VerifyReport(out_dir=out_dir, shards=len(manifest.shards), deep=deep)
-    ranges = key_ranges([(s.file, s.split) for s in manifest.shards], manifest.prefix_lengths_by_split())
+    rules = DatasetRows(manifest)
     threads = threads or min(4, os.cpu_count() or 1)
     progress.start("verifying" + (" (deep)" if deep else ""), total=sum(s.bytes for s in manifest.shards), unit="B")
     results: list[_ShardResult] = []
     with interruptible_pool(threads, "verify") as pool:
         for shard, result in zip(
             manifest.shards,
-            pool.map(lambda s: _check_shard(location, s, manifest, ranges[s.file], deep), manifest.shards),
+            pool.map(lambda s: _check_shard(location, s, manifest, rules, deep), manifest.shards),
             strict=True,
         ):
             results.append(result)

@@ -132,8 +132,9 @@ class ShardCheck(Protocol):
     ) -> None:
         """Record a problem of the shard (or of ``file``), of one ``member`` (its row's ``source``)."""
 
-    def check_rows(self, text: str, where: str) -> tuple[dict[str, str], dict[str, str]]:
-        """Check metadata lines (``where``: what names them in messages, "row", "metadata.jsonl"...);
+    def check_rows(self, data: str | bytes, where: str) -> tuple[dict[str, str], dict[str, str]]:
+        """Check metadata lines (bytes: each must be UTF-8), each row held to the manifest
+        (``where``: what names them in messages, "row", "metadata.jsonl"...);
         return file_name -> key, and file_name -> source_path of the rows that have one."""
 
     def file(self, name: str, data: bytes, source: str | None) -> None:

@@ -35,8 +35,8 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from ..errors import ShardkitError, source_note
-from ..rowrules import EXT_RE, KEY_RE, MAX_LINE_BYTES, SOURCE_PATH_COLUMN
+from ..errors import ShardkitError
+from ..rowrules import MAX_LINE_BYTES, SOURCE_PATH_COLUMN
 from ..streamio import Output, jsonl_lines
 from .base import (
     HashingReader,
@@ -191,10 +191,10 @@ def read_metadata_table(data: bytes, features: list[dict[str, Any]] | None) -> l
     return list(table.rows(batch_size=PARQUET_ROWS_PER_GROUP))
 
 
-def table_difference(rows: list[dict[str, Any]], lines: list[str]) -> str | None:
+def table_difference(rows: list[dict[str, Any]], lines: list[str], *, strict: bool = False) -> str | None:
     """Where metadata ``lines`` (JSON) first differ from a metadata table's ``rows`` (values
-    compared as typed: ``2`` equals ``2.0`` in a float column, an absent field equals null);
-    None where they hold the same rows in the same order."""
+    compared as typed: ``2`` equals ``2.0`` in a float column, unless ``strict``; an absent field
+    equals null); None where they hold the same rows in the same order."""
     if len(lines) != len(rows):
         return f"{len(lines)} lines, {len(rows)} rows there"
     for number, (line, row) in enumerate(zip(lines, rows, strict=True), 1):
@@ -202,7 +202,7 @@ def table_difference(rows: list[dict[str, Any]], lines: list[str]) -> str | None
             expected = json.loads(line)
         except (ValueError, RecursionError):
             return f"line {number} is not JSON"
-        if not isinstance(expected, dict) or not _same_value(expected, row):
+        if not isinstance(expected, dict) or not _same_value(expected, row, strict):
             return f"line {number} (file_name {row.get('file_name')!r}) holds other values"
     return None
 
@@ -823,7 +823,7 @@ class ParquetFormat(ShardFormat):
 
     def _rows(self, f: BinaryIO, record: ShardRecord, start: int, stop: int | None) -> Iterator[dict[str, Any]]:
         schema = arrow_schema(record.features) if record.features else None
-        file_column, where = record.file_column, record.where
+        where = record.where
         try:
             parquet = open_parquet_shard(f, max_bytes=record.max_bytes, schema=schema)
             recorded = (record.bytes, record.rows)
@@ -832,19 +832,9 @@ class ParquetFormat(ShardFormat):
                     f"{parquet.size} bytes and {parquet.num_rows} rows, the manifest says {record.bytes} and"
                     f" {record.rows}"
                 )
-            for row in parquet.rows(start=start, stop=stop):
-                # The path as shardkit writes it, <key><ext> (never a path to follow).
-                file_path, key = (row.get(file_column) or {}).get("path"), row.get("key")
-                if not (
-                    isinstance(file_path, str)
-                    and isinstance(key, str)
-                    and KEY_RE.fullmatch(key)
-                    and file_path.startswith(key)
-                    and EXT_RE.fullmatch(file_path[len(key) :])
-                ):
-                    named = f"row {row.get('key')!r}{source_note(row.get(SOURCE_PATH_COLUMN))}"
-                    raise ShardkitError(f"{where}: {named} names its file {file_path!r}, not <key><ext>")
-                yield row
+            # Each row's path, key and fields are held to the manifest where every reader's rows
+            # pass (:mod:`shardkit.rowcheck`).
+            yield from parquet.rows(start=start, stop=stop)
         except ParquetShardError as exc:
             raise ParquetShardError(f"{where}: {exc}") from None
 
@@ -857,15 +847,19 @@ class ParquetFormat(ShardFormat):
             reader.drain()
         try:
             with check.open(check.metadata_file) as f:
-                text = f.read().decode("utf-8", "replace")
+                data = f.read()
         except FileNotFoundError:
-            text = ""  # reported by the shared check
-        rows, _ = check.check_rows(text, check.metadata_file)
+            data = b""  # reported by the shared check
+        rows, _ = check.check_rows(data, check.metadata_file)
+        text = data.decode("utf-8", "replace")
         lines = iter(jsonl_lines(text))
         count = 0
         try:
             with check.open(check.shard_file) as raw_file:
-                parquet = open_parquet_shard(raw_file)
+                # Held to the features, as every reader holds it: its values are then exactly the
+                # declared types, which the comparison with the lines (2 equals 2.0 and True) is not.
+                schema = arrow_schema(check.features) if check.features else None
+                parquet = open_parquet_shard(raw_file, schema=schema)
                 file_column = parquet.columns[0] if parquet.columns else ""
                 for record in parquet.rows(batch_size=64):
                     count += 1
@@ -881,13 +875,14 @@ class ParquetFormat(ShardFormat):
         return Walk(reader.sha256.hexdigest(), count, sorted(rows.values()), None)
 
 
-def _same_value(a: Any, b: Any) -> bool:
-    """A JSON value equals what Parquet returned for it (an absent struct field reads as null)."""
+def _same_value(a: Any, b: Any, strict: bool = False) -> bool:
+    """A JSON value equals what Parquet returned for it (an absent struct field reads as null);
+    ``strict``: of the same type too (``2`` is not ``2.0``, nor ``True`` ``1``)."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return all(_same_value(a.get(k), b.get(k)) for k in a.keys() | b.keys())
+        return all(_same_value(a.get(k), b.get(k), strict) for k in a.keys() | b.keys())
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+        return len(a) == len(b) and all(_same_value(x, y, strict) for x, y in zip(a, b, strict=True))
+    return bool(a == b) and (not strict or type(a) is type(b))
 
 
 def _compare_row(check: ShardCheck, count: int, name: str, record: dict[str, Any], line: str | None) -> None:

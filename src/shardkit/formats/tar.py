@@ -372,7 +372,7 @@ class TarFormat(ShardFormat):
                     if not member.name.endswith(".json"):
                         raise TarFormatError(f"member {member.name!r} has no .json before it")
                     try:
-                        row = json.loads(member.data)
+                        row = json.loads(member.data.decode("utf-8"))  # (bytes: json would take UTF-16 too)
                     except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
                         row = None
                     if not isinstance(row, dict):
@@ -419,7 +419,7 @@ class TarFormat(ShardFormat):
                             continue
                         lines.append(member.data)
                         try:
-                            row = json.loads(member.data)
+                            row = json.loads(member.data.decode("utf-8"))  # (bytes: json would take UTF-16 too)
                             expected, source = str(row["file_name"]), source_of_row(row, SOURCE_PATH_COLUMN)
                         except (ValueError, KeyError, TypeError, RecursionError):
                             check.problem("not a JSON object with a file_name", member.name)
@@ -440,8 +440,7 @@ class TarFormat(ShardFormat):
             reader.drain()  # whatever the walk left unread: the sha256 covers the whole file
         if expected is not None and reader.sound:
             check.problem(f"the last row's file {expected!r}{source_note(source)} is missing")
-        text = b"\n".join(lines).decode("utf-8", "replace")
-        keys = sorted(check.check_rows(text, "row")[0].values())
+        keys = sorted(check.check_rows(b"\n".join(lines), "row")[0].values())
         if not reader.sound:  # the rows read are only some: their keys and lines say nothing more
             return Walk(reader.sha256.hexdigest(), files, [], None)
         metadata = b"".join(line + b"\n" for line in lines)

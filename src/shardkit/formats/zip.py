@@ -555,7 +555,7 @@ class ZipFormat(ShardFormat):
                         metadata_name = member.name
                         if member.name == METADATA_MEMBER:
                             inner_metadata = member.data
-                            rows, sources = check.check_rows(member.data.decode("utf-8", "replace"), METADATA_MEMBER)
+                            rows, sources = check.check_rows(member.data, METADATA_MEMBER)
                         elif member.name == METADATA_TABLE_MEMBER:
                             inner_metadata = None  # compared here, typed
                             rows, sources = _check_table(check, member.data)
@@ -600,7 +600,8 @@ def _check_table(check: ShardCheck, data: bytes) -> tuple[dict[str, str], dict[s
             outer = f.read().decode("utf-8", "replace")
     except FileNotFoundError:
         return found  # the shared check says it is missing
-    if (difference := table_difference(table, jsonl_lines(outer))) is not None:
+    # Strictly typed: these lines are what the loading script reads, held to the same types.
+    if (difference := table_difference(table, jsonl_lines(outer), strict=True)) is not None:
         check.problem(
             f"differs from the {METADATA_TABLE_MEMBER} inside {check.shard_file}: {difference}",
             file=check.metadata_file,

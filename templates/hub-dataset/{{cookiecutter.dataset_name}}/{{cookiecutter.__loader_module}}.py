@@ -301,6 +301,11 @@ def _inside(path, root):
             " shardkit reads only the dataset's own files"
         )
     return path
+# What every row obeys (a copy of shardkit.rowcheck's rules: this script cannot import shardkit):
+# its key (_KEY, above), its file's extension, the 64-bit integers, and the Python types of each feature's values.
+_EXT = re.compile(r"^\.[A-Za-z0-9]{1,16}\Z")
+_INT64 = (-(2**63), 2**63 - 1)
+_SCALARS = {"string": (str,), "int64": (int,), "float64": (float,), "bool": (bool,), "binary": (bytes,)}
 
 
 def _source_note(source):
@@ -434,6 +439,121 @@ def _rows(data, shard, where, sources):
     return rows
 
 
+def _kind(value):
+    return "null" if value is None else type(value).__name__
+
+
+def _value_check(feature, int_floats):
+    """Why a value does not fit `feature` (the card's YAML form), as words; None if it does. A
+    null fits any feature but a class label (shardkit writes -1 for "no label")."""
+    dtype = feature.get("dtype")
+    if isinstance(dtype, dict) and "class_label" in dtype:
+        count = len(dtype["class_label"].get("names") or ())
+
+        def label(value):
+            if type(value) is not int or not -1 <= value < count:
+                return f"{value!r}, not a class label's index (-1 to {count - 1})"
+            return None
+
+        return label
+    if "struct" in feature:
+        fields = {f["name"]: _value_check(f, int_floats) for f in feature["struct"]}
+
+        def struct(value):
+            if value is None:
+                return None
+            if type(value) is not dict:
+                return f"{_kind(value)} where the features declare an object"
+            for name, item in value.items():
+                problem = fields[name](item) if name in fields else "a field the features do not declare"
+                if problem is not None:
+                    return f"field {name!r}: {problem}"
+            return None
+
+        return struct
+    if "list" in feature:
+        inner = feature["list"]
+        inner = {"dtype": inner} if isinstance(inner, str) else {"struct": inner} if isinstance(inner, list) else inner
+        item_check = _value_check(inner, int_floats)
+
+        def items(value):
+            if value is None:
+                return None
+            if type(value) is not list:
+                return f"{_kind(value)} where the features declare a list"
+            for number, item in enumerate(value):
+                problem = item_check(item)
+                if problem is not None:
+                    return f"item {number}: {problem}"
+            return None
+
+        return items
+    types = _SCALARS.get(dtype, ())
+    if dtype == "float64" and int_floats:
+        types = (float, int)
+
+    def scalar(value):
+        if value is None:
+            return None
+        if type(value) not in types:
+            return f"{_kind(value)} where the features declare {dtype}"
+        if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+            return f"{value}, outside the 64-bit integers"
+        if type(value) is float and value - value != 0.0:
+            return f"{value}, which shardkit never packs"
+        return None
+
+    return scalar
+
+
+def _key_ranges(manifest):
+    """Each shard's keys, by file: (its range by name: low, high or None, by prefix; the first and
+    last key shards.json records; whether a float column may hold whole numbers, as shards before
+    layout 4 may; its rows). _check_key_ranges has checked that the recorded keys lie in each
+    shard's range and that a split's shards do not overlap: with each row's key checked against
+    them, no key is in two shards, and no reader needs to remember the keys it has read."""
+    by_split = {}
+    for shard in manifest["shards"]:
+        by_split.setdefault(shard.get("split", "train"), {})[shard["file"]] = shard
+    ranges = {}
+    for split, shards in by_split.items():
+        by_prefix = (manifest.get("splits") or {}).get(split, {}).get("prefix_length", manifest["prefix_length"]) != 0
+        stems = sorted((name.rsplit("/", 1)[-1].rsplit(".", 1)[0], name) for name in shards)
+        for (stem, name), high in zip(stems, [stem for stem, _ in stems[1:]] + [None]):
+            shard, low = shards[name], stem.split("-")[0] if by_prefix else stem
+            int_floats = "layout" not in manifest
+            ranges[name] = (low, high, by_prefix, shard["first_key"], shard["last_key"], int_floats, shard["rows"])
+    return ranges
+
+
+def _row_problem(row, member, keys, previous, checks):
+    """Why a row (its member's name `member`, the previous row's key `previous`) does not agree
+    with shards.json and the features (`checks`: column -> value check); None if it does."""
+    key = row.get("key")
+    if not isinstance(key, str) or not _KEY.match(key):
+        return f"key {key!r} is not 8 to 128 lowercase hex digits" if "key" in row else "no key"
+    low, high, by_prefix, first, last = keys[:5]
+    if not (key.startswith(low) if by_prefix else low <= key and (high is None or key < high)):
+        return f"key {key} is not in this shard's range ({low!r} to {high!r})"
+    if not first <= key <= last:
+        return f"key {key} is not within the shard's keys in shards.json ({first}..{last})"
+    if previous is not None and key <= previous:
+        return f"key {key} is not above the previous row's ({previous})"
+    ext = os.path.splitext(member)[1]
+    if not _EXT.match(ext) or member != f"images/{key[0:3]}/{key[3:6]}/{key}{ext}":
+        return f"its member {member!r} is not where key {key} belongs"
+    if checks is None:
+        return None
+    for column in row:
+        if column != "key" and column not in checks:
+            return f"column {column!r}, which the features do not declare"
+    for column, check in checks.items():
+        problem = check(row.get(column))
+        if problem is not None:
+            return f"column {column!r}: {problem}"
+    return None
+
+
 class ShardkitZipConfig(datasets.BuilderConfig):
     pass
 
@@ -475,6 +595,7 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
         # Shards before layout 4 hold their rows (the manifest's metadata_member): their metadata
         # files are not fetched.
         rows_outside = manifest.get("metadata_member") != _METADATA_LINES
+        ranges = _key_ranges(manifest)
         generators = []
         for split, shards in splits.items():
             paths = [_inside(p, root) for p in dl_manager.download([self._location(name) for name, _ in shards])]
@@ -485,11 +606,18 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
                 metadata = [None] * len(shards)
             # Lists of equal length: datasets makes one shard of work per ZIP.
             kwargs = {"paths": paths, "names": [name for name, _ in shards], "metadata": metadata}
+            kwargs["keys"] = [ranges[name] for name, _ in shards]
             generators.append(datasets.SplitGenerator(name=datasets.NamedSplit(split), gen_kwargs=kwargs))
         return generators
 
-    def _generate_examples(self, paths, names, metadata):
-        for path, shard, metadata_path in zip(paths, names, metadata):
+    def _generate_examples(self, paths, names, metadata, keys):
+        spec = json.loads(_FEATURES_JSON)
+        for path, shard, metadata_path, shard_keys in zip(paths, names, metadata, keys):
+            # Every row held to shards.json and the features (datasets would turn an int into the
+            # string a feature declares, and drop a column it does not declare, without a word).
+            columns = [f for f in spec if f["name"] not in (_FILE_COLUMN, "key")]
+            checks = {f["name"]: _value_check(f, shard_keys[5]) for f in columns} if spec else None
+            previous, count = None, 0
             with open(path, "rb") as f:
                 rows = where = None
                 sources = {}  # member name -> source_path, for messages (filled from the rows)
@@ -515,11 +643,18 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
                     row = rows.pop(name, None)
                     if row is None:
                         raise ValueError(f"{shard}: member {name!r} has no row in {where}")
+                    problem = _row_problem(row, name, shard_keys, previous, checks)
+                    if problem is not None:
+                        raise ValueError(f"{shard}: member {name!r}{_source_note(sources.get(name))}: {problem}")
+                    previous = row["key"]
+                    count += 1
                     row[_FILE_COLUMN] = {"path": name, "bytes": data}
                     yield row["key"], row
                 if rows:
                     missing = ", ".join(f"{name!r}{_source_note(sources.get(name))}" for name in sorted(rows)[:3])
                     raise ValueError(f"{shard}: {len(rows)} row(s) in {where} have no member, e.g. {missing}")
+                if count != shard_keys[6]:
+                    raise ValueError(f"{shard}: {count} rows, where the manifest records {shard_keys[6]}")
 
 
 def _metadata_name(shard):
