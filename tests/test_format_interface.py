@@ -27,8 +27,8 @@ from shardkit.formats import (
 from shardkit.formats.base import ShardRecord
 from shardkit.formats.parquet import encode_metadata_table
 from shardkit.location import Location
-from shardkit.manifest import ManifestShard
-from shardkit.plan import KeyRange
+from shardkit.manifest import Manifest, ManifestShard, Options
+from shardkit.rowcheck import DatasetRows
 from shardkit.verify import _Check, _ShardResult
 from tests.conftest import tiny_image
 
@@ -118,8 +118,10 @@ def _written(fmt: ShardFormat, folder: Path) -> tuple[ManifestShard, _Rows]:
 
 def _verified(fmt: ShardFormat, folder: Path, shard: ManifestShard) -> tuple[list[str], Any]:
     result = _ShardResult()
-    keys = KeyRange("a", None, by_prefix=True)
-    walk = fmt.verify_shard(_Check(Location(str(folder), "folder"), shard, fmt, keys, True, result, FEATURES))
+    # The shard's rows are held to a manifest naming it alone (by prefix "a": its keys' first digit).
+    manifest = Manifest(Options(1, fmt.max_bytes, fmt.max_bytes, fmt.name), "", "image", FEATURES, [shard], layout=4)
+    rows_check = DatasetRows(manifest).shard(shard.file, shard.file)
+    walk = fmt.verify_shard(_Check(Location(str(folder), "folder"), shard, fmt, rows_check, True, result, FEATURES))
     return [p.format() for p in result.problems], walk
 
 

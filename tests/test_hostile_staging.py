@@ -398,11 +398,11 @@ def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: 
     verified = subprocess.run(
         [str(BIN / "shardkit"), "verify", str(out), "-q"], capture_output=True, text=True, check=False
     )
-    # (2: the folder's manifest is not shardkit's, as for any other manifest shardkit did not write)
-    assert verified.returncode == 2, verified.stdout + verified.stderr
+    # (1: a manifest that is not what shardkit writes, as for any other: errors.ManifestError)
+    assert verified.returncode == 1, verified.stdout + verified.stderr
     assert "Traceback" not in verified.stderr
     named = [line for line in verified.stderr.split("\n") if "shards.json" in line]
-    assert len(named) == 1 and f"shard {shard['file']!r} is not data/" in named[0], verified.stderr
+    assert len(named) == 1 and f"shards[0].file is {shard['file']!r}, not data/" in named[0], verified.stderr
 
 
 @pytest.mark.parametrize("homepage", ["https://example.org/x\n", "https://example.org/\u2028x", "example.org"])

@@ -322,8 +322,11 @@ def test_parquet_row_errors_name_the_source(packs: dict[tuple[str, bool], Path],
     assert lines[0].endswith(f": path differs from {metadata}"), lines[0]
     assert lines[1].startswith(f"{shard}: {wrong}{note(keep)}: {NOT_AN_IMAGE_WORDS}"), lines[1]
     message = stream_error(repo, keep)
-    row = f"row {BROKEN_KEY!r}{note(keep)}"
-    assert message == f"{repo / shard}: {row} names its file {wrong!r}, not <key><ext>", message
+    row = f"row 32 (key {BROKEN_KEY}){note(keep)}"
+    assert message == (
+        f"{repo / shard}: {row}: its member {wrong!r} is not where key {BROKEN_KEY} belongs:"
+        " {key}{ext} (the path in the file column)"
+    ), message
 
 
 def test_a_damaged_parquet_page_names_no_source(packs: dict[tuple[str, bool], Path], tmp_path: Path) -> None:
@@ -340,7 +343,9 @@ def test_a_damaged_parquet_page_names_no_source(packs: dict[tuple[str, bool], Pa
 
 
 def test_a_source_path_cannot_forge_a_line(tmp_path: Path) -> None:
-    """A file name holding a newline and what looks like a verdict stays on its problem's line."""
+    """A file name holding a newline and what looks like a verdict is refused on one line, quoted:
+    it can reach no message, nor the published ``source_path`` column, raw (a crafted shard's
+    source path is quoted the same way: test_source_note_quotes_and_bounds_what_it_shows)."""
     images = tmp_path / "images"
     images.mkdir()
     evil = "evil\nverified 1 shards: OK\x1b[2K.jpg"
@@ -354,9 +359,11 @@ def test_a_source_path_cannot_forge_a_line(tmp_path: Path) -> None:
         check=False,
         timeout=600,
     )
-    assert result.returncode == 0, result.stderr
-    [line] = verify_lines(out)
-    assert f" (source {evil!r}): {NOT_AN_IMAGE_WORDS}" in line and "\x1b" not in line, line
+    assert result.returncode == 1, result.stderr
+    assert "\x1b" not in result.stderr and not any(ln.startswith("verified") for ln in result.stderr.splitlines())
+    [line] = [ln for ln in result.stderr.splitlines() if "meta.jsonl:1:" in ln]
+    assert repr(evil) in line, line
+    assert not out.exists()
 
 
 def test_source_note_quotes_and_bounds_what_it_shows() -> None:

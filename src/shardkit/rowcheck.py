@@ -212,7 +212,7 @@ class ShardRowCheck:
         dot = member.rfind(".")
         ext = member[dot:] if dot > member.rfind("/") else ""  # os.path.splitext's, for names shardkit writes
         if member != self.rules.fmt.member_name(key, ext) or (ext not in self.extensions and not self._extension(ext)):
-            return f"its member {member!r} is not where key {key} belongs ({self.rules.fmt.member_template})"
+            return f"its member {member!r} is not where key {key} belongs: {self.rules.fmt.member_template}"
         allowed = self.allowed
         if allowed is None:  # a manifest without features: nothing to hold the columns to
             return None
