@@ -14,23 +14,16 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EXAMPLE_DIR
-from tests.hub_server import HubServer, run_hub_server
+from tests.hub_server import run_hub_server
 from tests.test_push import REPO, hub_env
 
 SCRIPTS = Path(sys.executable).parent
 TIMEOUT = 120  # a run that opens a FIFO waits forever: the test fails on the timeout instead
-
-
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubServer]:
-    with run_hub_server(tmp_path / "hub-state") as server:
-        yield server
 
 
 @pytest.fixture
@@ -89,13 +82,14 @@ def refused(result: subprocess.CompletedProcess[str], names: str, code: int = 1)
     return lines[0]
 
 
-def push_refused(out: Path, hub: HubServer, tmp_path: Path, names: str, *args: str, code: int = 1) -> str:
-    """Push ``out`` to the test Hub: refused in one line naming ``names``, with no repo made and
-    nothing uploaded."""
-    env = hub_env(hub.url, tmp_path / "home")
-    line = refused(run("shardkit", "push", str(out), "--repo", REPO, *args, env=env), names, code)
-    assert hub.state.load("dataset", REPO) is None
-    assert not hub.state.objects.exists() or not any(hub.state.objects.iterdir())
+def push_refused(out: Path, tmp_path: Path, names: str, *args: str, code: int = 1) -> str:
+    """Push ``out`` to a test Hub of its own: refused in one line naming ``names``, with no repo
+    made and nothing uploaded."""
+    with run_hub_server(tmp_path / "hub-state") as hub:
+        env = hub_env(hub.url, tmp_path / "home")
+        line = refused(run("shardkit", "push", str(out), "--repo", REPO, *args, env=env), names, code)
+        assert hub.state.load("dataset", REPO) is None
+        assert not hub.state.objects.exists() or not any(hub.state.objects.iterdir())
     return line
 
 
@@ -123,13 +117,11 @@ def _git_config(out: Path) -> Path:
     return config
 
 
-def test_push_publishes_no_git_file_through_a_link_named_as_a_file_of_shardkits(
-    out: Path, hub: HubServer, tmp_path: Path
-) -> None:
+def test_push_publishes_no_git_file_through_a_link_named_as_a_file_of_shardkits(out: Path, tmp_path: Path) -> None:
     _git_config(out)
     replace_with_link(out / "preview.jpg", ".git/config")
     before = snapshot(out)
-    line = push_refused(out, hub, tmp_path, "preview.jpg")
+    line = push_refused(out, tmp_path, "preview.jpg")
     assert ".git/" in line and "GITPW2" not in line
     assert snapshot(out) == before
 
@@ -139,20 +131,20 @@ def test_push_publishes_no_git_file_through_a_link_named_as_a_file_of_shardkits(
     [("config.txt", "../.git/config", ".git/"), ("state.json", "../.shardkit/state.json", ".shardkit/")],
 )
 def test_push_publishes_no_git_or_working_file_through_an_included_link(
-    out: Path, hub: HubServer, tmp_path: Path, name: str, target: str, private: str
+    out: Path, tmp_path: Path, name: str, target: str, private: str
 ) -> None:
     _git_config(out)
     (out / "docs").mkdir()
     (out / "docs" / "guide.md").write_text("a guide\n")
     (out / "docs" / name).symlink_to(target)
     before = snapshot(out)
-    line = push_refused(out, hub, tmp_path, f"docs/{name}", "--include", "docs/*")
+    line = push_refused(out, tmp_path, f"docs/{name}", "--include", "docs/*")
     assert private in line
     assert snapshot(out) == before
 
 
 def test_push_refuses_a_metadata_file_that_is_a_link_into_git_even_with_the_right_bytes(
-    out: Path, hub: HubServer, tmp_path: Path
+    out: Path, tmp_path: Path
 ) -> None:
     meta = first_metadata(out)
     (out / ".git").mkdir()
@@ -160,18 +152,18 @@ def test_push_refuses_a_metadata_file_that_is_a_link_into_git_even_with_the_righ
     shutil.copyfile(meta, hidden)
     replace_with_link(meta, os.path.relpath(hidden, meta.parent))
     before = snapshot(out)
-    push_refused(out, hub, tmp_path, meta.name)
+    push_refused(out, tmp_path, meta.name)
     assert snapshot(out) == before
 
 
 @pytest.mark.parametrize("folder", ["metadata", "data"])
 def test_push_and_pack_refuse_a_shard_folder_that_is_a_link_out(
-    out: Path, outside: Path, hub: HubServer, tmp_path: Path, folder: str
+    out: Path, outside: Path, tmp_path: Path, folder: str
 ) -> None:
     shutil.move(out / folder, outside / folder)
     (out / folder).symlink_to(outside / folder)
     before, before_outside = snapshot(out), snapshot(outside)
-    line = push_refused(out, hub, tmp_path, f"{out / folder}:")
+    line = push_refused(out, tmp_path, f"{out / folder}:")
     assert "outside" in line
     refused(pack(out, "--update"), f"{out / folder}:")
     assert snapshot(out) == before and snapshot(outside) == before_outside
@@ -183,16 +175,14 @@ def test_push_and_pack_refuse_a_shard_folder_that_is_a_link_out(
 @pytest.mark.parametrize(
     "name", ["README.md", ".gitignore", ".gitattributes", "preview.jpg", "metadata.parquet", "shards.json", "METADATA"]
 )
-def test_push_refuses_a_fifo_before_opening_it_or_sending_anything(
-    out: Path, hub: HubServer, tmp_path: Path, name: str
-) -> None:
+def test_push_refuses_a_fifo_before_opening_it_or_sending_anything(out: Path, tmp_path: Path, name: str) -> None:
     path = first_metadata(out) if name == "METADATA" else out / name
     if path.exists():
         replace_with_fifo(path)
     else:
         os.mkfifo(path)
     before = snapshot(out)
-    line = push_refused(out, hub, tmp_path, f"{path}: a FIFO")
+    line = push_refused(out, tmp_path, f"{path}: a FIFO")
     assert line.endswith("not a regular file; shardkit reads and writes only files")
     assert snapshot(out) == before
 
@@ -221,21 +211,21 @@ def test_pack_in_every_mode_refuses_a_fifo_before_opening_it(out: Path, name: st
     assert snapshot(out) == before
 
 
-def test_a_socket_is_refused_by_push_and_pack(out: Path, hub: HubServer, tmp_path: Path) -> None:
+def test_a_socket_is_refused_by_push_and_pack(out: Path, tmp_path: Path) -> None:
     path = out / "preview.jpg"
     path.unlink()
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(path))
         before = snapshot(out)
-        push_refused(out, hub, tmp_path, f"{path}: a socket")
+        push_refused(out, tmp_path, f"{path}: a socket")
         refused(pack(out), f"{path}: a socket")
         assert snapshot(out) == before
 
 
-def test_a_folder_where_shardkit_keeps_a_file_is_refused(out: Path, hub: HubServer, tmp_path: Path) -> None:
+def test_a_folder_where_shardkit_keeps_a_file_is_refused(out: Path, tmp_path: Path) -> None:
     (out / "preview.jpg").unlink()
     (out / "preview.jpg").mkdir()
-    push_refused(out, hub, tmp_path, f"{out / 'preview.jpg'}: a folder")
+    push_refused(out, tmp_path, f"{out / 'preview.jpg'}: a folder")
     refused(pack(out, "--update"), f"{out / 'preview.jpg'}: a folder")
 
 
@@ -253,9 +243,7 @@ def test_pack_copies_in_no_card_that_is_a_link_out(out: Path, outside: Path, opt
 
 @pytest.mark.parametrize("name", ["data", ".shardkit", "shards.json", "metadata.parquet"])
 @pytest.mark.parametrize("options", [("--update",), ("--force",), ()])
-def test_pack_writes_nothing_through_a_link_out(
-    out: Path, outside: Path, name: str, options: tuple[str, ...]
-) -> None:
+def test_pack_writes_nothing_through_a_link_out(out: Path, outside: Path, name: str, options: tuple[str, ...]) -> None:
     shutil.move(out / name, outside / name)
     (out / name).symlink_to(outside / name)
     before, before_outside = snapshot(out), snapshot(outside)
@@ -291,10 +279,10 @@ def test_a_link_inside_out_dir_to_a_file_beside_stays_allowed(out: Path) -> None
     ],
 )
 def test_push_refuses_a_card_or_gitignore_it_cannot_read_before_making_the_repo(
-    out: Path, hub: HubServer, tmp_path: Path, name: str, data: bytes, says: str
+    out: Path, tmp_path: Path, name: str, data: bytes, says: str
 ) -> None:
     (out / name).write_bytes(data)
     before = snapshot(out)
-    line = push_refused(out, hub, tmp_path, f"{out / name}", code=2)
+    line = push_refused(out, tmp_path, f"{out / name}", code=2)
     assert says in line
     assert snapshot(out) == before
