@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE_DIR
+from tests.conftest import EXAMPLE_DIR, REPO_ROOT
 from tests.hub_server import run_hub_server
 from tests.test_push import REPO, hub_env
 
@@ -286,3 +286,20 @@ def test_push_refuses_a_card_or_gitignore_it_cannot_read_before_making_the_repo(
     line = push_refused(out, tmp_path, f"{out / name}", code=2)
     assert says in line
     assert snapshot(out) == before
+
+
+def test_remux_into_an_out_dir_with_a_fifo_or_a_link_out_is_refused(out: Path, outside: Path, tmp_path: Path) -> None:
+    target = tmp_path / "remuxed"
+    target.mkdir()
+    os.mkfifo(target / "README.md")
+    (target / "data").symlink_to(outside)
+    before, before_outside = snapshot(target), snapshot(outside)
+    remux = ("shardkit", "remux", str(out), str(target), "--map", "tests.remux_functions:identity", "-q", "-j", "1")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(REPO_ROOT)])}
+    result = run(*remux, env=env)
+    refused(result, f"{target / 'README.md'}: a FIFO")
+    (target / "README.md").unlink()
+    result = run(*remux, env=env)
+    refused(result, f"{target / 'data'}: a link to")
+    assert snapshot(target) == {k: v for k, v in before.items() if k != "README.md"}
+    assert snapshot(outside) == before_outside
