@@ -24,7 +24,9 @@ from urllib.parse import quote, unquote
 
 import yaml
 
+from .errors import UsageError
 from .formats import FORMAT_NAMES, SHARD_SUFFIXES, ZIP, ShardFormat
+from .location import MAX_SMALL_FILE_BYTES, read_upto
 from .manifest import Manifest, SplitSummary, write_atomic
 from .plan import BY_SIZE
 from .schema import class_label_names
@@ -936,6 +938,22 @@ def ensure_gitattributes(out_dir: str) -> str:
     return path
 
 
+def read_utf8(path: str, limit: int = MAX_SMALL_FILE_BYTES) -> str:
+    """A text file of OUT_DIR shardkit reads whole (its card, ``.gitignore``), as text; one line
+    naming it if it is over ``limit`` bytes or not UTF-8. :class:`FileNotFoundError` if missing.
+    (Open it only after :func:`shardkit.outdir.check_own_entries`: a FIFO would block here.)"""
+    with open(path, "rb") as f:
+        raw = read_upto(f, limit + 1)
+    if len(raw) > limit:
+        raise UsageError(f"{path}: more than {limit} bytes, far more than a {os.path.basename(path)} holds")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
+
+
 def card_problem(out_dir: str) -> str | None:
     """Why shardkit cannot keep OUT_DIR's README.md true (None if it can), checked before a pack
     writes anything: it must be UTF-8 with YAML front matter that parses, and a ``configs``
@@ -943,14 +961,11 @@ def card_problem(out_dir: str) -> str | None:
     one's files, so shards behind another first config could not be loaded)."""
     path = os.path.join(out_dir, "README.md")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        text = read_utf8(path)
     except FileNotFoundError:
         return None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+    except UsageError as exc:
+        return str(exc)
     text = text.removeprefix("\ufeff").replace("\r\n", "\n")
     try:
         data, _ = split_front_matter(text)
@@ -960,7 +975,7 @@ def card_problem(out_dir: str) -> str | None:
         set_front_matter_keys(text, keys)
     except (yaml.YAMLError, ValueError) as exc:
         reason = str(exc).splitlines()[0]
-        return f"{path}: its YAML front matter does not parse ({reason}); fix it, then pack again"
+        return f"{path}: its YAML front matter does not parse ({reason}); fix it, then run the command again"
     configs = data.get("configs")
     if isinstance(configs, list) and configs:
         first = configs[0] if isinstance(configs[0], dict) else {}

@@ -9,13 +9,14 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import threading
 from collections.abc import Container, Iterable, Iterator
 
 from .card import LOADER_SUFFIX, is_shardkit_card
 from .errors import UsageError, listed, naming_errors
 from .hashing import sha256_file
-from .location import MAX_SMALL_FILE_BYTES, Location
+from .location import MAX_SMALL_FILE_BYTES, Location, OutsideDataset, check_in_dataset, readable_root
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, ManifestShard, write_atomic
 from .manifest import WORK_DIR as WORK_DIR  # the working folder is outdir's concept; defined beside write_atomic
 from .table import TABLE_NAME
@@ -59,6 +60,73 @@ def never_published(rel: str) -> bool:
 def is_small_file(name: str) -> bool:
     """Whether a top-level file name is one shardkit writes."""
     return name in SMALL_FILES or name.endswith(LOADER_SUFFIX)
+
+
+#: OUT_DIR's folders that hold only shardkit's files, checked whole by :func:`check_own_entries`.
+OWN_FOLDERS = ("data", "metadata", WORK_DIR)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    return "socket" if stat.S_ISSOCK(mode) else "device or other special file"
+
+
+def check_entry(path: str, root: str, private: Iterable[str], *, folder: bool | None = None) -> None:
+    """Refuse one entry of OUT_DIR that shardkit would read, write or publish through, unless it
+    is a regular file (a real folder if ``folder``; either if None) whose real path is inside
+    ``root`` (:func:`~shardkit.location.readable_root`) and in none of the real folders
+    ``private`` (``.git``, the working folder: never published, never written by a link).
+
+    Checked with ``stat`` before anything opens it: opening a FIFO waits for a writer forever,
+    and huggingface_hub refuses a special file only after the shards are uploaded. A link that
+    points nowhere is refused when it points out (writing would create the file there)."""
+    if not os.path.lexists(path):
+        return
+    check_in_dataset(path, root)
+    real = os.path.realpath(path)
+    for hidden in private:
+        if real == hidden or real.startswith(os.path.join(hidden, "")):
+            raise OutsideDataset(
+                f"{path}: a link to {real!r}, inside {os.path.basename(hidden)}/, which shardkit never"
+                " reads, writes or publishes as a dataset file; replace the link with the file itself"
+            )
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return  # a link to nothing, inside OUT_DIR: writing it makes a file there
+    if stat.S_ISDIR(mode):
+        if folder is False:
+            raise OutsideDataset(f"{path}: a folder, where shardkit keeps a file; move it away")
+    elif not stat.S_ISREG(mode):
+        raise OutsideDataset(f"{path}: a {_kind(mode)}, not a regular file; shardkit reads and writes only files")
+    elif folder:
+        raise OutsideDataset(f"{path}: a file, where shardkit keeps a folder; move it away")
+
+
+def check_own_entries(out_dir: str, files: Iterable[str] = ()) -> None:
+    """Refuse, before anything opens, writes or sends one, an OUT_DIR whose own entries (its
+    top-level files shardkit writes, ``data/``, ``metadata/`` and ``.shardkit/`` with all they
+    hold, and ``files``, the other paths a push publishes) are not :func:`check_entry`'s regular
+    files and folders inside OUT_DIR: one rule for every pack mode and push. The user's other
+    files (beside an ``--adopt``ed repo) are not looked at."""
+    if not os.path.isdir(out_dir):
+        return
+    root = readable_root(out_dir)
+    real = os.path.realpath(out_dir)
+    hidden = {name: os.path.join(real, name) for name in sorted(NEVER_PUBLISHED)}
+    # The working folder's own files may be where they are; nothing may point into .git.
+    private = {name: [p for n, p in hidden.items() if n != name] for name in OWN_FOLDERS}
+    names = sorted(n for n in os.listdir(out_dir) if n in OWN_FOLDERS or is_small_file(n))
+    for name in names:
+        path = os.path.join(out_dir, name)
+        check_entry(path, root, private.get(name, hidden.values()), folder=name in OWN_FOLDERS)
+        if name in OWN_FOLDERS and os.path.isdir(path):
+            for folder, dirs, found in os.walk(path):
+                for entry in sorted(dirs + found):
+                    check_entry(os.path.join(folder, entry), root, private[name])
+    for path in files:
+        check_entry(path, root, hidden.values())
 
 
 def foreign_entries(out_dir: str) -> list[str]:

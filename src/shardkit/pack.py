@@ -51,6 +51,7 @@ from .outdir import (
     CreatedHere,
     HashCache,
     check_out_dir,
+    check_own_entries,
     locked,
     pull_small_files,
     push_small_files,
@@ -234,6 +235,8 @@ def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = 
         )
         if problem:
             raise UsageError(problem)
+    # Before anything reads or writes there (the foreign-file check reads README.md; the lock is in .shardkit/).
+    check_own_entries(local_dir)
     if location.is_local:  # a URL is not checked for foreign files: a bucket has no "folder" to claim
         check_out_dir(local_dir, adopt=config.adopt)
     created = CreatedHere(local_dir)

@@ -36,20 +36,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .card import LOADER_SUFFIX, name_repo
+from .card import LOADER_SUFFIX, card_problem, name_repo, read_utf8
 from .errors import ManifestError, ShardkitError, UsageError, listed, server_text
 from .formats import format_named
 from .hashing import sha256_stream
 from .location import (
     Location,
     bounded_hub_requests,
-    check_in_dataset,
     is_network_error,
     is_timeout,
     is_url,
     network_timeout,
     read_url,
-    readable_root,
     timeout_error,
 )
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, ManifestShard, parse_manifest, read_manifest
@@ -57,6 +55,7 @@ from .outdir import (
     PLACEHOLDERS,
     WORK_DIR,
     HashCache,
+    check_own_entries,
     is_small_file,
     locked,
     never_published,
@@ -81,6 +80,7 @@ UPLOAD_GROUP = 8  # files uploaded between two progress updates
 SCRIPT_BRANCH = "script"
 ALWAYS_IGNORED = (f"{WORK_DIR}/", ".git/", "__pycache__/", ".ipynb_checkpoints/", ".DS_Store", "*.pyc")
 REGULAR_FILE_LIMIT = 10_000_000  # bigger files are always LFS on the Hub
+MAX_GITIGNORE_BYTES = 1 << 20  # far more than any .gitignore holds; each line is matched against every path
 
 
 @dataclass(frozen=True)
@@ -174,9 +174,8 @@ def ignore_rules(out_dir: str) -> pathspec.GitIgnoreSpec:
 
     path = os.path.join(out_dir, ".gitignore")
     try:
-        # surrogateescape: a rule names a file as os.walk does, whatever bytes its name has.
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().splitlines()
+        # UTF-8, as the Hub reads it when it is published (a file whose name is not is never published).
+        lines = read_utf8(path, MAX_GITIGNORE_BYTES).splitlines()
     except FileNotFoundError:
         lines = []
     for number, line in enumerate(lines, 1):
@@ -689,6 +688,7 @@ def _push(config: PushConfig, progress: Progress, stop: threading.Event | None =
     out_dir = location.local_dir(config.work_dir)  # OUT_DIR, or for a URL its local work folder
     if location.is_local and not os.path.isdir(out_dir):
         raise UsageError(f"OUT_DIR {config.out_dir!r} is not a folder")
+    check_own_entries(out_dir)  # before the lock (in .shardkit/) and before any file is read
     os.makedirs(out_dir, exist_ok=True)
     with locked(out_dir):
         pull_small_files(location, out_dir)  # for a URL: the card, manifest and script, to the work folder
@@ -717,11 +717,10 @@ def _push_locked(
     listing = None if location.is_local else location.find()
     left_out: list[str] = []
     shard_files, other_files = collect_files(out_dir, manifest, location, listing, config.include, left_out)
-    if location.is_local:  # huggingface_hub opens them by path: none may be a link out of OUT_DIR
-        root = readable_root(out_dir)
-        for f in (*shard_files, *other_files):
-            if os.path.lexists(f.local):
-                check_in_dataset(f.local, root)
+    # huggingface_hub opens them by path: each a regular file of OUT_DIR's own, not a link out or into .git
+    check_own_entries(out_dir, [f.local for f in (*shard_files, *other_files) if not is_url(f.local)])
+    if problem := card_problem(out_dir):  # the Hub would refuse it at the last commit, after the uploads
+        raise UsageError(problem)
     if left_out:
         shown = listed(left_out, 10)
         log.warning(
