@@ -115,6 +115,16 @@ SECRETS = [
     ("key AKIAIOSFODNN7EXAMPLE in the log", "IOSFODNN7EXAMPLE", "key AKIA*** in the log"),
     ("aws_secret_access_key=wJalrXUtnFEMI/K7MDENG", "wJalrXUtnFEMI", "aws_secret_access_key=***"),
     ("Cookie: session=abcdef", "abcdef", "Cookie: ***"),
+    # A password holding '@': clients take the userinfo up to the last '@' before the host.
+    ("http://bob:p@SECRETss@127.0.0.1:9/ds", "SECRETss", "http://***@127.0.0.1:9/ds"),
+    ("https://u:a@b@c@host/x?q=1", "a@b@c", "https://***@host/x?q=1"),
+    ("s3://key:se@cret@bucket/ds", "cret", "s3://***@bucket/ds"),
+    # A token holding a line break or a control character, as given and as repr shows it.
+    ("Illegal header value b'Bearer hf_X\\nSECRET'", "SECRET", "b'Bearer ***'"),
+    ("Bearer hf_X\nSECRET rest", "SECRET", "Bearer *** rest"),
+    ("Bearer hf_X\x1bSECRET\u2028more", "SECRET", "Bearer ***"),
+    ("authorization: tok\rSECRET", "SECRET", "authorization: ***"),
+    ("Basic dXNl\\x00SECRET, next", "SECRET", "Basic ***, next"),
 ]
 
 
@@ -131,6 +141,8 @@ def test_redact_leaves_text_without_secrets_as_it_is() -> None:
         "the token is read-only",
         "s3://bucket/ds",
         "write to me@example.org",
+        "http://host/a@b/c",
+        "hf://datasets/ns/name@v1.0/data/3.zip and user@example.org",
     ]:
         assert redact(text) == text
 

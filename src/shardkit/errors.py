@@ -35,19 +35,25 @@ def naming_errors(path: str) -> Iterator[None]:
         raise named from None
 
 
+#: A credential's value as it may be shown: up to a space, a quote or a separator, through any
+#: control character or line break (a token may hold one: the header's value is shown as it was
+#: given, ``b'Bearer hf_X\\nx'``) and any backslash escape of one (``repr`` shows it so).
+_VALUE = r"(?:\\.|[^\s\"',;}()<>\[\]\\]|[\n\r\x0b\x0c\x1c-\x1f\x85\u2028\u2029])+"
+
 #: What a secret looks like in text shardkit shows: each pattern's first group is kept, the rest
-#: becomes ``***``. Userinfo in a URL (``https://user:password@host``), a Hub token (``hf_`` and 30
-#: or more letters and digits), an Authorization-style header or ``Bearer``/``Basic`` credential,
-#: an AWS access key id, and the query parameters presigned URLs carry (``X-Amz-Signature=``,
-#: ``sig=``, ``token=``...).
+#: becomes ``***``. Userinfo in a URL (``https://user:password@host``, up to the last ``@``
+#: before the host's ``/``, as clients read it: a password may hold an ``@``), a Hub token (``hf_``
+#: and 30 or more letters and digits), an Authorization-style header or ``Bearer``/``Basic``
+#: credential, an AWS access key id, and the query parameters presigned URLs carry
+#: (``X-Amz-Signature=``, ``sig=``, ``token=``...).
 _SECRETS = [
-    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@"), r"\1***@"),
-    (re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#]*@"), r"\1***@"),
+    (re.compile(rf"(?i)(\b(?:bearer|basic)\s+){_VALUE}"), r"\1***"),
     (
         re.compile(
             r"(?i)(\b(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-amz-security-token"
             r"|aws_secret_access_key|aws_session_token|hf_token)[\"']?\s*[:=]\s*[\"']?)"
-            r"(?!(?:bearer|basic)\s)[^\s\"',;}]+"
+            rf"(?!(?:bearer|basic)\s){_VALUE}"
         ),
         r"\1***",
     ),
