@@ -371,7 +371,21 @@ def test_a_hostile_manifest_is_refused_by_verify_and_stream(packed_template: Pat
     assert (repo / "shards.json").read_bytes() == before
 
 
-@pytest.mark.parametrize("case", ["truncated", "dtype int65", "modality a path", "overlapping shards", "totals off"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated",
+        "dtype int65",
+        "modality a path",
+        "overlapping shards",
+        "totals off",
+        "surrogate in a feature name",
+        "surrogate in a class name",
+        "member_template '../{key}{ext}'",
+        "an unknown top-level field",
+        "feature name 'v\\nx'",
+    ],
+)
 def test_a_hostile_manifest_is_refused_by_remux_and_push(packed_template: Path, tmp_path: Path, case: str) -> None:
     repo = hostile_copy(packed_template, tmp_path / "src", case)
     says = CASES[case][1]

@@ -157,6 +157,15 @@ def test_a_shardkit_error_is_redacted_as_it_is_made() -> None:
     assert str(ShardkitError(f"cannot read http://u:{PASSWORD}@h/x ({TOKEN})")) == "cannot read http://***@h/x (hf_***)"
 
 
+def test_a_shardkit_error_is_redacted_and_one_line_as_it_is_made_a_list_one_line_each() -> None:
+    """A path may hold a line break, an escape or a lone surrogate: the message stays one line
+    that prints; a message of several lines is given as their list."""
+    one = ShardkitError("/tmp/a\nerror: forged\x1b[2J\ud800/x.jsonl:3: bad row (Bearer hf_X\nSECRET)")
+    assert str(one) == "/tmp/a\\nerror: forged\\x1b[2J\\ud800/x.jsonl:3: bad row (Bearer ***)"
+    lines = ShardkitError(["2 problems:", "  a\nb:1: x", f"  http://u:p@ss@h/\u2028: {TOKEN}"])
+    assert str(lines).split("\n") == ["2 problems:", "  a\\nb:1: x", "  http://***@h/\\u2028: hf_***"]
+
+
 # --- push to a Hub that answers what it should not ---------------------------------------------------
 
 
