@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import shardkit
-from shardkit.errors import ShardkitError, redact, server_text
+from shardkit.errors import ShardkitError, redact, redact_log_records, server_text
 from shardkit.location import MAX_API_BODY_BYTES
 from shardkit.manifest import MAX_MANIFEST_BYTES
 from tests.conftest import REPO_ROOT, pack_example
@@ -155,6 +156,22 @@ def test_a_servers_text_is_cut_escaped_and_redacted() -> None:
 
 def test_a_shardkit_error_is_redacted_as_it_is_made() -> None:
     assert str(ShardkitError(f"cannot read http://u:{PASSWORD}@h/x ({TOKEN})")) == "cannot read http://***@h/x (hf_***)"
+
+
+def test_a_log_record_is_redacted_and_one_line_as_it_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warnings name paths (a line break in one must not forge a line) and libraries log URLs."""
+    records: list[logging.LogRecord] = []
+    monkeypatch.setattr(logging, "_logRecordFactory", logging.getLogRecordFactory())  # restored after
+    redact_log_records()
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    log = logging.getLogger("shardkit.test_redact")
+    log.addHandler(handler)
+    try:
+        log.warning("%s: left out\nWARNING: forged (%s)", "/tmp/a\nb", f"http://u:p@ss@h/x {TOKEN}")
+    finally:
+        log.removeHandler(handler)
+    assert [r.getMessage() for r in records] == ["/tmp/a\\nb: left out\\nWARNING: forged (http://***@h/x hf_***)"]
 
 
 def test_a_shardkit_error_is_redacted_and_one_line_as_it_is_made_a_list_one_line_each() -> None:

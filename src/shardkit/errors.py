@@ -99,16 +99,17 @@ def server_text(text: str) -> str:
 
 
 def redact_log_records() -> None:
-    """Make every log record's text redacted (:func:`redact`) as it is made, whichever logger and
-    handler it goes to: libraries log the URLs they retry, presigned signatures included, and
-    huggingface_hub's logger has a handler of its own. The CLI calls it once."""
+    """Make every log record's text redacted (:func:`redact`) and one line (:func:`one_line`: it
+    may name a path) as it is made, whichever logger and handler it goes to: libraries log the
+    URLs they retry, presigned signatures included, and huggingface_hub's logger has a handler of
+    its own. The CLI calls it once."""
     make = logging.getLogRecordFactory()
     if getattr(make, "redacts", False):
         return
 
     def redacted(*args: object, **kwargs: object) -> logging.LogRecord:
         record = make(*args, **kwargs)
-        record.msg, record.args = redact(record.getMessage()), None
+        record.msg, record.args = one_line(redact(record.getMessage())), None
         return record
 
     redacted.redacts = True  # type: ignore[attr-defined]
