@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +60,28 @@ CASES = {
     "type conflict": (
         {"file_name": "sub1/img_0001.jpg", "label": "five"},
         "bad.jsonl:2: column 'label' is a string here but an integer on line 1",
+    ),
+    # Column names the manifest's features could not hold (every reader refuses them there).
+    "empty column name": ({"file_name": "sub1/img_0001.jpg", "": 1}, "bad.jsonl:2: column '' is empty; rename it"),
+    "column name with a newline": (
+        {"file_name": "sub1/img_0001.jpg", "a\nb": 1},
+        "bad.jsonl:2: column 'a\\nb' holds '\\n': a column name holds no control character or line break",
+    ),
+    "column name with U+2028": (
+        {"file_name": "sub1/img_0001.jpg", "a\u2028": 1},
+        "bad.jsonl:2: column 'a\\u2028' holds",
+    ),
+    "column name too long": (
+        {"file_name": "sub1/img_0001.jpg", "c" * 10_001: 1},
+        "is longer than 10000 characters; rename it",
+    ),
+    "struct field name with a tab": (
+        {"file_name": "sub1/img_0001.jpg", "meta": {"a\tb": 1}},
+        "bad.jsonl:2: column 'meta': its field 'a\\tb' holds '\\t'",
+    ),
+    "struct field name empty, in a list": (
+        {"file_name": "sub1/img_0001.jpg", "items": [{"": 1}]},
+        "bad.jsonl:2: column 'items[]': its field '' is empty",
     ),
 }
 
@@ -502,3 +525,56 @@ def test_keep_source_path_publishes_each_rows_input_file_name(corpus: Corpus, tm
     taken = [{**good(corpus, 0), "source_path": "mine"}]
     code, _, stderr, _ = pack_rows(corpus, taken, tmp_path, "--keep-source-path", "--force")
     assert code == 1 and "bad.jsonl:1: column 'source_path' is where --keep-source-path puts file_name" in stderr
+
+
+def _escaped(path: Path) -> str:
+    """A path as messages show it: a line break in it escaped, the message still one line."""
+    return str(path).replace("\n", "\\n").replace("\r", "\\r").replace("\x1b", "\\x1b")
+
+
+@pytest.fixture
+def broken_paths(corpus: Corpus, tmp_path: Path) -> tuple[Path, Path]:
+    """IMAGES_DIR and META_JSONL whose names hold a line break (and an escape), with a bad row."""
+    images = tmp_path / "im\ng\x1b[2J"
+    shutil.copytree(corpus.images, images)
+    meta = tmp_path / "me\nta\r.jsonl"
+    meta.write_text("".join(json.dumps(r) + "\n" for r in [good(corpus, 0), {"file_name": "sub0/nope.jpg"}]))
+    return images, meta
+
+
+def test_paths_with_line_breaks_leave_the_input_error_one_line_each(
+    broken_paths: tuple[Path, Path], tmp_path: Path
+) -> None:
+    images, meta = broken_paths
+    code, _, stderr = run(images, meta, "-o", tmp_path / "out\nx", "-j", "1", "-q")
+    assert code == 1, stderr
+    assert stderr.splitlines() == [
+        "error: 1 problem(s) in the input; no shard was written:",
+        f"{_escaped(meta)}:2: file not found: {_escaped(images)}/sub0/nope.jpg",
+        "Fix the rows above, or pass --on-error skip to pack the rest and list them in a rejects file.",
+    ]
+    assert not (tmp_path / "out\nx" / "shards.json").exists()
+
+
+def test_paths_with_line_breaks_leave_the_summary_one_line_each(
+    broken_paths: tuple[Path, Path], tmp_path: Path
+) -> None:
+    images, meta = broken_paths
+    out, rejects = tmp_path / "out\nx", tmp_path / "r\nx.jsonl"
+    code, stdout, stderr = run(images, meta, "-o", out, "-j", "1", "--on-error", "skip", "--rejects", rejects)
+    assert code == 0, stderr
+    assert f"\nskipped 1 bad rows; see {_escaped(rejects)}\n" in stderr
+    assert f"manifest: {_escaped(out)}/shards.json\n" in stdout
+    assert json.loads(rejects.read_text())["line"] == 2 and (out / "shards.json").exists()
+
+
+def test_a_rejects_path_with_a_line_break_in_a_missing_folder_is_one_line(
+    broken_paths: tuple[Path, Path], tmp_path: Path
+) -> None:
+    images, meta = broken_paths
+    rejects = tmp_path / "no\nfolder" / "r.jsonl"
+    code, _, stderr = run(
+        images, meta, "-o", tmp_path / "out", "-j", "1", "-q", "--on-error", "skip", "--rejects", rejects
+    )
+    assert code == 2, stderr
+    assert stderr.splitlines() == [f"error: --rejects {_escaped(rejects)}: its folder does not exist"]

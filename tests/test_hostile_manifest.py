@@ -96,6 +96,11 @@ def _not_utf8(m: Manifest) -> bytes:
     return json.dumps(m, ensure_ascii=False).replace('"pageurl"', '"page\xffurl"').encode("latin-1", "replace")
 
 
+def _utf8_surrogate(m: Manifest) -> bytes:
+    """A surrogate written as UTF-8 bytes (ED A0 80): not UTF-8, though json.loads(bytes) takes it."""
+    return json.dumps(m, ensure_ascii=False).replace('"pageurl"', '"page\ud800url"').encode("utf-8", "surrogatepass")
+
+
 def _swapped_keys(m: Manifest) -> Manifest:
     s = _shard(m)
     s["first_key"], s["last_key"] = s["last_key"], s["first_key"]
@@ -170,8 +175,10 @@ CASES: dict[str, tuple[Callable[[Manifest], Manifest | bytes], str]] = {
     "no input_fingerprint": (_drop("input_fingerprint"), "has no 'input_fingerprint'"),
     "format unknown": (_set("format", "shardkit.zip/9"), "format is 'shardkit.zip/9', not one shardkit writes"),
     "format a number": (_set("format", 1), "format is 1, not one shardkit writes"),
-    "layout unknown": (_set("layout", 99), "layout is 99, not a whole number from 1 to 4"),
-    "layout a string": (_set("layout", "4"), "layout is '4', not a whole number"),
+    "layout unknown": (_set("layout", 99), "layout is 99, not 4, the layout shardkit writes"),
+    "layout a string": (_set("layout", "4"), "layout is '4', not 4"),
+    "layout older than the data's": (_set("layout", 3), "layout is 3, not 4"),
+    "layout a float": (_set("layout", 4.0), "layout is 4.0, not 4"),
     "prefix_length a boolean": (_set("prefix_length", True), "prefix_length is True, not a whole number"),
     "prefix_length negative": (_set("prefix_length", -1), "prefix_length is -1, not a whole number from 0 to 6"),
     "max_shard_bytes a float": (_set("max_shard_bytes", 1e9), "max_shard_bytes is 1000000000.0, not a whole"),
@@ -239,6 +246,65 @@ CASES: dict[str, tuple[Callable[[Manifest], Manifest | bytes], str]] = {
     "metadata_table a path": (_set("metadata_table", "../secret.parquet"), "metadata_table is '../secret.parquet'"),
     "metadata_table_sha256 not hex": (_set("metadata_table_sha256", "zz"), "metadata_table_sha256 is 'zz'"),
     "metadata_member unknown": (_set("metadata_member", "../x"), "metadata_member is '../x'"),
+    "metadata_member of an older layout": (
+        _set("metadata_member", "metadata.jsonl"),
+        "metadata_member is 'metadata.jsonl', not 'metadata.parquet', what shardkit writes",
+    ),
+    **{
+        f"member_template {template!r}": (_set("member_template", template), f"member_template is {template!r}, not")
+        for template in (
+            "../{key}{ext}",
+            "images/{key.__class__}/{key}{ext}",
+            "{key}.json, then {key}{ext.lower()}",  # tar's
+            "",
+            "images/{key[0:3]}/{key[3:6]}/{key}{ext}\n",
+        )
+    },
+    "member_template a number": (_set("member_template", 5), "member_template is 5, not"),
+    "key_scheme another": (_set("key_scheme", "sha1(file bytes)"), "key_scheme is 'sha1(file bytes)', not"),
+    "an unknown top-level field": (
+        _set("publish", ["../x"]),
+        "the manifest has a field shardkit does not write: 'publish'",
+    ),
+    # A lone surrogate (JSON's "\ud800" escape) in any kind of string: no text holds one.
+    "surrogate in a feature name": (
+        _set("features.3.name", "\ud800"),
+        "features[3].name holds a lone surrogate ('\\ud800')",
+    ),
+    "surrogate in a struct field's name": (
+        _feature("s", {"struct": [{"name": "a\udfff", "dtype": "string"}]}),
+        "features[24].struct[0].name holds a lone surrogate ('a\\udfff')",
+    ),
+    "surrogate in a class name": (
+        _feature("label", {"dtype": {"class_label": {"names": {"0": "cat", "1": "d\udc00g"}}}}),
+        "features[24].dtype.class_label.names.1 holds a lone surrogate ('d\\udc00g')",
+    ),
+    "surrogate in key_scheme": (
+        lambda m: _set("key_scheme", m["key_scheme"] + "\ud800")(m),
+        "key_scheme holds a lone surrogate ('256(file bytes)[:32]\\ud800')",
+    ),
+    "surrogate in a split's name": (
+        lambda m: _set("splits", {"tr\ud800": m["splits"]["train"]})(m),
+        "the name of splits.tr\\ud800 holds a lone surrogate ('tr\\ud800')",
+    ),
+    "surrogate in a shard's sha256": (
+        _set("shards.3.sha256", "\udbff"),
+        "shards[3].sha256 holds a lone surrogate ('\\udbff')",
+    ),
+    "surrogate in a field's name": (_set("\ud800", 1), "the manifest has a field shardkit does not write: '\\ud800'"),
+    "surrogate as UTF-8 bytes": (_utf8_surrogate, "not a shardkit manifest (not UTF-8)"),
+    "a byte order mark": (lambda m: b"\xef\xbb\xbf" + json.dumps(m).encode(), "(it begins with a byte order mark)"),
+    "UTF-16": (lambda m: json.dumps(m).encode("utf-16"), "not a shardkit manifest"),
+    # Feature names a message could not show on one line, or no loader could take as a column.
+    **{
+        f"feature name {name[:12]!r}": (_set("features.3.name", name), f"features[3].name {name[:12]!r}")
+        for name in ("", "v\nx", "nul\x00", "tab\t", "del\x7f", "c1\x85", "ls\u2028")
+    },
+    "feature name too long": (_set("features.3.name", "x" * 10_001), "features[3].name is 'xxxx"),
+    "struct field name with a newline": (
+        _feature("s", {"struct": [{"name": "a\nb", "dtype": "string"}]}),
+        "features 's'.struct[0].name 'a\\nb' holds '\\n'",
+    ),
 }
 
 
@@ -305,7 +371,21 @@ def test_a_hostile_manifest_is_refused_by_verify_and_stream(packed_template: Pat
     assert (repo / "shards.json").read_bytes() == before
 
 
-@pytest.mark.parametrize("case", ["truncated", "dtype int65", "modality a path", "overlapping shards", "totals off"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated",
+        "dtype int65",
+        "modality a path",
+        "overlapping shards",
+        "totals off",
+        "surrogate in a feature name",
+        "surrogate in a class name",
+        "member_template '../{key}{ext}'",
+        "an unknown top-level field",
+        "feature name 'v\\nx'",
+    ],
+)
 def test_a_hostile_manifest_is_refused_by_remux_and_push(packed_template: Path, tmp_path: Path, case: str) -> None:
     repo = hostile_copy(packed_template, tmp_path / "src", case)
     says = CASES[case][1]
@@ -357,6 +437,7 @@ def test_the_packed_manifest_is_accepted_as_it_is(packed_template: Path) -> None
     manifest = manifest_module.parse_manifest(data, "shards.json")
     assert json.loads(manifest_module.dump_json(manifest.to_json())) == json.loads(data)
     older = json.loads(data)
+    older["metadata_member"] = "metadata.jsonl"  # ZIP shards' first member before layout 4
     for name in ("layout", "splits", "totals", "metadata_table", "metadata_table_sha256", "key_scheme"):
         del older[name]
     for shard in older["shards"]:

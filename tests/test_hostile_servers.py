@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import shardkit
-from shardkit.errors import ShardkitError, redact, server_text
+from shardkit.errors import ShardkitError, redact, redact_log_records, server_text
 from shardkit.location import MAX_API_BODY_BYTES
 from shardkit.manifest import MAX_MANIFEST_BYTES
 from tests.conftest import REPO_ROOT, pack_example
@@ -115,6 +116,16 @@ SECRETS = [
     ("key AKIAIOSFODNN7EXAMPLE in the log", "IOSFODNN7EXAMPLE", "key AKIA*** in the log"),
     ("aws_secret_access_key=wJalrXUtnFEMI/K7MDENG", "wJalrXUtnFEMI", "aws_secret_access_key=***"),
     ("Cookie: session=abcdef", "abcdef", "Cookie: ***"),
+    # A password holding '@': clients take the userinfo up to the last '@' before the host.
+    ("http://bob:p@SECRETss@127.0.0.1:9/ds", "SECRETss", "http://***@127.0.0.1:9/ds"),
+    ("https://u:a@b@c@host/x?q=1", "a@b@c", "https://***@host/x?q=1"),
+    ("s3://key:se@cret@bucket/ds", "cret", "s3://***@bucket/ds"),
+    # A token holding a line break or a control character, as given and as repr shows it.
+    ("Illegal header value b'Bearer hf_X\\nSECRET'", "SECRET", "b'Bearer ***'"),
+    ("Bearer hf_X\nSECRET rest", "SECRET", "Bearer *** rest"),
+    ("Bearer hf_X\x1bSECRET\u2028more", "SECRET", "Bearer ***"),
+    ("authorization: tok\rSECRET", "SECRET", "authorization: ***"),
+    ("Basic dXNl\\x00SECRET, next", "SECRET", "Basic ***, next"),
 ]
 
 
@@ -131,6 +142,8 @@ def test_redact_leaves_text_without_secrets_as_it_is() -> None:
         "the token is read-only",
         "s3://bucket/ds",
         "write to me@example.org",
+        "http://host/a@b/c",
+        "hf://datasets/ns/name@v1.0/data/3.zip and user@example.org",
     ]:
         assert redact(text) == text
 
@@ -143,6 +156,31 @@ def test_a_servers_text_is_cut_escaped_and_redacted() -> None:
 
 def test_a_shardkit_error_is_redacted_as_it_is_made() -> None:
     assert str(ShardkitError(f"cannot read http://u:{PASSWORD}@h/x ({TOKEN})")) == "cannot read http://***@h/x (hf_***)"
+
+
+def test_a_log_record_is_redacted_and_one_line_as_it_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warnings name paths (a line break in one must not forge a line) and libraries log URLs."""
+    records: list[logging.LogRecord] = []
+    monkeypatch.setattr(logging, "_logRecordFactory", logging.getLogRecordFactory())  # restored after
+    redact_log_records()
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    log = logging.getLogger("shardkit.test_redact")
+    log.addHandler(handler)
+    try:
+        log.warning("%s: left out\nWARNING: forged (%s)", "/tmp/a\nb", f"http://u:p@ss@h/x {TOKEN}")
+    finally:
+        log.removeHandler(handler)
+    assert [r.getMessage() for r in records] == ["/tmp/a\\nb: left out\\nWARNING: forged (http://***@h/x hf_***)"]
+
+
+def test_a_shardkit_error_is_redacted_and_one_line_as_it_is_made_a_list_one_line_each() -> None:
+    """A path may hold a line break, an escape or a lone surrogate: the message stays one line
+    that prints; a message of several lines is given as their list."""
+    one = ShardkitError("/tmp/a\nerror: forged\x1b[2J\ud800/x.jsonl:3: bad row (Bearer hf_X\nSECRET)")
+    assert str(one) == "/tmp/a\\nerror: forged\\x1b[2J\\ud800/x.jsonl:3: bad row (Bearer ***)"
+    lines = ShardkitError(["2 problems:", "  a\nb:1: x", f"  http://u:p@ss@h/\u2028: {TOKEN}"])
+    assert str(lines).split("\n") == ["2 problems:", "  a\\nb:1: x", "  http://***@h/\\u2028: hf_***"]
 
 
 # --- push to a Hub that answers what it should not ---------------------------------------------------

@@ -150,8 +150,9 @@ def damage(folder: Path, to: Path, case: str) -> None:
         first["test"]["metadata"] = "metadata/test/" + "a" * 129 + ".jsonl"
     elif case == "name with a newline":
         first["train"]["file"] += "\n"
-    elif case == "manifest of layout 3":
+    elif case == "manifest of layout 3":  # (a layout-4 manifest naming metadata.jsonl is refused whole)
         manifest["metadata_member"] = "metadata.jsonl"
+        del manifest["layout"]
     elif case == "no metadata member":
         shard = to / first["validation"]["file"]
         with open(shard, "rb") as f:

@@ -217,6 +217,12 @@ def test_pack_to_s3_on_a_dask_cluster(
     [
         ("nosuchproto://x/y", (), "nosuchproto://x/y"),
         ("s3://no-such-bucket/x", (), "cannot write to s3://no-such-bucket/x"),
+        # A password holding '@', redacted whole; the place, then what failed there.
+        (
+            "http://bob:p@SECRET@127.0.0.1:9/ds",
+            (),
+            "error: cannot write to http://***@127.0.0.1:9/ds: the connection failed writing http://***@127.0.0.1:9/ds/",
+        ),
         ("LOCAL", ("--work-dir", "WORK"), "--work-dir is for an OUT_DIR URL"),
         ("s3://bkt/x", ("--push", "tester/x"), "--push needs a local OUT_DIR"),
         ("hf://datasets/tester/x", (), "run `shardkit push OUT_DIR"),
@@ -230,7 +236,7 @@ def test_url_mistakes_are_refused_before_any_work(
     extra = tuple(str(tmp_path / "work") if a == "WORK" else a for a in extra)
     result = pack_example(out, *extra, env=env)
     assert result.returncode == 2, result.stderr
-    assert message in result.stderr and "Traceback" not in result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr and "SECRET" not in result.stderr
     fs.invalidate_cache()
     assert fs.find("bkt") == []
 

@@ -748,6 +748,7 @@ EARLIER_READERS = {
     "f54d3fdd289d201f8ab83c21cccee32c2a5219b92e3ff4d334c94ca3a292c42e": "25c66ef",
     "7e6204afec5b45ab211d002b39ac4e3374820f33f1d273d16703a9e1f1932417": "1403417",
     "b8e0d3bf8231732b6cd38da44659289caa2be27d983067a5e40ab82a356cbd82": "b5b75c3",
+    "9631f1141235e995d554f82bf15ce383a04a122fa48d227d599400f2deda4a2d": "c9013c6",
 }
 #: The line of the earlier templates' reader code that held the pretty name (the class docstring),
 #: as rendered (a name on one line, without a triple quote) and as the template wrote it.

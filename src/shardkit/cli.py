@@ -20,7 +20,7 @@ import click
 
 from . import __version__
 from .card import human_size
-from .errors import ShardkitError, UsageError, redact, redact_log_records
+from .errors import ShardkitError, UsageError, one_line, redact, redact_log_records
 from .formats import FORMAT_NAMES
 from .location import is_url
 from .plan import DEFAULT_MAX_SHARD_BYTES
@@ -108,7 +108,7 @@ def _run(action: Callable[[], _T]) -> _T:
         fix = ""
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             fix = "; free some space, then re-run the same command (finished shards are kept)"
-        click.echo(redact(f"error: {where}{exc.strerror or exc}{fix}"), err=True)
+        click.echo(one_line(redact(f"error: {where}{exc.strerror or exc}{fix}")), err=True)
         sys.exit(1)
     except EOFError as exc:  # a truncated compressed file read by a library: else click says "Aborted!"
         click.echo(f"error: {exc or 'unexpected end of data'} (a truncated file?)", err=True)
@@ -524,7 +524,8 @@ def _pack_command(
     if push_config is not None and not summary.dry_run:
         pushed = _run(lambda: push(push_config, progress=progress))
     if summary.rejected_rows:  # on stderr whatever the format, so it is never missed
-        where = f"; see {summary.rejects_file}" if summary.rejects_file else " (a dry run: --rejects FILE lists them)"
+        rejects = summary.rejects_file
+        where = f"; see {one_line(rejects)}" if rejects else " (a dry run: --rejects FILE lists them)"
         click.echo(f"skipped {summary.rejected_rows} bad rows{where}", err=True)
     if as_json:
         data = summary.to_json()
@@ -566,7 +567,7 @@ def _pack_command(
         )
         if len(summary.splits) > 1 or any(s["name"] != "train" for s in summary.splits):
             click.echo("splits: " + ", ".join(f"{s['name']} {s['rows']} rows" for s in summary.splits))
-        click.echo(f"manifest: {summary.manifest}")
+        click.echo(f"manifest: {one_line(str(summary.manifest))}")
     if pushed is not None:
         _print_push(pushed)
 

@@ -35,19 +35,25 @@ def naming_errors(path: str) -> Iterator[None]:
         raise named from None
 
 
+#: A credential's value as it may be shown: up to a space, a quote or a separator, through any
+#: control character or line break (a token may hold one: the header's value is shown as it was
+#: given, ``b'Bearer hf_X\\nx'``) and any backslash escape of one (``repr`` shows it so).
+_VALUE = r"(?:\\.|[^\s\"',;}()<>\[\]\\]|[\n\r\x0b\x0c\x1c-\x1f\x85\u2028\u2029])+"
+
 #: What a secret looks like in text shardkit shows: each pattern's first group is kept, the rest
-#: becomes ``***``. Userinfo in a URL (``https://user:password@host``), a Hub token (``hf_`` and 30
-#: or more letters and digits), an Authorization-style header or ``Bearer``/``Basic`` credential,
-#: an AWS access key id, and the query parameters presigned URLs carry (``X-Amz-Signature=``,
-#: ``sig=``, ``token=``...).
+#: becomes ``***``. Userinfo in a URL (``https://user:password@host``, up to the last ``@``
+#: before the host's ``/``, as clients read it: a password may hold an ``@``), a Hub token (``hf_``
+#: and 30 or more letters and digits), an Authorization-style header or ``Bearer``/``Basic``
+#: credential, an AWS access key id, and the query parameters presigned URLs carry
+#: (``X-Amz-Signature=``, ``sig=``, ``token=``...).
 _SECRETS = [
-    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@"), r"\1***@"),
-    (re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#]*@"), r"\1***@"),
+    (re.compile(rf"(?i)(\b(?:bearer|basic)\s+){_VALUE}"), r"\1***"),
     (
         re.compile(
             r"(?i)(\b(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-amz-security-token"
             r"|aws_secret_access_key|aws_session_token|hf_token)[\"']?\s*[:=]\s*[\"']?)"
-            r"(?!(?:bearer|basic)\s)[^\s\"',;}]+"
+            rf"(?!(?:bearer|basic)\s){_VALUE}"
         ),
         r"\1***",
     ),
@@ -76,27 +82,34 @@ def redact(text: str) -> str:
 SERVER_TEXT_SHOWN_CHARS = 300
 
 
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable escaped as Python writes it (``\\n``,
+    ``\\x1b``, ``\\u2028``, a lone surrogate's ``\\ud800``): what a message line shows of a path
+    or a server's text, which must not forge lines of shardkit's output nor fail to print."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def server_text(text: str) -> str:
     """A server's text as a message may show it: cut to :data:`SERVER_TEXT_SHOWN_CHARS`, control
-    characters escaped (a server must not forge lines of shardkit's output), secrets redacted."""
+    characters escaped (:func:`one_line`), secrets redacted."""
     more = "..." if len(text) > SERVER_TEXT_SHOWN_CHARS else ""
-    shown = "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:SERVER_TEXT_SHOWN_CHARS]
-    )
-    return redact(shown + more)
+    return redact(one_line(text[:SERVER_TEXT_SHOWN_CHARS]) + more)
 
 
 def redact_log_records() -> None:
-    """Make every log record's text redacted (:func:`redact`) as it is made, whichever logger and
-    handler it goes to: libraries log the URLs they retry, presigned signatures included, and
-    huggingface_hub's logger has a handler of its own. The CLI calls it once."""
+    """Make every log record's text redacted (:func:`redact`) and one line (:func:`one_line`: it
+    may name a path) as it is made, whichever logger and handler it goes to: libraries log the
+    URLs they retry, presigned signatures included, and huggingface_hub's logger has a handler of
+    its own. The CLI calls it once."""
     make = logging.getLogRecordFactory()
     if getattr(make, "redacts", False):
         return
 
     def redacted(*args: object, **kwargs: object) -> logging.LogRecord:
         record = make(*args, **kwargs)
-        record.msg, record.args = redact(record.getMessage()), None
+        record.msg, record.args = one_line(redact(record.getMessage())), None
         return record
 
     redacted.redacts = True  # type: ignore[attr-defined]
@@ -106,11 +119,18 @@ def redact_log_records() -> None:
 class ShardkitError(Exception):
     """Base class: a failure with a message meant for the user (exit code 1 in the CLI).
 
-    Its message is redacted (:func:`redact`) as it is made: every message naming a URL, or quoting
-    a server or a library, goes through this one place whoever prints or logs it."""
+    Its message is made shown as it is made, whoever prints or logs it: redacted (:func:`redact`:
+    a URL may carry a password, a server or a library may quote one) and one line
+    (:func:`one_line`: a path from the command line or a file may hold a line break). A message of
+    several lines is given as a list of them, each made one line."""
 
     def __init__(self, *args: object) -> None:
-        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+        super().__init__(*(_shown_message(a) if isinstance(a, (str, list)) else a for a in args))
+
+
+def _shown_message(message: str | list[str]) -> str:
+    lines = message if isinstance(message, list) else [message]
+    return "\n".join(one_line(redact(line)) for line in lines)
 
 
 class NetworkError(ShardkitError):
@@ -150,7 +170,7 @@ class InputErrors(ShardkitError):
             lines.append(f"... and {more} more problem(s)")
         head = f"{total} problem(s) in the input; no shard was written:"
         tail = hint or "Fix the rows above, or pass --on-error skip to pack the rest and list them in a rejects file."
-        super().__init__("\n".join([head, *lines, tail]))
+        super().__init__([head, *lines, tail])
 
 
 #: The most of a source path a message shows: it is user data, and a forged shard's may be megabytes.

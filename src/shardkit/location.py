@@ -862,8 +862,8 @@ class Location:
         try:
             self.write_bytes(probe, b"shardkit")
             self.remove_working_file(probe)
-        except ShardkitError as exc:  # the cause, already named
-            raise UsageError(f"cannot write to {exc}") from None
+        except ShardkitError as exc:  # the cause, already naming the probe's URL
+            raise UsageError(f"cannot write to {self.url}: {exc}") from None
         except OSError as exc:
             raise UsageError(f"cannot write to {self.url}: {type(exc).__name__}: {exc}") from None
 

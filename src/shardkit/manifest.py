@@ -30,7 +30,7 @@ from .formats import (
 from .location import Location, local_path, read_upto
 from .metadata import KEY_SCHEME, MAX_NESTING
 from .plan import BY_SIZE, MAX_PREFIX_LENGTH, key_ranges
-from .rowrules import KEY_RE
+from .rowrules import KEY_RE, MAX_COLUMN_NAME_CHARS, column_name_problem
 from .table import TABLE_NAME
 
 MANIFEST_NAME = "shards.json"
@@ -180,7 +180,7 @@ MAX_MANIFEST_BYTES = 256 << 20
 MAX_FEATURES = 100_000
 MAX_CLASS_NAMES = 10_000_000
 #: The longest string of the manifest's own vocabulary (a column or class name, a split, a tag).
-MAX_NAME_CHARS = 10_000
+MAX_NAME_CHARS = MAX_COLUMN_NAME_CHARS
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 #: What every manifest has had (fields added later may be absent: earlier versions' manifests).
@@ -194,6 +194,23 @@ _REQUIRED = (
     "features",
     "shards",
 )
+#: Every top-level field :meth:`Manifest.to_json` writes (and earlier versions wrote): no other.
+_FIELDS = frozenset(
+    {
+        *_REQUIRED,
+        "key_scheme",
+        "layout",
+        "member_template",
+        "metadata_member",
+        "totals",
+        "splits",
+        "metadata_table",
+        "metadata_table_sha256",
+    }
+)
+#: A lone UTF-16 surrogate: JSON's ``\ud800`` escape makes one, no text holds one (it cannot
+#: be written as UTF-8, and printing it fails).
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 #: The dtypes :mod:`.schema` writes for a field, and the file column's.
 FIELD_DTYPES = frozenset({"string", "int64", "float64", "bool"})
 MODALITIES = ("image", "audio")
@@ -215,8 +232,11 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
     path or URL). Every reader of a manifest goes through here."""
     if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes, more than any shardkit manifest")
+    if data.startswith(b"\xef\xbb\xbf"):  # shardkit writes none; json.loads(bytes) would skip it
+        raise ManifestError(f"{where}: not a shardkit manifest (it begins with a byte order mark)")
     try:
-        parsed = json.loads(data, object_pairs_hook=_no_duplicate_names, parse_constant=_no_constant)
+        # Decoded strictly here: json.loads(bytes) takes UTF-16 and UTF-8-encoded surrogates too.
+        parsed = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_names, parse_constant=_no_constant)
     except RecursionError:
         raise ManifestError(f"{where}: not a shardkit manifest (nested too deep)") from None
     except UnicodeDecodeError:
@@ -286,6 +306,30 @@ def _string(value: Any, where: str, pattern: re.Pattern[str] | None = None, word
     return value
 
 
+def _written_as(data: dict[str, Any], name: str, written: str | None) -> None:
+    """Field ``name``, where present, is ``written``: what shardkit writes there (None: nothing)."""
+    if name in data and data[name] != written:
+        words = f"{written!r}, what shardkit writes" if written else "a field of this format"
+        raise ValueError(f"{name} is {_shown(data[name])}, not {words}")
+
+
+def _no_surrogates(data: Any) -> None:
+    """No string of the manifest (a name or a value, at any depth) holds a lone surrogate
+    (:data:`_SURROGATE`): a column, class or split name holding one passes every other check."""
+    pending: list[tuple[Any, str]] = [(data, "")]
+    while pending:
+        value, path = pending.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for name, item in items:
+            at = f"{path}[{name}]" if isinstance(name, int) else f"{path}.{name}" if path else name
+            for text, where in ((name, f"the name of {at}"), (item, at)):
+                if isinstance(text, str) and (found := _SURROGATE.search(text)):
+                    shown = _shown(text[max(0, found.start() - 20) : found.end() + 20])
+                    raise ValueError(f"{_shown(where)[1:-1]} holds a lone surrogate ({shown}), not text")
+            if isinstance(item, (dict, list)):
+                pending.append((item, at))
+
+
 def _sha256(value: Any, where: str) -> str:
     return _string(value, where, _HEX64, "a sha256 (64 lowercase hex digits)")
 
@@ -299,6 +343,9 @@ def checked_manifest(data: Any) -> Manifest:
     for name in _REQUIRED:
         if name not in data:
             raise ValueError(f"the manifest has no {name!r}: not a shardkit manifest")
+    if unknown := sorted(data.keys() - _FIELDS):
+        raise ValueError(f"the manifest has a field shardkit does not write: {_shown(unknown[0])}")
+    _no_surrogates(data)
     tag = data["format"]
     try:
         fmt = format_of_manifest(tag) if isinstance(tag, str) else None
@@ -308,14 +355,14 @@ def checked_manifest(data: Any) -> Manifest:
         tags = ", ".join(f.manifest_format for f in FORMATS.values())
         raise ValueError(f"format is {_shown(tag)}, not one shardkit writes ({tags})")
     layout = data.get("layout")
-    if layout is not None:
-        _whole(layout, "layout", 1, fmt.layout_version)
-    for name in ("key_scheme", "member_template"):
-        if name in data:
-            _string(data[name], name)
-    member = data.get("metadata_member", METADATA_MEMBER)
-    if member not in (METADATA_MEMBER, METADATA_TABLE_MEMBER):
-        raise ValueError(f"metadata_member is {_shown(member)}, not {METADATA_MEMBER!r} or {METADATA_TABLE_MEMBER!r}")
+    # Recorded from layout 4 on: the format's one layout (a manifest without it is older).
+    if layout is not None and (type(layout) is not int or layout != fmt.layout_version):
+        raise ValueError(f"layout is {_shown(layout)}, not {fmt.layout_version}, the layout shardkit writes")
+    _written_as(data, "key_scheme", KEY_SCHEME)
+    _written_as(data, "member_template", fmt.member_template)
+    # A ZIP shard's first member: its typed table from layout 4 on, its JSON lines before.
+    zip_member = METADATA_TABLE_MEMBER if layout is not None else METADATA_MEMBER
+    _written_as(data, "metadata_member", zip_member if fmt.metadata_member else None)
     prefix_length = _whole(data["prefix_length"], "prefix_length", BY_SIZE, MAX_PREFIX_LENGTH)
     cap = _whole(data["max_shard_bytes"], "max_shard_bytes", fmt.fixed_bytes + 1, fmt.max_bytes)
     target = _whole(data["target_shard_bytes"], "target_shard_bytes", 1, cap)
@@ -473,6 +520,8 @@ def _check_fields(value: Any, where: str, count: list[int], depth: int, names: s
         at = f"{where}[{index + 2 if top else index}]"
         feature = _object(feature, at)
         name = _string(feature.get("name"), f"{at}.name", words="a column name")
+        if problem := column_name_problem(name):
+            raise ValueError(f"{at}.name {_shown(name)} {problem}")
         if name in names:
             raise ValueError(f"{at} is a second column named {_shown(name)}")
         names.add(name)

@@ -30,7 +30,7 @@ from .errors import InputProblem, ShardkitError, naming
 from .formats.zip import member_name  # a row's file inside a ZIP shard: metadata_line's default
 from .hashing import sha256_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
-from .rowrules import EXT_RE, KEY_RE, MAX_LINE_BYTES
+from .rowrules import CONTROL_RE, EXT_RE, KEY_RE, MAX_LINE_BYTES, column_name_problem
 from .shardfile import on_local_disk
 from .threads import interruptible_pool
 
@@ -300,6 +300,8 @@ _GOOD_COLUMNS: set[tuple[str, ...]] = set()
 
 def _column_problem(columns: tuple[str, ...]) -> str | None:
     for column in columns:
+        if problem := column_name_problem(column):
+            return f"column {column!r} {problem}; rename it"
         if column in RESERVED_COLUMNS:
             what = "the metadata table's shard column" if column == "__shard__" else "the file itself"
             return f"column {column!r} is reserved for {what} in the published dataset; rename it"
@@ -334,10 +336,9 @@ def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
 
 
 _DRIVE_RE = re.compile(r"[A-Za-z]:[\\/]")
-#: What no file_name may hold: control characters (C0, DEL and C1: NUL, tab, newline, U+0085...)
-#: and Unicode's line and paragraph separators. A file name is shown in messages, one line each,
-#: and published in --keep-source-path's column; a file that needs one is renamed, not packed.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: What no file_name may hold (:data:`.rowrules.CONTROL_RE`). A file name is shown in messages,
+#: one line each, and published in --keep-source-path's column; a file that needs one is renamed.
+_CONTROL = CONTROL_RE
 
 
 @dataclass(slots=True)

@@ -570,10 +570,13 @@ def _check_shards(
     hashes.save()
     progress.finish()
     if problems:
-        shown = "\n".join(f"  {p}" for p in problems[:10]) + ("\n  ..." if len(problems) > 10 else "")
         raise ShardkitError(
-            f"{len(problems)} shard(s) in {out_dir} differ from {MANIFEST_NAME}; nothing was uploaded:\n"
-            f"{shown}\nRun the same pack command again to rewrite them."
+            [
+                f"{len(problems)} shard(s) in {out_dir} differ from {MANIFEST_NAME}; nothing was uploaded:",
+                *(f"  {p}" for p in problems[:10]),
+                *(["  ..."] if len(problems) > 10 else []),
+                "Run the same pack command again to rewrite them.",
+            ]
         )
 
 

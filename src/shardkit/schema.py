@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .metadata import published_json
+from .rowrules import column_name_problem
 
 _SCALARS = {bool: "bool", int: "int64", float: "float64", str: "string"}
 
@@ -77,6 +78,8 @@ def find_conflict(kind: Kind, value: Any, line: int, where: str) -> str | None:
             merge_value(scratch, item, line)
     elif new == "struct":
         for name, item in value.items():
+            if (kind.fields.get(name) is None) and (wrong := column_name_problem(name)):
+                return f"column {where!r}: its field {name!r} {wrong}; rename it"
             if problem := find_conflict(kind.fields.get(name, Kind()), item, line, f"{where}.{name}"):
                 return problem
     return None

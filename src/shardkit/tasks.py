@@ -552,10 +552,12 @@ class Cluster:
             problems.extend(f"{worker}: cannot see {path}" for path in view["missing"])
         if problems:
             raise UsageError(
-                "the Dask workers cannot do this work:\n  "
-                + "\n  ".join(problems[:20])
-                + "\nEvery worker needs shardkit (the same version), the input at the same paths on shared"
-                " storage, and OUT_DIR there too or, for an OUT_DIR URL, the credentials to reach it."
+                [
+                    "the Dask workers cannot do this work:",
+                    *(f"  {problem}" for problem in problems[:20]),
+                    "Every worker needs shardkit (the same version), the input at the same paths on shared"
+                    " storage, and OUT_DIR there too or, for an OUT_DIR URL, the credentials to reach it.",
+                ]
             )
         return len(views)
 

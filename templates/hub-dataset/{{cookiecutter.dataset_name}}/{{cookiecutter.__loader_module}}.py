@@ -75,6 +75,17 @@ _DTYPES = {"string", "int64", "float64", "bool"}
 _MAX_NESTING = 64
 _MAX_PREFIX_LENGTH = 6
 _LAYOUT = 4  # the newest layout this script reads
+_FIELDS = {
+    "format", "key_scheme", "layout", "member_template", "metadata_member", "prefix_length", "max_shard_bytes",
+    "target_shard_bytes", "input_fingerprint", "modality", "totals", "splits", "features", "metadata_table",
+    "metadata_table_sha256", "shards",
+}  # fmt: skip
+_KEY_SCHEME = "hex: the row's 'key' (8-128 lowercase hex digits), else sha256(file bytes)[:32]"
+_MEMBER_TEMPLATE = "images/{key[0:3]}/{key[3:6]}/{key}{ext}"
+_MAX_NAME_CHARS = 10_000
+# What no column name holds (shardkit.rowrules.CONTROL_RE), and what no text holds.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _shown(value):
@@ -128,6 +139,9 @@ def _check_fields(fields, where, depth, names, top=False):
         name = feature.get("name") if isinstance(feature, dict) else None
         if not isinstance(name, str) or name in names:
             raise ValueError(f"{where} has a feature without a name, or a second one named {_shown(name)}")
+        if not name or len(name) > _MAX_NAME_CHARS or _CONTROL.search(name):
+            words = "empty, too long or with a control character"
+            raise ValueError(f"{where} has a feature named {_shown(name)}: {words}")
         names.add(name)
         _check_type({k: v for k, v in feature.items() if k != "name"}, f"{where} {name!r}", depth, top)
 
@@ -140,12 +154,18 @@ def _checked_manifest(data):
     for name in ("format", "prefix_length", "max_shard_bytes", "target_shard_bytes", "input_fingerprint"):
         if name not in data:
             raise ValueError(f"the manifest has no {name!r}: not a shardkit manifest")
+    if set(data) - _FIELDS:
+        raise ValueError(f"the manifest has a field shardkit does not write: {_shown(sorted(set(data) - _FIELDS)[0])}")
     if data["format"] != "shardkit.zip/1":
         raise ValueError(f"format is {_shown(data['format'])}, not shardkit.zip/1 (the shards this script reads)")
-    if data.get("layout") is not None:
-        _whole(data["layout"], "layout", 1, _LAYOUT)
-    if data.get("metadata_member", _METADATA_LINES) not in (_METADATA_LINES, _METADATA_TABLE):
-        raise ValueError(f"metadata_member is {_shown(data['metadata_member'])}, not a shardkit metadata member")
+    layout = data.get("layout")  # recorded from layout 4 on
+    if layout is not None and (type(layout) is not int or layout != _LAYOUT):
+        raise ValueError(f"layout is {_shown(layout)}, not {_LAYOUT}, the layout shardkit writes")
+    member = _METADATA_LINES if layout is None else _METADATA_TABLE
+    written_as = {"key_scheme": _KEY_SCHEME, "member_template": _MEMBER_TEMPLATE, "metadata_member": member}
+    for name, written in written_as.items():
+        if name in data and data[name] != written:
+            raise ValueError(f"{name} is {_shown(data[name])}, not {written!r}, what shardkit writes")
     prefix_length = _whole(data["prefix_length"], "prefix_length", 0, _MAX_PREFIX_LENGTH)
     cap = _whole(data["max_shard_bytes"], "max_shard_bytes", 131, 0xFFFFFFFF)
     _whole(data["target_shard_bytes"], "target_shard_bytes", 1, cap)
@@ -256,8 +276,10 @@ def _read_manifest(path, where):
     try:
         if len(data) > _MAX_MANIFEST_BYTES:
             raise ValueError(f"larger than {_MAX_MANIFEST_BYTES} bytes, more than any shardkit manifest")
-        try:
-            manifest = json.loads(data, object_pairs_hook=_one_of_each, parse_constant=_not_a_number)
+        if data.startswith(b"\xef\xbb\xbf"):
+            raise ValueError("not a shardkit manifest (it begins with a byte order mark)")
+        try:  # decoded strictly: json.loads(bytes) takes UTF-16 and UTF-8-encoded surrogates too
+            manifest = json.loads(data.decode("utf-8"), object_pairs_hook=_one_of_each, parse_constant=_not_a_number)
         except RecursionError:
             raise ValueError("not a shardkit manifest (nested too deep)") from None
         except ValueError as exc:
@@ -273,6 +295,10 @@ def _not_a_number(name):
 
 
 def _one_of_each(pairs):
+    for name, value in pairs:  # every string shards.json holds is an object's name or in its value
+        for text in (name, *(value if isinstance(value, list) else (value,))):
+            if isinstance(text, str) and _SURROGATE.search(text):
+                raise ValueError(f"{_shown(text)} holds a lone surrogate, not text")
     found = dict(pairs)
     if len(found) != len(pairs):
         raise ValueError("a name appears twice in one object")
