@@ -9,7 +9,8 @@ its place) never gives a traceback. What it does depends on what the file is:
   naming the file; ``--force`` reads no damaged state and starts afresh.
 * ``done/<shard>.json`` (a shard written and checked), ``remux/parts/<shard>.done`` (a source
   shard transformed) and ``hashes.json`` (a cache of sha256s) only spare work: discarded with a
-  warning naming the file; the shard is written, transformed or hashed again.
+  warning naming the file; the shard is written (unless shards.json records it), transformed or
+  hashed again.
 
 Nothing is read through a link or from a FIFO (which would hang): shardkit writes plain files
 here (:func:`.manifest.write_atomic`), so anything else is damage.
@@ -58,10 +59,10 @@ def read_work_json(path: str) -> Any | None:
         if exc.errno == errno.ELOOP:
             raise ValueError("a link, where shardkit writes a plain file") from None
         raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("not a plain file (a FIFO, folder or device), where shardkit writes one")
     with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError("not a plain file (a FIFO, folder or device), where shardkit writes one")
         try:
             data = f.read(MAX_MANIFEST_BYTES + 1)
         except OSError as exc:
@@ -139,6 +140,10 @@ def _read_state(path: str, check: Any, *, force: bool) -> dict[str, Any] | None:
         data = read_work_json(path)
         return None if data is None else dict(check(data))
     except ValueError as exc:
+        if force and os.path.isdir(path) and not os.path.islink(path):  # a rename cannot replace it
+            raise DamagedStateError(
+                f"{path}: a folder, where shardkit keeps a file of its own; move it out of the way, then re-run"
+            ) from None
         if force:
             log.warning("%s: damaged (%s); ignored: --force starts afresh", path, exc)
             return None
@@ -167,7 +172,7 @@ def read_done_records(done_dir: str) -> dict[str, ManifestShard]:
             fmt = format_named(suffix)
             records[path] = _checked_shards([data], fmt, fmt.max_bytes)[0]
         except ValueError as exc:
-            log.warning("%s: damaged (%s); ignored: its shard is written again", path, exc)
+            log.warning("%s: damaged (%s); ignored: its shard is written again unless shards.json records it", path, exc)
     return records
 
 
