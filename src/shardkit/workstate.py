@@ -172,7 +172,7 @@ def read_done_records(done_dir: str) -> dict[str, ManifestShard]:
             fmt = format_named(suffix)
             records[path] = _checked_shards([data], fmt, fmt.max_bytes)[0]
         except ValueError as exc:
-            log.warning("%s: damaged (%s); ignored: its shard is written again unless shards.json records it", path, exc)
+            log.warning("%s: damaged (%s); ignored: its shard is written again unless shards.json has it", path, exc)
     return records
 
 
