@@ -263,3 +263,53 @@ def test_force_does_not_remove_a_folder_in_place_of_the_state(copy: Path) -> Non
     assert result.returncode == 1
     assert _one_line(result.stderr).startswith(f"error: {state}: a folder, ")
     assert (state / "mine").is_dir()
+
+
+# --- remux's working files ------------------------------------------------------------------
+
+
+def remux(source: Path, out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "src")])}
+    command = [str(BIN / "shardkit"), "remux", str(source), str(out), "-q", "-j", "1"]
+    map_fn = ["--map", "tests.remux_functions:resize_and_flip"]
+    return subprocess.run([*command, *map_fn, *options], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "a list", "a FIFO", "a link"])
+def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed: Path, tmp_path: Path, damage: str) -> None:
+    out = tmp_path / "out"
+    state = out / ".shardkit" / "remux" / "state.json"
+    (state.parent / "parts").mkdir(parents=True)
+    state.write_text('{"a": 1}')
+    {
+        "garbage": lambda p: p.write_text("{"),
+        "a list": lambda p: p.write_text("[]"),
+        "a FIFO": _replace_with_fifo,
+        "a link": _replace_with_link,
+    }[damage](state)
+    refused = remux(packed, out)
+    assert refused.returncode == 1
+    assert _one_line(refused.stderr).startswith(f"error: {state}: damaged (")
+    (state.parent / "parts" / "stale.done").write_text("{}")  # of the run before: gone with --force
+    forced = remux(packed, out, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert f"WARNING: {state}: damaged (" in forced.stderr
+    assert json.loads((out / "shards.json").read_text())["shards"]
+    assert not (out / ".shardkit" / "remux").exists()
+
+
+@pytest.mark.parametrize(
+    "content", [b"{", b"[]", b'{"rows_in": "3", "rows_out": 3}', b'{"rows_in": 3}', b'{"rows_in": -1, "rows_out": 0}']
+)
+def test_damaged_remux_done_file_is_discarded_with_a_warning(
+    tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    from shardkit.workstate import read_remux_done
+
+    done = tmp_path / "0.done"
+    done.write_bytes(content)
+    assert read_remux_done(str(done)) is None
+    assert f"{done}: damaged (" in caplog.text
+    assert read_remux_done(str(tmp_path / "absent.done")) is None
+    done.write_text('{"rows_in": 3, "rows_out": 2, "columns": ["a"], "not_labels": []}')
+    assert read_remux_done(str(done)) == {"rows_in": 3, "rows_out": 2, "columns": ["a"], "not_labels": []}
