@@ -142,21 +142,6 @@ DONE_DAMAGE: dict[str, Callable[[Path], None]] = {
 }
 
 
-@pytest.mark.parametrize("damage", list(DONE_DAMAGE))
-@pytest.mark.parametrize("mode", [(), ("--update",), ("--force",)], ids=["rerun", "update", "force"])
-def test_damaged_done_record_is_discarded_with_a_warning(
-    copy: Path, packed: Path, damage: str, mode: tuple[str, ...]
-) -> None:
-    record = copy / ".shardkit" / "done" / "data__0.zip.json"
-    DONE_DAMAGE[damage](record)
-    result = pack(copy, *mode)
-    assert result.returncode == 0, result.stderr
-    assert f"WARNING: {record}: damaged (" in result.stderr
-    assert "Traceback" not in result.stderr
-    assert tree_bytes(copy / "data") == tree_bytes(packed / "data")
-    assert (copy / "shards.json").read_bytes() == (packed / "shards.json").read_bytes()
-
-
 HASHES_DAMAGE: dict[str, Callable[[Path], None]] = {
     "garbage": lambda p: p.write_text("not json"),
     "a list": lambda p: p.write_text("[1]"),
@@ -167,20 +152,26 @@ HASHES_DAMAGE: dict[str, Callable[[Path], None]] = {
 }
 
 
-@pytest.mark.parametrize("damage", list(HASHES_DAMAGE))
+#: The working files that only spare work, by their path in .shardkit/, with their damages.
+CACHES = {"done/data__0.zip.json": DONE_DAMAGE, "hashes.json": HASHES_DAMAGE}
+
+
+@pytest.mark.parametrize(("name", "damage"), [(name, damage) for name, damages in CACHES.items() for damage in damages])
 @pytest.mark.parametrize("mode", [(), ("--update",), ("--force",)], ids=["rerun", "update", "force"])
-def test_damaged_hash_cache_is_discarded_with_a_warning(
-    copy: Path, packed: Path, damage: str, mode: tuple[str, ...]
+def test_damaged_cache_is_discarded_with_a_warning(
+    copy: Path, packed: Path, name: str, damage: str, mode: tuple[str, ...]
 ) -> None:
-    hashes = copy / ".shardkit" / "hashes.json"
-    HASHES_DAMAGE[damage](hashes)
+    path = copy / ".shardkit" / name
+    CACHES[name][damage](path)
     result = pack(copy, *mode)
     assert result.returncode == 0, result.stderr
-    assert f"WARNING: {hashes}: damaged (" in result.stderr
+    assert f"WARNING: {path}: damaged (" in result.stderr
     assert "Traceback" not in result.stderr
     assert tree_bytes(copy / "data") == tree_bytes(packed / "data")
-    saved = json.loads(hashes.read_text())  # written afresh, a plain file again
-    assert not hashes.is_symlink() and set(saved) >= {"data/0.zip"}
+    assert (copy / "shards.json").read_bytes() == (packed / "shards.json").read_bytes()
+    assert not path.is_symlink()
+    if name == "hashes.json":  # written afresh, a plain file again
+        assert set(json.loads(path.read_text())) >= {"data/0.zip"}
 
 
 # --- Ctrl-C at any moment -----------------------------------------------------------------
