@@ -6,6 +6,9 @@ Progress goes to stderr; ``--json`` prints one summary object on stdout.
 
 from __future__ import annotations
 
+# First of all: a Ctrl-C while the modules below load gives one line, not a traceback.
+from .interrupt import interrupt_raises  # isort: split
+
 import contextlib
 import errno
 import json
@@ -90,12 +93,14 @@ class FolderOrUrl(click.Path):
         return os.fsdecode(super().convert(value, param, ctx))  # str already: no path_type was given
 
 
-def _run(action: Callable[[], _T]) -> _T:
-    """Run a library call, turning its errors into messages and exit codes."""
+def _run(action: Callable[[], _T], *, resumes: bool = True) -> _T:
+    """Run a library call, turning its errors into messages and exit codes. ``resumes``: a re-run
+    of the command takes up where an interrupted one stopped (so Ctrl-C's message says so)."""
     try:
-        return action()
+        with interrupt_raises():
+            return action()
     except KeyboardInterrupt:
-        click.echo("interrupted; re-run the same command to resume", err=True)
+        click.echo("interrupted; re-run the same command to resume" if resumes else "interrupted", err=True)
         _exit_now(130)
     except UsageError as exc:
         click.echo(f"error: {exc}", err=True)  # a ShardkitError's message is redacted as it is made
@@ -854,7 +859,7 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
 
     _setup_logging()
     progress = _progress(quiet, as_json)
-    report = _run(lambda: verify(out_dir, deep=deep, progress=progress))
+    report = _run(lambda: verify(out_dir, deep=deep, progress=progress), resumes=False)
     if as_json:
         _echo_json(report.to_json())
     else:

@@ -83,6 +83,9 @@ def open_metadata(path: str, start: int = 0) -> Iterator[IO[bytes]]:
     A file whose first bytes say it is compressed otherwise than its name says is refused with
     one line naming it: read as text it would be a problem per line, and gzip's own message
     ("Not a gzipped file") names no file. (Read through the one descriptor: a FIFO is read once.)
+    A .jsonl.gz is read as gzip(1) reads it: all its members, and zero bytes after the last are
+    padding (tar and tape writers add it; gzip -t and zcat accept it), not data; other trailing bytes
+    are refused.
     """
     with open(path, "rb") as raw:
         if start:

@@ -20,6 +20,7 @@ from .location import MAX_SMALL_FILE_BYTES, Location, OutsideDataset, check_in_d
 from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, ManifestShard, write_atomic
 from .manifest import WORK_DIR as WORK_DIR  # the working folder is outdir's concept; defined beside write_atomic
 from .table import TABLE_NAME
+from .workstate import read_hash_cache
 
 #: The top-level files of a repo that shardkit writes (with the ``*_loader.py`` loading script):
 #: what pack edits, what moves between an OUT_DIR URL and its work folder, what push publishes.
@@ -255,12 +256,7 @@ class HashCache:
         self.out_dir = out_dir
         self.path = os.path.join(out_dir, WORK_DIR, "hashes.json")
         self._lock = threading.Lock()
-        self.entries: dict[str, list[str]] = {}
-        with contextlib.suppress(FileNotFoundError, ValueError):
-            with open(self.path, encoding="utf-8") as f:
-                loaded = json.load(f)
-            if isinstance(loaded, dict):
-                self.entries = loaded
+        self.entries: dict[str, list[str]] = read_hash_cache(self.path)
 
     @staticmethod
     def _stamp(st: os.stat_result) -> str:

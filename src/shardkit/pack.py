@@ -89,6 +89,7 @@ from .staging import (
 )
 from .table import TABLE_NAME, write_metadata_table
 from .tasks import Cluster, Tasks, cluster_for, run_tasks, start_forkserver, task_executor
+from .workstate import read_done_records, read_pack_state
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS, ShardJob, metadata_path_for, write_shard
 
 log = logging.getLogger(__name__)
@@ -292,7 +293,7 @@ def _pack_locked(
     try:
         # With a URL, the range tasks' runs must land where this process reads them: here.
         check_cluster = None if remote else cluster
-        previous = _previous_run(local_dir, work_dir)
+        previous = _previous_run(local_dir, work_dir, force=config.force)
         staged = _check_and_stage(
             config,
             fmt,
@@ -877,14 +878,11 @@ LAYOUT_CHANGES = {
 }
 
 
-def _recorded_shards(manifest: Manifest | None, work_dir: str) -> dict[str, ManifestShard]:
+def _recorded_shards(manifest: Manifest | None, done_records: dict[str, ManifestShard]) -> dict[str, ManifestShard]:
     """The shards OUT_DIR's manifest or the done records (of a run that stopped part-way) name."""
     shards = {s.file: s for s in manifest.shards} if manifest is not None else {}
-    done_dir = os.path.join(work_dir, "done")
-    for name in sorted(os.listdir(done_dir)) if os.path.isdir(done_dir) else []:
-        with contextlib.suppress(OSError, ValueError, TypeError, KeyError), open(os.path.join(done_dir, name)) as f:
-            record = ManifestShard(**json.load(f))
-            shards[record.file] = record
+    for record in done_records.values():
+        shards[record.file] = record
     return shards
 
 
@@ -931,11 +929,10 @@ class _PreviousRun:
         return dict(self.state.get("labels") or {})
 
 
-def _previous_run(local_dir: str, work_dir: str) -> _PreviousRun | None:
-    """The run recorded in OUT_DIR, if any (older records are completed with what they imply)."""
-    state: dict[str, Any] | None = None
-    with contextlib.suppress(FileNotFoundError), open(os.path.join(work_dir, "state.json"), encoding="utf-8") as f:
-        state = json.load(f)
+def _previous_run(local_dir: str, work_dir: str, *, force: bool) -> _PreviousRun | None:
+    """The run recorded in OUT_DIR, if any (older records are completed with what they imply).
+    A damaged state.json is refused; with ``force``, ignored (the run starts afresh)."""
+    state = read_pack_state(os.path.join(work_dir, "state.json"), force=force)
     manifest = read_manifest(local_dir)
     if state is None and manifest is not None:  # a folder packed without its work folder (a clone)
         state = {"input_fingerprint": manifest.input_fingerprint, "options": asdict(manifest.options)}
@@ -1036,7 +1033,9 @@ def _reconcile(
     # of a run that stopped part-way. Nothing else in data/ or metadata/ is ever deleted or
     # overwritten, --force or not; a file at a planned name counts as ours only while a run of
     # this same input and options is under way (killed between writing a shard and its record).
-    recorded = _recorded_shards(manifest, work_dir)
+    done_dir = os.path.join(work_dir, "done")
+    done_records = read_done_records(done_dir)
+    recorded = _recorded_shards(manifest, done_records)
     owned = {rel for s in recorded.values() for rel in (s.file, s.metadata)}
     present = sorted(
         rel
@@ -1070,7 +1069,6 @@ def _reconcile(
     # named by a record (the old ones, or the new state's plan) and a re-run takes it up: the
     # files that go first, while the records naming them are there; then the new state; then
     # the old records (a record is trusted only for the rows it was written from, below).
-    done_dir = os.path.join(work_dir, "done")
     if not dry_run:
         for rel in ours:
             # An update overwrites a changed shard in place, when its new version is written.
@@ -1094,9 +1092,8 @@ def _reconcile(
         record_path = _done_record(work_dir, p.name)
         result: ManifestShard | None = None
         # (A run of other input clears the done records: a dry run leaves them and ignores them.)
-        if same_run or not dry_run:
-            with contextlib.suppress(FileNotFoundError, ValueError, TypeError), open(record_path, "rb") as f:
-                result = ManifestShard(**json.load(f))
+        if same_run:
+            result = done_records.get(record_path)
         if result is not None and result.input_sha256 and result.input_sha256 != p.input_sha256:
             result = None  # written from other rows, by a run of other input killed part-way
         from_before = False

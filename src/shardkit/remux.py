@@ -51,7 +51,6 @@ identity. Same source, function, batch size and seed: same bytes.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -93,6 +92,7 @@ from .progress import NullProgress, Progress
 from .rowrules import EXT_RE, KEY_RE
 from .schema import class_label_names
 from .tasks import Cluster, cluster_for, run_tasks, task_executor
+from .workstate import read_remux_done, read_remux_state
 
 if TYPE_CHECKING:  # imported where the remux packs: its transform workers never need pack
     from .pack import ExecutorName, PackSummary, ShardFormatName
@@ -850,10 +850,9 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         remux_dir = os.path.join(work_dir, REMUX_DIR)
         state_path = os.path.join(remux_dir, "state.json")
         state = _state(config, splits)
-        previous = None
-        with contextlib.suppress(FileNotFoundError, ValueError), open(state_path, encoding="utf-8") as f:
-            previous = json.load(f)
-        if previous is not None and previous != state:
+        previous = read_remux_state(state_path, force=config.force)
+        # --force starts over from nothing: also when the state was damaged (then it reads as None).
+        if previous != state and (previous is not None or config.force) and os.path.isdir(remux_dir):
             if not config.force:
                 raise UsageError(
                     f"{out_dir} holds an unfinished remux with other settings; re-run with --force to start over"
@@ -874,7 +873,8 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
             for name in names:
                 if name.endswith(".partial"):
                     os.unlink(os.path.join(dirpath, name))
-        resumed = {t.stem for t in all_tasks if os.path.exists(_done_path(remux_dir, t.stem))}
+        done_counts = {t.stem: read_remux_done(_done_path(remux_dir, t.stem)) for t in all_tasks}
+        resumed = {stem for stem, counts in done_counts.items() if counts is not None}
         tasks = [t for t in all_tasks if t.stem not in resumed]
         progress.start("transforming source shards", total=n_shards, unit="shards")
         progress.advance(len(resumed))
@@ -888,8 +888,11 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         transform_seconds = time.perf_counter() - started
         counts = []
         for task in all_tasks:
-            with open(_done_path(remux_dir, task.stem), encoding="utf-8") as f:
-                counts.append(json.load(f))
+            done_path = _done_path(remux_dir, task.stem)
+            task_counts = done_counts[task.stem] or read_remux_done(done_path)
+            if task_counts is None:  # written by the task just run: gone only if something else removed it
+                raise ShardkitError(f"{done_path}: missing once its source shard was transformed; re-run to redo it")
+            counts.append(task_counts)
         rows_in = sum(c["rows_in"] for c in counts)
         rows_out = sum(c["rows_out"] for c in counts)
         metadata = os.path.join(remux_dir, "metadata.jsonl")
