@@ -88,8 +88,6 @@ STATE_DAMAGE: dict[str, Callable[[Path], None]] = {
     "split_folders a string": lambda p: _edit_json(p, lambda d: d.update(split_folders="yes")),
     "boundaries unsorted": lambda p: _edit_json(p, lambda d: d.update(boundaries={"train": ["1", "0"]})),
     "boundaries a string": lambda p: _edit_json(p, lambda d: d.update(boundaries={"train": "0"})),
-    "a FIFO": _replace_with_fifo,
-    "a link": _replace_with_link,
     "a folder": lambda p: (p.unlink(), p.mkdir()),
 }
 
@@ -137,8 +135,6 @@ DONE_DAMAGE: dict[str, Callable[[Path], None]] = {
     "no sha256": lambda p: _edit_json(p, lambda d: d.pop("sha256")),
     "file outside data": lambda p: _edit_json(p, lambda d: d.update(file="../../etc/passwd")),
     "keys descending": lambda p: _edit_json(p, lambda d: d.update(first_key="f" * 32, last_key="0" * 32)),
-    "a FIFO": _replace_with_fifo,
-    "a link": _replace_with_link,
 }
 
 
@@ -147,8 +143,6 @@ HASHES_DAMAGE: dict[str, Callable[[Path], None]] = {
     "a list": lambda p: p.write_text("[1]"),
     "a value of 5": lambda p: p.write_text('{"data/0.zip": 5}'),
     "a short sha256": lambda p: p.write_text('{"data/0.zip": ["1:2:3", "abc"]}'),
-    "a FIFO": _replace_with_fifo,
-    "a link": _replace_with_link,
 }
 
 
@@ -172,6 +166,34 @@ def test_damaged_cache_is_discarded_with_a_warning(
     assert not path.is_symlink()
     if name == "hashes.json":  # written afresh, a plain file again
         assert set(json.loads(path.read_text())) >= {"data/0.zip"}
+
+
+@pytest.mark.parametrize("name", ["state.json", "done/data__0.zip.json", "hashes.json"])
+@pytest.mark.parametrize("entry", ["a FIFO", "a link"])
+@pytest.mark.parametrize("mode", [(), ("--update",), ("--force",)], ids=["rerun", "update", "force"])
+def test_a_fifo_or_a_link_out_in_the_working_folder_is_refused_in_every_mode(
+    copy: Path, name: str, entry: str, mode: tuple[str, ...]
+) -> None:
+    """Not damaged state but an entry shardkit did not write (outdir.check_own_entries): refused
+    before anything is read or written, even with --force, which replaces only shardkit's files.
+    A FIFO is never opened (the run would hang), a link never followed nor replaced."""
+    path = copy / ".shardkit" / name
+    outside = copy.parent / f"outside-{path.name}"  # beside OUT_DIR: out of it
+    if entry == "a FIFO":
+        _replace_with_fifo(path)
+    else:
+        path.rename(outside)
+        path.symlink_to(outside)
+    target = outside.read_bytes() if entry == "a link" else None
+    before = tree_bytes(copy / "data")
+    result = pack(copy, *mode)
+    assert result.returncode == 1
+    line = _one_line(result.stderr)
+    assert line.startswith(f"error: {path}: ")
+    assert ("not a regular file" if entry == "a FIFO" else "outside the dataset folder") in line
+    assert tree_bytes(copy / "data") == before
+    if target is not None:
+        assert path.is_symlink() and outside.read_bytes() == target
 
 
 # --- Ctrl-C at any moment -----------------------------------------------------------------
@@ -266,7 +288,7 @@ def remux(source: Path, out: Path, *options: str) -> subprocess.CompletedProcess
     return subprocess.run([*command, *map_fn, *options], capture_output=True, text=True, env=env, timeout=600)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "a list", "a FIFO", "a link"])
+@pytest.mark.parametrize("damage", ["garbage", "a list"])
 def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed: Path, tmp_path: Path, damage: str) -> None:
     out = tmp_path / "out"
     state = out / ".shardkit" / "remux" / "state.json"
@@ -275,8 +297,6 @@ def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed: Path, tm
     {
         "garbage": lambda p: p.write_text("{"),
         "a list": lambda p: p.write_text("[]"),
-        "a FIFO": _replace_with_fifo,
-        "a link": _replace_with_link,
     }[damage](state)
     refused = remux(packed, out)
     assert refused.returncode == 1
