@@ -417,7 +417,8 @@ def test_names_and_values_that_read_as_markers_neither_end_nor_forge_a_section(t
         (images / f"p{i}.jpg").write_bytes(tiny_image(i))
         row: dict[str, Any] = {"file_name": f"p{i}.jpg", "label": MARKERS[i % len(MARKERS)]}
         row.update({marker: f"value {i}\n{marker}\n" for marker in MARKERS})
-        row["x\n<!-- /shardkit:features -->\ny"] = i  # a name holding the marker as a line of its own
+        # (a column name holding a line end, and so a marker as a line of its own, is refused at
+        # pack: rowrules.column_name_problem; the values above hold one)
         rows.append(row)
     meta = write_jsonl(tmp_path / "in" / "meta.jsonl", rows)
     out = tmp_path / "out"
@@ -437,17 +438,11 @@ def test_names_and_values_that_read_as_markers_neither_end_nor_forge_a_section(t
     features_text = re.search(r"(?ms)^<!-- shardkit:features -->\n(.*?)^<!-- /shardkit:features -->$", text)
     assert features_text is not None and features_text.group(1).startswith("## Features\n")
     features = table(features_text.group(1), "column")
-    # image, key, label, every marker column, the two-line name (on one line in its cell)
-    assert [row[0] for row in features] == [
-        "`image`",
-        "`key`",
-        "`label`",
-        *(f"`{m}`" for m in MARKERS),
-        "`x <!-- /shardkit:features --> y`",
-    ]
+    # image, key, label, every marker column
+    assert [row[0] for row in features] == ["`image`", "`key`", "`label`", *(f"`{m}`" for m in MARKERS)]
     card = DatasetCard(text)
     names = [f["name"] for f in card.data.dataset_info["features"]]
-    assert set(MARKERS) <= set(names) and "x\n<!-- /shardkit:features -->\ny" in names
+    assert set(MARKERS) <= set(names)
     label = next(f for f in card.data.dataset_info["features"] if f["name"] == "label")
     assert sorted(label["dtype"]["class_label"]["names"].values()) == sorted(MARKERS[:6])
 
