@@ -105,17 +105,15 @@ def check_entry(path: str, root: str, private: Iterable[str], *, folder: bool | 
         raise OutsideDataset(f"{path}: a file, where shardkit keeps a folder; move it away")
 
 
-def check_own_entries(out_dir: str, files: Iterable[str] = ()) -> None:
+def check_own_entries(out_dir: str) -> None:
     """Refuse, before anything opens, writes or sends one, an OUT_DIR whose own entries (its
     top-level files shardkit writes, ``data/``, ``metadata/`` and ``.shardkit/`` with all they
-    hold, and ``files``, the other paths a push publishes) are not :func:`check_entry`'s regular
-    files and folders inside OUT_DIR: one rule for every pack mode and push. The user's other
-    files (beside an ``--adopt``ed repo) are not looked at."""
+    hold) are not :func:`check_entry`'s regular files and folders inside OUT_DIR: one rule for
+    every pack mode, push and remux. The user's other files (beside an ``--adopt``ed repo) are
+    not looked at."""
     if not os.path.isdir(out_dir):
         return
-    root = readable_root(out_dir)
-    real = os.path.realpath(out_dir)
-    hidden = {name: os.path.join(real, name) for name in sorted(NEVER_PUBLISHED)}
+    root, hidden = _own_roots(out_dir)
     # The working folder's own files may be where they are; nothing may point into .git.
     private = {name: [p for n, p in hidden.items() if n != name] for name in OWN_FOLDERS}
     names = sorted(n for n in os.listdir(out_dir) if n in OWN_FOLDERS or is_small_file(n))
@@ -126,8 +124,23 @@ def check_own_entries(out_dir: str, files: Iterable[str] = ()) -> None:
             for folder, dirs, found in os.walk(path):
                 for entry in sorted(dirs + found):
                     check_entry(os.path.join(folder, entry), root, private[name])
+
+
+def check_published_files(out_dir: str, files: Iterable[str]) -> None:
+    """Refuse a file a push would publish (``--include``'d ones too) unless it is a regular file
+    of OUT_DIR whose real path is in neither ``.git`` nor ``.shardkit`` (:func:`check_entry`):
+    huggingface_hub opens each by path. OUT_DIR's own folders were walked by
+    :func:`check_own_entries` already."""
+    root, hidden = _own_roots(out_dir)
     for path in files:
         check_entry(path, root, hidden.values())
+
+
+def _own_roots(out_dir: str) -> tuple[str, dict[str, str]]:
+    """Where OUT_DIR's files may lead (:func:`~.location.readable_root`), and the real paths of
+    the folders that are never published, by name."""
+    real = os.path.realpath(out_dir)
+    return readable_root(out_dir), {name: os.path.join(real, name) for name in sorted(NEVER_PUBLISHED)}
 
 
 def foreign_entries(out_dir: str) -> list[str]:

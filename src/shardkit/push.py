@@ -56,6 +56,7 @@ from .outdir import (
     WORK_DIR,
     HashCache,
     check_own_entries,
+    check_published_files,
     is_small_file,
     locked,
     never_published,
@@ -721,7 +722,7 @@ def _push_locked(
     left_out: list[str] = []
     shard_files, other_files = collect_files(out_dir, manifest, location, listing, config.include, left_out)
     # huggingface_hub opens them by path: each a regular file of OUT_DIR's own, not a link out or into .git
-    check_own_entries(out_dir, [f.local for f in (*shard_files, *other_files) if not is_url(f.local)])
+    check_published_files(out_dir, [f.local for f in (*shard_files, *other_files) if not is_url(f.local)])
     if problem := card_problem(out_dir):  # the Hub would refuse it at the last commit, after the uploads
         raise UsageError(problem)
     if left_out:
