@@ -16,7 +16,12 @@ SHOWN_ROOT = "/path/to/shardkit/"
 
 def test_demo_scaffolds_packs_pushes_and_streams_every_row_back(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(SHARDKIT_DEMO_DIR=str(tmp_path / "demo-output"), SHARDKIT_VENV=str(Path(sys.executable).parent.parent))
+    # The venv running this test, as it is: the demo must not re-install shardkit into it.
+    env.update(
+        SHARDKIT_DEMO_DIR=str(tmp_path / "demo-output"),
+        SHARDKIT_VENV=str(Path(sys.executable).parent.parent),
+        SHARDKIT_VENV_READY="1",
+    )
     result = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "demo.sh")], capture_output=True, text=True, env=env, timeout=600
     )
