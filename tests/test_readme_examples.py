@@ -173,7 +173,7 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
         assert reason and len([b for b in blocks if listed(b, doc, heading, first_line)]) == 1, (doc, first_line)
     for doc, first_line, _ in EXPECTED:
         assert len([b for b in blocks if listed(b, doc, "", first_line)]) == 1, (doc, first_line)
-    assert [b.lang for b in runnable("README.md")] == ["bash", "python"]  # the quick start and its read-back
+    assert {"bash", "python"} <= {b.lang for b in runnable("README.md")}  # the quick start and its read-back run
 
 
 @pytest.mark.parametrize("doc", DOCS)
