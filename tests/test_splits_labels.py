@@ -281,7 +281,7 @@ def test_every_reader_gives_each_split_exactly_its_rows_labels_and_source_paths(
             problems += found
             if any(": rows differ:" in p for p in found):
                 continue
-            one_per_file = not (reader == "builtin" and fmt == "zip")  # imagefolder reports one (README)
+            one_per_file = not (reader == "builtin" and fmt == "zip")  # imagefolder reports one (docs/reference.md)
             if cell["streaming"] and one_per_file and got["n_shards"] != packed.shards[fmt, split]:
                 problems.append(f"{where}: n_shards {got['n_shards']}, expected {packed.shards[fmt, split]}")
     if problems:

@@ -232,7 +232,7 @@ pack_options: list[_Decorator] = [
         help="zip: imagefolder, the datasets 3.x script and shardkit.stream read it. "
         "tar: webdataset layout (<key>.json + <key>.jpg), datasets' webdataset builder reads it. "
         "parquet: files embedded, typed columns, datasets' parquet builder reads it. "
-        "README.md compares them.",
+        "docs/reference.md compares them.",
     ),
     click.option(
         "--max-shard-size",
@@ -471,7 +471,7 @@ def _pack_command(
 
     With an OUT_DIR URL or --push, a connection or an answer that brings no data for
     SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails the run; re-run to resume (limits:
-    README.md, "Guarantees").
+    docs/guarantees.md).
     """
     from .pack import PackConfig, pack
 
