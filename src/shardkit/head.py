@@ -100,9 +100,18 @@ def describe_file(kind: str, path: str, data: bytes) -> FileInfo:
     try:
         known.update(_image_header(data) if kind == "image" else _audio_header(data))
     except Exception as exc:  # whatever a decoder raises for a file it does not read: shown, not fatal
-        reader = "Pillow" if kind == "image" else "soundfile"
-        known["problem"] = f"{reader} cannot read its header ({type(exc).__name__}: {str(exc)[:120]})"
+        known["problem"] = _header_problem(kind, exc)
     return FileInfo(**known)
+
+
+def _header_problem(kind: str, exc: Exception) -> str:
+    """Why a decoder did not read a header, without the file object's repr its message may hold."""
+    if type(exc).__name__ == "UnidentifiedImageError":
+        reason = "not an image type it knows"
+    else:  # soundfile's error_string is libsndfile's reason alone ("Format not recognised.")
+        reason = str(getattr(exc, "error_string", None) or exc).rstrip(".")
+    reader = "Pillow" if kind == "image" else "soundfile"
+    return f"{reader} cannot read its header: {reason[:120]}"
 
 
 def _image_header(data: bytes) -> dict[str, Any]:
