@@ -35,6 +35,8 @@ from .shardrows import iter_shard, read_manifest_from
 STRING_CHARS = 60
 LIST_ITEMS = 5
 VALUE_CHARS = 100
+#: The features are listed on lines of at most this many characters.
+HEADER_WIDTH = 100
 #: EXIF's orientation tag: 1 is upright; 2-8 a viewer turns or mirrors the stored pixels.
 _ORIENTATION_TAG = 0x0112
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,16}")
@@ -218,8 +220,9 @@ def open_head(target: str, *, split: str | None = None, revision: str | None = N
 
 
 def header_lines(head: Head, count: int) -> list[str]:
-    """What the text output starts with: the dataset, its format, the split and how many of its
-    rows are shown, the other splits, and the features (their types as the card declares them)."""
+    """What the text output starts with: a line naming the dataset, its format, the split and how
+    many of its rows are shown, and the other splits; then the features (their types as the card
+    declares them), on lines of :data:`HEADER_WIDTH`."""
     manifest = head.manifest
     shown = min(count, head.split_rows)
     others = [f"{s.name} {s.rows}" for s in manifest.splits() if s.name != head.split]
@@ -230,8 +233,20 @@ def header_lines(head: Head, count: int) -> list[str]:
     return [
         f"{where}: {manifest.options.format} shards, split {head.split}: {shown} of {head.split_rows} rows shown"
         f" ({len(shards)} shard{'s' if len(shards) != 1 else ''}, {size}{other_text})",
-        "features: " + ", ".join(f"{one_line(str(f['name']))} ({type_text(f)})" for f in manifest.features),
+        *_wrapped("features:", [f"{one_line(str(f['name']))} ({type_text(f)})" for f in manifest.features]),
     ]
+
+
+def _wrapped(first: str, items: list[str]) -> list[str]:
+    """``first`` then ``items``, comma-separated, on lines of :data:`HEADER_WIDTH` (longer only
+    for one long item), each item whole on one line, the lines after the first indented."""
+    lines = [first]
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        if len(lines[-1]) + 1 + len(piece) > HEADER_WIDTH and lines[-1].strip() not in ("", first):
+            lines.append(" ")
+        lines[-1] += " " + piece
+    return lines
 
 
 def type_text(feature: dict[str, Any]) -> str:
