@@ -31,7 +31,7 @@ import pytest
 import soundfile
 from PIL import Image
 
-from tests.conftest import write_jsonl
+from tests.conftest import pack_example, write_jsonl
 from tests.fault_proxy import Fault, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import WRITE_TOKEN, HubServer, run_hub_server
@@ -517,3 +517,34 @@ def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_es
         "mode": None,
         "problem": "Pillow cannot read its header: not an image type it knows",
     }
+
+
+def test_a_reader_that_stops_reading_ends_it_quietly(tmp_path: Path) -> None:
+    out = tmp_path / "yfcc-mini"
+    assert pack_example(out, "-q").returncode == 0
+    for args in (["--json"], []):  # 300 rows: far more than a pipe holds
+        cmd = [str(SCRIPTS / "shardkit"), "head", str(out), "-n", "300", *args]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # as `| head -1` does
+        stderr = proc.stderr.read()
+        assert proc.wait(timeout=120) == 0 and stderr == b""
+        assert first.startswith(b'{"image": ' if args else f"{out}: zip shards".encode())
+
+
+def test_a_saved_file_never_leaves_its_folder(tmp_path: Path) -> None:
+    from shardkit.errors import ShardkitError
+    from shardkit.head import HeadRow, SavedFiles, describe_file
+
+    image = describe_file("image", "images/x/0123abcd.png", image_bytes(1))
+    good = HeadRow(1, "data/0.zip", "0123abcd", {"image": image}, image_bytes(1))
+    out = tmp_path / "out"
+    bad_names = (("../../0123abcd", "a.png"), ("0123abcd", "x/0123abcd.\\..\\..\\evil"), ("0123ABCD/x", "a.png"))
+    for key, path in bad_names:
+        bad = HeadRow(1, "data/0.zip", key, {"image": describe_file("image", path, b"x")}, b"x")
+        with pytest.raises(ShardkitError, match="not saved"), SavedFiles(str(out)) as saving:
+            saving.save(good)
+            saving.save(bad)
+        assert not out.exists()  # the folder it made, and the good file, removed
+    assert list(tmp_path.iterdir()) == []

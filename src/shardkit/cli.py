@@ -1010,25 +1010,25 @@ def head_cmd(
 
     _setup_logging()
 
+    def emit(text: str) -> None:
+        try:
+            click.echo(text)
+        except BrokenPipeError:  # `| head -1`: the reader has what it wanted (the files saved are kept)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _exit_now(0)
+
     def show() -> int:
         head = open_head(target, split=split, revision=revision)
         with SavedFiles(save_to) if save_to else contextlib.nullcontext() as saving:
             if not as_json:
-                click.echo("\n".join(header_lines(head, count)))
+                emit("\n".join(header_lines(head, count)))
             for row in head.rows(count):
                 if saving is not None:
                     saving.save(row)
-                if as_json:
-                    click.echo(json.dumps(row_json(row)))
-                else:
-                    click.echo("\n" + "\n".join(row_lines(head, row)))
+                emit(json.dumps(row_json(row)) if as_json else "\n" + "\n".join(row_lines(head, row)))
             return saving.saved if saving is not None else 0
 
-    try:
-        saved = _run(show, resumes=False)
-    except BrokenPipeError:  # `| head -1`, `| jq -c . | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        _exit_now(0)
+    saved = _run(show, resumes=False)
     if save_to:
         click.echo(f"saved {saved} file{'s' if saved != 1 else ''} in {one_line(os.path.abspath(save_to))}", err=True)
 
