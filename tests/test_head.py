@@ -492,6 +492,7 @@ def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_es
     (images / "b.png").write_bytes(image_bytes(1))
     caption = "esc \x1b[31mred\x1b[0m \u2028 line sep \x85 next line \r\n tab\t nul\x00 end"
     rows = [{"file_name": "a.jpg", "caption": caption}, {"file_name": "b.png", "caption": "ok"}]
+    rows = [{**row, "split": "validation"} for row in rows]  # no train split: the first is shown
     out = tmp_path / "out"
     pack(images, write_jsonl(tmp_path / "meta.jsonl", rows), out)
 
@@ -499,7 +500,8 @@ def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_es
     assert result.returncode == 0, result.stderr
     assert all(line.isprintable() for line in result.stdout.splitlines())
     assert "\x1b" not in result.stdout and "\x85" not in result.stdout and "\u2028" not in result.stdout
-    _, shown = blocks(result.stdout)
+    header, shown = blocks(result.stdout)
+    assert header[0] == f"{out}: zip shards, split validation: 2 of 2 rows shown (1 shard, {header[0].split(', ')[-1]}"
     by_caption = {s["caption"]: s for s in shown}
     assert by_caption['"ok"']["image"] == f"<image 10x8 L png {len(image_bytes(1))} B>"
     [bad] = [s for c, s in by_caption.items() if c != '"ok"']

@@ -208,7 +208,7 @@ def open_head(target: str, *, split: str | None = None, revision: str | None = N
     ``split`` (by default ``train``, else its first). Its manifest is read and checked; no shard is."""
     location = Location.parse(target, revision=revision)
     if revision is not None and location.kind != "hub":
-        raise UsageError(f"--revision is for a dataset on the Hub; {target} is not one")
+        raise UsageError(f"--revision is for a dataset on the Hub; {one_line(target)} is not one")
     manifest = read_manifest_from(location)
     names = [s.name for s in manifest.splits()]
     chosen = split if split is not None else "train" if "train" in names or not names else names[0]
