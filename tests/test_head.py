@@ -550,3 +550,17 @@ def test_a_saved_file_never_leaves_its_folder(tmp_path: Path) -> None:
             saving.save(bad)
         assert not out.exists()  # the folder it made, and the good file, removed
     assert list(tmp_path.iterdir()) == []
+
+
+def test_only_the_header_is_read_so_an_image_cut_short_still_shows_its_size_and_mode() -> None:
+    from shardkit.head import describe_file
+
+    for fmt, mode, size in (("PNG", "RGB", (300, 200)), ("JPEG", "L", (120, 90)), ("PNG", "I;16", (64, 48))):
+        buf = io.BytesIO()
+        Image.effect_noise(size, 64).convert(mode).save(buf, format=fmt)
+        cut = buf.getvalue()[: len(buf.getvalue()) // 2]  # the pixels stop half way
+        with pytest.raises(OSError), Image.open(io.BytesIO(cut)) as img:
+            img.load()  # a decode fails...
+        info = describe_file("image", f"images/0123abcd.{fmt.lower()}", cut)
+        assert (info.width, info.height, info.mode, info.problem) == (*size, mode, None)  # ...the header does not
+        assert info.size == len(cut) and info.sha256 == hashlib.sha256(cut).hexdigest()

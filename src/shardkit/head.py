@@ -122,7 +122,9 @@ def _image_header(data: bytes) -> dict[str, Any]:
     with warnings.catch_warnings():  # a large image's header is shown, never decoded
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         with Image.open(io.BytesIO(data)) as image:
-            orientation = image.getexif().get(_ORIENTATION_TAG)
+            # Image's own getexif: PNG's decodes the whole image to look for an eXIf chunk after the
+            # pixels; this one reads what the header held.
+            orientation = Image.Image.getexif(image).get(_ORIENTATION_TAG)
             return {
                 "width": image.width,
                 "height": image.height,
