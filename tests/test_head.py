@@ -216,8 +216,9 @@ def test_json_rows_are_the_input_rows_with_their_types_and_image_headers(packed:
             assert image["bytes"] == len(data) and image["sha256"] == hashlib.sha256(data).hexdigest()
             assert image.get("orientation") == orientation
             assert "problem" not in image and set(image) <= {*want, "bytes", "sha256", "path", "orientation"}
-    modes = {r["image"]["mode"] for r in json_rows(head(str(folder), "--json", "-n", "100"))}
-    assert modes == {m for m, _ in MODES}  # every mode was shown at least once
+    every = json_rows(head(str(folder), "--json", "-n", "100"))
+    assert {r["image"]["mode"] for r in every} == {m for m, _ in MODES}  # every mode was shown at least once
+    assert [r["source_path"] for r in every if r["image"].get("orientation") == 6] == ["d0/img_00.jpg"]
 
 
 def test_the_columns_come_in_the_order_of_the_features(packed: Packed) -> None:
