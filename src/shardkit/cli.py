@@ -602,7 +602,7 @@ def _phases(seconds: dict[str, float]) -> str:
 class _WorkflowGroup(click.Group):
     """Lists the commands in the order they are used, not alphabetically."""
 
-    ORDER = ("new", "pack", "verify", "push", "remux")
+    ORDER = ("new", "pack", "verify", "head", "push", "remux")
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.commands, key=lambda n: (self.ORDER.index(n) if n in self.ORDER else len(self.ORDER), n))
@@ -981,6 +981,56 @@ def _drop_template_bytecode(path: str) -> None:
                 os.unlink(os.path.join(cache, name))
     with contextlib.suppress(OSError):
         os.rmdir(cache)  # only if empty
+
+
+@main.command("head")
+@click.argument("target")
+@click.option("-n", "--rows", "count", type=click.IntRange(min=0), default=5, show_default=True, help="Rows to show.")
+@click.option("--split", default=None, help="The split to show [default: train, else the first].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row on stdout (JSON Lines), no header.")
+@click.option(
+    "--save-images",
+    "save_to",
+    default=None,
+    metavar="DIR",
+    help="Also write each row's file as DIR/<key><ext> (DIR is created if its parent exists; no file is overwritten).",
+)
+@click.option("--revision", default=None, help="Branch, tag or commit of a Hub dataset [default: main].")
+def head_cmd(
+    *, target: str, count: int, split: str | None, as_json: bool, save_to: str | None, revision: str | None
+) -> None:
+    """Show the first rows of a packed dataset: TARGET is its folder, an http(s) URL of one, or a
+    Hub dataset (NAMESPACE/NAME or hf://datasets/NAMESPACE/NAME[@REV]).
+
+    Every column of each row on one line each; an image as its size, mode, format and file size
+    (from its header), an audio file as its duration, sample rate and channels. Only the
+    manifest and the rows shown are read (from the split's first shards).
+    """
+    from .head import SavedFiles, header_lines, open_head, row_json, row_lines
+
+    _setup_logging()
+
+    def emit(text: str) -> None:
+        try:
+            click.echo(text)
+        except BrokenPipeError:  # `| head -1`: the reader has what it wanted (the files saved are kept)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _exit_now(0)
+
+    def show() -> int:
+        head = open_head(target, split=split, revision=revision)
+        with SavedFiles(save_to) if save_to else contextlib.nullcontext() as saving:
+            if not as_json:
+                emit("\n".join(header_lines(head, count)))
+            for row in head.rows(count):
+                if saving is not None:
+                    saving.save(row)
+                emit(json.dumps(row_json(row)) if as_json else "\n" + "\n".join(row_lines(head, row)))
+            return saving.saved if saving is not None else 0
+
+    saved = _run(show, resumes=False)
+    if save_to:
+        click.echo(f"saved {saved} file{'s' if saved != 1 else ''} in {one_line(os.path.abspath(save_to))}", err=True)
 
 
 pack_shards = click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]})(
