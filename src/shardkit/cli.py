@@ -905,15 +905,18 @@ def new_cmd(
 ) -> None:
     """Scaffold a dataset repo: card with `configs`, .gitattributes, loading script for datasets 3.6.
 
-    Same questions and answers as `cookiecutter templates/hub-dataset`, e.g.
+    Same questions and answers as `cookiecutter templates/hub-dataset`. Each question is asked
+    once and each answer checked when it is given (a bad one is asked again, with the reason);
+    at the end the command that makes the same repo without questions is printed, e.g.
 
     \b
         shardkit new --no-input dataset_name=yfcc-mini namespace=me license=cc-by-4.0
 
     The KEY=VALUE answers, by key: dataset_name, namespace, pretty_name, modality (image,
     audio), description, license (a Hub license id: cc-by-4.0, cc0-1.0, mit, other...),
-    task_category, language, homepage (an http(s) link), citation. Each is checked before
-    anything is asked or written; --no-input needs namespace=.
+    task_category (one of the modality's tasks), language, homepage (an http(s) link),
+    citation. Those given are not asked, and are checked before anything is asked or written;
+    --no-input needs namespace=. A template given by git URL asks its own questions.
     """
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter

@@ -175,7 +175,10 @@ def interview(
             default = str(default[0]) if isinstance(default, list) else str(default)
             if key == "namespace" and default == PLACEHOLDER_NAMESPACE:
                 default = ""  # no default: the placeholder is refused (see check_answer)
-            question = Question(key, str(prompts.get(key, key)), default, choices)
+            text = prompts.get(key, key)
+            if isinstance(text, dict):  # a choice's prompt: cookiecutter's {"__prompt__": ..., choice: label}
+                text = text.get("__prompt__", key)
+            question = Question(key, str(text), default, choices)
             while True:
                 try:
                     answer = ask(question)
