@@ -682,3 +682,37 @@ def test_the_shipped_template_cloned_from_git_still_checks_its_answers(
     good = subprocess.run([*cmd, "dataset_name=cats"], capture_output=True, text=True, check=False, env=env)
     assert good.returncode == 0, good.stderr
     assert card_repo(str(out / "cats")) == "me/cats"
+
+
+def test_a_local_template_of_ones_own_is_asked_with_cookiecutters_semantics(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    """Key order, a list is a choice (first the default), a default rendered from the answers
+    before it, ``_``/``__`` keys never asked; no rules file: only the choices are checked."""
+    template = tmp_path / "mine"
+    (template / "{{cookiecutter.slug}}").mkdir(parents=True)
+    (template / "cookiecutter.json").write_text(
+        json.dumps(
+            {
+                "title": "Hello World",
+                "slug": "{{ cookiecutter.title.lower().replace(' ', '-') }}",
+                "kind": ["small", "large"],
+                "_private": "{{ not rendered }}",
+                "__shout": "{{ cookiecutter.title.upper() }}",
+                "__prompts__": {"kind": {"__prompt__": "How big", "small": "Small one"}},
+            }
+        )
+    )
+    (template / "{{cookiecutter.slug}}" / "out.txt").write_text(
+        "{{ cookiecutter.kind }} {{ cookiecutter.__shout }} {{ cookiecutter._private }}\n"
+    )
+    result = ask_new(tmp_path / "out", cookiecutter_config, "My Thing\n\nhuge\n2\n", "--template", str(template))
+    assert result.exit_code == 0, result.output
+    assert "Hello World" in result.output and "[my-thing]" in result.output  # rendered from the title typed
+    assert "error: kind 'huge' is not one of: small, large" in result.output
+    assert listed_choices(result.output, "kind") == [["small", "large"]] * 2 and "How big (kind):" in result.output
+    assert "_private" not in result.output and "shout" not in result.output
+    assert (tmp_path / "out" / "my-thing" / "out.txt").read_text() == "large MY THING {{ not rendered }}\n"
+    command = rerun_line(result.output)
+    assert f"--template {shlex.quote(str(template))}" in command
+    assert command.endswith("'title=My Thing' slug=my-thing kind=large")

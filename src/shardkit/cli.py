@@ -952,7 +952,8 @@ def new_cmd(
                         questions, extra, rules, _ask, lambda line: click.echo(f"error: {line}", err=True)
                     )
             except Interrupted as stop:
-                go_on = rerun_command(stop.answers, options, flags=())  # asks the remaining questions
+                # asks the remaining questions
+                go_on = rerun_command(stop.answers, options, flags=("--overwrite",) if overwrite else ())
                 so_far = f"; to go on from the answers given: {go_on}" if stop.answers else ""
                 click.echo(f"\nstopped: nothing was created{so_far}", err=True)
                 sys.exit(130)
