@@ -28,12 +28,14 @@ from .formats import FORMAT_NAMES
 from .location import is_url
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
+from .scaffold import TEMPLATE_DIR
 from .schema import class_label_names
 
 if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit --help` stays quick
     from .pack import ExecutorName, OnProblem, ShardFormatName
     from .progress import TqdmProgress
     from .remux import ImageFormatName
+    from .scaffold import Question
 
 _T = TypeVar("_T")
 #: A command's function: click calls it with each parameter by name (keyword-only here).
@@ -877,9 +879,6 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     sys.exit(0 if report.ok else 1)
 
 
-TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "hub-dataset")
-
-
 @main.command("new")
 @click.argument("answers", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option(
@@ -906,20 +905,24 @@ def new_cmd(
 ) -> None:
     """Scaffold a dataset repo: card with `configs`, .gitattributes, loading script for datasets 3.6.
 
-    Same questions and answers as `cookiecutter templates/hub-dataset`, e.g.
+    Same questions and answers as `cookiecutter templates/hub-dataset`. Each question is asked
+    once and each answer checked when it is given (a bad one is asked again, with the reason);
+    at the end the command that makes the same repo without questions is printed, e.g.
 
     \b
         shardkit new --no-input dataset_name=yfcc-mini namespace=me license=cc-by-4.0
 
     The KEY=VALUE answers, by key: dataset_name, namespace, pretty_name, modality (image,
     audio), description, license (a Hub license id: cc-by-4.0, cc0-1.0, mit, other...),
-    task_category, language, homepage (an http(s) link), citation. Each is checked before
-    anything is asked or written; --no-input needs namespace=.
+    task_category (one of the modality's tasks), language, homepage (an http(s) link),
+    citation. Those given are not asked, and are checked before anything is asked or written;
+    --no-input needs namespace=. A template given by git URL asks its own questions.
     """
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
 
-    from .scaffold import answer_problems, load_questions, name_problems, next_steps
+    from .scaffold import Interrupted, answer_problems, interview, load_questions, load_rules, next_steps, rerun_command
+    from .scaffold import verbatim as verbatim_answer
 
     extra: dict[str, str] = {}
     for answer in answers:
@@ -928,44 +931,99 @@ def new_cmd(
             raise click.UsageError(f"answers are KEY=VALUE, got {answer!r}")
         extra[key] = value
     questions = load_questions(template, directory)
-    if questions is not None:  # a local template: check the answers before asking or writing anything
-        problems = answer_problems(questions, extra, no_input=no_input)
+    asked: dict[str, str] | None = None  # every answer, once shardkit asked the questions
+    options = {
+        "-o": None if output_dir == "." else output_dir,
+        "--template": None if template == TEMPLATE_DIR else template,
+        "--directory": directory,
+    }
+    if questions is not None:  # a local template: shardkit asks its questions, cookiecutter none
+        rules = load_rules(template, directory)
+        problems = answer_problems(questions, extra, no_input=no_input, rules=rules)
         if problems:
             for problem in problems:
                 click.echo(f"error: {problem}", err=True)
             click.echo("nothing was created", err=True)
             sys.exit(2)
-        if not no_input and "dataset_name" not in extra:  # the name first, checked, then the rest
-            while True:
-                name = click.prompt("dataset_name (repository name on the Hub)", default=questions["dataset_name"])
-                if not (wrong := name_problems(name, "dataset_name")):
-                    break
-                click.echo("\n".join(f"error: {w}" for w in wrong), err=True)
-            extra["dataset_name"] = name
+        if not no_input:
+            try:
+                with interrupt_raises():  # Ctrl-C reaches the questions: they tell what was answered
+                    asked = interview(
+                        questions, extra, rules, _ask, lambda line: click.echo(f"error: {line}", err=True)
+                    )
+            except Interrupted as stop:
+                # asks the remaining questions
+                go_on = rerun_command(stop.answers, options, flags=("--overwrite",) if overwrite else ())
+                so_far = f"; to go on from the answers given: {go_on}" if stop.answers else ""
+                click.echo(f"\nstopped: nothing was created{so_far}", err=True)
+                sys.exit(130)
+            extra = asked
+        extra = {key: verbatim_answer(value, questions) for key, value in extra.items()}
+    # So that nothing typed is lost, even when generating fails: the command that makes the same repo.
+    flags = ("--no-input", "--overwrite") if overwrite else ("--no-input",)
+    rerun = rerun_command(asked, options, flags) if asked is not None else None
+    again = f"; to make it again: {rerun}" if rerun else ""
     # cookiecutter logs a traceback when the hook refuses an answer; the hook's own message is enough.
     logging.getLogger("cookiecutter").setLevel(logging.CRITICAL)
     try:
         path = cookiecutter(
             template,
-            no_input=no_input,
+            no_input=no_input or questions is not None,  # a remote template asks its own questions
             extra_context=extra,
             output_dir=output_dir,
             overwrite_if_exists=overwrite,
             directory=directory,
         )
     except FailedHookException:
-        click.echo("error: the answers were refused (see the reasons above); nothing was created", err=True)
+        click.echo(f"error: the answers were refused (see the reasons above); nothing was created{again}", err=True)
         sys.exit(1)
     except OutputDirExistsException as exc:
         reason = str(exc).removeprefix("Error: ")
-        click.echo(f"error: {reason}; pass --overwrite to write into it", err=True)
+        if asked is not None:
+            into_it = rerun_command(asked, options, flags=("--no-input", "--overwrite"))
+            click.echo(f"error: {reason}; to write into it: {into_it}", err=True)
+        else:
+            click.echo(f"error: {reason}; pass --overwrite to write into it", err=True)
         sys.exit(1)
     except CookiecutterException as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {exc}{again}", err=True)
         sys.exit(1)
     _drop_template_bytecode(path)
     click.echo(path)
+    if rerun:
+        click.echo(f"to make this repo again without the questions:\n  {rerun}", err=True)
     click.echo("\n".join(next_steps(path)), err=True)  # stdout stays the path, for scripts
+
+
+#: A question with at most this many choices lists them, numbered; one with more (the Hub's
+#: license ids) lists them when asked with "?".
+LISTED_CHOICES = 12
+
+
+def _ask(question: Question) -> str:
+    """Ask ``question`` on the terminal (stderr: stdout stays the repo's path, for scripts).
+    Ctrl-C and the end of input raise KeyboardInterrupt."""
+    choices = question.choices
+    listed = 0 < len(choices) <= LISTED_CHOICES
+    text = f"{question.text} ({question.key})"
+    if listed:
+        click.echo(f"{text}:", err=True)
+        for number, choice in enumerate(choices, 1):
+            click.echo(f"  {number} - {choice}", err=True)
+        text = f"  choose 1-{len(choices)} or type it"
+    elif choices:
+        text += f"; ? lists the {len(choices)} choices"
+    try:
+        while True:
+            reply: str = click.prompt(text, default=question.default, show_default=bool(question.default), err=True)
+            if choices and not listed and reply.strip() == "?":
+                click.echo(click.wrap_text(", ".join(choices), initial_indent="  ", subsequent_indent="  "), err=True)
+                continue
+            if listed and reply.strip().isdigit() and 1 <= int(reply) <= len(choices):
+                return choices[int(reply) - 1]
+            return reply
+    except click.Abort:  # click's answer to Ctrl-C and to the end of input
+        raise KeyboardInterrupt from None
 
 
 def _drop_template_bytecode(path: str) -> None:
