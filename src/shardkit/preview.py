@@ -141,8 +141,8 @@ def _tile(data: bytes) -> Image.Image:
         # photo takes milliseconds, not a tenth of a second.
         img.draft("RGB", (_CELL, _CELL))
         upright = ImageOps.exif_transpose(img)
-    if upright.mode in _HIGH_BIT_DEPTH:
-        upright = _eight_bit(ImageOps.contain(upright, (_CELL, _CELL)))
+    if upright.mode in _HIGH_BIT_DEPTH:  # as floats: Pillow resizes I;16B's bytes as if little-endian
+        upright = _eight_bit(ImageOps.contain(upright.convert("F"), (_CELL, _CELL)))
     if upright.mode in _ALPHA or "transparency" in upright.info:
         over = Image.new("RGBA", upright.size, (*_BACKGROUND, 255))
         upright = Image.alpha_composite(over, upright.convert("RGBA"))
