@@ -233,6 +233,7 @@ def ink_of(text: str, file: captionfont.FontFile) -> bytes:
 def drawn(
     laid: list[list[captionfont.Run]], canvas: tuple[int, int] = (80, 40), at: tuple[int, int] = (8, 8)
 ) -> Image.Image:
+    """``laid`` drawn as the sheet draws a caption, on a layer of ``canvas`` pixels from ``at``."""
     layer = Image.new("L", canvas, 0)
     captionfont.draw_lines(ImageDraw.Draw(layer), at, laid, size=SIZE_PX, pitch=_LINE_PITCH, fill=255)
     return layer
