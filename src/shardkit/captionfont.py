@@ -30,6 +30,7 @@ _SCRIPTS = (
 #: The CJK collection's faces: Han characters drawn as Japanese writes them in a caption holding
 #: kana, else as Simplified Chinese does (Hangul, kana and punctuation are alike in both).
 _CJK, _CJK_JAPANESE, _CJK_CHINESE = ("manimgx_fonts_cjk", "NotoSansCJK-VF.otf.ttc"), 0, 2
+_SANS: FontFile = (_NOTO, "NotoSans[wght].ttf", 0)  # Latin (with Vietnamese and IPA), Greek, Cyrillic, punctuation
 _EMOJI: FontFile = (_NOTO, "NotoEmoji[wght].ttf", 0)  # every emoji, in one colour: PyPI has no colour emoji font
 _ELLIPSIS = "…"
 _MISSING = "\ufffd"  # a character no font holds: drawn as a plain sign, not as a box like a glyph
@@ -40,7 +41,7 @@ def fallback(text: str) -> list[FontFile]:
     """The fonts, in order, that draw ``text``."""
     kana = any("\u3040" <= c <= "\u30ff" or "\u31f0" <= c <= "\u31ff" for c in text)
     return [
-        (_NOTO, "NotoSans[wght].ttf", 0),  # Latin (with Vietnamese and IPA), Greek, Cyrillic, punctuation
+        _SANS,
         *((_NOTO, f"NotoSans{script}[wght].ttf", 0) for script in _SCRIPTS.split()),
         (*_CJK, _CJK_JAPANESE if kana else _CJK_CHINESE),
         (_NOTO, "NotoSansSymbols[wght].ttf", 0),
@@ -111,7 +112,7 @@ def clusters(text: str) -> list[Run]:
     font holding its first character (a space, digit or punctuation mark stays in the font of
     the text before it, so a right-to-left phrase is one run). A character no font holds is
     drawn as U+FFFD, or left out where it is invisible (a mark or format character)."""
-    text = _clean(text)[:_LONGEST]
+    text = _clean(text[: 4 * _LONGEST])[:_LONGEST]
     fonts = fallback(text)
     units: list[Run] = []
     previous = ""
@@ -151,6 +152,7 @@ def runs(units: list[Run]) -> list[Run]:
 
 
 def width(units: list[Run], size: int) -> float:
+    """How wide ``units`` are drawn, in pixels."""
     return sum(font(run.file, size).getlength(run.text) for run in runs(units))
 
 
@@ -176,10 +178,10 @@ def wrap(text: str, *, size: int, room: float, lines: int) -> list[list[Run]]:
             laid.append(rest)
             break
         if len(laid) == lines - 1:
-            taken = rest[: _fitting(rest, size, room, [Run(fallback("")[0], _ELLIPSIS)])]
+            taken = rest[: _fitting(rest, size, room, [Run(_SANS, _ELLIPSIS)])]
             while len(taken) > 1 and taken[-1].text == " ":
                 taken.pop()
-            laid.append([*taken, Run(fallback("")[0], _ELLIPSIS)])
+            laid.append([*taken, Run(_SANS, _ELLIPSIS)])
             break
         fits = _fitting(rest, size, room, [])
         spaces = [i for i, unit in enumerate(rest[: fits + 1]) if unit.text == " " and i > 0]
@@ -196,7 +198,7 @@ def draw_lines(
 ) -> None:
     """Draw ``laid`` lines from ``xy`` (the first line's top left), ``pitch`` pixels apart, every
     run on the line's baseline."""
-    ascent = font(fallback("")[0], size).getmetrics()[0]
+    ascent = font(_SANS, size).getmetrics()[0]
     for number, line in enumerate(laid):
         x, baseline = xy[0], xy[1] + ascent + number * pitch
         for run in runs(line):
