@@ -86,6 +86,24 @@ def test_an_image_is_shown_upright_by_its_exif_orientation(orientation: int, fmt
     assert_quarters(_tile(encoded(stored, fmt, exif=exif(orientation), **options)), FOUR)
 
 
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"Exif\x00\x00garbage",
+        b"Exif\x00\x00II*\x00\xff\xff\xff\x7f",
+        b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x01\x01\x12",
+    ],
+    ids=["not TIFF", "offset past the end", "cut in its first entry"],
+)
+def test_an_image_with_a_damaged_exif_block_is_shown_as_stored_without_a_word(
+    block: bytes, recwarn: pytest.WarningsRecorder
+) -> None:
+    data = encoded(UPRIGHT, "JPEG", exif=block, quality=95)
+    recwarn.clear()
+    assert_quarters(_tile(data), FOUR)
+    assert [str(w.message) for w in recwarn.list] == []
+
+
 def test_a_tiff_is_shown_upright_by_its_orientation_tag() -> None:
     stored = UPRIGHT.transpose(STORED_AS[6])
     assert_quarters(_tile(encoded(stored, "TIFF", tiffinfo={274: 6})), FOUR)

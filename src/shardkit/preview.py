@@ -14,6 +14,7 @@ import io
 import logging
 import os
 import urllib.parse
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -136,11 +137,14 @@ def _tile(data: bytes) -> Image.Image:
     orientation, in 8-bit RGB over the cell's background."""
     from PIL import Image, ImageOps
 
-    with Image.open(io.BytesIO(data)) as img:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a damaged EXIF block: Pillow reads what it can, and says so on stderr
+        img = Image.open(io.BytesIO(data))
         # A JPEG decodes at 1/2 to 1/8 scale where that still fills a cell: a 12 MP
         # photo takes milliseconds, not a tenth of a second.
-        img.draft("RGB", (_CELL, _CELL))
-        upright = ImageOps.exif_transpose(img)
+        with img:
+            img.draft("RGB", (_CELL, _CELL))
+            upright = ImageOps.exif_transpose(img)
     if upright.mode in _HIGH_BIT_DEPTH:  # as floats: Pillow resizes I;16B's bytes as if little-endian
         upright = _eight_bit(ImageOps.contain(upright.convert("F"), (_CELL, _CELL)))
     if upright.mode in _ALPHA or "transparency" in upright.info:
