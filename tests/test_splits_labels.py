@@ -550,6 +550,6 @@ def test_the_preview_captions_images_with_class_names_not_numbers(tmp_path: Path
     manifest = json.loads((out / "shards.json").read_text(encoding="utf-8"))
     names = ["circle", "square", "triangle"]
     shards = [s["file"] for s in manifest["shards"]]
-    captions = [c for _, c in _samples(Location(str(out), "folder"), shards, 12, ZIP, {"label": names})]
+    captions = [c for _, c, _ in _samples(Location(str(out), "folder"), shards, 12, ZIP, {"label": names})]
     assert len(captions) == 12 and set(captions) <= set(names)
     assert (out / "preview.jpg").stat().st_size > 0

@@ -234,7 +234,7 @@ def test_card_and_loader_kept_true_after_packing(packed_template: Path) -> None:
     from PIL import Image
 
     with Image.open(packed_template / "preview.jpg") as sheet:
-        assert sheet.format == "JPEG" and sheet.size == (4 * 160, 3 * (160 + 28))
+        assert sheet.format == "JPEG" and sheet.size == (4 * 160, 3 * (160 + 40))  # a cell and two caption lines
     assert "](preview.jpg)" in (packed_template / "README.md").read_text()
 
 
