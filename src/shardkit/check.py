@@ -34,7 +34,7 @@ from typing import IO
 from .decode import AUDIO_EXTENSIONS
 from .errors import InputProblem
 from .formats import format_named
-from .metadata import metadata_line, read_metadata
+from .metadata import metadata_line, non_finite_problem, read_metadata
 from .problems import ProblemReport, ReportPart
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
@@ -187,7 +187,8 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             try:
                 line = metadata_line(item, fmt.member_name(item.key, item.ext))
             except ValueError as exc:  # NaN or Infinity: not valid JSON out
-                problems.add(InputProblem(item.line, f"value not allowed in JSON: {exc}", json.dumps(item.fields)))
+                problem = non_finite_problem(item.fields) or f"value not allowed in JSON: {exc}"
+                problems.add(InputProblem(item.line, problem, json.dumps(item.fields)))
                 continue
             try:
                 staged, file_ref = StagedRow.line_of(item, line), FileRef.line_of(item, line)

@@ -73,7 +73,7 @@ from .plan import (
     shard_stem,
 )
 from .preview import write_preview
-from .problems import ProblemReport, rejects_path_problem
+from .problems import ProblemReport, rejects_path_problem, whole_file_problem
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
 from .schema import class_label_names, float_retyper, with_class_label
@@ -307,14 +307,18 @@ def _pack_locked(
         )
     finally:
         problems.close()
+    # Every row with a problem of one kind: the file's problem, in one line.
+    whole = whole_file_problem(problems, config.metadata_path) if staged.rows == 0 else None
     if problems.count and not skip:
+        if whole is not None:
+            raise ShardkitError(whole)
         raise problems.error(config.metadata_path, _wrong_folder_hint(config, staged, problems))
     if rejects_path is not None:
         _publish_rejects(problems, rejects_path, config.metadata_path, default=rejects_path == default_rejects)
     if staged.rows == 0:
         listed_in = f": see {rejects_path}" if rejects_path is not None else ""
         every = f" (every row was rejected, {problems.count} problem(s){listed_in})" if problems.count else ""
-        raise ShardkitError(f"{config.metadata_path}: no rows to pack{every}")
+        raise ShardkitError(whole or f"{config.metadata_path}: no rows to pack{every}")
     if staged.duplicate_count:
         first = staged.duplicates[0]
         log.warning(
@@ -855,9 +859,12 @@ def _publish_rejects(problems: ProblemReport, path: str, metadata_path: str, *, 
 
 
 def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemReport) -> str | None:
-    """When no row's file was found, the folder is likely wrong, not every row: say so."""
-    if staged.rows or not all(p.message.startswith("file not found") for p in problems.shown):
+    """When no row's file was found, the folder is likely wrong, not every row: say so. When no
+    row can be packed, --on-error skip would pack nothing: say to fix the file."""
+    if staged.rows:
         return None
+    if not all(p.message.startswith("file not found") for p in problems.shown):
+        return "No row can be packed as it is (so --on-error skip would pack nothing): fix the rows above."
     return (
         f"None of the files the metadata names is under IMAGES_DIR {os.path.abspath(config.images_dir)!r}:"
         " is that the folder every file_name is relative to? (Give it as the first argument.)"
