@@ -486,6 +486,7 @@ class _FileChecker:
         self.max_file_bytes = max_file_bytes
         self.decode = decode
         self._dirs: dict[str, str] = {}
+        self._listings: dict[str, dict[str, str]] = {}  # a folder's names by case, for messages
 
     def _real_dir(self, directory: str) -> str:
         real = self._dirs.get(directory)
@@ -499,6 +500,8 @@ class _FileChecker:
         outcome = self._stat(p)
         if isinstance(outcome, str):
             return InputProblem(p.row.line, outcome, _dump(p.row.obj))
+        if isinstance(outcome[0], str):
+            return InputProblem(p.row.line, outcome[0], _dump(p.row.obj), outcome[1])
         st, hashed = outcome
         key = p.key or content_key_of(hashed or "")
         return SourceRecord(p.row.line, key, p.file_name, st.st_size, p.ext, p.fields, stamp(st), p.key is None)
@@ -506,7 +509,7 @@ class _FileChecker:
     def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
         return [item if isinstance(item, InputProblem) else self.check(item) for item in batch]
 
-    def _stat(self, p: _Pending) -> tuple[os.stat_result, str | None] | str:
+    def _stat(self, p: _Pending) -> tuple[os.stat_result, str | None] | tuple[str, str] | str:
         """The file's stat and, for a row without a key, its sha256; or a problem."""
         directory, _, base = p.path.rpartition(os.sep)
         try:
@@ -516,11 +519,13 @@ class _FileChecker:
                 real = os.path.realpath(real)
                 st = os.stat(real)
         except FileNotFoundError:
-            return f"file not found: {p.path}"
+            return self._not_found(p)
         except OSError as exc:
             return f"cannot read {p.path}: {exc.strerror}"
         if not real.startswith(self.prefix):
             return f"file_name {p.file_name!r} resolves outside IMAGES_DIR (a symlink to {real!r}?)"
+        if stat.S_ISDIR(st.st_mode):
+            return f"file_name {p.file_name!r} is a folder, not a file: {p.path}"
         if not stat.S_ISREG(st.st_mode):
             return f"not a regular file: {p.path}"
         if problem := self._size_problem(p, st):
@@ -548,6 +553,37 @@ class _FileChecker:
             except OSError as exc:
                 return f"cannot read {p.path}: {exc.strerror}"
         return st, hashed
+
+    def _not_found(self, p: _Pending) -> str | tuple[str, str]:
+        """A missing file's problem, with what may be meant where it is clear: a Windows path
+        (backslashes), a URL, a file whose name differs only in case (found on a case-sensitive
+        filesystem only). A tuple (message, kind) where the whole file may have the cause."""
+        missing = f"file not found: {p.path}"
+        name = p.file_name
+        if "://" in name:
+            return f"{missing} (file_name is a URL; shardkit packs files: download them into IMAGES_DIR first)", URL
+        if "\\" in name:
+            slashed = name.replace("\\", "/")
+            found = f", and {slashed!r} is a file" if os.path.isfile(p.path[: -len(name)] + slashed) else ""
+            return f"{missing} (file_name separates folders with '\\', as Windows does{found}; use '/')", BACKSLASH
+        directory, _, base = p.path.rpartition(os.sep)
+        other = self._names_by_case(directory).get(base.lower())
+        if other is not None and other != base:
+            return f"{missing} ({other!r} is there: file names are case-sensitive)", OTHER_CASE
+        return missing
+
+    def _names_by_case(self, directory: str) -> dict[str, str]:
+        """A folder's entries by their lower-case names (read once per folder)."""
+        names = self._listings.get(directory)
+        if names is None:
+            if len(self._listings) > 1000:
+                self._listings.clear()
+            try:
+                names = {entry.lower(): entry for entry in os.listdir(directory)}
+            except OSError:
+                names = {}
+            self._listings[directory] = names
+        return names
 
     def _size_problem(self, p: _Pending, st: os.stat_result) -> str | None:
         if st.st_size == 0:
@@ -664,6 +700,7 @@ def _pending_or_problem(row: _Row, images_root: str) -> _Pending | InputProblem:
 
 #: Kinds of problem (InputProblem.kind) a whole file can have: see problems.whole_file_problem.
 NOT_UTF8, NOT_JSON, NOT_OBJECT, ABSOLUTE = "not UTF-8", "not JSON", "not an object", "absolute"
+BACKSLASH, OTHER_CASE, URL = "backslash", "other case", "URL"
 #: The kind of a row without file_name; followed by ":" and the column that looks like it, if one does.
 NO_FILE_NAME = "no file_name"
 #: Names (lower case, without "_", "-", " ") a file column goes by elsewhere: a weaker sign than

@@ -39,6 +39,7 @@ from .check import (
     check_range,
     combine,
     range_jobs,
+    split_warnings,
 )
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed, naming
 from .formats import ShardFormat, format_named
@@ -766,6 +767,13 @@ def _check_and_stage(
         )
     except ValueError as exc:
         raise UsageError(f"{config.metadata_path}: {exc}") from None
+    if any(split.name for split in regrouped.splits):
+        first_lines: dict[str, int] = {}
+        for result in results:  # (in input order)
+            for name, line in result.split_lines.items():
+                first_lines.setdefault(name, line)
+        for warning in split_warnings({s.name: s.rows for s in regrouped.splits}, first_lines):
+            log.warning("%s: %s", config.metadata_path, warning)
     if config.class_label is not None and regrouped.label_names is not None:
         labels[config.class_label] = regrouped.label_names
         features = with_class_label(features, config.class_label, regrouped.label_names)

@@ -27,7 +27,18 @@ from typing import IO
 
 from .errors import InputErrors, InputProblem
 from .manifest import replace_atomic
-from .metadata import ABSOLUTE, NO_FILE_NAME, NOT_JSON, NOT_OBJECT, NOT_UTF8, TOO_LONG, raw_lines
+from .metadata import (
+    ABSOLUTE,
+    BACKSLASH,
+    NO_FILE_NAME,
+    NOT_JSON,
+    NOT_OBJECT,
+    NOT_UTF8,
+    OTHER_CASE,
+    TOO_LONG,
+    URL,
+    raw_lines,
+)
 from .staging import RunWriter, consume_sorted
 
 #: The problems an error message (and the rejects summary) shows; the rest are counted.
@@ -126,6 +137,9 @@ _WHOLE_FILE = {
     NOT_JSON: ("no line is JSON", _ONE_OBJECT_PER_LINE),
     NOT_OBJECT: ("no line is a JSON object", _ONE_OBJECT_PER_LINE),
     ABSOLUTE: ("every file_name is absolute", ""),
+    BACKSLASH: ("every file_name separates folders with '\\'", ""),
+    OTHER_CASE: ("every file_name differs in case from its file", ""),
+    URL: ("every file_name is a URL", ""),
     NO_FILE_NAME: ("no row has 'file_name' (the file's path relative to IMAGES_DIR)", ""),
 }
 
