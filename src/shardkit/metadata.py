@@ -163,15 +163,18 @@ def _refuse_not_json_lines(path: str, head: bytes) -> None:
     indented JSON, CSV or TSV. Read line by line such a file is a problem per line, each naming
     a symptom ("invalid JSON"). Only what its first bytes show for sure is refused here: a file
     whose first line or second line is a JSON object is JSON Lines with bad lines, if any."""
-    stem = os.path.splitext(path)[0]
-    out = stem + ".jsonl" if stem + ".jsonl" != path else stem + ".converted.jsonl"
-    if problem := _not_json_lines(head, f"{shlex.quote(path)} > {shlex.quote(out)}"):
+    given = path.removesuffix(".gz")
+    stem = os.path.splitext(given)[0]
+    out = stem + ".jsonl" if stem + ".jsonl" != given else stem + ".converted.jsonl"
+    # A gzip file goes to the fix uncompressed (bash and zsh's process substitution).
+    read = f"<(zcat {shlex.quote(path)})" if given != path else shlex.quote(path)
+    if problem := _not_json_lines(head, f"{read} > {shlex.quote(out)}"):
         raise ShardkitError(f"{path}: {problem}")
 
 
 #: A one-liner that writes a JSON file (an array of objects, or one object) as JSON Lines.
 _JSON_TO_JSONL = (
-    "python -c \"import json,sys; d=json.load(open(sys.argv[1], encoding='utf-8'));"
+    "python -c \"import json,sys; d=json.load(open(sys.argv[1], encoding='utf-8-sig'));"
     ' [print(json.dumps(r, ensure_ascii=False)) for r in (d if isinstance(d, list) else [d])]"'
 )
 
@@ -180,7 +183,7 @@ def _not_json_lines(head: bytes, io: str) -> str | None:
     """What the file whose first bytes are ``head`` is instead of JSON Lines, with the fix (None:
     it may be JSON Lines); ``io`` is the fix's input and output (``in.csv > in.jsonl``)."""
     if not head:
-        return "the file is empty: no rows to pack (META_JSONL holds one JSON object per line)"
+        return "the file is empty: no rows to pack"
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 1 and (head[0] == 0) != (head[1] == 0)):
         return (
             "UTF-16 text (its first bytes hold NULs or a UTF-16 byte order mark), not UTF-8; convert it:"
@@ -217,9 +220,9 @@ def _not_json_lines(head: bytes, io: str) -> str | None:
     kind, dialect = ("TSV", ", delimiter='\\t'") if delimiter == "\t" else ("CSV", "")
     shown = listed([repr(name) for name in header], 4)
     return (
-        f"looks like {kind}, not JSON Lines: its first line is a header ({shown}); convert it (every value stays a"
+        f"looks like {kind}, not JSON Lines: its first line is a header ({shown}); convert it (each value becomes a"
         f' string): python -c "import csv,json,sys; [print(json.dumps(r, ensure_ascii=False)) for r in'
-        f" csv.DictReader(open(sys.argv[1], newline='', encoding='utf-8'){dialect})]\" {io}"
+        f" csv.DictReader(open(sys.argv[1], newline='', encoding='utf-8-sig'){dialect})]\" {io}"
     )
 
 

@@ -319,7 +319,9 @@ def _pack_locked(
     if staged.rows == 0:
         listed_in = f": see {rejects_path}" if rejects_path is not None else ""
         every = f" (every row was rejected, {problems.count} problem(s){listed_in})" if problems.count else ""
-        raise ShardkitError(whole or f"{config.metadata_path}: no rows to pack{every}")
+        if whole is not None:
+            raise ShardkitError(f"{whole}; every row was rejected{listed_in}")
+        raise ShardkitError(f"{config.metadata_path}: no rows to pack{every}")
     if staged.duplicate_count:
         first = staged.duplicates[0]
         log.warning(

@@ -162,8 +162,8 @@ def whole_file_problem(report: ProblemReport, metadata_path: str) -> str | None:
         rename = f"('file_name' if k == {column!r} else k)"
         line += (
             f', e.g. python -c "import json,sys; [print(json.dumps({{{rename}: v for k, v in json.loads(l).items()}},'
-            f" ensure_ascii=False)) for l in open(sys.argv[1], encoding='utf-8') if l.strip()]\""
-            f" {shlex.quote(metadata_path)} > fixed.jsonl"
+            f" ensure_ascii=False)) for l in open(sys.argv[1], encoding='utf-8-sig') if l.strip()]\""
+            f" {shlex.quote(metadata_path)} > {shlex.quote(os.path.splitext(metadata_path)[0] + '.fixed.jsonl')}"
         )
     return line
 
