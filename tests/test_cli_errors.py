@@ -42,7 +42,7 @@ CASES = {
         "bad.jsonl:2: invalid JSON: Expecting property name enclosed in double quotes (column 35)",
     ),
     "not an object": ('["sub0/img_0000.jpg"]', "bad.jsonl:2: line is not a JSON object (found list)"),
-    "missing file_name": ({"caption": "no file"}, "bad.jsonl:2: no 'file_name' (the file's path relative to IMAGES_DIR)"),
+    "missing file_name": ({"caption": "no file"}, "bad.jsonl:2: no 'file_name' (the file's path relative to"),
     "empty file_name": ({"file_name": ""}, "bad.jsonl:2: 'file_name' is empty"),
     "file_name not a string": ({"file_name": 7}, "bad.jsonl:2: 'file_name' holds 7, not a path (a string)"),
     "file not found": ({"file_name": "sub0/nope.jpg"}, "bad.jsonl:2: file not found: "),
