@@ -158,7 +158,7 @@ def whole_file_problem(report: ProblemReport, metadata_path: str) -> str | None:
     # A row without file_name says what it lacks, then what to do: the line says the first once.
     detail = first.message.partition("; ")[2] if kind == NO_FILE_NAME else first.message
     line = f"{metadata_path}: {what} ({report.count} of {report.count} rows); line {first.line}: {detail}{fix}"
-    if column and column.isprintable() and not set(column) & set("\"'$`\\"):
+    if column and column.isprintable() and not set(column) & set("\"'$`!\\"):
         rename = f"('file_name' if k == {column!r} else k)"
         line += (
             f', e.g. python -c "import json,sys; [print(json.dumps({{{rename}: v for k, v in json.loads(l).items()}},'
