@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardkit import metadata
 from shardkit.check import _close_split_names, split_warnings
 from tests.conftest import tiny_image, write_jsonl
 
@@ -187,6 +188,43 @@ def test_json_lines_with_a_bad_first_line_is_not_taken_for_another_format(
     proc = pack(images, meta, "--on-error", "skip", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rows"] == ROWS
+
+
+def test_a_first_row_longer_than_the_part_looked_at_packs(
+    yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """The file's start is judged by whole lines only: a first row of 100 KB is a row."""
+    images, rows = yfcc
+    meta = write_jsonl(tmp_path / "meta.jsonl", [dict(rows[0], description="x" * 100_000), *rows[1:]])
+    packs(images, meta)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b'{"file_name": "a.jpg", "cap', b"[1, 2", b'{"file_name": "a.jpg", "x": "' + b"y" * 70_000],
+    ids=["a pipe's first write", "an array's first bytes", "a long first line"],
+)
+def test_the_start_of_a_line_is_not_judged(head: bytes) -> None:
+    assert metadata._not_json_lines(head[: metadata._HEAD_BYTES], "IN > OUT") is None
+
+
+def test_json_lines_of_arrays_is_one_line(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    meta = tmp_path / "meta.jsonl"
+    meta.write_text('["a.jpg", "a cat"]\n["b.jpg", "a dog"]\n')
+    line = refused(images, meta)
+    assert line.startswith(f"error: {meta}: no line is a JSON object (2 of 2 rows); line 1: line is not a JSON object")
+
+
+def test_semicolon_csv_is_csv(yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
+    images, rows = yfcc
+    meta = tmp_path / "meta.csv"
+    meta.write_bytes(_csv(rows, ";"))
+    line = refused(images, meta)
+    assert line.startswith(f"error: {meta}: looks like CSV") and "delimiter=';'" in line
+    run_fix(line)
+    packs(images, tmp_path / "meta.jsonl")
 
 
 def test_a_list_of_file_names_is_one_line(yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:

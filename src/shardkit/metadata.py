@@ -197,27 +197,31 @@ def _not_json_lines(head: bytes, io: str) -> str | None:
         )
     if head.startswith(b"PK\x03\x04"):
         return "a ZIP archive (or a spreadsheet such as .xlsx), not JSON Lines (one JSON object per line)"
-    lines = [line for line in head.removeprefix(_BOM).split(b"\n") if line.strip()][:2]
-    whole = [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
-    if not whole or _is_json_object(whole[0]) or (len(whole) > 1 and _is_json_object(whole[1])):
+    text = head.removeprefix(_BOM)
+    # Only whole lines are judged: the head may end inside a line (a long row, a pipe's first write).
+    ended = text.rpartition(b"\n")[0]
+    lines = [line.decode("utf-8", "replace").rstrip("\r") for line in ended.split(b"\n") if line.strip()][:2]
+    parsed = [_json_or_none(line) for line in lines]
+    array = f"a JSON array (it starts with '['), not JSON Lines (an object per line); convert it: {_JSON_TO_JSONL} {io}"
+    if not lines:  # no whole line: one document without a line end, if it parses
+        return array if b"\n" not in text and isinstance(_json_or_none(text.decode("utf-8", "replace")), list) else None
+    if any(isinstance(value, dict) for value in parsed):
         return None
-    first = whole[0].strip()
+    first = lines[0].strip()
     if first.startswith("["):
-        return (
-            f"a JSON array (it starts with '['), not JSON Lines (an object per line); convert it: {_JSON_TO_JSONL} {io}"
-        )
+        # A whole array on line 1 and another JSON value on line 2: JSON Lines of arrays, each a bad row.
+        return None if parsed[0] is not None and len(lines) > 1 and parsed[1] is not None else array
     if first.startswith("{"):
         return (
             "JSON written over several lines (line 1 is an object's start), not JSON Lines (one object per line);"
             f" convert it: {_JSON_TO_JSONL} {io}"
         )
-    if len(whole) < 2 and len(lines) > 1:
-        return None
-    delimiter = "\t" if "\t" in first else ","
+    delimiter = next((d for d in "\t,;" if d in first), ",")
     header = next(csv.reader([first], delimiter=delimiter))
-    if len(header) < 2 or (len(whole) > 1 and len(next(csv.reader([whole[1]], delimiter=delimiter))) != len(header)):
+    if len(header) < 2 or (len(lines) > 1 and len(next(csv.reader([lines[1]], delimiter=delimiter))) != len(header)):
         return None
-    kind, dialect = ("TSV", ", delimiter='\\t'") if delimiter == "\t" else ("CSV", "")
+    kind = "TSV" if delimiter == "\t" else "CSV"
+    dialect = "" if delimiter == "," else f", delimiter={delimiter!r}"
     shown = listed([repr(name) for name in header], 4)
     return (
         f"looks like {kind}, not JSON Lines: its first line is a header ({shown}); convert it (each value becomes a"
@@ -226,11 +230,12 @@ def _not_json_lines(head: bytes, io: str) -> str | None:
     )
 
 
-def _is_json_object(text: str) -> bool:
+def _json_or_none(text: str) -> Any:
+    """``text`` parsed as JSON; None when it is not JSON (or is ``null``)."""
     try:
-        return isinstance(json.loads(text), dict)
+        return json.loads(text)
     except ValueError:
-        return False
+        return None
 
 
 def _read_problem(path: str, line: int, exc: Exception) -> Exception:
