@@ -108,7 +108,7 @@ def test_first_pack_rerun_and_update_say_what_was_written_kept_and_removed(tmp_p
 
     dry_text = run(corpus, out, "--update", "--dry-run", meta=meta)
     assert listed_changes(dry_text) == expected, dry_text
-    assert "would write 3 of 15 shards (" in dry_text and ", 12 rows), remove 1, keep 12 unchanged\n" in dry_text
+    assert "would write 3 of 15 shards (" in dry_text and ", 12 rows), remove 1 shard, keep 12 unchanged\n" in dry_text
     dry = run_json(corpus, out, "--update", "--dry-run")
     assert {c["file"]: (c["action"], c["why"]) for c in dry["changes"]} == expected
     assert on_disk(out) == files  # a dry run changes nothing
@@ -121,7 +121,8 @@ def test_first_pack_rerun_and_update_say_what_was_written_kept_and_removed(tmp_p
     line = summary_line(updated)
     assert line.startswith(f"wrote 3 of 15 shards ({written_bytes / 1000:.1f} KB, 12 rows) in "), line
     assert " over the write phase" in line and RATE.search(line)
-    assert line.endswith(f"; removed 1; kept 12 unchanged; 48 rows in total ({sum(len(d) for _, d in after.values()) / 1000:.1f} KB)")
+    total = sum(len(data) for _, data in after.values())
+    assert line.endswith(f"; removed 1 shard; kept 12 unchanged; 48 rows in total ({total / 1000:.1f} KB)"), line
     # The dry run's plan was the real run's: the same files, and as many kept as were untouched.
     kept = [f for f in after if f in files and after[f] == files[f]]
     assert len(kept) == 12 and len(written) == dry["written_shards"] == 3
@@ -130,6 +131,17 @@ def test_first_pack_rerun_and_update_say_what_was_written_kept_and_removed(tmp_p
     unchanged = run_json(corpus, out, "--update")
     assert (unchanged["written_shards"], unchanged["removed_shards"], unchanged["write_mb_per_s"]) == (0, 0, None)
     assert on_disk(out) == after
+
+    # Only a removal: nothing written, so no rate.
+    corpus.rows = [r for r in corpus.rows if r["key"][0] != "5"]
+    dry_text = run(corpus, out, "--update", "--dry-run")
+    assert listed_changes(dry_text) == {"data/5.zip": ("remove", "no rows in its key range now")}, dry_text
+    assert "would remove 1 shard, keep 14 unchanged\n" in dry_text
+    line = summary_line(run(corpus, out, "--update"))
+    assert line.startswith("removed 1 shard, wrote none, in "), line
+    assert "; kept 14 unchanged; 45 rows in total (" in line, line
+    assert not RATE.search(line)
+    assert changed_on_disk(after, on_disk(out)) == {"data/5.zip": "remove"}
 
 
 def test_a_shard_damaged_on_disk_is_rewritten_and_the_rest_counted_as_already_written(tmp_path: Path) -> None:

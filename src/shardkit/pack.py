@@ -409,13 +409,15 @@ def _pack_locked(
         manifest: str | None,
     ) -> PackSummary:
         kept = reconciled.kept
-        total_bytes = sum(s.bytes for s in reconciled.done.values()) + sum(s.bytes for s in written)
+        # Each shard's size as it is on disk (written or kept); a dry run's to write, as planned.
+        sizes = {s.name if isinstance(s, ShardPlan) else s.file: s.bytes for s in written}
+        sizes.update({name: s.bytes for name, s in reconciled.done.items()})
         return PackSummary(
             out_dir=location.url,
             manifest=manifest,
             rows=staged.rows,
             shards=len(plan),
-            bytes=total_bytes,
+            bytes=sum(sizes.values()),
             prefix_length=prefix_length,
             written_shards=len(written),
             resumed_shards=len(plan) - len(written) - kept,
@@ -438,7 +440,7 @@ def _pack_locked(
                     "name": s.name,
                     "rows": s.rows,
                     "shards": sum(1 for p in plan if p.split == s.name),
-                    "bytes": sum(p.bytes for p in plan if p.split == s.name),
+                    "bytes": sum(sizes[p.name] for p in plan if p.split == s.name),
                     "prefix_length": prefix_lengths[s.name],
                 }
                 for s in staged.splits

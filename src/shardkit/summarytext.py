@@ -39,7 +39,7 @@ def pack_line(summary: PackSummary) -> str:
             f"nothing to do: {shards(s.shards)} ({rows(s.rows)}, {human_size(s.bytes)}) {are} up to date"
             f" (checked in {s.seconds:.1f} s)" + _skipped(s)
         )
-    if s.written_shards == s.shards and not s.removed_shards:  # a first run, or all of it again
+    if s.written_shards == s.shards:  # a first run, or all of it again
         head = f"packed {rows(s.rows)} into {shards(s.shards)} ({human_size(s.bytes)}) in {s.seconds:.1f} s"
     elif s.written_shards:
         head = (
@@ -51,9 +51,9 @@ def pack_line(summary: PackSummary) -> str:
     rate = s.write_bytes_per_s
     line = head + (f", {human_size(rate)}/s over the write phase" if rate is not None else "") + phases(s.phase_seconds)
     if s.written_shards and s.removed_shards:
-        line += f"; removed {s.removed_shards}"
+        line += f"; removed {shards(s.removed_shards)}"
     line += _kept(s)
-    if s.written_shards != s.shards or s.removed_shards:
+    if s.written_shards != s.shards:
         line += f"; {rows(s.rows)} in total ({human_size(s.bytes)})"
     return line + _skipped(s)
 
@@ -79,13 +79,17 @@ def dry_run_lines(summary: PackSummary) -> Iterator[str]:
         are = "is" if s.shards == 1 else "are"
         yield f"would write nothing: {shards(s.shards)} ({rows(s.rows)}, {human_size(s.bytes)}) {are} up to date"
         return
-    of = f" of {shards(s.shards)}" if s.written_shards != s.shards else (" shard" if s.shards == 1 else " shards")
-    yield (
-        f"would write {s.written_shards}{of} ({human_size(s.written_bytes)}, {rows(s.written_rows)})"
-        + (f", remove {s.removed_shards}" if s.removed_shards else "")
-        + (f", keep {s.kept_shards} unchanged" if s.kept_shards else "")
-        + (f", {s.resumed_shards} already written by an earlier run" if s.resumed_shards else "")
-    )
+    would = []
+    if s.written_shards:
+        of = f" of {shards(s.shards)}" if s.written_shards != s.shards else (" shard" if s.shards == 1 else " shards")
+        would.append(f"write {s.written_shards}{of} ({human_size(s.written_bytes)}, {rows(s.written_rows)})")
+    if s.removed_shards:
+        would.append(f"remove {shards(s.removed_shards)}")
+    if s.kept_shards:
+        would.append(f"keep {s.kept_shards} unchanged")
+    if s.resumed_shards:
+        would.append(f"keep {s.resumed_shards} already written by an earlier run")
+    yield "would " + ", ".join(would)
 
 
 def _change_lines(changes: list[ShardChange]) -> Iterator[str]:
