@@ -157,6 +157,30 @@ def test_a_shard_damaged_on_disk_is_rewritten_and_the_rest_counted_as_already_wr
     assert f"; {SHARDS - 1} already written by an earlier run; 32 rows in total (" in line
 
 
+def test_an_update_adding_rows_to_one_split_rewrites_only_its_touched_shard(tmp_path: Path) -> None:
+    corpus = Corpus(tmp_path / "in", 48)
+    for row in corpus.rows:
+        row["split"] = "train" if row["n"] % 3 else "test"
+    out = tmp_path / "out"
+    run(corpus, out)
+    before = on_disk(out)
+    corpus.rows += [{**corpus.row(400 + i, 6), "split": "test"} for i in range(2)]
+    dry = run_json(corpus, out, "--update", "--dry-run")
+    summary = run_json(corpus, out, "--update")
+    after = on_disk(out)
+    changed = changed_on_disk(before, after)
+    assert changed == {"data/test/6.zip": "rewrite"}
+    assert [(c["file"], c["action"]) for c in dry["changes"]] == [(c["file"], c["action"]) for c in summary["changes"]]
+    assert [(c["file"], c["action"]) for c in summary["changes"]] == list(changed.items())
+    assert summary["changes"][0]["why"].startswith("2 rows more (")
+    assert (summary["written_shards"], summary["kept_shards"], summary["removed_shards"]) == (1, len(before) - 1, 0)
+    assert summary["written_bytes"] == len(after["data/test/6.zip"][1]) and summary["written_rows"] == len(
+        [r for r in corpus.rows if r["split"] == "test" and r["key"][0] == "6"]
+    )
+    assert summary["total_rows"] == 50 and summary["write_mb_per_s"] is not None
+    assert dry["write_mb_per_s"] is None and dry["written_bytes"] == summary["written_bytes"]  # ZIP sizes are exact
+
+
 def test_an_update_with_splits_and_a_new_class_name_says_why_each_parquet_shard_is_rewritten(tmp_path: Path) -> None:
     """A Parquet file holds the class names: a new one rewrites every shard, and the summary says
     which for new rows and which only for the names; a split with no rows left is removed."""
