@@ -94,21 +94,21 @@ def test_first_pack_rerun_and_update_say_what_was_written_kept_and_removed(tmp_p
     assert (nothing["write_mb_per_s"], nothing["mb_per_s"], nothing["changes"]) == (None, 0.0, [])
     assert nothing["resumed_shards"] == SHARDS and nothing["total_rows"] == 48
 
-    # Every row of shard 3 gone, two rows more in shard 7, one more in 9, a caption changed in b.
-    corpus.rows = [r for r in corpus.rows if r["n"] % SHARDS != 3]
+    # Every row of shard 3 gone, one of shard 7 gone and two added, one more in 9, a caption changed in b.
+    corpus.rows = [r for r in corpus.rows if r["n"] % SHARDS != 3 and r["n"] != 7]
     corpus.rows += [corpus.row(200, 7), corpus.row(201, 7), corpus.row(202, 9)]
     next(r for r in corpus.rows if r["n"] % SHARDS == 11)["caption"] = "a changed caption"
     meta = corpus.write()
     expected = {
         "data/3.zip": ("remove", "no rows in its key range now"),
-        "data/7.zip": ("rewrite", "2 rows more (3 -> 5)"),
-        "data/9.zip": ("rewrite", "1 row more (3 -> 4)"),
-        "data/b.zip": ("rewrite", "rows changed (3 rows)"),
+        "data/7.zip": ("rewrite", "2 rows added, 1 removed (3 -> 4 rows)"),
+        "data/9.zip": ("rewrite", "1 row added (3 -> 4 rows)"),
+        "data/b.zip": ("rewrite", "1 row changed (3 rows)"),
     }
 
     dry_text = run(corpus, out, "--update", "--dry-run", meta=meta)
     assert listed_changes(dry_text) == expected, dry_text
-    assert "would write 3 of 15 shards (" in dry_text and ", 12 rows), remove 1 shard, keep 12 unchanged\n" in dry_text
+    assert "would write 3 of 15 shards (" in dry_text and ", 11 rows), remove 1 shard, keep 12 unchanged\n" in dry_text
     dry = run_json(corpus, out, "--update", "--dry-run")
     assert {c["file"]: (c["action"], c["why"]) for c in dry["changes"]} == expected
     assert on_disk(out) == files  # a dry run changes nothing
@@ -119,10 +119,10 @@ def test_first_pack_rerun_and_update_say_what_was_written_kept_and_removed(tmp_p
     written = [f for f in after if f in expected]
     written_bytes = sum(len(after[f][1]) for f in written)
     line = summary_line(updated)
-    assert line.startswith(f"wrote 3 of 15 shards ({written_bytes / 1000:.1f} KB, 12 rows) in "), line
+    assert line.startswith(f"wrote 3 of 15 shards ({written_bytes / 1000:.1f} KB, 11 rows) in "), line
     assert " over the write phase" in line and RATE.search(line)
     total = sum(len(data) for _, data in after.values())
-    assert line.endswith(f"; removed 1 shard; kept 12 unchanged; 48 rows in total ({total / 1000:.1f} KB)"), line
+    assert line.endswith(f"; removed 1 shard; kept 12 unchanged; 47 rows in total ({total / 1000:.1f} KB)"), line
     # The dry run's plan was the real run's: the same files, and as many kept as were untouched.
     kept = [f for f in after if f in files and after[f] == files[f]]
     assert len(kept) == 12 and len(written) == dry["written_shards"] == 3
@@ -139,7 +139,7 @@ def test_first_pack_rerun_and_update_say_what_was_written_kept_and_removed(tmp_p
     assert "would remove 1 shard, keep 14 unchanged\n" in dry_text
     line = summary_line(run(corpus, out, "--update"))
     assert line.startswith("removed 1 shard, wrote none, in "), line
-    assert "; kept 14 unchanged; 45 rows in total (" in line, line
+    assert "; kept 14 unchanged; 44 rows in total (" in line, line
     assert not RATE.search(line)
     assert changed_on_disk(after, on_disk(out)) == {"data/5.zip": "remove"}
 
@@ -172,13 +172,23 @@ def test_an_update_adding_rows_to_one_split_rewrites_only_its_touched_shard(tmp_
     assert changed == {"data/test/6.zip": "rewrite"}
     assert [(c["file"], c["action"]) for c in dry["changes"]] == [(c["file"], c["action"]) for c in summary["changes"]]
     assert [(c["file"], c["action"]) for c in summary["changes"]] == list(changed.items())
-    assert summary["changes"][0]["why"].startswith("2 rows more (")
+    assert summary["changes"][0]["why"] == "2 rows added (1 -> 3 rows)"
     assert (summary["written_shards"], summary["kept_shards"], summary["removed_shards"]) == (1, len(before) - 1, 0)
     assert summary["written_bytes"] == len(after["data/test/6.zip"][1]) and summary["written_rows"] == len(
         [r for r in corpus.rows if r["split"] == "test" and r["key"][0] == "6"]
     )
     assert summary["total_rows"] == 50 and summary["write_mb_per_s"] is not None
     assert dry["write_mb_per_s"] is None and dry["written_bytes"] == summary["written_bytes"]  # ZIP sizes are exact
+
+
+def test_a_file_changed_under_its_key_is_said_so(tmp_path: Path) -> None:
+    corpus = Corpus(tmp_path / "in", 32)
+    out = tmp_path / "out"
+    run(corpus, out)
+    row = next(r for r in corpus.rows if r["key"][0] == "5")
+    (corpus.images / row["file_name"]).write_bytes(corpus.image(row) + b"trailing bytes")
+    dry = run(corpus, out, "--update", "--dry-run")
+    assert listed_changes(dry) == {"data/5.zip": ("rewrite", "files changed (same keys and fields)")}, dry
 
 
 def test_an_update_with_splits_and_a_new_class_name_says_why_each_parquet_shard_is_rewritten(tmp_path: Path) -> None:
@@ -203,7 +213,7 @@ def test_an_update_with_splits_and_a_new_class_name_says_why_each_parquet_shard_
     assert listed == {
         **{f: ("remove", "split test has no rows now") for f in test_shards},
         **{f: ("rewrite", "new class names: a new class") for f in train_shards - {"data/train/4.parquet"}},
-        "data/train/4.parquet": ("rewrite", "1 row more (2 -> 3)"),
+        "data/train/4.parquet": ("rewrite", "1 row added (2 -> 3 rows)"),
     }, dry_text
     assert "  split test: no rows now\n" in dry_text
 

@@ -83,6 +83,7 @@ from .staging import (
     SplitRows,
     StagedEntries,
     iter_published_lines,
+    iter_staged,
     merge_runs,
     regroup,
     repeated_files,
@@ -467,7 +468,7 @@ def _pack_locked(
     )
     if config.dry_run:  # what the run would do with OUT_DIR (or its refusal), changing nothing
         reconciled = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location, dry_run=True)
-        changes = _changes(plan, reconciled, staged.path, force=config.force, schema_change=schema_change)
+        changes = _changes(plan, reconciled, staged.path, location, force=config.force, schema_change=schema_change)
         return summary(reconciled, changes, written=[p for p in plan if p.name not in reconciled.done], manifest=None)
 
     # The metadata table now, in the work folder: a row it cannot hold stops the run before any
@@ -481,7 +482,7 @@ def _pack_locked(
     reconciled = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location)
     done = dict(reconciled.done)
     # (now: the reasons read the staged rows, which the finish phase removes)
-    changes = _changes(plan, reconciled, staged.path, force=config.force, schema_change=schema_change)
+    changes = _changes(plan, reconciled, staged.path, location, force=config.force, schema_change=schema_change)
     created.keep()  # OUT_DIR changes from here on: its work folder is what a re-run resumes from
     todo = [p for p in plan if p.name not in done]
     jobs: list[ShardJob] = [
@@ -1219,11 +1220,14 @@ def _changes(
     plan: list[ShardPlan],
     reconciled: _Reconciled,
     staged_path: str,
+    location: Location,
     *,
     force: bool,
     schema_change: _SchemaChange | None,
 ) -> list[ShardChange]:
-    """The shards a run writes, rewrites or removes, and why, in plan order (the removed last)."""
+    """The shards a run writes, rewrites or removes, and why, in plan order (the removed last).
+    Called before any shard is written: a rewritten shard's old rows are read from its metadata
+    file."""
     changes = []
     for p in plan:
         if p.name in reconciled.done:
@@ -1243,15 +1247,12 @@ def _changes(
             staged_path, p.offset, p.rows, schema_change.salt_before
         ):
             why = schema_change.words  # the same rows: only the schema its bytes hold changed
-        elif p.rows > before.rows:
-            why = f"{summarytext.rows(p.rows - before.rows)} more ({before.rows} -> {p.rows})"
-        elif p.rows < before.rows:
-            why = f"{summarytext.rows(before.rows - p.rows)} fewer ({before.rows} -> {p.rows})"
         else:
-            why = f"rows changed ({summarytext.rows(p.rows)})"
+            why = _rows_changed(location, before, staged_path, p)
         changes.append(ShardChange(p.name, p.split, "rewrite", why, p.rows, p.bytes))
     for file in reconciled.removed:
         old = reconciled.recorded[file]
+        # (whether its rows went or moved to a neighbour: a planned shard's key range overlaps)
         split_plan = [p for p in plan if p.split == old.split]
         if not split_plan:
             why = f"split {old.split} has no rows now"
@@ -1261,3 +1262,27 @@ def _changes(
             why = "no rows in its key range now"
         changes.append(ShardChange(file, old.split, "remove", why, old.rows, old.bytes))
     return changes
+
+
+def _rows_changed(location: Location, before: ManifestShard, staged_path: str, p: ShardPlan) -> str:
+    """How a shard's rows differ from those it was written from: rows added, removed and changed
+    (by key, from its metadata file, whose lines are the published ones), or, with that file
+    unreadable, how many rows it had and has."""
+    counts = f"({before.rows} -> {p.rows} rows)" if before.rows != p.rows else f"({summarytext.rows(p.rows)})"
+    try:
+        data = location.read_bytes(before.metadata)
+        old = {json.loads(line)["key"]: line for line in data.splitlines()} if data is not None else None
+    except (ShardkitError, OSError, ValueError, KeyError, TypeError):  # a message is not worth a refusal
+        old = None
+    if old is None:
+        return f"rows changed {counts}"
+    new = {row.key: row.metadata_line.encode("utf-8") for row in iter_staged(staged_path, p.offset, p.rows)}
+    added = sum(1 for key in new if key not in old)
+    removed = sum(1 for key in old if key not in new)
+    changed = sum(1 for key, line in new.items() if key in old and old[key] != line)
+    found = [(n, what) for n, what in ((added, "added"), (removed, "removed"), (changed, "changed")) if n]
+    if not found:  # the same keys and fields: a file's bytes, extension or name changed
+        return "files changed (same keys and fields)"
+    # "3 rows added, 2 removed (95 -> 96 rows)"
+    words = [f"{summarytext.rows(n) if i == 0 else n} {what}" for i, (n, what) in enumerate(found)]
+    return f"{', '.join(words)} {counts}"
