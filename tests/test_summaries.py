@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import write_jsonl
 from tests.test_splits_labels import pack_cli
-from tests.test_update import SHARDS, Corpus
+from tests.test_update import KILLED_AT, SHARDS, Corpus
 
 RATE = re.compile(r"\d(\.\d)? [KMGT]?B/s")
 #: A dry run's line for one shard: "    rewrite data/7.zip   4 rows  1.2 KB  1 row more (3 -> 4)".
@@ -179,6 +181,25 @@ def test_an_update_adding_rows_to_one_split_rewrites_only_its_touched_shard(tmp_
     )
     assert summary["total_rows"] == 50 and summary["write_mb_per_s"] is not None
     assert dry["write_mb_per_s"] is None and dry["written_bytes"] == summary["written_bytes"]  # ZIP sizes are exact
+
+
+def test_a_killed_first_pack_resumes_saying_what_was_there_and_what_it_wrote(tmp_path: Path) -> None:
+    corpus = Corpus(tmp_path / "in", 32)
+    out = tmp_path / "out"
+    args = [str(corpus.images), str(corpus.write()), "-o", str(out), "--prefix-length", "1", "-j", "1", "-q"]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT, "one changed shard written", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert killed.returncode == -9, killed.stderr  # after its first shard's record, before the second's
+    dry = listed_changes(run(corpus, out, "--dry-run"))
+    assert len(dry) == SHARDS - 1 and set(dry.values()) == {("write", "not written yet")}, dry
+    line = summary_line(run(corpus, out))
+    assert line.startswith(f"wrote {SHARDS - 1} of {SHARDS} shards ("), line
+    assert "; 1 already written by an earlier run; 32 rows in total (" in line and RATE.search(line), line
 
 
 def test_a_file_changed_under_its_key_is_said_so(tmp_path: Path) -> None:
