@@ -20,7 +20,7 @@ from tests.conftest import write_jsonl
 from tests.test_splits_labels import pack_cli
 from tests.test_update import KILLED_AT, SHARDS, Corpus
 
-RATE = re.compile(r"\d(\.\d)? [KMGT]?B/s")
+RATE = re.compile(r"\d MB/s")
 #: A dry run's line for one shard: "    rewrite data/7.zip   4 rows  1.2 KB  1 row more (3 -> 4)".
 CHANGE_LINE = re.compile(r"^    (write|rewrite|remove)\s+(\S+)\s+(\d+) rows?\s+\S+ \S+  (.+)$")
 

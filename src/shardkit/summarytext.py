@@ -30,6 +30,12 @@ def phases(seconds: dict[str, float]) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
+def mb_per_s(bytes_per_s: float) -> str:
+    """A rate in one unit whatever its size (a summary compares runs): ``12.3 MB/s``, ``0.04 MB/s``."""
+    mb = bytes_per_s / 1e6
+    return f"{mb:.0f} MB/s" if mb >= 100 else f"{mb:.1f} MB/s" if mb >= 0.1 else f"{mb:.2g} MB/s"
+
+
 def pack_line(summary: PackSummary) -> str:
     """One line: what the run wrote, kept and removed, or that there was nothing to do."""
     s = summary
@@ -49,7 +55,7 @@ def pack_line(summary: PackSummary) -> str:
     else:
         head = f"removed {shards(s.removed_shards)}, wrote none, in {s.seconds:.1f} s"
     rate = s.write_bytes_per_s
-    line = head + (f", {human_size(rate)}/s over the write phase" if rate is not None else "") + phases(s.phase_seconds)
+    line = head + (f", {mb_per_s(rate)} over the write phase" if rate is not None else "") + phases(s.phase_seconds)
     if s.written_shards and s.removed_shards:
         line += f"; removed {shards(s.removed_shards)}"
     line += _kept(s)
@@ -61,7 +67,7 @@ def pack_line(summary: PackSummary) -> str:
 def dry_run_lines(summary: PackSummary) -> Iterator[str]:
     """Each split, the shards the run would write, rewrite or remove in it (and why), and the totals."""
     s = summary
-    yield f"plan: {rows(s.rows)} -> {shards(s.shards)} ({human_size(s.bytes)})"
+    yield f"plan: {rows(s.rows)} -> {shards(s.shards)}"
     by_split: dict[str, list[ShardChange]] = {}
     for change in s.changes:
         by_split.setdefault(change.split, []).append(change)
