@@ -225,7 +225,8 @@ def test_an_update_with_splits_and_a_new_class_name_says_why_each_parquet_shard_
     assert first["written_shards"] == len(before) and len(first["splits"]) == 2
 
     corpus.rows = [r for r in corpus.rows if r["split"] == "train"]
-    corpus.rows.append({**corpus.row(300, 4), "split": "train", "caption": "a new class"})
+    # (a line end in a class name is shown escaped: the listing stays one line a shard)
+    corpus.rows.append({**corpus.row(300, 4), "split": "train", "caption": "a new\nclass"})
     meta = corpus.write()
     dry_text = run(corpus, out, *options, "--update", "--dry-run", meta=meta)
     listed = listed_changes(dry_text)
@@ -233,7 +234,7 @@ def test_an_update_with_splits_and_a_new_class_name_says_why_each_parquet_shard_
     train_shards = {f for f in before if f.startswith("data/train/")}
     assert listed == {
         **{f: ("remove", "split test has no rows now") for f in test_shards},
-        **{f: ("rewrite", "new class names: a new class") for f in train_shards - {"data/train/4.parquet"}},
+        **{f: ("rewrite", "new class names: a new\\nclass") for f in train_shards - {"data/train/4.parquet"}},
         "data/train/4.parquet": ("rewrite", "1 row added (2 -> 3 rows)"),
     }, dry_text
     assert "  split test: no rows now\n" in dry_text

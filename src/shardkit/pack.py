@@ -41,7 +41,7 @@ from .check import (
     combine,
     range_jobs,
 )
-from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed, naming
+from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed, naming, one_line
 from .formats import ShardFormat, format_named
 from .formats.parquet import encode_metadata_table
 from .location import Location
@@ -165,7 +165,7 @@ class ShardChange:
     #: write: no shard of this name was there; rewrite: one was, with other rows (or damaged);
     #: remove: a shard of the run before that the new plan has no place for.
     action: Literal["write", "rewrite", "remove"]
-    why: str  # "new", "3 rows more (25 -> 28)", "new class names: owl"...
+    why: str  # "new", "3 rows added, 1 removed (25 -> 27 rows)", "new class names: owl"...
     rows: int  # planned (a removed shard: the rows it held)
     bytes: int
 
@@ -1204,10 +1204,12 @@ def _schema_change(
     for name in (n for n in new if n in old and new[n] != old[n]):
         names_before, names_now = class_label_names(old[name]), class_label_names(new[name])
         if names_before is not None and names_now is not None:
-            parts.append("new class names: " + listed([n for n in names_now if n not in names_before], 5))
+            added_names = [n for n in names_now if n not in names_before]
+            parts.append("new class names: " + listed(added_names, 5) if added_names else "class names renumbered")
         else:
             parts.append(f"column {name}'s type changed")
-    return _SchemaChange(salt, "; ".join(parts) or "the schema changed")
+    # one_line: a class name may hold a line end, which must not forge a line of the summary
+    return _SchemaChange(salt, one_line("; ".join(parts)) or "the schema changed")
 
 
 @dataclass(frozen=True)
@@ -1271,7 +1273,8 @@ def _rows_changed(location: Location, before: ManifestShard, staged_path: str, p
     counts = f"({before.rows} -> {p.rows} rows)" if before.rows != p.rows else f"({summarytext.rows(p.rows)})"
     try:
         data = location.read_bytes(before.metadata)
-        old = {json.loads(line)["key"]: line for line in data.splitlines()} if data is not None else None
+        # (split at "\n" only, as every reader of published lines: JSON leaves U+2028 as it is)
+        old = {json.loads(line)["key"]: line for line in data.split(b"\n") if line} if data is not None else None
     except (ShardkitError, OSError, ValueError, KeyError, TypeError):  # a message is not worth a refusal
         old = None
     if old is None:
