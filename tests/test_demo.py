@@ -45,6 +45,6 @@ def test_demo_scaffolds_packs_pushes_and_streams_every_row_back(tmp_path: Path) 
         ["bash", str(REPO_ROOT / "scripts" / "demo.sh")], capture_output=True, text=True, env=env, timeout=600
     )
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "18 shards kept from an earlier run" in again.stdout
+    assert "nothing to do: 18 shards (300 rows, 1.7 MB) are up to date" in again.stdout
     assert "is up to date (44 files already there)" in again.stdout
     assert "read 300 rows from 18 shards" in again.stdout

@@ -30,6 +30,7 @@ from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .scaffold import TEMPLATE_DIR
 from .schema import class_label_names
+from .summarytext import dry_run_lines, pack_line
 
 if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit --help` stays quick
     from .pack import ExecutorName, OnProblem, ShardFormatName
@@ -546,41 +547,16 @@ def _pack_command(
         click.echo("schema (the card's features):")
         for feature in summary.features:
             click.echo(f"  {feature.get('name', '?'):<24} {_feature_type(feature)}")
-        click.echo(f"plan: {summary.rows} rows -> {_shards(summary.shards)}")
-        for split in summary.splits:
-            click.echo(
-                f"  split {split['name']}: {split['rows']} rows, {_shards(split['shards'])}"
-                f" ({human_size(split['bytes'])}), "
-                + (f"prefix length {split['prefix_length']}" if split["prefix_length"] else "cut by size")
-            )
-        for p in summary.plan:
-            click.echo(f"  {p.name:<24} {p.rows:>8} rows  {human_size(p.bytes):>10}  {p.first_key}..{p.last_key}")
-        kept = summary.kept_shards + summary.resumed_shards
-        if kept:
-            why = "their rows did not change" if summary.kept_shards else "written by an earlier run"
-            click.echo(f"would write {summary.written_shards} shards, keep {kept} ({why})")
+        for line in dry_run_lines(summary):
+            click.echo(line)
         click.echo("dry run: nothing written")
     else:
-        click.echo(
-            f"packed {summary.rows} rows into {_shards(summary.shards)} ({human_size(summary.bytes)}) in "
-            f"{summary.seconds:.1f} s, {summary.mb_per_s:.0f} MB/s"
-            + _phases(summary.phase_seconds)
-            + (
-                f"; {summary.resumed_shards} shard{'s' if summary.resumed_shards != 1 else ''} kept from an earlier run"
-                if summary.resumed_shards
-                else ""
-            )
-            + (f"; {summary.kept_shards} unchanged shards kept" if summary.kept_shards else "")
-        )
+        click.echo(pack_line(summary))
         if len(summary.splits) > 1 or any(s["name"] != "train" for s in summary.splits):
             click.echo("splits: " + ", ".join(f"{s['name']} {s['rows']} rows" for s in summary.splits))
         click.echo(f"manifest: {one_line(str(summary.manifest))}")
     if pushed is not None:
         _print_push(pushed)
-
-
-def _shards(count: int) -> str:
-    return f"{count} shard" if count == 1 else f"{count} shards"
 
 
 def _feature_type(feature: dict[str, object]) -> str:
@@ -593,12 +569,6 @@ def _feature_type(feature: dict[str, object]) -> str:
             f", ... ({len(names)} names)" if len(names) > 20 else ""
         )
     return json.dumps(rest, separators=(", ", ": "))
-
-
-def _phases(seconds: dict[str, float]) -> str:
-    """ " (check 1.2 s, write 4.5 s)": the phases that took a tenth of a second or more."""
-    shown = [f"{phase} {s:.1f} s" for phase, s in seconds.items() if s >= 0.1]
-    return f" ({', '.join(shown)})" if shown else ""
 
 
 class _WorkflowGroup(click.Group):
@@ -833,10 +803,7 @@ def remux_cmd(
                 else ""
             )
         )
-        click.echo(
-            f"packed {packed.rows} rows into {_shards(packed.shards)} ({human_size(packed.bytes)}) in"
-            f" {packed.seconds:.1f} s; manifest: {packed.manifest}"
-        )
+        click.echo(f"{pack_line(packed)}; manifest: {packed.manifest}")
 
 
 SHOWN_PROBLEMS = 1000

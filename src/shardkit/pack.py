@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from . import summarytext
 from .builtin import builtin_loader_warnings
 from .card import card_features, card_problem, ensure_gitattributes, update_card, update_loaders
 from .check import (
@@ -41,7 +42,7 @@ from .check import (
     range_jobs,
     split_warnings,
 )
-from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed, naming
+from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed, naming, one_line
 from .formats import ShardFormat, format_named
 from .formats.parquet import encode_metadata_table
 from .location import Location
@@ -83,6 +84,7 @@ from .staging import (
     SplitRows,
     StagedEntries,
     iter_published_lines,
+    iter_staged,
     merge_runs,
     regroup,
     repeated_files,
@@ -156,6 +158,20 @@ class PackConfig:
 
 
 @dataclass(frozen=True)
+class ShardChange:
+    """A shard file a run writes or removes, and why: what a summary and a dry run list."""
+
+    file: str  # "data/train/3f.zip"
+    split: str
+    #: write: no shard of this name was there; rewrite: one was, with other rows (or damaged);
+    #: remove: a shard of the run before that the new plan has no place for.
+    action: Literal["write", "rewrite", "remove"]
+    why: str  # "new", "3 rows added, 1 removed (25 -> 27 rows)", "new class names: owl"...
+    rows: int  # planned (a removed shard: the rows it held)
+    bytes: int
+
+
+@dataclass(frozen=True)
 class PackSummary:
     out_dir: str
     manifest: str | None
@@ -182,16 +198,36 @@ class PackSummary:
     #: What a reader would still refuse or get wrong in this layout, one sentence each (logged
     #: as warnings too; the card says the same).
     warnings: list[str] = field(default_factory=list)
+    removed_shards: int = 0  # shards of the run before that the new plan has no place for
+    written_bytes: int = 0  # of the shards written (a dry run: would write), not of the dataset
+    written_rows: int = 0
+    #: Each shard written, rewritten or removed (a dry run: would be), with why, in plan order.
+    changes: list[ShardChange] = field(default_factory=list)
+
+    @property
+    def write_seconds(self) -> float:
+        return self.phase_seconds.get("write", 0.0)
 
     @property
     def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+        """Bytes written (not the dataset's: a re-run writes none) per second of the whole run."""
+        return self.written_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def write_bytes_per_s(self) -> float | None:
+        """Bytes written per second of the write phase; None when nothing was written."""
+        if not self.written_shards or self.dry_run or self.write_seconds <= 0:
+            return None
+        return self.written_bytes / self.write_seconds
 
     def to_json(self) -> dict[str, Any]:
         """The --json summary; the plan is listed only for a dry run (the manifest has it otherwise)."""
         data = asdict(self)
         data["plan"] = [asdict(p) for p in self.plan] if self.dry_run else None
+        data["total_rows"] = self.rows
         data["mb_per_s"] = round(self.mb_per_s, 1)
+        rate = self.write_bytes_per_s
+        data["write_mb_per_s"] = None if rate is None else round(rate / 1e6, 1)
         data["seconds"] = round(self.seconds, 3)
         data["phase_seconds"] = {k: round(v, 3) for k, v in self.phase_seconds.items()}
         return data
@@ -373,17 +409,31 @@ def _pack_locked(
             HUB_MAX_FOLDER_ENTRIES,
         )
 
-    def summary(*, written: int, manifest: str | None, total_bytes: int | None = None, kept: int = 0) -> PackSummary:
+    def summary(
+        reconciled: _Reconciled,
+        changes: list[ShardChange],
+        *,
+        written: list[ManifestShard | ShardPlan],
+        manifest: str | None,
+    ) -> PackSummary:
+        kept = reconciled.kept
+        # Each shard's size as it is on disk (written or kept); a dry run's to write, as planned.
+        sizes = {s.name if isinstance(s, ShardPlan) else s.file: s.bytes for s in written}
+        sizes.update({name: s.bytes for name, s in reconciled.done.items()})
         return PackSummary(
             out_dir=location.url,
             manifest=manifest,
             rows=staged.rows,
             shards=len(plan),
-            bytes=sum(p.bytes for p in plan) if total_bytes is None else total_bytes,
+            bytes=sum(sizes.values()),
             prefix_length=prefix_length,
-            written_shards=written,
-            resumed_shards=len(plan) - written - kept,
+            written_shards=len(written),
+            resumed_shards=len(plan) - len(written) - kept,
             kept_shards=kept,
+            removed_shards=len(reconciled.removed),
+            written_bytes=sum(s.bytes for s in written),
+            written_rows=sum(s.rows for s in written),
+            changes=changes,
             rejected_rows=problems.count,
             skipped_duplicates=staged.duplicate_count,
             rejects_file=rejects_path if problems.count else None,
@@ -398,7 +448,7 @@ def _pack_locked(
                     "name": s.name,
                     "rows": s.rows,
                     "shards": sum(1 for p in plan if p.split == s.name),
-                    "bytes": sum(p.bytes for p in plan if p.split == s.name),
+                    "bytes": sum(sizes[p.name] for p in plan if p.split == s.name),
                     "prefix_length": prefix_lengths[s.name],
                 }
                 for s in staged.splits
@@ -410,6 +460,7 @@ def _pack_locked(
     # from. A tar's bytes follow from its rows alone; a Parquet file's also from the features (its
     # schema), a ZIP's from their Arrow types (its metadata.parquet).
     salt = fmt.features_salt(staged.features)
+    schema_change = _schema_change(fmt, previous, staged.features)
     plan = [replace(p, input_sha256=rows_sha256(staged.path, p.offset, p.rows, salt)) for p in plan]
     # Shards on this machine are hashed (and their hashes kept); at a URL, sizes only (see _reconcile).
     hashes = HashCache(local_dir) if location.is_local else None
@@ -423,8 +474,9 @@ def _pack_locked(
         boundaries,
     )
     if config.dry_run:  # what the run would do with OUT_DIR (or its refusal), changing nothing
-        done, kept = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location, dry_run=True)
-        return summary(written=len(plan) - len(done), manifest=None, kept=kept)
+        reconciled = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location, dry_run=True)
+        changes = _changes(plan, reconciled, staged.path, location, force=config.force, schema_change=schema_change)
+        return summary(reconciled, changes, written=[p for p in plan if p.name not in reconciled.done], manifest=None)
 
     # The metadata table now, in the work folder: a row it cannot hold stops the run before any
     # shard is written, not after hours of writing.
@@ -434,7 +486,10 @@ def _pack_locked(
         ((p.name, b"".join(iter_published_lines(staged.path, p.offset, p.rows))) for p in plan),
         staged.features,
     )
-    done, kept = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location)
+    reconciled = _reconcile(local_dir, work_dir, plan, state, previous, config, hashes, location)
+    done = dict(reconciled.done)
+    # (now: the reasons read the staged rows, which the finish phase removes)
+    changes = _changes(plan, reconciled, staged.path, location, force=config.force, schema_change=schema_change)
     created.keep()  # OUT_DIR changes from here on: its work folder is what a re-run resumes from
     todo = [p for p in plan if p.name not in done]
     jobs: list[ShardJob] = [
@@ -519,8 +574,7 @@ def _pack_locked(
     shutil.rmtree(staging_dir, ignore_errors=True)
     shutil.rmtree(tmp_dir, ignore_errors=True)  # partial files of tasks whose worker died
     phases.end("finish")
-    total_bytes = sum(s.bytes for s in manifest.shards)
-    return summary(written=len(todo), manifest=manifest_path, total_bytes=total_bytes, kept=kept)
+    return summary(reconciled, changes, written=[done[p.name] for p in todo], manifest=manifest_path)
 
 
 #: How many times a split is planned again when a shard's encoded metadata table made it pass
@@ -1029,10 +1083,10 @@ def _reconcile(
     location: Location,
     *,
     dry_run: bool = False,
-) -> tuple[dict[str, ManifestShard], int]:
+) -> _Reconciled:
     """Compare OUT_DIR with the plan: return the shards already done (and how many of them an
-    update kept from the run before); refuse foreign output. ``dry_run``: decide the same,
-    refuse the same, and change nothing."""
+    update kept from the run before), and the shard files it removes; refuse foreign output.
+    ``dry_run``: decide the same, refuse the same, and change nothing."""
     where = location.url
     state = run.to_json()
     previous = previous_run.state if previous_run is not None else None
@@ -1069,6 +1123,7 @@ def _reconcile(
             " move them out of data/ and metadata/, which hold a dataset's shards."
         )
     ours = [rel for rel in present if rel in owned or rel in planned]
+    removed = [rel for rel in ours if rel in recorded and rel not in planned]
     if not same_run and not updating and (previous is not None or ours) and not config.force:
         differs = _what_differs(previous, state)
         if config.update:
@@ -1133,4 +1188,121 @@ def _reconcile(
                 kept += 1
         elif not from_before and not dry_run:
             log.warning("%s: recorded as written but missing or changed; writing it again", p.name)
-    return done, kept
+    return _Reconciled(done, kept, recorded, removed, resuming=same_run)
+
+
+@dataclass(frozen=True)
+class _Reconciled:
+    """What :func:`_reconcile` found in OUT_DIR."""
+
+    done: dict[str, ManifestShard]  # planned shards there already, as they should be
+    kept: int  # of those, the ones an update kept from the run before
+    recorded: dict[str, ManifestShard]  # every shard the manifest or a done record names, by file
+    removed: list[str]  # recorded shard files the plan has no place for (their metadata files go too)
+    resuming: bool  # a re-run of the same input and options
+
+
+def _schema_change(
+    fmt: ShardFormat, previous: _PreviousRun | None, features: list[dict[str, Any]]
+) -> _SchemaChange | None:
+    """How the features differ from the run before's, when they shape the shards' bytes."""
+    before = previous.manifest.features if previous is not None and previous.manifest is not None else None
+    if not before or before == features:
+        return None
+    salt = fmt.features_salt(before)
+    if salt == fmt.features_salt(features):
+        return None
+    old, new = {f["name"]: f for f in before}, {f["name"]: f for f in features}
+    parts = []
+    if added := [n for n in new if n not in old]:
+        parts.append("new columns: " + listed(added, 5))
+    if gone := [n for n in old if n not in new]:
+        parts.append("columns gone: " + listed(gone, 5))
+    for name in (n for n in new if n in old and new[n] != old[n]):
+        names_before, names_now = class_label_names(old[name]), class_label_names(new[name])
+        if names_before is not None and names_now is not None:
+            added_names = [n for n in names_now if n not in names_before]
+            parts.append("new class names: " + listed(added_names, 5) if added_names else "class names renumbered")
+        else:
+            parts.append(f"column {name}'s type changed")
+    # one_line: a class name may hold a line end, which must not forge a line of the summary
+    return _SchemaChange(salt, one_line("; ".join(parts)) or "the schema changed")
+
+
+@dataclass(frozen=True)
+class _SchemaChange:
+    salt_before: bytes  # what the run before hashed each shard's rows after
+    words: str
+
+
+def _changes(
+    plan: list[ShardPlan],
+    reconciled: _Reconciled,
+    staged_path: str,
+    location: Location,
+    *,
+    force: bool,
+    schema_change: _SchemaChange | None,
+) -> list[ShardChange]:
+    """The shards a run writes, rewrites or removes, and why, in plan order (the removed last).
+    Called before any shard is written: a rewritten shard's old rows are read from its metadata
+    file."""
+    changes = []
+    for p in plan:
+        if p.name in reconciled.done:
+            continue
+        before = reconciled.recorded.get(p.name)
+        if before is None:
+            why = "not written yet" if reconciled.resuming else "new"
+            changes.append(ShardChange(p.name, p.split, "write", why, p.rows, p.bytes))
+            continue
+        if force:
+            why = "--force"
+        elif before.input_sha256 == p.input_sha256:
+            why = "missing or changed on disk"
+        elif not before.input_sha256:
+            why = "written by a shardkit that recorded no hash of its rows"
+        elif schema_change is not None and before.input_sha256 == rows_sha256(
+            staged_path, p.offset, p.rows, schema_change.salt_before
+        ):
+            why = schema_change.words  # the same rows: only the schema its bytes hold changed
+        else:
+            why = _rows_changed(location, before, staged_path, p)
+        changes.append(ShardChange(p.name, p.split, "rewrite", why, p.rows, p.bytes))
+    for file in reconciled.removed:
+        old = reconciled.recorded[file]
+        # (whether its rows went or moved to a neighbour: a planned shard's key range overlaps)
+        split_plan = [p for p in plan if p.split == old.split]
+        if not split_plan:
+            why = f"split {old.split} has no rows now"
+        elif any(p.first_key <= old.last_key and old.first_key <= p.last_key for p in split_plan):
+            why = "its key range is in other shards now"
+        else:
+            why = "no rows in its key range now"
+        changes.append(ShardChange(file, old.split, "remove", why, old.rows, old.bytes))
+    return changes
+
+
+def _rows_changed(location: Location, before: ManifestShard, staged_path: str, p: ShardPlan) -> str:
+    """How a shard's rows differ from those it was written from: rows added, removed and changed
+    (by key, from its metadata file, whose lines are the published ones), or, with that file
+    unreadable, how many rows it had and has."""
+    counts = f"({before.rows} -> {p.rows} rows)" if before.rows != p.rows else f"({summarytext.rows(p.rows)})"
+    try:
+        data = location.read_bytes(before.metadata)
+        # (split at "\n" only, as every reader of published lines: JSON leaves U+2028 as it is)
+        old = {json.loads(line)["key"]: line for line in data.split(b"\n") if line} if data is not None else None
+    except (ShardkitError, OSError, ValueError, KeyError, TypeError):  # a message is not worth a refusal
+        old = None
+    if old is None:
+        return f"rows changed {counts}"
+    new = {row.key: row.metadata_line.encode("utf-8") for row in iter_staged(staged_path, p.offset, p.rows)}
+    added = sum(1 for key in new if key not in old)
+    removed = sum(1 for key in old if key not in new)
+    changed = sum(1 for key, line in new.items() if key in old and old[key] != line)
+    found = [(n, what) for n, what in ((added, "added"), (removed, "removed"), (changed, "changed")) if n]
+    if not found:  # the same keys and fields: a file's bytes, extension or name changed
+        return "files changed (same keys and fields)"
+    # "3 rows added, 2 removed (95 -> 96 rows)"
+    words = [f"{summarytext.rows(n) if i == 0 else n} {what}" for i, (n, what) in enumerate(found)]
+    return f"{', '.join(words)} {counts}"
