@@ -888,7 +888,7 @@ TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templat
     type=click.Path(file_okay=False),
     default=".",
     show_default=True,
-    help="Where to create the dataset repo folder.",
+    help="Where to create the dataset repo folder (made if missing; its parent must exist).",
 )
 @click.option("--no-input", is_flag=True, help="Ask nothing: defaults plus the KEY=VALUE answers given.")
 @click.option(
@@ -919,8 +919,10 @@ def new_cmd(
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
 
+    from .outdir import check_parent_exists
     from .scaffold import answer_problems, load_questions, name_problems, next_steps
 
+    _run(lambda: check_parent_exists(output_dir, "-o"), resumes=False)  # -o itself is made, not its parents
     extra: dict[str, str] = {}
     for answer in answers:
         key, sep, value = answer.partition("=")

@@ -186,6 +186,106 @@ def check_out_dir(out_dir: str, *, adopt: bool) -> None:
         )
 
 
+#: What shardkit writes into an OUT_DIR, and into a ``--work-dir``, as :func:`check_output_folder` says.
+OUT_DIR_FILES = "the dataset's shards, card and preview.jpg"
+WORK_DIR_FILES = f"its working files ({WORK_DIR}/) and a copy of the card"
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """A folder's (device, inode), or None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def is_within(path: str, folder: str) -> bool:
+    """Whether ``path`` (which need not exist yet) is ``folder`` or inside it: its real path's
+    existing ancestors are compared with ``folder`` by device and inode, so a symlink, ``..``, a
+    trailing slash or another spelling of a name on a case-insensitive filesystem leads to the
+    same answer the filesystem would give."""
+    target = _identity(folder)
+    current = os.path.realpath(path)
+    while target is not None:
+        if _identity(current) == target:
+            return True
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return False
+
+
+def _shown(path: str) -> str:
+    """A path as given, and where a link takes it (which is what the message is about)."""
+    real = os.path.realpath(path)
+    return repr(path) + (f" (really {real!r})" if real != os.path.abspath(path) else "")
+
+
+def check_output_folder(
+    path: str, what: str, *, writes: str, inputs: Iterable[tuple[str, str]] = (), make_parents: bool = False
+) -> None:
+    """Refuse, before anything is written, a folder a command writes ``writes`` into (OUT_DIR,
+    ``--work-dir``, ``shardkit new -o``; ``what`` names it in the message) that is an input
+    folder (``inputs``: pairs such as ``("IMAGES_DIR", path)``), lies inside one, or holds one:
+    shardkit's files would become input rows of the next pack, or the input part of the repo.
+    A folder that does not exist may be created, but not a chain of parents the command was not
+    asked for: its parent must exist (unless ``make_parents``: a default shardkit chose itself)."""
+    shown = _shown(path)
+    for name, folder in inputs:
+        given = f"{name} {_shown(folder)}"
+        if is_within(path, folder) and is_within(folder, path):
+            raise UsageError(
+                f"{what} {shown} is {given} itself, the input folder; {what} is where shardkit writes {writes}:"
+                f" choose a new folder outside {name}"
+            )
+        if is_within(path, folder):
+            raise UsageError(
+                f"{what} {shown} is inside {given}: {writes} would lie among the input files, and the next"
+                f" pack of {name} would read them as rows; choose a folder outside {name}"
+            )
+        # (remux packs the files it staged in OUT_DIR's own working folder, which is never published)
+        if is_within(folder, path) and not is_within(folder, os.path.join(path, WORK_DIR)):
+            raise UsageError(
+                f"{given} is inside {what} {shown}, where shardkit writes {writes}: the input would become part"
+                f" of it; keep {name} and {what} apart"
+            )
+    if not make_parents and not os.path.exists(path):
+        check_parent_exists(path, what)
+
+
+def check_run_folder(
+    location: Location, local_dir: str, *, work_dir: str | None, inputs: list[tuple[str, str]]
+) -> None:
+    """:func:`check_output_folder` for the local folder a pack or remux writes in: OUT_DIR, or for
+    an OUT_DIR URL its work folder (``work_dir`` as given; the default's parents are made)."""
+    check_output_folder(
+        local_dir,
+        "OUT_DIR" if location.is_local else "--work-dir",
+        writes=OUT_DIR_FILES if location.is_local else WORK_DIR_FILES,
+        inputs=inputs,
+        make_parents=not location.is_local and work_dir is None,
+    )
+
+
+def check_parent_exists(path: str, what: str) -> None:
+    """Refuse a file or folder to be made at ``path`` whose parent folder does not exist: shardkit
+    makes what it is asked to, not a chain of folders from a typo (``-o /nonexistent/dir/out``)."""
+    real_parent = os.path.dirname(os.path.realpath(path))
+    if os.path.isdir(real_parent):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(real_parent):
+        raise UsageError(f"{what} {path!r}: {parent!r} is not a folder; choose another {what}")
+    import shlex
+
+    raise UsageError(
+        f"{what} {path!r}: its folder {parent!r} does not exist; create it first"
+        f" (mkdir -p {shlex.quote(parent)}) or choose another {what}"
+    )
+
+
 class CreatedHere:
     """What of OUT_DIR a run made, to take away again when the run is refused or only a dry run:
     a run that writes nothing leaves no trace.
