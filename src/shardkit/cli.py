@@ -25,7 +25,7 @@ from . import __version__
 from .card import human_size
 from .errors import ShardkitError, UsageError, one_line, redact, redact_log_records
 from .formats import FORMAT_NAMES
-from .location import is_url
+from .location import bare_hub_id, is_url
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .schema import class_label_names
@@ -82,13 +82,16 @@ def _size_text(n: int) -> str:
 
 
 class FolderOrUrl(click.Path):
-    """An existing folder, or an fsspec URL (s3://bucket/name) passed on as it is."""
+    """An existing folder, or an fsspec URL (s3://bucket/name) passed on as it is; with
+    ``hub_ids``, also a Hub dataset id (ns/name) that names no folder here, as shardkit.stream
+    takes it (:func:`~shardkit.location.bare_hub_id`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hub_ids: bool = False) -> None:
         super().__init__(exists=True, file_okay=False)
+        self.hub_ids = hub_ids
 
     def convert(self, value: str | os.PathLike[str], param: click.Parameter | None, ctx: click.Context | None) -> str:
-        if isinstance(value, str) and is_url(value):
+        if isinstance(value, str) and (is_url(value) or (self.hub_ids and bare_hub_id(value))):
             return value
         return os.fsdecode(super().convert(value, param, ctx))  # str already: no path_type was given
 
@@ -841,13 +844,14 @@ SHOWN_PROBLEMS = 1000
 
 
 @main.command("verify")
-@click.argument("out_dir", type=FolderOrUrl())
+@click.argument("out_dir", type=FolderOrUrl(hub_ids=True))
 @click.option("--deep", is_flag=True, help="Also decode every image (Pillow) and audio file (soundfile).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; problems and the summary still print.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout (every problem).")
 def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
-    """Check OUT_DIR (a folder, or the URL pack wrote to) against its shards.json: every shard's
-    size, sha256, ZIP structure and CRCs;
+    """Check OUT_DIR (a folder, the URL pack wrote to, or a Hub dataset: hf://datasets/NS/NAME, or
+    NS/NAME when no folder of that name is here; HF_ENDPOINT is honoured) against its
+    shards.json: every shard's size, sha256, ZIP structure and CRCs;
     the rows inside each shard (metadata.parquet, typed), metadata/ and the members agreeing one
     to one; the cap; keys unique and in the shard their name says; nothing in data/ or
     metadata/ that the manifest does not name.
@@ -873,8 +877,18 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
                 f" ({report.not_decoded} of a type with no decoder here)" if report.not_decoded else ""
             )
         verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-        click.echo(f"verified {what} in {report.seconds:.1f} s: {verdict}")
+        click.echo(f"verified {what} in {report.seconds:.1f} s: {verdict}{_read_from_hub(out_dir, report.out_dir)}")
     sys.exit(0 if report.ok else 1)
+
+
+def _read_from_hub(given: str, read: str) -> str:
+    """`` (the Hub dataset me/x at <endpoint>: no folder me/x here)`` when a bare id was read from
+    the Hub; '' otherwise (a folder of that name wins, and is read without a word)."""
+    if read.startswith("hf://") and not given.startswith("hf://"):
+        from huggingface_hub import constants
+
+        return f" (the Hub dataset {given} at {constants.ENDPOINT}, {read}: no folder {given} here)"
+    return ""
 
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "hub-dataset")

@@ -53,7 +53,14 @@ from .errors import UsageError, source_note
 from .formats import ShardFormat
 from .formats.base import source_of_row
 from .hashing import sha256_stream
-from .location import MAX_METADATA_FILE_BYTES, Location, bounded_hub_requests, network_timeout, read_bounded
+from .location import (
+    MAX_METADATA_FILE_BYTES,
+    Location,
+    bare_hub_id,
+    bounded_hub_requests,
+    network_timeout,
+    read_bounded,
+)
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest_at
 from .outdir import unnamed_files
 from .progress import NullProgress, Progress
@@ -290,23 +297,33 @@ def _check_whole(location: Location, manifest: Manifest, results: list[_ShardRes
 def verify(
     out_dir: str, *, deep: bool = False, threads: int | None = None, progress: Progress | None = None
 ) -> VerifyReport:
-    """Check OUT_DIR (a folder, or the fsspec URL a pack wrote to) against its manifest; return
-    every problem found (the report is ``ok`` if none). At ``hf://`` huggingface_hub's requests are
-    bounded as a push's are (:func:`.location.bounded_hub_requests`)."""
-    hub = out_dir.startswith("hf://")
+    """Check OUT_DIR (a folder, the fsspec URL a pack wrote to, or a Hub dataset:
+    ``hf://datasets/ns/name``, or ``ns/name`` when no folder of that name is here) against its
+    manifest; return every problem found (the report is ``ok`` if none). At ``hf://``
+    huggingface_hub's requests are bounded as a push's are (:func:`.location.bounded_hub_requests`)."""
+    location = Location.out_dir(out_dir, writing=False)
+    hub = location.url.startswith("hf://")
     with bounded_hub_requests(network_timeout()) if hub else contextlib.nullcontext():
-        return _verify(out_dir, deep, threads, progress)
+        return _verify(location, deep, threads, progress, given=out_dir)
 
 
-def _verify(out_dir: str, deep: bool, threads: int | None, progress: Progress | None) -> VerifyReport:
+def _verify(
+    location: Location, deep: bool, threads: int | None, progress: Progress | None, *, given: str
+) -> VerifyReport:
     progress = progress or NullProgress()
     started = time.perf_counter()
-    location = Location.out_dir(out_dir, writing=False)
     out_dir = location.url
     if location.is_local and not os.path.isdir(out_dir):  # a URL has no folder to check: its manifest tells
         raise UsageError(f"OUT_DIR {out_dir!r} is not a folder")
     manifest = read_manifest_at(location)
     if manifest is None:
+        if bare_hub_id(given):  # the user may have meant a folder: say where it was looked for
+            from huggingface_hub import constants
+
+            raise UsageError(
+                f"no folder {given} here, and the Hub dataset {given} ({out_dir} at {constants.ENDPOINT}) has no"
+                f" {MANIFEST_NAME}: nothing to verify (check the folder's name, or pack and push it first)"
+            )
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
     report = VerifyReport(out_dir=out_dir, shards=len(manifest.shards), deep=deep)
     rules = DatasetRows(manifest)
