@@ -878,6 +878,8 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
             )
         verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
         click.echo(f"verified {what} in {report.seconds:.1f} s: {verdict}{_read_from_hub(out_dir, report.out_dir)}")
+        if report.advice:
+            click.echo(report.advice)
     sys.exit(0 if report.ok else 1)
 
 

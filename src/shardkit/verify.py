@@ -44,12 +44,14 @@ import io
 import itertools
 import json
 import os
+import re
+import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from .decode import can_decode, decode_problem
-from .errors import UsageError, source_note
+from .errors import UsageError, listed, source_note
 from .formats import ShardFormat
 from .formats.base import source_of_row
 from .hashing import sha256_stream
@@ -97,6 +99,8 @@ class VerifyReport:
     not_decoded: int = 0  # files the deep check has no decoder for (e.g. FLAC without soundfile)
     problems: list[Problem] = field(default_factory=list)
     seconds: float = 0.0
+    #: One line of what to do about the problems (:func:`repair_advice`); None when there are none.
+    advice: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -345,5 +349,53 @@ def _verify(
             progress.advance(shard.bytes, rows=result.rows, shards=len(results))
     progress.finish()
     _check_whole(location, manifest, results, report)
+    report.advice = repair_advice(location, manifest, report.problems)
     report.seconds = time.perf_counter() - started
     return report
+
+
+#: The most files :func:`repair_advice` names in its ``rm`` (the problems above name them all).
+ADVICE_FILES_SHOWN = 8
+
+
+def repair_advice(location: Location, manifest: Manifest, problems: list[Problem]) -> str | None:
+    """One line of what to do about ``problems`` (None if there are none). What it says was tried
+    (tests/test_paths.py): a re-run of the same pack writes again every shard that is missing, or
+    whose size differs from the manifest's (and metadata.parquet, every time), and keeps the others
+    by their recorded sha256 and the size and modification time they had when written; a shard
+    damaged in place can keep both, so the damaged files are to be removed first. A Hub dataset
+    (or an http(s) copy) is repaired from a local OUT_DIR: ``shardkit push`` uploads every file
+    whose sha256 differs from the Hub's."""
+    if not problems:
+        return None
+    named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
+    unnamed = sorted({p.file for p in problems if p.file not in named and p.file != manifest.metadata_table})
+    missing = {p.file for p in problems if p.file in named and p.message == "missing"}
+    damaged = sorted({p.file for p in problems if p.file in named} - missing)
+    steps = []
+    if unnamed:
+        steps.append(
+            f"move {listed(unnamed, 3)} out of data/ and metadata/ (shardkit never removes a file it did not write)"
+        )
+    repo = re.fullmatch(r"hf://datasets/([^@/]+/[^@/]+).*", location.url)
+    if repo or location.kind in ("http", "hub"):  # read-only here: repaired from a local copy
+        publish = (
+            f"`shardkit push FOLDER --repo {repo.group(1)}`: push uploads every file whose sha256 differs"
+            if repo
+            else f"publish FOLDER again where {location.url} is served from"
+        )
+        steps.append(
+            "pack the same input into a local FOLDER (or repair the one it was packed in, as `shardkit verify FOLDER`"
+            f" says), then {publish}"
+        )
+        return "to repair: " + "; ".join(steps)
+    if damaged:
+        paths = [location.where(rel) for rel in damaged]
+        shown = " ".join(map(shlex.quote, paths)) if len(paths) <= ADVICE_FILES_SHOWN else "the files named above"
+        verb = "rm" if location.is_local else "remove"
+        steps.append(f"{verb} {shown} (pack keeps a shard whose size and time did not change; damage can leave both)")
+    steps.append(
+        "re-run the same pack command: it writes again every shard that is missing or whose size or time changed,"
+        " and keeps the others"
+    )
+    return "to repair: " + "; then ".join(steps)
