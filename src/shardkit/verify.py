@@ -361,8 +361,8 @@ ADVICE_FILES_SHOWN = 8
 def repair_advice(location: Location, manifest: Manifest, problems: list[Problem]) -> str | None:
     """One line of what to do about ``problems`` (None if there are none). What it says was tried
     (tests/test_paths.py): a re-run of the same pack writes again every shard that is missing, or
-    whose size differs from the manifest's (and metadata.parquet, every time), and keeps the others
-    by their recorded sha256 and the size and modification time they had when written; a shard
+    whose size or modification time changed since it was written (and metadata.parquet, every
+    time), and keeps the others by the sha256 recorded then (:class:`.outdir.HashCache`); a shard
     damaged in place can keep both, so the damaged files are to be removed first. A Hub dataset
     (or an http(s) copy) is repaired from a local OUT_DIR: ``shardkit push`` uploads every file
     whose sha256 differs from the Hub's."""
@@ -372,13 +372,15 @@ def repair_advice(location: Location, manifest: Manifest, problems: list[Problem
     unnamed = sorted({p.file for p in problems if p.file not in named and p.file != manifest.metadata_table})
     missing = {p.file for p in problems if p.file in named and p.message == "missing"}
     damaged = sorted({p.file for p in problems if p.file in named} - missing)
+    repo = re.fullmatch(r"hf://datasets/([^@/]+/[^@/]+).*", location.url)
+    read_only = bool(repo) or location.kind in ("http", "hub")  # repaired from a local copy
     steps = []
     if unnamed:
-        steps.append(
-            f"move {listed(unnamed, 3)} out of data/ and metadata/ (shardkit never removes a file it did not write)"
-        )
-    repo = re.fullmatch(r"hf://datasets/([^@/]+/[^@/]+).*", location.url)
-    if repo or location.kind in ("http", "hub"):  # read-only here: repaired from a local copy
+        where = "the repo" if read_only else "data/ and metadata/"
+        steps.append(f"move {listed(unnamed, 3)} out of {where} (shardkit removes no file it did not write)")
+        if len(unnamed) == len({p.file for p in problems}):
+            return "to repair: " + steps[0]
+    if read_only:
         publish = (
             f"`shardkit push FOLDER --repo {repo.group(1)}`: push uploads every file whose sha256 differs"
             if repo
