@@ -174,7 +174,10 @@ def test_missing_parents_of_every_folder_a_command_makes(user: Path, packed_temp
     names the missing folder, exit code 2, nothing created."""
     before = tree(user)
     cases = [
-        (("new", "--no-input", "namespace=me", "dataset_name=x", "-o", "a/b/c"), "-o 'a/b/c': its folder"),
+        (
+            ("new", "--no-input", "namespace=me", "dataset_name=x", "-o", "a/b/c"),
+            f"-o '{user / 'a/b/c'}': its folder '{user / 'a/b'}' does not exist",
+        ),
         (
             ("pack-shards", "images", "meta.jsonl", "-o", "s3://bucket/ds", "--work-dir", "w/x/work"),
             f"--work-dir '{user / 'w/x/work'}': its folder '{user / 'w/x'}' does not exist",

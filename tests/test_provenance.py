@@ -150,8 +150,9 @@ def verify_lines(repo: Path) -> list[str]:
     """``shardkit verify --deep`` fails; the problem lines it prints (one per problem)."""
     result = CliRunner().invoke(main, ["verify", str(repo), "--deep", "-q"], catch_exceptions=False)
     assert result.exit_code == 1, result.output
-    *problems, summary = result.stdout.splitlines()
+    *problems, summary, advice = result.stdout.splitlines()
     assert summary.startswith("verified ") and summary.endswith(f": {len(problems)} problem(s)"), result.stdout
+    assert advice.startswith("to repair: "), result.stdout
     return problems
 
 

@@ -259,7 +259,10 @@ def test_dry_run_with_skip_writes_no_rejects_file_of_its_own_and_a_missing_rejec
     result = subprocess.run(
         [*base, "-o", str(tmp_path / "o"), "--rejects", str(missing)], capture_output=True, text=True
     )
-    assert result.returncode == 2 and f"--rejects {missing}: its folder does not exist" in result.stderr
+    assert (
+        result.returncode == 2
+        and f"--rejects '{missing}': its folder '{missing.parent}' does not exist" in result.stderr
+    )
     assert not (tmp_path / "o").exists() and not (tmp_path / "nope").exists()
 
 

@@ -11,6 +11,7 @@ from .interrupt import interrupt_raises  # isort: split
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from . import __version__
 from .card import human_size
 from .errors import ShardkitError, UsageError, one_line, redact, redact_log_records
 from .formats import FORMAT_NAMES
-from .location import bare_hub_id, is_url
+from .location import bare_hub_id, is_url, local_path
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .schema import class_label_names
@@ -94,6 +95,17 @@ class FolderOrUrl(click.Path):
         if isinstance(value, str) and (is_url(value) or (self.hub_ids and bare_hub_id(value))):
             return value
         return os.fsdecode(super().convert(value, param, ctx))  # str already: no path_type was given
+
+
+def _check_parents(*folders: tuple[str | None, str]) -> None:
+    """Refuse (exit code 2, one line) a folder given on the command line (``(path, what)``) whose
+    parent folder does not exist: a command makes the folder it is given, not a chain of folders
+    from a typo (``-o /nonexistent/dir/out``). URLs and folders left out (None) are not looked at."""
+    from .outdir import check_parent_exists
+
+    for path, what in folders:
+        if path and not is_url(path) and not os.path.exists(local_path(path)):
+            _run(functools.partial(check_parent_exists, local_path(path), what), resumes=False)
 
 
 def _run(action: Callable[[], _T], *, resumes: bool = True) -> _T:
@@ -478,6 +490,7 @@ def _pack_command(
     """
     from .pack import PackConfig, pack
 
+    _check_parents((out_dir, "OUT_DIR"), (work_dir if is_url(out_dir) else None, "--work-dir"))
     push_config = None
     if push_repo:
         _run(lambda: check_repo_id(push_repo))  # before hours of packing, not after
@@ -655,6 +668,7 @@ def push_cmd(
     A request that gets or takes no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails
     the push; a re-run resumes. Ctrl-C stops it at once.
     """
+    _check_parents((work_dir if is_url(out_dir) else None, "--work-dir"))
     _setup_logging()
     config = _push_config(
         out_dir,
@@ -795,6 +809,7 @@ def remux_cmd(
     """
     from .remux import RemuxConfig, remux
 
+    _check_parents((out_dir, "OUT_DIR"), (work_dir if is_url(out_dir) else None, "--work-dir"))
     _setup_logging()
     config = RemuxConfig(
         source=source,
@@ -935,10 +950,9 @@ def new_cmd(
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
 
-    from .outdir import check_parent_exists
     from .scaffold import answer_problems, load_questions, name_problems, next_steps
 
-    _run(lambda: check_parent_exists(output_dir, "-o"), resumes=False)  # -o itself is made, not its parents
+    _check_parents((output_dir, "-o"))
     extra: dict[str, str] = {}
     for answer in answers:
         key, sep, value = answer.partition("=")

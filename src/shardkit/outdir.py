@@ -186,7 +186,7 @@ def check_out_dir(out_dir: str, *, adopt: bool) -> None:
         )
 
 
-#: What shardkit writes into an OUT_DIR, and into a ``--work-dir``, as :func:`check_output_folder` says.
+#: What shardkit writes into an OUT_DIR, and into a ``--work-dir``, as :func:`check_apart` says.
 OUT_DIR_FILES = "the dataset's shards, card and preview.jpg"
 WORK_DIR_FILES = f"its working files ({WORK_DIR}/) and a copy of the card"
 
@@ -223,55 +223,39 @@ def _shown(path: str) -> str:
     return repr(path) + (f" (really {real!r})" if real != os.path.abspath(path) else "")
 
 
-def check_output_folder(
-    path: str, what: str, *, writes: str, inputs: Iterable[tuple[str, str]] = (), make_parents: bool = False
-) -> None:
-    """Refuse, before anything is written, a folder a command writes ``writes`` into (OUT_DIR,
-    ``--work-dir``, ``shardkit new -o``; ``what`` names it in the message) that is an input
-    folder (``inputs``: pairs such as ``("IMAGES_DIR", path)``), lies inside one, or holds one:
-    shardkit's files would become input rows of the next pack, or the input part of the repo.
-    A folder that does not exist may be created, but not a chain of parents the command was not
-    asked for: its parent must exist (unless ``make_parents``: a default shardkit chose itself)."""
-    shown = _shown(path)
+def check_apart(location: Location, local_dir: str, inputs: Iterable[tuple[str, str]]) -> None:
+    """Refuse, before anything is written, the local folder a pack or remux writes in (OUT_DIR,
+    or for an OUT_DIR URL its ``--work-dir``) when it is an input folder (``inputs``: pairs such as
+    ``("IMAGES_DIR", path)``), lies inside one, or holds one: shardkit's files would become input
+    rows of the next pack (README's ``find`` one-liner finds preview.jpg), or the input part of
+    the repo."""
+    what = "OUT_DIR" if location.is_local else "--work-dir"
+    writes = OUT_DIR_FILES if location.is_local else WORK_DIR_FILES
+    shown = _shown(local_dir)
     for name, folder in inputs:
         given = f"{name} {_shown(folder)}"
-        if is_within(path, folder) and is_within(folder, path):
+        if is_within(local_dir, folder) and is_within(folder, local_dir):
             raise UsageError(
                 f"{what} {shown} is {given} itself, the input folder; {what} is where shardkit writes {writes}:"
                 f" choose a new folder outside {name}"
             )
-        if is_within(path, folder):
+        if is_within(local_dir, folder):
             raise UsageError(
                 f"{what} {shown} is inside {given}: {writes} would lie among the input files, and the next"
                 f" pack of {name} would read them as rows; choose a folder outside {name}"
             )
         # (remux packs the files it staged in OUT_DIR's own working folder, which is never published)
-        if is_within(folder, path) and not is_within(folder, os.path.join(path, WORK_DIR)):
+        if is_within(folder, local_dir) and not is_within(folder, os.path.join(local_dir, WORK_DIR)):
             raise UsageError(
                 f"{given} is inside {what} {shown}, where shardkit writes {writes}: the input would become part"
                 f" of it; keep {name} and {what} apart"
             )
-    if not make_parents and not os.path.exists(path):
-        check_parent_exists(path, what)
-
-
-def check_run_folder(
-    location: Location, local_dir: str, *, work_dir: str | None, inputs: list[tuple[str, str]]
-) -> None:
-    """:func:`check_output_folder` for the local folder a pack or remux writes in: OUT_DIR, or for
-    an OUT_DIR URL its work folder (``work_dir`` as given; the default's parents are made)."""
-    check_output_folder(
-        local_dir,
-        "OUT_DIR" if location.is_local else "--work-dir",
-        writes=OUT_DIR_FILES if location.is_local else WORK_DIR_FILES,
-        inputs=inputs,
-        make_parents=not location.is_local and work_dir is None,
-    )
 
 
 def check_parent_exists(path: str, what: str) -> None:
-    """Refuse a file or folder to be made at ``path`` whose parent folder does not exist: shardkit
-    makes what it is asked to, not a chain of folders from a typo (``-o /nonexistent/dir/out``)."""
+    """Refuse a file or folder to be made at ``path`` whose parent folder does not exist: a command
+    makes the folder it is given, not a chain of folders from a typo (``-o /nonexistent/dir/out``).
+    The command line checks each folder it is given (the library makes what it is asked to)."""
     real_parent = os.path.dirname(os.path.realpath(path))
     if os.path.isdir(real_parent):
         return

@@ -50,10 +50,10 @@ from .outdir import (
     WORK_DIR,
     CreatedHere,
     HashCache,
+    check_apart,
     check_out_dir,
     check_own_entries,
     check_parent_exists,
-    check_run_folder,
     locked,
     pull_small_files,
     push_small_files,
@@ -226,7 +226,7 @@ def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = 
     # the small files it edits (card, manifest...): for a local OUT_DIR, the same folder.
     location = Location.out_dir(config.out_dir)
     local_dir = location.local_dir(config.work_dir)
-    check_run_folder(location, local_dir, work_dir=config.work_dir, inputs=[("IMAGES_DIR", config.images_dir)])
+    check_apart(location, local_dir, [("IMAGES_DIR", config.images_dir)])
     if config.rejects_path:
         check_parent_exists(config.rejects_path, "--rejects")
     if config.rejects_path and config.on_error == "skip":

@@ -57,7 +57,6 @@ from .outdir import (
     HashCache,
     check_own_entries,
     check_published_files,
-    check_run_folder,
     is_small_file,
     locked,
     never_published,
@@ -693,7 +692,6 @@ def _push(config: PushConfig, progress: Progress, stop: threading.Event | None =
     out_dir = location.local_dir(config.work_dir)  # OUT_DIR, or for a URL its local work folder
     if location.is_local and not os.path.isdir(out_dir):
         raise UsageError(f"OUT_DIR {config.out_dir!r} is not a folder")
-    check_run_folder(location, out_dir, work_dir=config.work_dir, inputs=[])  # a --work-dir's parent exists
     check_own_entries(out_dir)  # before the lock (in .shardkit/) and before any file is read
     os.makedirs(out_dir, exist_ok=True)
     with locked(out_dir):
