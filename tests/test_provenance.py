@@ -82,6 +82,7 @@ def packs(source_input: tuple[Path, Path], tmp_path_factory: pytest.TempPathFact
                 )
             else:
                 repo = root / name / "yfcc-mini"
+                repo.parent.mkdir()
             options = ["--format", fmt, "-q", *(["--keep-source-path"] if keep else [])]
             result = subprocess.run(
                 [str(SCRIPTS / "pack-shards"), str(images), str(metadata), "-o", str(repo), *options],

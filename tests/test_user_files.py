@@ -233,8 +233,10 @@ def test_adopt_keeps_crlf_line_ends(tmp_path: Path) -> None:
 
 def test_refusals_leave_no_staging_and_no_parent_folders(tmp_path: Path) -> None:
     nested = tmp_path / "a" / "b" / "out"
-    assert pack_example(nested, "--dry-run", "-q").returncode == 0
+    assert pack_example(nested, "--dry-run", "-q").returncode == 2  # no chain of parents (tests/test_paths.py)
     assert not (tmp_path / "a").exists()
+    assert pack_example(tmp_path / "fresh", "--dry-run", "-q").returncode == 0
+    assert not (tmp_path / "fresh").exists()
     packed = tmp_path / "packed"
     assert pack_example(packed, "-q").returncode == 0
     before = tree_bytes(packed)
