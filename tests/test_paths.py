@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, Corpus
+from tests.conftest import REPO_ROOT, Corpus, pack_example
 from tests.hub_server import WRITE_TOKEN
 from tests.test_push import REPO, hub_env, pushed_copy
+from tests.test_url_output import objects, s3  # noqa: F401 - the fixture, found here by name
 
 SCRIPTS = Path(sys.executable).parent
 
@@ -287,8 +288,8 @@ def test_verify_says_how_to_repair_and_the_re_run_pack_does_it(user: Path) -> No
     damaged = [rotted, truncated, edited]
     assert line == (
         f"to repair: rm {' '.join(shlex.quote(str(p)) for p in sorted(damaged))} (pack keeps a shard whose size and"
-        " time did not change; damage can leave both); then re-run the same pack command: it writes again every"
-        " shard that is missing or whose size or time changed, and keeps the others"
+        " time are as written, and damage can leave them so); then re-run the same pack command: it writes again"
+        " every shard that is missing or whose size or time changed, and keeps the others"
     )
 
     # What the advice rests on: a re-run alone writes the missing, truncated and edited shards
@@ -351,3 +352,31 @@ def test_verify_of_a_damaged_hub_dataset_says_to_push_a_local_copy_and_that_repa
         assert pushed.returncode == 0, pushed.stderr
         assert hub.read_file(REPO, rel, "main") == shard.read_bytes()
         assert cli("verify", REPO, cwd=tmp_path, env=env).returncode == 0
+
+
+def test_verify_of_an_out_dir_url_says_to_remove_the_damaged_objects_and_re_run_the_pack(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """At an OUT_DIR URL a re-run of pack compares each kept shard by its size alone (reading a
+    bucket back would cost as much as the pack): the advice says so, and doing it repairs."""
+    fs, env = request.getfixturevalue("s3")  # a fresh bucket on moto's S3 server
+    url = "s3://bkt/yfcc-mini"
+    pack = ["--work-dir", str(tmp_path / "work"), "-q"]
+    assert pack_example(url, *pack, env=env).returncode == 0
+    original = objects(fs, "bkt/yfcc-mini")
+    data = bytearray(original["data/3.zip"])
+    data[len(data) // 2] ^= 0xFF
+    fs.pipe_file("bkt/yfcc-mini/data/3.zip", bytes(data))  # other bytes, the same size
+    fs.rm_file("bkt/yfcc-mini/data/5.zip")
+    line = advice(cli("verify", url, cwd=tmp_path, env=env))
+    assert line == (
+        f"to repair: remove {url}/data/3.zip (pack keeps a shard whose size is as written, and damage can leave"
+        " it so); then re-run the same pack command: it writes again every shard that is missing or whose size"
+        " changed, and keeps the others"
+    )
+    assert pack_example(url, *pack, env=env).returncode == 0
+    assert "data/3.zip" in advice(cli("verify", url, cwd=tmp_path, env=env))  # kept, as the line says
+    fs.rm_file("bkt/yfcc-mini/data/3.zip")
+    assert pack_example(url, *pack, env=env).returncode == 0
+    assert objects(fs, "bkt/yfcc-mini") == original
+    assert cli("verify", url, cwd=tmp_path, env=env).returncode == 0

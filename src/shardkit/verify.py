@@ -391,13 +391,19 @@ def repair_advice(location: Location, manifest: Manifest, problems: list[Problem
             f" says), then {publish}"
         )
         return "to repair: " + "; ".join(steps)
+    # What a re-run of pack compares a kept shard by, besides its presence (see outdir.shard_problem,
+    # url_shard_problem): a local file's size and time (its hash is read again only if they changed),
+    # an object's size.
+    kept_by, changed, them = (
+        ("size and time are", "size or time", "them") if location.is_local else ("size is", "size", "it")
+    )
     if damaged:
         paths = [location.where(rel) for rel in damaged]
         shown = " ".join(map(shlex.quote, paths)) if len(paths) <= ADVICE_FILES_SHOWN else "the files named above"
         verb = "rm" if location.is_local else "remove"
-        steps.append(f"{verb} {shown} (pack keeps a shard whose size and time did not change; damage can leave both)")
+        steps.append(f"{verb} {shown} (pack keeps a shard whose {kept_by} as written, and damage can leave {them} so)")
     steps.append(
-        "re-run the same pack command: it writes again every shard that is missing or whose size or time changed,"
+        f"re-run the same pack command: it writes again every shard that is missing or whose {changed} changed,"
         " and keeps the others"
     )
     return "to repair: " + "; then ".join(steps)
