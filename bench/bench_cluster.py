@@ -1,5 +1,5 @@
 """Where the time of a pack goes, and what a Dask cluster changes: the figures behind the
-README's cluster estimate.
+docs/reference.md's cluster estimate.
 
     python bench/bench_cluster.py [--files 100000] [--mean-size 20000] [--workdir bench-output]
 

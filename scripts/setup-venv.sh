@@ -8,8 +8,12 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-    -c "$ROOT/.ci/constraints.txt" -e "$ROOT[test,bench]"
+# SHARDKIT_VENV_READY=1: the venv already has shardkit and its tools (tests/test_demo.py runs the
+# demo in the venv running the tests, which must not be re-installed from under it).
+if [ -z "${SHARDKIT_VENV_READY:-}" ]; then
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -c "$ROOT/.ci/constraints.txt" -e "$ROOT[test,bench]"
+fi
 export PATH="$VENV/bin:$PATH"
 
 # Two more environments for the readers' compatibility tests (tests/test_compat.py): datasets 3.6,

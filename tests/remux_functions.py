@@ -45,6 +45,10 @@ def not_a_batch(batch: dict[str, list[Any]]) -> list[Any]:
     return list(batch)
 
 
+def nan_scores(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {**batch, "scores": [[1.0, float("nan")] for _ in batch["image"]]}
+
+
 def two_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {**batch, "thumb": [Image.new("RGB", (4, 4)) for _ in batch["image"]]}
 

@@ -42,8 +42,9 @@ CASES = {
         "bad.jsonl:2: invalid JSON: Expecting property name enclosed in double quotes (column 35)",
     ),
     "not an object": ('["sub0/img_0000.jpg"]', "bad.jsonl:2: line is not a JSON object (found list)"),
-    "missing file_name": ({"caption": "no file"}, "bad.jsonl:2: missing or empty 'file_name'"),
-    "empty file_name": ({"file_name": ""}, "bad.jsonl:2: missing or empty 'file_name'"),
+    "missing file_name": ({"caption": "no file"}, "bad.jsonl:2: no 'file_name' (the file's path relative to"),
+    "empty file_name": ({"file_name": ""}, "bad.jsonl:2: 'file_name' is empty"),
+    "file_name not a string": ({"file_name": 7}, "bad.jsonl:2: 'file_name' holds 7, not a path (a string)"),
     "file not found": ({"file_name": "sub0/nope.jpg"}, "bad.jsonl:2: file not found: "),
     "dot-dot": ({"file_name": "../meta.jsonl.jpg"}, "bad.jsonl:2: file_name '../meta.jsonl.jpg' contains '..'"),
     "absolute": ({"file_name": "/etc/hosts.jpg"}, "bad.jsonl:2: file_name '/etc/hosts.jpg' is absolute"),
@@ -273,7 +274,7 @@ def test_a_smaller_cap_alone_is_enough_the_target_follows_it(corpus: Corpus, tmp
 def test_empty_metadata_is_an_error(corpus: Corpus, tmp_path: Path) -> None:
     code, _, stderr, _ = pack_rows(corpus, [], tmp_path)
     assert code == 1
-    assert "bad.jsonl: no rows to pack" in stderr
+    assert "bad.jsonl: the file is empty: no rows to pack" in stderr
 
 
 def test_shardkit_pack_is_the_same_command(corpus: Corpus, tmp_path: Path) -> None:

@@ -157,7 +157,7 @@ def _run_cells(python: str, cells: list[dict[str, Any]], env: dict[str, str]) ->
     return run_reader(python, READER, cells, env, timeout=1200)  # type: ignore[no-any-return]
 
 
-#: Cells that cannot work, by the datasets code that decides it (README.md lists them).
+#: Cells that cannot work, by the datasets code that decides it (docs/reference.md lists them).
 #: In datasets 5.x ``Audio.encode_example`` (datasets/features/audio.py) imports torch and
 #: torchcodec before anything else, so a builder that yields audio files (audiofolder over ZIP,
 #: webdataset over tar) fails without them; Parquet rows are Arrow already and are not encoded,
@@ -177,7 +177,7 @@ def _problems(packed: Packed, venv: str, cells: list[dict[str, Any]], results: d
         cannot = CANNOT.get((venv, modality, fmt, reader))
         for n, run in enumerate(results[cell["id"]]["runs"], 1):
             where = f"{cell['id']} (run {n})"
-            if cannot is not None:  # it must fail, and for that reason (a pass means README must change)
+            if cannot is not None:  # it must fail, and for that reason (a pass means docs/reference.md must change)
                 if cannot not in run.get("error", "") + run.get("traceback", ""):
                     problems.append(f"{where}: expected to fail for want of {cannot}, got {run.get('error', 'rows')}")
                 continue
@@ -193,7 +193,7 @@ def _problems(packed: Packed, venv: str, cells: list[dict[str, Any]], results: d
                 if run["rows"][key] != row:
                     problems.append(f"{where}: row {key}: got {run['rows'][key]}, expected {row}")
                     break
-            one_per_file = not (reader == "builtin" and fmt == "zip")  # see README: imagefolder makes one
+            one_per_file = not (reader == "builtin" and fmt == "zip")  # see docs/reference.md: imagefolder makes one
             if cell["streaming"] and one_per_file and run["n_shards"] != packed.shards[modality, fmt]:
                 problems.append(f"{where}: n_shards {run['n_shards']}, expected {packed.shards[modality, fmt]}")
     return problems

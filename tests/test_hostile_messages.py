@@ -91,7 +91,7 @@ METADATA_CASES: list[tuple[str, str, Callable[[Corpus], bytes], str]] = [
     ("xz named .jsonl", "meta.jsonl", lambda c: lzma.compress(c.meta.read_bytes()), r": xz-compressed data"),
     ("zstd named .jsonl", "meta.jsonl", _zstd_like, r": zstd-compressed data, not JSON lines"),
     ("gzip named .jsonl", "meta.jsonl", _gz, r": gzip-compressed data, not JSON lines; name it \.jsonl\.gz$"),
-    ("empty .gz", "meta.jsonl.gz", lambda c: b"", r": no rows to pack$"),
+    ("empty .gz", "meta.jsonl.gz", lambda c: b"", r": the file is empty: no rows to pack$"),
 ]
 
 

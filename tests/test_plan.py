@@ -116,7 +116,7 @@ def test_unsorted_or_duplicate_keys_are_refused() -> None:
 
 
 def shard_holding(names: list[str], key: str) -> str:
-    """The rule the README states: a key is in the last shard whose name sorts at or before it."""
+    """The rule docs/reference.md states: a key is in the last shard whose name sorts at or before it."""
     return [n for n in sorted(names) if n <= key][-1]
 
 

@@ -159,7 +159,9 @@ def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -
     calling = next(i for i, line in enumerate(text, 1) if line.strip().startswith("_check_label(batch"))
     assert f"(at {functions}:{raising} in _check_label)" in bug.stderr  # the user's file and line
     assert f'{functions}", line {calling}, in buggy' in bug.stderr  # and the user's frames above it
-    for name in "abcde":
+    nan = remux(packed_template, tmp_path / "f", "--map", "tests.remux_functions:nan_scores", check=False)
+    assert nan.returncode == 1 and "column 'scores', item 1 holds NaN, which JSON has no value for" in nan.stderr
+    for name in "abcdef":
         assert not (tmp_path / name / "data").exists()  # nothing half-written where shards go
 
 

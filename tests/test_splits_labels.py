@@ -281,7 +281,7 @@ def test_every_reader_gives_each_split_exactly_its_rows_labels_and_source_paths(
             problems += found
             if any(": rows differ:" in p for p in found):
                 continue
-            one_per_file = not (reader == "builtin" and fmt == "zip")  # imagefolder reports one (README)
+            one_per_file = not (reader == "builtin" and fmt == "zip")  # imagefolder reports one (docs/reference.md)
             if cell["streaming"] and one_per_file and got["n_shards"] != packed.shards[fmt, split]:
                 problems.append(f"{where}: n_shards {got['n_shards']}, expected {packed.shards[fmt, split]}")
     if problems:
@@ -550,6 +550,6 @@ def test_the_preview_captions_images_with_class_names_not_numbers(tmp_path: Path
     manifest = json.loads((out / "shards.json").read_text(encoding="utf-8"))
     names = ["circle", "square", "triangle"]
     shards = [s["file"] for s in manifest["shards"]]
-    captions = [c for _, c in _samples(Location(str(out), "folder"), shards, 12, ZIP, {"label": names})]
+    captions = [c for _, c, _ in _samples(Location(str(out), "folder"), shards, 12, ZIP, {"label": names})]
     assert len(captions) == 12 and set(captions) <= set(names)
     assert (out / "preview.jpg").stat().st_size > 0

@@ -5,13 +5,19 @@ from __future__ import annotations
 import json
 import os
 import py_compile
+import re
+import select
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 from cookiecutter.main import cookiecutter
 from datasets import load_dataset
 from datasets.utils.metadata import MetadataConfigs
@@ -20,6 +26,7 @@ from huggingface_hub import DatasetCard
 from shardkit.card import GITATTRIBUTES_LINES, card_repo, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
 from shardkit.formats.zip import iter_members
+from tests.conftest import tree_bytes
 from tests.http_server import serve_directory
 from tests.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
 from tests.test_hostile_shards import zip_bytes
@@ -227,7 +234,7 @@ def test_card_and_loader_kept_true_after_packing(packed_template: Path) -> None:
     from PIL import Image
 
     with Image.open(packed_template / "preview.jpg") as sheet:
-        assert sheet.format == "JPEG" and sheet.size == (4 * 160, 3 * (160 + 28))
+        assert sheet.format == "JPEG" and sheet.size == (4 * 160, 3 * (160 + 40))  # a cell and two caption lines
     assert "](preview.jpg)" in (packed_template / "README.md").read_text()
 
 
@@ -343,3 +350,369 @@ def test_the_loaders_bytecode_copied_from_an_installed_template_is_dropped(tmp_p
     (theirs / "__pycache__" / "tools.cpython-311.pyc").write_bytes(b"y")
     _drop_template_bytecode(str(theirs))
     assert [p.name for p in (theirs / "__pycache__").iterdir()] == ["tools.cpython-311.pyc"]
+
+
+# --- `shardkit new` asked, as a new author meets it: each question once, each answer checked at once ---
+
+#: The template's questions in the order asked, and the line that asks each (cookiecutter.json).
+QUESTIONS = {
+    key: text for key, text in json.loads((Path(TEMPLATE_DIR) / "cookiecutter.json").read_text())["__prompts__"].items()
+}
+NAME_PROMPT = QUESTIONS["dataset_name"]
+TASKS = json.loads((Path(TEMPLATE_DIR) / "cookiecutter.json").read_text())["__tasks"]
+
+
+@pytest.fixture
+def cookiecutter_config(tmp_path: Path) -> dict[str, str]:
+    """A cookiecutter config of the test's own: no ~/.cookiecutterrc defaults, and its clones and
+    replay files in tmp_path rather than the home folder."""
+    config = tmp_path / "cookiecutter.yaml"
+    config.write_text(
+        f"default_context: {{}}\ncookiecutters_dir: {tmp_path / 'clones'}\nreplay_dir: {tmp_path / 'replay'}\n"
+    )
+    return {"COOKIECUTTER_CONFIG": str(config)}
+
+
+def typed(**replies: str | list[str]) -> str:
+    """What a user types: for each question in order, the replies given (Enter: the default)."""
+    replies.setdefault("namespace", "me")
+    lines: list[str] = []
+    for key in QUESTIONS:
+        reply = replies.get(key, "")
+        lines += reply if isinstance(reply, list) else [reply]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def ask_new(out: Path, config: dict[str, str], text: str, *args: str) -> Result:
+    from shardkit.cli import main
+
+    return CliRunner().invoke(main, ["new", "-o", str(out), *args], input=text, env=config)
+
+
+def listed_choices(output: str, key: str) -> list[list[str]]:
+    """The numbered choices shown for ``key``, each time it was asked."""
+    shown = []
+    for block in output.split(f"({key}):\n")[1:]:
+        shown.append(re.findall(r"^  \d+ - (\S+)$", block.split("choose")[0], re.MULTILINE))
+    return shown
+
+
+def rerun_line(output: str) -> str:
+    lines = output.splitlines()
+    return lines[lines.index("to make this repo again without the questions:") + 1].strip()
+
+
+def test_each_question_is_asked_once_and_a_bad_name_again_with_the_reason(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    out = tmp_path / "out"
+    result = ask_new(out, cookiecutter_config, typed(dataset_name=["my cats", "my_cool-cats"]))
+    assert result.exit_code == 0, result.output
+    assert result.output.count(NAME_PROMPT) == 2  # once, then once again after the bad answer
+    reason = "error: dataset_name 'my cats' contains ' '; use only letters, digits, '-', '_' and '.'\n"
+    assert result.output.count(reason) == 1
+    assert result.output.index(reason) < result.output.rindex(NAME_PROMPT)  # said before it is asked again
+    assert "Traceback" not in result.output and "ERROR" not in result.output
+    for key, text in QUESTIONS.items():
+        if key != "dataset_name":
+            assert result.output.count(text) == 1, key  # cookiecutter asks nothing of its own
+    repo = out / "my_cool-cats"
+    assert result.stdout.splitlines() == [str(repo)]  # stdout stays the path, for scripts
+    card = card_of(repo)
+    assert card["pretty_name"] == "My Cool Cats"  # the default rendered from the name, as cookiecutter does
+    assert card_repo(str(repo)) == "me/my_cool-cats"
+    assert (repo / "my_cool_cats_loader.py").is_file()
+
+
+def test_the_task_choices_are_the_modalitys_own(tmp_path: Path, cookiecutter_config: dict[str, str]) -> None:
+    image = ask_new(tmp_path / "i", cookiecutter_config, typed(dataset_name="pics", task_category="2"))
+    assert image.exit_code == 0, image.output
+    assert listed_choices(image.output, "task_category") == [[*TASKS["image"], "other"]]
+    assert "audio" not in image.output.split("(task_category):")[1].split("choose")[0]
+    assert card_of(tmp_path / "i" / "pics")["task_categories"] == ["text-to-image"]  # chosen by its number
+
+    audio = ask_new(
+        tmp_path / "a",
+        cookiecutter_config,
+        typed(dataset_name="clips", modality="2", task_category=["image-classification", "3"]),
+    )
+    assert audio.exit_code == 0, audio.output
+    assert listed_choices(audio.output, "modality") == [["image", "audio"]]  # asked before the task
+    assert audio.output.index("(modality)") < audio.output.index("(task_category)")
+    shown = listed_choices(audio.output, "task_category")
+    assert shown == [[*TASKS["audio"], "other"]] * 2  # asked again after the image task
+    assert not any("image" in task for task in shown[0])
+    assert "error: task_category 'image-classification' does not fit modality 'audio'" in audio.output
+    card = card_of(tmp_path / "a" / "clips")
+    assert card["task_categories"] == ["text-to-audio"] and card["tags"] == ["shardkit", "audio"]
+    assert "Audio clips with their metadata" in (tmp_path / "a" / "clips" / "README.md").read_text()
+
+
+def test_a_bad_license_namespace_or_homepage_is_asked_again(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    result = ask_new(
+        tmp_path,
+        cookiecutter_config,
+        typed(
+            dataset_name="cats",
+            namespace=["", "your-username", "me"],
+            license=["GPL-3.0", "?", "cc by 4.0", "gpl-3.0"],
+            homepage=["example.org", "https://example.org/x y", "https://example.org/x"],
+        ),
+    )
+    assert result.exit_code == 0, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: namespace is empty",
+        "error: namespace: give the Hub user or organization that will own the dataset;"
+        " the placeholder 'your-username' would be published in the card",
+        "error: license 'GPL-3.0' is not a Hub license id (did you mean gpl-3.0?); the ids are listed at"
+        " https://huggingface.co/docs/hub/repositories-licenses (none fits: other)",
+        "error: license 'cc by 4.0' is not a Hub license id (did you mean cc-by-4.0 or cc-by-sa-4.0 or cc-by-nd-4.0?);"
+        " the ids are listed at"
+        " https://huggingface.co/docs/hub/repositories-licenses (none fits: other)",
+        "error: homepage 'example.org' is not an http(s) URL (https://...); leave it out if there is none",
+        "error: homepage 'https://example.org/x y' is not an http(s) URL (https://...); leave it out if there is none",
+    ]
+    assert "  apache-2.0, mit," in result.output and "llama3.1" in result.output  # "?" lists the Hub's ids
+    assert result.output.count(QUESTIONS["license"]) == 4
+    card = card_of(tmp_path / "cats")
+    assert card["license"] == "gpl-3.0" and card_repo(str(tmp_path / "cats")) == "me/cats"
+    assert "**Homepage:** <https://example.org/x>" in (tmp_path / "cats" / "README.md").read_text()
+
+
+#: Free text a shell, YAML, Jinja or BibTeX could each read as something else.
+HOSTILE_TEXT = {
+    "pretty_name": 'Cats: "a study" # 1 $HOME `id` it\'s',
+    "description": "Uses {{ cookiecutter.dataset_name }} and {% raw %}x{% endraw %} and {# not a comment #} verbatim.",
+    "citation": "@article{x, title={{BERT}: Pre-training}, note={\\o/ ü 😀 {% endraw %}}}",
+}
+
+
+def test_the_command_printed_makes_the_same_repo_byte_for_byte(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    out = tmp_path / "out dir"
+    asked = ask_new(out, cookiecutter_config, typed(dataset_name="cats", modality="audio", **HOSTILE_TEXT))
+    assert asked.exit_code == 0, asked.output
+    first = tree_bytes(out / "cats")
+    card = card_of(out / "cats")
+    assert card["pretty_name"] == HOSTILE_TEXT["pretty_name"]
+    readme = first["README.md"].decode()
+    assert HOSTILE_TEXT["description"] in readme and HOSTILE_TEXT["citation"] in readme  # not read as Jinja
+    command = rerun_line(asked.output)
+    assert command.startswith("shardkit new --no-input -o ")
+    assert "modality=audio" in command and "license=cc-by-4.0" in command  # every answer, defaults too
+    shutil.rmtree(out)
+    again = subprocess.run(
+        ["bash", "-c", command],  # as a user pastes it: the shell's quoting, the installed command
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **cookiecutter_config, "PATH": f"{SCRIPTS}{os.pathsep}{os.environ['PATH']}"},
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == str(out / "cats")
+    assert tree_bytes(out / "cats") == first
+
+
+def test_an_existing_folder_is_refused_with_the_command_that_writes_into_it(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    (tmp_path / "cats").mkdir()
+    (tmp_path / "cats" / "mine.txt").write_text("the user's")
+    result = ask_new(tmp_path, cookiecutter_config, typed(dataset_name="cats", license="mit"))
+    assert result.exit_code == 1
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f'error: "{tmp_path / "cats"}" directory already exists; to write into it: ')
+    command = last.split("; to write into it: ")[1]
+    assert command.startswith("shardkit new --no-input --overwrite -o ") and "license=mit" in command
+    assert [p.name for p in (tmp_path / "cats").iterdir()] == ["mine.txt"]  # nothing written
+    written = subprocess.run(
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **cookiecutter_config, "PATH": f"{SCRIPTS}{os.pathsep}{os.environ['PATH']}"},
+    )
+    assert written.returncode == 0, written.stderr
+    assert card_of(tmp_path / "cats")["license"] == "mit"
+    assert (tmp_path / "cats" / "mine.txt").read_text() == "the user's"
+
+
+@pytest.mark.parametrize("answered", [0, 2, 9])
+def test_input_ending_mid_questions_leaves_nothing_and_says_how_to_go_on(
+    tmp_path: Path, cookiecutter_config: dict[str, str], answered: int
+) -> None:
+    out = tmp_path / "out"
+    text = "".join(typed(dataset_name="cats").splitlines(keepends=True)[:answered])
+    result = ask_new(out, cookiecutter_config, text)
+    assert result.exit_code == 130
+    last = result.stderr.splitlines()[-1]
+    assert not out.exists()
+    if not answered:
+        assert last == "stopped: nothing was created"
+        return
+    assert last.startswith("stopped: nothing was created; to go on from the answers given: shardkit new -o ")
+    assert last.endswith({2: " dataset_name=cats namespace=me", 9: " language=en homepage="}[answered])
+    # The command given asks only what is left.
+    rest = "".join(typed(dataset_name="cats").splitlines(keepends=True)[answered:])
+    go_on = shlex.split(last.split(": ", 2)[2])
+    resumed = ask_new(out, cookiecutter_config, rest, *go_on[4:])
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.output.count(NAME_PROMPT) == 0 and resumed.output.count(QUESTIONS["citation"]) == 1
+    assert card_repo(str(out / "cats")) == "me/cats"
+
+
+def test_ctrl_c_mid_questions_is_one_line_exit_130_and_nothing_written(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    proc = subprocess.Popen(
+        [str(SCRIPTS / "shardkit"), "new", "-o", str(tmp_path / "out")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, **cookiecutter_config},
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(b"cats\nme\n")
+        proc.stdin.flush()
+        seen = b""
+        deadline = time.monotonic() + 60  # only so that a broken `new` fails instead of hanging
+        while QUESTIONS["pretty_name"].encode() not in seen:  # waiting at the third question
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, seen
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            assert chunk, seen
+            seen += chunk
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130
+    assert rest.decode().strip().splitlines() == [
+        "stopped: nothing was created; to go on from the answers given:"
+        f" shardkit new -o {shlex.quote(str(tmp_path / 'out'))} dataset_name=cats namespace=me"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_hook_and_shardkit_check_with_the_same_rules(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """One definition of each rule: a plain cookiecutter run's hook says what `shardkit new` says."""
+    from cookiecutter.exceptions import FailedHookException
+
+    from shardkit.scaffold import check_answer, load_questions, load_rules
+
+    questions = load_questions(TEMPLATE_DIR)
+    rules = load_rules(TEMPLATE_DIR)
+    assert questions is not None and rules is not None
+    bad = {
+        "dataset_name": "a..b",
+        "namespace": "me/you",
+        "license": "CC-BY-4.0",
+        "task_category": "automatic-speech-recognition",
+        "homepage": "ftp://x",
+        "citation": "x\n<!-- /shardkit:stats -->",
+    }
+    for key, value in bad.items():
+        capfd.readouterr()
+        with pytest.raises(FailedHookException):
+            generate(tmp_path, **{key: value})
+        said = check_answer(questions, rules, key, value, {})
+        assert said and f"ERROR: {said[0]}\n" in capfd.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert not (Path(TEMPLATE_DIR) / "hooks" / "__pycache__").exists()  # neither left bytecode in the template
+
+
+def test_no_input_answers_are_taken_verbatim(tmp_path: Path, cookiecutter_config: dict[str, str]) -> None:
+    args = [f"{key}={value}" for key, value in HOSTILE_TEXT.items()]
+    result = ask_new(tmp_path, cookiecutter_config, "", "--no-input", "namespace=me", *args)
+    assert result.exit_code == 0, result.output
+    assert card_of(tmp_path / "my-image-dataset")["pretty_name"] == HOSTILE_TEXT["pretty_name"]
+    readme = (tmp_path / "my-image-dataset" / "README.md").read_text()
+    assert HOSTILE_TEXT["description"] in readme and HOSTILE_TEXT["citation"] in readme
+
+
+def git_template(tmp_path: Path, files: dict[str, str]) -> str:
+    """A template in a git repository of its own, as a URL cookiecutter clones."""
+    repo = tmp_path / "template.git"
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "template"], check=True)
+    return f"file://{repo}"
+
+
+def test_a_remote_template_asks_its_own_questions(tmp_path: Path, cookiecutter_config: dict[str, str]) -> None:
+    files = {"cookiecutter.json": '{"name": "x"}', "{{cookiecutter.name}}/a.txt": "{{cookiecutter.name}}"}
+    url = git_template(tmp_path, files)
+    result = ask_new(tmp_path / "out", cookiecutter_config, "hello\n", "--template", url)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "hello" / "a.txt").read_text() == "hello"
+    assert "to make this repo again" not in result.output  # its questions were cookiecutter's
+
+
+def test_the_shipped_template_cloned_from_git_still_checks_its_answers(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    """The hook finds its rules in the clone (``_repo_dir``), not in an installed shardkit."""
+    files = {
+        str(path.relative_to(TEMPLATE_DIR)): path.read_text()
+        for path in Path(TEMPLATE_DIR).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    url = git_template(tmp_path, {f"templates/hub-dataset/{rel}": text for rel, text in files.items()})
+    out = tmp_path / "out"
+    cmd = [str(SCRIPTS / "shardkit"), "new", "-o", str(out), "--template", url, "--directory", "templates/hub-dataset"]
+    cmd += ["--no-input", "namespace=me"]
+    env = {**os.environ, **cookiecutter_config}
+    bad = subprocess.run([*cmd, "dataset_name=a..b"], capture_output=True, text=True, check=False, env=env)
+    assert bad.returncode == 1
+    assert "ERROR: dataset_name 'a..b' may not contain '--' or '..'\n" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert not out.exists() or list(out.iterdir()) == []
+    good = subprocess.run([*cmd, "dataset_name=cats"], capture_output=True, text=True, check=False, env=env)
+    assert good.returncode == 0, good.stderr
+    assert card_repo(str(out / "cats")) == "me/cats"
+
+
+def test_a_local_template_of_ones_own_is_asked_with_cookiecutters_semantics(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    """Key order, a list is a choice (first the default), a default rendered from the answers
+    before it, ``_``/``__`` keys never asked; no rules file: only the choices are checked."""
+    template = tmp_path / "mine"
+    (template / "{{cookiecutter.slug}}").mkdir(parents=True)
+    (template / "cookiecutter.json").write_text(
+        json.dumps(
+            {
+                "title": "Hello World",
+                "slug": "{{ cookiecutter.title.lower().replace(' ', '-') }}",
+                "kind": ["small", "large"],
+                "_private": "{{ not rendered }}",
+                "__shout": "{{ cookiecutter.title.upper() }}",
+                "__prompts__": {"kind": {"__prompt__": "How big", "small": "Small one"}},
+            }
+        )
+    )
+    (template / "{{cookiecutter.slug}}" / "out.txt").write_text(
+        "{{ cookiecutter.kind }} {{ cookiecutter.__shout }} {{ cookiecutter._private }}\n"
+    )
+    result = ask_new(tmp_path / "out", cookiecutter_config, "My Thing\n\nhuge\n2\n", "--template", str(template))
+    assert result.exit_code == 0, result.output
+    assert "Hello World" in result.output and "[my-thing]" in result.output  # rendered from the title typed
+    assert "error: kind 'huge' is not one of: small, large" in result.output
+    assert listed_choices(result.output, "kind") == [["small", "large"]] * 2 and "How big (kind):" in result.output
+    assert "_private" not in result.output and "shout" not in result.output
+    assert (tmp_path / "out" / "my-thing" / "out.txt").read_text() == "large MY THING {{ not rendered }}\n"
+    command = rerun_line(result.output)
+    assert f"--template {shlex.quote(str(template))}" in command
+    assert command.endswith("'title=My Thing' slug=my-thing kind=large")

@@ -34,7 +34,7 @@ from typing import IO
 from .decode import AUDIO_EXTENSIONS
 from .errors import InputProblem
 from .formats import format_named
-from .metadata import metadata_line, read_metadata
+from .metadata import metadata_line, non_finite_problem, read_metadata
 from .problems import ProblemReport, ReportPart
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
@@ -71,6 +71,71 @@ def split_problem(value: object) -> str | None:
             ' letters, digits or underscores, and not "all" in any case (train, validation, test...)'
         )
     return None
+
+
+#: Names of one split that datasets and papers spell several ways: two of one group in a
+#: dataset are most likely one split given two names.
+_SPLIT_SYNONYMS = [
+    {"train", "training", "trn"},
+    {"validation", "valid", "val", "dev", "development", "validate"},
+    {"test", "testing", "tst", "eval", "evaluation"},
+]
+#: A split this small beside the largest is likely a typo in the split column (see split_warnings).
+FEW_ROWS = 10
+FEW_ROWS_SHARE = 0.01
+
+
+def split_warnings(rows: dict[str, int], first_lines: dict[str, int]) -> list[str]:
+    """Warnings, one line per split, about splits that look like a typo in the split column: a
+    name close to another split's (the same in another case or spelling, a synonym such as valid
+    beside validation, one a prefix of the other), or very few rows beside the largest split. Such
+    a split is legal (the pack goes on): only the author knows. ``rows`` holds each split's row
+    count, ``first_lines`` the first line that names it."""
+    warnings = []
+    largest = max(rows.values(), default=0)
+    for name, count in sorted(rows.items(), key=lambda item: (item[1], item[0])):
+        where = f"split {name!r} ({count} row(s), first on line {first_lines.get(name, 0)})"
+        # Of a close pair, the smaller split is named (the likely typo); a tie names one of them.
+        close = [
+            other
+            for other, n in rows.items()
+            if other != name and (n, other) > (count, name) and _close_split_names(name, other)
+        ]
+        if close:
+            other = max(close, key=lambda o: rows[o])
+            warnings.append(
+                f"{where} is close to split {other!r} ({rows[other]} rows): each name is a split of its own;"
+                " if they are one split, give its rows one name"
+            )
+        elif count < FEW_ROWS and count < FEW_ROWS_SHARE * largest:
+            warnings.append(f"{where} has very few rows beside the largest split ({largest}): a typo in its split?")
+    return warnings
+
+
+def _close_split_names(a: str, b: str) -> bool:
+    """Whether two split names likely mean one split (see :func:`split_warnings`)."""
+    a, b = a.lower(), b.lower()
+    bare_a, bare_b = a.replace("_", ""), b.replace("_", "")
+    if bare_a == bare_b or any(a in group and b in group for group in _SPLIT_SYNONYMS):
+        return True
+    if re.sub(r"\d", "", a) == re.sub(r"\d", "", b):  # train1 and train2, fold_0 and fold_1: distinct splits
+        return False
+    short, long = sorted((bare_a, bare_b), key=len)
+    return (len(short) >= 3 and long.startswith(short)) or _typo_distance(a, b) <= (len(short) >= 4) + (len(short) >= 8)
+
+
+def _typo_distance(a: str, b: str) -> int:
+    """The fewest typos that turn ``a`` into ``b``: a letter added, dropped, changed, or two
+    neighbours swapped (the optimal string alignment distance)."""
+    before: list[int] = []
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        earlier, before, row = before, row, [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(before[j] + 1, row[j - 1] + 1, before[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], earlier[j - 2] + 1)
+    return row[-1]
 
 
 def class_label_problem(column: str, value: object) -> str | None:
@@ -123,6 +188,7 @@ class RangeResult:
     label_problem: InputProblem | None = None
     runs: list[str] = field(default_factory=list)
     file_runs: list[str] = field(default_factory=list)
+    split_lines: dict[str, int] = field(default_factory=dict)  # each split's first line in the range
 
 
 def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
@@ -136,6 +202,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
     extensions: set[str] = set()
     labels: set[str] = set()
     label_problem: InputProblem | None = None
+    split_lines: dict[str, int] = {}
     runs = RunWriter(os.path.join(job.work_dir, "keys"), run_bytes=job.run_bytes)
     # (file_name, line): rows naming one file meet when sorted.
     files = RunWriter(os.path.join(job.work_dir, "files"), run_bytes=job.file_run_bytes)
@@ -169,6 +236,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
                         problems.add(InputProblem(item.line, problem, json.dumps(item.fields)))
                         continue
                     item.split = split
+                    split_lines.setdefault(split, item.line)
             if settings.class_label is not None:
                 label = item.fields.get(settings.class_label)
                 if problem := class_label_problem(settings.class_label, label):
@@ -187,7 +255,8 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
             try:
                 line = metadata_line(item, fmt.member_name(item.key, item.ext))
             except ValueError as exc:  # NaN or Infinity: not valid JSON out
-                problems.add(InputProblem(item.line, f"value not allowed in JSON: {exc}", json.dumps(item.fields)))
+                problem = non_finite_problem(item.fields) or f"value not allowed in JSON: {exc}"
+                problems.add(InputProblem(item.line, problem, json.dumps(item.fields)))
                 continue
             try:
                 staged, file_ref = StagedRow.line_of(item, line), FileRef.line_of(item, line)
@@ -229,6 +298,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
         label_problem=label_problem,
         runs=runs.finish(),
         file_runs=files.finish(),
+        split_lines=split_lines,
     )
 
 

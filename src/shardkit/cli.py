@@ -29,12 +29,14 @@ from .formats import FORMAT_NAMES
 from .location import bare_hub_id, is_url, local_path
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
+from .scaffold import TEMPLATE_DIR
 from .schema import class_label_names
 
 if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit --help` stays quick
     from .pack import ExecutorName, OnProblem, ShardFormatName
     from .progress import TqdmProgress
     from .remux import ImageFormatName
+    from .scaffold import Question
 
 _T = TypeVar("_T")
 #: A command's function: click calls it with each parameter by name (keyword-only here).
@@ -247,7 +249,7 @@ pack_options: list[_Decorator] = [
         help="zip: imagefolder, the datasets 3.x script and shardkit.stream read it. "
         "tar: webdataset layout (<key>.json + <key>.jpg), datasets' webdataset builder reads it. "
         "parquet: files embedded, typed columns, datasets' parquet builder reads it. "
-        "README.md compares them.",
+        "docs/reference.md compares them.",
     ),
     click.option(
         "--max-shard-size",
@@ -486,7 +488,7 @@ def _pack_command(
 
     With an OUT_DIR URL or --push, a connection or an answer that brings no data for
     SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails the run; re-run to resume (limits:
-    README.md, "Guarantees").
+    docs/guarantees.md).
     """
     from .pack import PackConfig, pack
 
@@ -618,7 +620,7 @@ def _phases(seconds: dict[str, float]) -> str:
 class _WorkflowGroup(click.Group):
     """Lists the commands in the order they are used, not alphabetically."""
 
-    ORDER = ("new", "pack", "verify", "push", "remux")
+    ORDER = ("new", "pack", "verify", "head", "push", "remux")
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(self.commands, key=lambda n: (self.ORDER.index(n) if n in self.ORDER else len(self.ORDER), n))
@@ -908,9 +910,6 @@ def _read_from_hub(given: str, read: str) -> str:
     return ""
 
 
-TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "hub-dataset")
-
-
 @main.command("new")
 @click.argument("answers", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option(
@@ -937,20 +936,24 @@ def new_cmd(
 ) -> None:
     """Scaffold a dataset repo: card with `configs`, .gitattributes, loading script for datasets 3.6.
 
-    Same questions and answers as `cookiecutter templates/hub-dataset`, e.g.
+    Same questions and answers as `cookiecutter templates/hub-dataset`. Each question is asked
+    once and each answer checked when it is given (a bad one is asked again, with the reason);
+    at the end the command that makes the same repo without questions is printed, e.g.
 
     \b
         shardkit new --no-input dataset_name=yfcc-mini namespace=me license=cc-by-4.0
 
     The KEY=VALUE answers, by key: dataset_name, namespace, pretty_name, modality (image,
     audio), description, license (a Hub license id: cc-by-4.0, cc0-1.0, mit, other...),
-    task_category, language, homepage (an http(s) link), citation. Each is checked before
-    anything is asked or written; --no-input needs namespace=.
+    task_category (one of the modality's tasks), language, homepage (an http(s) link),
+    citation. Those given are not asked, and are checked before anything is asked or written;
+    --no-input needs namespace=. A template given by git URL asks its own questions.
     """
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
 
-    from .scaffold import answer_problems, load_questions, name_problems, next_steps
+    from .scaffold import Interrupted, answer_problems, interview, load_questions, load_rules, next_steps, rerun_command
+    from .scaffold import verbatim as verbatim_answer
 
     _check_parents((output_dir, "-o"))
     extra: dict[str, str] = {}
@@ -960,44 +963,99 @@ def new_cmd(
             raise click.UsageError(f"answers are KEY=VALUE, got {answer!r}")
         extra[key] = value
     questions = load_questions(template, directory)
-    if questions is not None:  # a local template: check the answers before asking or writing anything
-        problems = answer_problems(questions, extra, no_input=no_input)
+    asked: dict[str, str] | None = None  # every answer, once shardkit asked the questions
+    options = {
+        "-o": None if output_dir == "." else output_dir,
+        "--template": None if template == TEMPLATE_DIR else template,
+        "--directory": directory,
+    }
+    if questions is not None:  # a local template: shardkit asks its questions, cookiecutter none
+        rules = load_rules(template, directory)
+        problems = answer_problems(questions, extra, no_input=no_input, rules=rules)
         if problems:
             for problem in problems:
                 click.echo(f"error: {problem}", err=True)
             click.echo("nothing was created", err=True)
             sys.exit(2)
-        if not no_input and "dataset_name" not in extra:  # the name first, checked, then the rest
-            while True:
-                name = click.prompt("dataset_name (repository name on the Hub)", default=questions["dataset_name"])
-                if not (wrong := name_problems(name, "dataset_name")):
-                    break
-                click.echo("\n".join(f"error: {w}" for w in wrong), err=True)
-            extra["dataset_name"] = name
+        if not no_input:
+            try:
+                with interrupt_raises():  # Ctrl-C reaches the questions: they tell what was answered
+                    asked = interview(
+                        questions, extra, rules, _ask, lambda line: click.echo(f"error: {line}", err=True)
+                    )
+            except Interrupted as stop:
+                # asks the remaining questions
+                go_on = rerun_command(stop.answers, options, flags=("--overwrite",) if overwrite else ())
+                so_far = f"; to go on from the answers given: {go_on}" if stop.answers else ""
+                click.echo(f"\nstopped: nothing was created{so_far}", err=True)
+                sys.exit(130)
+            extra = asked
+        extra = {key: verbatim_answer(value, questions) for key, value in extra.items()}
+    # So that nothing typed is lost, even when generating fails: the command that makes the same repo.
+    flags = ("--no-input", "--overwrite") if overwrite else ("--no-input",)
+    rerun = rerun_command(asked, options, flags) if asked is not None else None
+    again = f"; to make it again: {rerun}" if rerun else ""
     # cookiecutter logs a traceback when the hook refuses an answer; the hook's own message is enough.
     logging.getLogger("cookiecutter").setLevel(logging.CRITICAL)
     try:
         path = cookiecutter(
             template,
-            no_input=no_input,
+            no_input=no_input or questions is not None,  # a remote template asks its own questions
             extra_context=extra,
             output_dir=output_dir,
             overwrite_if_exists=overwrite,
             directory=directory,
         )
     except FailedHookException:
-        click.echo("error: the answers were refused (see the reasons above); nothing was created", err=True)
+        click.echo(f"error: the answers were refused (see the reasons above); nothing was created{again}", err=True)
         sys.exit(1)
     except OutputDirExistsException as exc:
         reason = str(exc).removeprefix("Error: ")
-        click.echo(f"error: {reason}; pass --overwrite to write into it", err=True)
+        if asked is not None:
+            into_it = rerun_command(asked, options, flags=("--no-input", "--overwrite"))
+            click.echo(f"error: {reason}; to write into it: {into_it}", err=True)
+        else:
+            click.echo(f"error: {reason}; pass --overwrite to write into it", err=True)
         sys.exit(1)
     except CookiecutterException as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {exc}{again}", err=True)
         sys.exit(1)
     _drop_template_bytecode(path)
     click.echo(path)
+    if rerun:
+        click.echo(f"to make this repo again without the questions:\n  {rerun}", err=True)
     click.echo("\n".join(next_steps(path)), err=True)  # stdout stays the path, for scripts
+
+
+#: A question with at most this many choices lists them, numbered; one with more (the Hub's
+#: license ids) lists them when asked with "?".
+LISTED_CHOICES = 12
+
+
+def _ask(question: Question) -> str:
+    """Ask ``question`` on the terminal (stderr: stdout stays the repo's path, for scripts).
+    Ctrl-C and the end of input raise KeyboardInterrupt."""
+    choices = question.choices
+    listed = 0 < len(choices) <= LISTED_CHOICES
+    text = f"{question.text} ({question.key})"
+    if listed:
+        click.echo(f"{text}:", err=True)
+        for number, choice in enumerate(choices, 1):
+            click.echo(f"  {number} - {choice}", err=True)
+        text = f"  choose 1-{len(choices)} or type it"
+    elif choices:
+        text += f"; ? lists the {len(choices)} choices"
+    try:
+        while True:
+            reply: str = click.prompt(text, default=question.default, show_default=bool(question.default), err=True)
+            if choices and not listed and reply.strip() == "?":
+                click.echo(click.wrap_text(", ".join(choices), initial_indent="  ", subsequent_indent="  "), err=True)
+                continue
+            if listed and reply.strip().isdigit() and 1 <= int(reply) <= len(choices):
+                return choices[int(reply) - 1]
+            return reply
+    except click.Abort:  # click's answer to Ctrl-C and to the end of input
+        raise KeyboardInterrupt from None
 
 
 def _drop_template_bytecode(path: str) -> None:
@@ -1013,6 +1071,56 @@ def _drop_template_bytecode(path: str) -> None:
                 os.unlink(os.path.join(cache, name))
     with contextlib.suppress(OSError):
         os.rmdir(cache)  # only if empty
+
+
+@main.command("head")
+@click.argument("target")
+@click.option("-n", "--rows", "count", type=click.IntRange(min=0), default=5, show_default=True, help="Rows to show.")
+@click.option("--split", default=None, help="The split to show [default: train, else the first].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row on stdout (JSON Lines), no header.")
+@click.option(
+    "--save-images",
+    "save_to",
+    default=None,
+    metavar="DIR",
+    help="Also write each row's file as DIR/<key><ext> (DIR is created if its parent exists; no file is overwritten).",
+)
+@click.option("--revision", default=None, help="Branch, tag or commit of a Hub dataset [default: main].")
+def head_cmd(
+    *, target: str, count: int, split: str | None, as_json: bool, save_to: str | None, revision: str | None
+) -> None:
+    """Show the first rows of a packed dataset: TARGET is its folder, an http(s) URL of one, or a
+    Hub dataset (NAMESPACE/NAME or hf://datasets/NAMESPACE/NAME[@REV]).
+
+    Every column of each row on one line each; an image as its size, mode, format and file size
+    (from its header), an audio file as its duration, sample rate and channels. Only the
+    manifest and the rows shown are read (from the split's first shards).
+    """
+    from .head import SavedFiles, header_lines, open_head, row_json, row_lines
+
+    _setup_logging()
+
+    def emit(text: str) -> None:
+        try:
+            click.echo(text)
+        except BrokenPipeError:  # `| head -1`: the reader has what it wanted (the files saved are kept)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _exit_now(0)
+
+    def show() -> int:
+        head = open_head(target, split=split, revision=revision)
+        with SavedFiles(save_to) if save_to else contextlib.nullcontext() as saving:
+            if not as_json:
+                emit("\n".join(header_lines(head, count)))
+            for row in head.rows(count):
+                if saving is not None:
+                    saving.save(row)
+                emit(json.dumps(row_json(row)) if as_json else "\n" + "\n".join(row_lines(head, row)))
+            return saving.saved if saving is not None else 0
+
+    saved = _run(show, resumes=False)
+    if save_to:
+        click.echo(f"saved {saved} file{'s' if saved != 1 else ''} in {one_line(os.path.abspath(save_to))}", err=True)
 
 
 pack_shards = click.command("pack-shards", context_settings={"help_option_names": ["-h", "--help"]})(

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def listed(items: list[str], most: int) -> str:
@@ -152,6 +152,10 @@ class InputProblem:
     line: int
     message: str
     raw: str = ""  # the offending line as seen; no longer read (the rejects file reads each row again from the input)
+    #: What kind of problem it is, where the whole file may have it (a CSV file, a misnamed file
+    #: column): when every row has the same kind, the file is refused in one line of that kind
+    #: (:func:`shardkit.problems.whole_file_problem`). "" for the rest.
+    kind: str = field(default="", compare=False)
 
     def format(self, source: str) -> str:
         return f"{source}:{self.line}: {self.message}"

@@ -13,10 +13,14 @@ decides the key and the shard. Shards group rows by the first hex digits of the 
 from __future__ import annotations
 
 import contextlib
+import csv
 import gzip
+import io
 import json
+import math
 import os
 import re
+import shlex
 import stat
 import zlib
 from collections import deque
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .decode import can_decode, decode_problem
-from .errors import InputProblem, ShardkitError, naming
+from .errors import InputProblem, ShardkitError, listed, naming
 from .formats.zip import member_name  # a row's file inside a ZIP shard: metadata_line's default
 from .hashing import sha256_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
@@ -71,6 +75,32 @@ def published_json(row: dict[str, Any]) -> str:
 _PUBLISHED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def non_finite_problem(fields: dict[str, Any]) -> str | None:
+    """Which column holds NaN or an infinity (a bare ``NaN`` or ``Infinity`` in the JSON, or a
+    number too large for a float, such as 1e999), even nested: JSON has no such value, and a
+    published row must be JSON. None when none does."""
+    for column, value in fields.items():
+        if (found := _non_finite(value, repr(column))) is not None:
+            where, number = found
+            what = "NaN" if math.isnan(number) else ("-" if number < 0 else "") + "Infinity (or a number past 1e308)"
+            return f"column {where} holds {what}, which JSON has no value for: write null for a missing value"
+    return None
+
+
+def _non_finite(value: Any, where: str) -> tuple[str, float] | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where, value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if (found := _non_finite(item, f"{where}, field {key!r}")) is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if (found := _non_finite(item, f"{where}, item {index}")) is not None:
+                return found
+    return None
+
+
 def content_key_of(sha256_hex: str) -> str:
     """A row's key when it gives none: the first hex digits of its file's sha256."""
     return sha256_hex[:CONTENT_KEY_HEX_DIGITS]
@@ -87,15 +117,23 @@ def open_metadata(path: str, start: int = 0) -> Iterator[IO[bytes]]:
     padding (tar and tape writers add it; gzip -t and zcat accept it), not data; other trailing bytes
     are refused.
     """
-    with open(path, "rb") as raw:
+    with open(path, "rb", buffering=_HEAD_BYTES) as raw:
+        assert isinstance(raw, io.BufferedReader)  # (what a buffered binary open makes; typeshed says BinaryIO)
         if start:
             raw.seek(start)
         else:
             _refuse_misnamed(path, raw.peek(_MAGIC_BYTES)[:_MAGIC_BYTES])
         if not path.endswith(".gz"):
+            if not start:
+                _refuse_not_json_lines(path, raw.peek(_HEAD_BYTES)[:_HEAD_BYTES])
             yield raw
             return
         with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            try:
+                head = stream.peek(_HEAD_BYTES)[:_HEAD_BYTES]
+            except (EOFError, OSError, zlib.error) as exc:
+                raise _read_problem(path, 1, exc) from None
+            _refuse_not_json_lines(path, head)
             yield stream  # type: ignore[misc]
 
 
@@ -113,6 +151,91 @@ def _refuse_misnamed(path: str, head: bytes) -> None:
     if not gz and kind is not None:
         fix = "name it .jsonl.gz" if kind == "gzip" else "decompress it (or give it gzip-compressed, as .jsonl.gz)"
         raise ShardkitError(f"{path}: {kind}-compressed data, not JSON lines; {fix}")
+
+
+#: How much of the file's start :func:`_refuse_not_json_lines` looks at (at least its first two lines, mostly).
+_HEAD_BYTES = 1 << 16
+
+
+def _refuse_not_json_lines(path: str, head: bytes) -> None:
+    """Refuse, in one line saying what it looks like and how to convert it, a metadata file that
+    is not JSON Lines at all: empty, UTF-16, Parquet, a ZIP or spreadsheet, a JSON array or
+    indented JSON, CSV or TSV. Read line by line such a file is a problem per line, each naming
+    a symptom ("invalid JSON"). Only what its first bytes show for sure is refused here: a file
+    whose first line or second line is a JSON object is JSON Lines with bad lines, if any."""
+    given = path.removesuffix(".gz")
+    stem = os.path.splitext(given)[0]
+    out = stem + ".jsonl" if stem + ".jsonl" != given else stem + ".converted.jsonl"
+    # A gzip file goes to the fix uncompressed (bash and zsh's process substitution).
+    read = f"<(zcat {shlex.quote(path)})" if given != path else shlex.quote(path)
+    if problem := _not_json_lines(head, f"{read} > {shlex.quote(out)}"):
+        raise ShardkitError(f"{path}: {problem}")
+
+
+#: A one-liner that writes a JSON file (an array of objects, or one object) as JSON Lines.
+_JSON_TO_JSONL = (
+    "python -c \"import json,sys; d=json.load(open(sys.argv[1], encoding='utf-8-sig'));"
+    ' [print(json.dumps(r, ensure_ascii=False)) for r in (d if isinstance(d, list) else [d])]"'
+)
+
+
+def _not_json_lines(head: bytes, io: str) -> str | None:
+    """What the file whose first bytes are ``head`` is instead of JSON Lines, with the fix (None:
+    it may be JSON Lines); ``io`` is the fix's input and output (``in.csv > in.jsonl``)."""
+    if not head:
+        return "the file is empty: no rows to pack"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 1 and (head[0] == 0) != (head[1] == 0)):
+        return (
+            "UTF-16 text (its first bytes hold NULs or a UTF-16 byte order mark), not UTF-8; convert it:"
+            f" iconv -f UTF-16 -t UTF-8 {io}"
+        )
+    if head.startswith(b"PAR1"):
+        return (
+            'a Parquet file, not JSON Lines; convert it: python -c "import json,sys,pyarrow.parquet as pq;'
+            ' [print(json.dumps(r, ensure_ascii=False, default=str)) for r in pq.read_table(sys.argv[1]).to_pylist()]"'
+            f" {io}"
+        )
+    if head.startswith(b"PK\x03\x04"):
+        return "a ZIP archive (or a spreadsheet such as .xlsx), not JSON Lines (one JSON object per line)"
+    text = head.removeprefix(_BOM)
+    # Only whole lines are judged: the head may end inside a line (a long row, a pipe's first write).
+    ended = text.rpartition(b"\n")[0]
+    lines = [line.decode("utf-8", "replace").rstrip("\r") for line in ended.split(b"\n") if line.strip()][:2]
+    parsed = [_json_or_none(line) for line in lines]
+    array = f"a JSON array (it starts with '['), not JSON Lines (an object per line); convert it: {_JSON_TO_JSONL} {io}"
+    if not lines:  # no whole line: one document without a line end, if it parses
+        return array if b"\n" not in text and isinstance(_json_or_none(text.decode("utf-8", "replace")), list) else None
+    if any(isinstance(value, dict) for value in parsed):
+        return None
+    first = lines[0].strip()
+    if first.startswith("["):
+        # A whole array on line 1 and another JSON value on line 2: JSON Lines of arrays, each a bad row.
+        return None if parsed[0] is not None and len(lines) > 1 and parsed[1] is not None else array
+    if first.startswith("{"):
+        return (
+            "JSON written over several lines (line 1 is an object's start), not JSON Lines (one object per line);"
+            f" convert it: {_JSON_TO_JSONL} {io}"
+        )
+    delimiter = next((d for d in "\t,;" if d in first), ",")
+    header = next(csv.reader([first], delimiter=delimiter))
+    if len(header) < 2 or (len(lines) > 1 and len(next(csv.reader([lines[1]], delimiter=delimiter))) != len(header)):
+        return None
+    kind = "TSV" if delimiter == "\t" else "CSV"
+    dialect = "" if delimiter == "," else f", delimiter={delimiter!r}"
+    shown = listed([repr(name) for name in header], 4)
+    return (
+        f"looks like {kind}, not JSON Lines: its first line is a header ({shown}); convert it (each value becomes a"
+        f' string): python -c "import csv,json,sys; [print(json.dumps(r, ensure_ascii=False)) for r in'
+        f" csv.DictReader(open(sys.argv[1], newline='', encoding='utf-8-sig'){dialect})]\" {io}"
+    )
+
+
+def _json_or_none(text: str) -> Any:
+    """``text`` parsed as JSON; None when it is not JSON (or is ``null``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def _read_problem(path: str, line: int, exc: Exception) -> Exception:
@@ -134,6 +257,7 @@ class _Row:
     raw: str
     obj: dict[str, Any] | None = None
     problem: str | None = None
+    kind: str = ""  # the problem's kind (InputProblem.kind)
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -162,6 +286,7 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
                 lineno,
                 shown,
                 problem=f"line is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                kind=NOT_UTF8,
             )
             continue
         if not text.strip():
@@ -177,10 +302,10 @@ def _parse_rows(stream: Iterable[bytes], first_line: int = 1) -> Iterator[_Row]:
         except ValueError as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             column = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-            yield _Row(lineno, text, problem=f"invalid JSON: {reason}{column}")
+            yield _Row(lineno, text, problem=f"invalid JSON: {reason}{column}", kind=NOT_JSON)
             continue
         if not isinstance(obj, dict):
-            yield _Row(lineno, text, problem=f"line is not a JSON object (found {type(obj).__name__})")
+            yield _Row(lineno, text, problem=f"line is not a JSON object (found {type(obj).__name__})", kind=NOT_OBJECT)
             continue
         if _SURROGATE_ESCAPE.search(text) and (bad := _lone_surrogate(obj)):
             yield _Row(
@@ -369,6 +494,7 @@ class _FileChecker:
         self.max_file_bytes = max_file_bytes
         self.decode = decode
         self._dirs: dict[str, str] = {}
+        self._listings: dict[str, dict[str, str]] = {}  # a folder's names by case, for messages
 
     def _real_dir(self, directory: str) -> str:
         real = self._dirs.get(directory)
@@ -382,6 +508,8 @@ class _FileChecker:
         outcome = self._stat(p)
         if isinstance(outcome, str):
             return InputProblem(p.row.line, outcome, _dump(p.row.obj))
+        if isinstance(outcome[0], str):
+            return InputProblem(p.row.line, outcome[0], _dump(p.row.obj), outcome[1])
         st, hashed = outcome
         key = p.key or content_key_of(hashed or "")
         return SourceRecord(p.row.line, key, p.file_name, st.st_size, p.ext, p.fields, stamp(st), p.key is None)
@@ -389,7 +517,7 @@ class _FileChecker:
     def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
         return [item if isinstance(item, InputProblem) else self.check(item) for item in batch]
 
-    def _stat(self, p: _Pending) -> tuple[os.stat_result, str | None] | str:
+    def _stat(self, p: _Pending) -> tuple[os.stat_result, str | None] | tuple[str, str] | str:
         """The file's stat and, for a row without a key, its sha256; or a problem."""
         directory, _, base = p.path.rpartition(os.sep)
         try:
@@ -399,11 +527,13 @@ class _FileChecker:
                 real = os.path.realpath(real)
                 st = os.stat(real)
         except FileNotFoundError:
-            return f"file not found: {p.path}"
+            return self._not_found(p)
         except OSError as exc:
             return f"cannot read {p.path}: {exc.strerror}"
         if not real.startswith(self.prefix):
             return f"file_name {p.file_name!r} resolves outside IMAGES_DIR (a symlink to {real!r}?)"
+        if stat.S_ISDIR(st.st_mode):
+            return f"file_name {p.file_name!r} is a folder, not a file: {p.path}"
         if not stat.S_ISREG(st.st_mode):
             return f"not a regular file: {p.path}"
         if problem := self._size_problem(p, st):
@@ -431,6 +561,37 @@ class _FileChecker:
             except OSError as exc:
                 return f"cannot read {p.path}: {exc.strerror}"
         return st, hashed
+
+    def _not_found(self, p: _Pending) -> str | tuple[str, str]:
+        """A missing file's problem, with what may be meant where it is clear: a Windows path
+        (backslashes), a URL, a file whose name differs only in case (found on a case-sensitive
+        filesystem only). A tuple (message, kind) where the whole file may have the cause."""
+        missing = f"file not found: {p.path}"
+        name = p.file_name
+        if "://" in name:
+            return f"{missing} (file_name is a URL; shardkit packs files: download them into IMAGES_DIR first)", URL
+        if "\\" in name:
+            slashed = name.replace("\\", "/")
+            found = f", and {slashed!r} is a file" if os.path.isfile(p.path[: -len(name)] + slashed) else ""
+            return f"{missing} (file_name separates folders with '\\', as Windows does{found}; use '/')", BACKSLASH
+        directory, _, base = p.path.rpartition(os.sep)
+        other = self._names_by_case(directory).get(base.lower())
+        if other is not None and other != base:
+            return f"{missing} ({other!r} is there: file names are case-sensitive)", OTHER_CASE
+        return missing
+
+    def _names_by_case(self, directory: str) -> dict[str, str]:
+        """A folder's entries by their lower-case names (read once per folder)."""
+        names = self._listings.get(directory)
+        if names is None:
+            if len(self._listings) > 1000:
+                self._listings.clear()
+            try:
+                names = {entry.lower(): entry for entry in os.listdir(directory)}
+            except OSError:
+                names = {}
+            self._listings[directory] = names
+        return names
 
     def _size_problem(self, p: _Pending, st: os.stat_result) -> str | None:
         if st.st_size == 0:
@@ -528,16 +689,62 @@ def _bounded_lines(stream: IO[bytes], length: int | None, path: str, first_line:
 
 def _pending_or_problem(row: _Row, images_root: str) -> _Pending | InputProblem:
     if row.problem is not None or row.obj is None:
-        return InputProblem(row.line, row.problem or "not a JSON object", row.raw)
+        return InputProblem(row.line, row.problem or "not a JSON object", row.raw, row.kind)
+    if not isinstance(row.obj.get("file_name"), str) or not row.obj["file_name"]:
+        return _no_file_name(row, row.obj, images_root)
     checked = _check_row(row.obj)
     if isinstance(checked, str):
         return InputProblem(row.line, checked, _dump(row.obj))
     file_name, key, fields = checked
     located = _check_path(images_root, file_name)
     if isinstance(located, str):
-        return InputProblem(row.line, located, _dump(row.obj))
+        if file_name.startswith(images_root):  # an absolute path into IMAGES_DIR: say what to give
+            located += f": {file_name[len(images_root) :]!r}"
+        kind = ABSOLUTE if "is absolute" in located else ""
+        return InputProblem(row.line, located, _dump(row.obj), kind)
     path, ext = located
     return _Pending(row, file_name, key, fields, ext, path)
+
+
+#: Kinds of problem (InputProblem.kind) a whole file can have: see problems.whole_file_problem.
+NOT_UTF8, NOT_JSON, NOT_OBJECT, ABSOLUTE = "not UTF-8", "not JSON", "not an object", "absolute"
+BACKSLASH, OTHER_CASE, URL = "backslash", "other case", "URL"
+#: The kind of a row without file_name; followed by ":" and the column that looks like it, if one does.
+NO_FILE_NAME = "no file_name"
+#: Names (lower case, without "_", "-", " ") a file column goes by elsewhere: a weaker sign than
+#: a value that names a file in IMAGES_DIR.
+_FILE_COLUMN_NAMES = frozenset(
+    {"path", "file", "filename", "filepath", "fname", "name", "image", "img", "imagepath", "imagefile", "imagename"}
+    | {"imgpath", "imgname", "picture", "photo", "audio", "audiopath", "audiofile", "sound", "relpath", "location"}
+)
+
+
+def _no_file_name(row: _Row, obj: dict[str, Any], images_root: str) -> InputProblem:
+    """A row without a usable file_name: which column looks like the file column, if one does
+    (a value naming a file in IMAGES_DIR is the strong sign, a usual name the weaker)."""
+    what = "the file's path relative to IMAGES_DIR"
+    if "file_name" in obj:
+        given = obj["file_name"]
+        held = "is empty" if given == "" else f"holds {json.dumps(given)[:100]}, not a path (a string)"
+        return InputProblem(row.line, f"'file_name' {held} ({what})", _dump(obj))
+    named = None
+    for column, value in obj.items():
+        if not isinstance(value, str) or not EXT_RE.fullmatch(os.path.splitext(value)[1]):
+            continue
+        relative = value[len(images_root) :] if value.startswith(images_root) else value
+        if not relative.startswith("/") and ".." not in relative and os.path.isfile(images_root + relative):
+            seen = f"{value!r} is a file in IMAGES_DIR"
+            break
+        if named is None and re.sub(r"[-_ ]", "", column.lower()) in _FILE_COLUMN_NAMES:
+            named = column
+    else:
+        if named is None:
+            columns = listed([repr(c) for c in obj], 8) or "none"
+            message = f"no 'file_name' ({what}); the row's columns: {columns}"
+            return InputProblem(row.line, message, _dump(obj), NO_FILE_NAME)
+        column, seen = named, f"{obj[named]!r} is not a file in IMAGES_DIR, though"
+    message = f"no 'file_name' ({what}); column {column!r} looks like it ({seen}): rename it to file_name"
+    return InputProblem(row.line, message, _dump(obj), f"{NO_FILE_NAME}:{column}")
 
 
 def _dump(obj: Any) -> str:

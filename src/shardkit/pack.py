@@ -39,6 +39,7 @@ from .check import (
     check_range,
     combine,
     range_jobs,
+    split_warnings,
 )
 from .errors import InputErrors, InputProblem, ShardkitError, UsageError, listed, naming
 from .formats import ShardFormat, format_named
@@ -75,7 +76,7 @@ from .plan import (
     shard_stem,
 )
 from .preview import write_preview
-from .problems import ProblemReport, rejects_path_problem
+from .problems import ProblemReport, rejects_path_problem, whole_file_problem
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
 from .schema import class_label_names, float_retyper, with_class_label
@@ -310,13 +311,19 @@ def _pack_locked(
         )
     finally:
         problems.close()
+    # Every row with a problem of one kind: the file's problem, in one line.
+    whole = whole_file_problem(problems, config.metadata_path) if staged.rows == 0 else None
     if problems.count and not skip:
+        if whole is not None:
+            raise ShardkitError(whole)
         raise problems.error(config.metadata_path, _wrong_folder_hint(config, staged, problems))
     if rejects_path is not None:
         _publish_rejects(problems, rejects_path, config.metadata_path, default=rejects_path == default_rejects)
     if staged.rows == 0:
         listed_in = f": see {rejects_path}" if rejects_path is not None else ""
         every = f" (every row was rejected, {problems.count} problem(s){listed_in})" if problems.count else ""
+        if whole is not None:
+            raise ShardkitError(f"{whole}; every row was rejected{listed_in}")
         raise ShardkitError(f"{config.metadata_path}: no rows to pack{every}")
     if staged.duplicate_count:
         first = staged.duplicates[0]
@@ -765,6 +772,13 @@ def _check_and_stage(
         )
     except ValueError as exc:
         raise UsageError(f"{config.metadata_path}: {exc}") from None
+    if any(split.name for split in regrouped.splits):
+        first_lines: dict[str, int] = {}
+        for result in results:  # (in input order)
+            for name, line in result.split_lines.items():
+                first_lines.setdefault(name, line)
+        for warning in split_warnings({s.name: s.rows for s in regrouped.splits}, first_lines):
+            log.warning("%s: %s", config.metadata_path, warning)
     if config.class_label is not None and regrouped.label_names is not None:
         labels[config.class_label] = regrouped.label_names
         features = with_class_label(features, config.class_label, regrouped.label_names)
@@ -858,9 +872,12 @@ def _publish_rejects(problems: ProblemReport, path: str, metadata_path: str, *, 
 
 
 def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemReport) -> str | None:
-    """When no row's file was found, the folder is likely wrong, not every row: say so."""
-    if staged.rows or not all(p.message.startswith("file not found") for p in problems.shown):
+    """When no row's file was found, the folder is likely wrong, not every row: say so. When no
+    row can be packed, --on-error skip would pack nothing: say to fix the file."""
+    if staged.rows:
         return None
+    if not all(p.message.startswith("file not found") for p in problems.shown):
+        return "No row can be packed as it is (so --on-error skip would pack nothing): fix the rows above."
     return (
         f"None of the files the metadata names is under IMAGES_DIR {os.path.abspath(config.images_dir)!r}:"
         " is that the folder every file_name is relative to? (Give it as the first argument.)"

@@ -2,31 +2,50 @@
 
 Read the way every shardkit reader reads (:func:`shardkit.shardrows.iter_shard`): each shard front
 to back. The sheet is a JPEG at the repo root (``preview.jpg``), embedded in README.md's
-shardkit section. Deterministic for a given Pillow version. Only for image datasets.
+shardkit section. Each image is shown as a viewer shows it (upright by its EXIF orientation,
+transparency over the cell's background, high bit depths scaled to 8 bits), each caption in
+any script (:mod:`shardkit.captionfont`). Deterministic for given Pillow and font versions.
+Only for image datasets.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import urllib.parse
+import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import captionfont
 from .formats import ZIP, ShardFormat
 from .location import Location
 from .manifest import Manifest, write_atomic
 from .shardrows import iter_shard
 
+if TYPE_CHECKING:
+    from PIL import Image
+
+log = logging.getLogger(__name__)
+
 PREVIEW_NAME = "preview.jpg"
 CAPTION_COLUMNS = ("caption", "title", "text", "description", "label", "class", "category")
 _CELL = 160
-_TEXT_HEIGHT = 28
 _COLUMNS = 4
+_BACKGROUND = (240, 240, 240)  # around an image that does not fill its cell, and under its transparency
+_CAPTION_SIZE = 12  # pixels per em
+_CAPTION_LINES = 2
+_LINE_PITCH = 16  # Noto Sans's ascent and descent at 12 px, with CJK and emoji glyphs inside them
+_MARGIN = 4
+_TEXT_HEIGHT = _MARGIN + _CAPTION_LINES * _LINE_PITCH + _MARGIN
+_HIGH_BIT_DEPTH = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")
+_ALPHA = ("RGBA", "LA", "PA", "RGBa")
 
 
 def caption_of(row: dict[str, Any]) -> str:
-    """A short caption: the first caption-like column, URL-decoded if it looks URL-encoded."""
+    """The caption: the first caption-like column, URL-decoded if it looks URL-encoded (the sheet
+    cuts it to its cell), else the start of the row's key."""
     for column in CAPTION_COLUMNS:
         value = row.get(column)
         if value is None or value == "":
@@ -34,7 +53,7 @@ def caption_of(row: dict[str, Any]) -> str:
         text = str(value)
         if "+" in text and " " not in text:
             text = urllib.parse.unquote_plus(text)
-        return text if len(text) <= 24 else text[:23] + "…"
+        return text
     return str(row.get("key", ""))[:12]
 
 
@@ -45,8 +64,8 @@ def _samples(
     fmt: ShardFormat,
     labels: dict[str, list[str]],
     manifest: Manifest | None = None,
-) -> Iterator[tuple[bytes, str]]:
-    """Up to ``limit`` (image bytes, caption), an even share from each shard: a wide look.
+) -> Iterator[tuple[bytes, str, str]]:
+    """Up to ``limit`` (image bytes, caption, where: shard and key), an even share from each shard: a wide look.
     ``labels``: ClassLabel columns' names, so a caption shows "cat", not the class number."""
     quota = max(1, -(-limit // max(len(shard_files), 1)))
     taken = 0
@@ -57,7 +76,7 @@ def _samples(
                 number = row.get(column)
                 if isinstance(number, int):
                     row[column] = names[number] if 0 <= number < len(names) else None  # (-1: no label)
-            yield row.pop("image")["bytes"], caption_of(row)
+            yield row.pop("image")["bytes"], caption_of(row), f"{shard} row {row.get('key')}"
             taken += 1
             if taken >= limit:
                 rows.close()
@@ -81,18 +100,15 @@ def write_preview(
     shards at ``shards_at`` (by default in ``out_dir``); return its name, or None if none decode.
     ``manifest``: the shards' (read from ``shards_at`` where a shard's reader needs it and it is
     not given: at a URL, the pack publishes it only after the preview)."""
-    from PIL import Image, ImageDraw, ImageFont, ImageOps
+    from PIL import Image, ImageDraw
 
     source = shards_at or Location(os.path.abspath(out_dir), "folder")
     tiles: list[tuple[Image.Image, str]] = []
-    for data, caption in _samples(source, shard_files, count, fmt, labels or {}, manifest):
+    for data, caption, where in _samples(source, shard_files, count, fmt, labels or {}, manifest):
         try:
-            with Image.open(io.BytesIO(data)) as img:
-                # A JPEG decodes at 1/2 to 1/8 scale where that still fills a cell: a 12 MP
-                # photo takes milliseconds, not a tenth of a second.
-                img.draft("RGB", (_CELL, _CELL))
-                tile = ImageOps.pad(img.convert("RGB"), (_CELL, _CELL), color=(240, 240, 240))
-        except Exception:  # not an image Pillow knows: leave it out of the sheet
+            tile = _tile(data)
+        except Exception as e:  # not an image Pillow knows (a check at pack time is optional): left out
+            log.info("%s is left out of %s: %s", where, PREVIEW_NAME, e)
             continue
         tiles.append((tile, caption))
     if not tiles:
@@ -100,13 +116,52 @@ def write_preview(
     columns = min(_COLUMNS, len(tiles))
     rows = (len(tiles) + columns - 1) // columns
     sheet = Image.new("RGB", (columns * _CELL, rows * (_CELL + _TEXT_HEIGHT)), (255, 255, 255))
-    draw = ImageDraw.Draw(sheet)
-    font = ImageFont.load_default()
     for i, (tile, caption) in enumerate(tiles):
         x, y = (i % columns) * _CELL, (i // columns) * (_CELL + _TEXT_HEIGHT)
         sheet.paste(tile, (x, y))
-        draw.text((x + 4, y + _CELL + 6), caption, fill=(30, 30, 30), font=font)
+        # Drawn on a layer of the caption's cell: no glyph reaches past it, however tall.
+        ink = Image.new("L", (_CELL, _TEXT_HEIGHT), 0)
+        laid = captionfont.wrap(caption, size=_CAPTION_SIZE, room=_CELL - 2 * _MARGIN, lines=_CAPTION_LINES)
+        captionfont.draw_lines(
+            ImageDraw.Draw(ink), (_MARGIN, _MARGIN), laid, size=_CAPTION_SIZE, pitch=_LINE_PITCH, fill=255
+        )
+        sheet.paste((30, 30, 30), (x, y + _CELL, x + _CELL, y + _CELL + _TEXT_HEIGHT), mask=ink)
     encoded = io.BytesIO()
     sheet.save(encoded, format="JPEG", quality=85)
     write_atomic(os.path.join(out_dir, PREVIEW_NAME), encoded.getvalue())
     return PREVIEW_NAME
+
+
+def _tile(data: bytes) -> Image.Image:
+    """``data`` as a viewer shows it, fitted to a cell: the first frame, upright by its EXIF
+    orientation, in 8-bit RGB over the cell's background."""
+    from PIL import Image, ImageOps
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a damaged EXIF block: Pillow reads what it can, and says so on stderr
+        img = Image.open(io.BytesIO(data))
+        # A JPEG decodes at 1/2 to 1/8 scale where that still fills a cell: a 12 MP
+        # photo takes milliseconds, not a tenth of a second.
+        with img:
+            img.draft("RGB", (_CELL, _CELL))
+            upright = ImageOps.exif_transpose(img)
+    if upright.mode in _HIGH_BIT_DEPTH:  # as floats: Pillow resizes I;16B's bytes as if little-endian
+        upright = _eight_bit(ImageOps.contain(upright.convert("F"), (_CELL, _CELL)))
+    if upright.mode in _ALPHA or "transparency" in upright.info:
+        over = Image.new("RGBA", upright.size, (*_BACKGROUND, 255))
+        upright = Image.alpha_composite(over, upright.convert("RGBA"))
+    return ImageOps.pad(upright.convert("RGB"), (_CELL, _CELL), color=_BACKGROUND)
+
+
+def _eight_bit(img: Image.Image) -> Image.Image:
+    """A 16-bit, 32-bit or float grey image in 8 bits, its lowest value black and its highest
+    white: Pillow's own conversion clips at 255 (a 16-bit image is all white), and a 12-bit
+    sensor's or a depth map's values do not span the type's range. A flat image is mid grey."""
+    import numpy as np
+    from PIL import Image
+
+    values = np.asarray(img, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    scaled = (values - low) * (255 / (high - low)) if high > low else np.full(values.shape, 128.0)
+    return Image.fromarray(np.nan_to_num(scaled, nan=0.0).clip(0, 255).round().astype(np.uint8))

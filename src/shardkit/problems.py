@@ -18,14 +18,27 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO
 
 from .errors import InputErrors, InputProblem
 from .manifest import replace_atomic
-from .metadata import TOO_LONG, raw_lines
+from .metadata import (
+    ABSOLUTE,
+    BACKSLASH,
+    NO_FILE_NAME,
+    NOT_JSON,
+    NOT_OBJECT,
+    NOT_UTF8,
+    OTHER_CASE,
+    TOO_LONG,
+    URL,
+    raw_lines,
+)
 from .staging import RunWriter, consume_sorted
 
 #: The problems an error message (and the rejects summary) shows; the rest are counted.
@@ -49,6 +62,7 @@ class ProblemReport:
     def __init__(self, spool: str | None) -> None:
         self.shown: list[InputProblem] = []
         self.count = 0
+        self.kinds: Counter[str] = Counter()  # of every problem (InputProblem.kind)
         self._writer: RunWriter | None = None
         self._runs: list[str] = []  # finished runs: of the ranges absorbed
         if spool is not None:
@@ -62,6 +76,7 @@ class ProblemReport:
 
     def add(self, problem: InputProblem) -> None:
         self.count += 1
+        self.kinds[problem.kind] += 1
         if len(self.shown) < SHOWN_PROBLEMS:
             self.shown.append(problem)
         if self._writer is not None:  # (a JSON string holds no tab or newline)
@@ -71,11 +86,12 @@ class ProblemReport:
         """Take a range's report (finished in its own process), after the problems already here."""
         self.shown.extend(other.shown[: max(SHOWN_PROBLEMS - len(self.shown), 0)])
         self.count += other.count
+        self.kinds.update(other.kinds)
         self._runs.extend(other.runs)
 
     def part(self) -> ReportPart:
         """This report as :meth:`absorb` takes it in the process that gathers them all."""
-        return ReportPart(self.shown, self.count, self._spooled())
+        return ReportPart(self.shown, self.count, self._spooled(), self.kinds)
 
     def close(self) -> None:
         """Spill what the spool holds in memory to disk."""
@@ -108,6 +124,48 @@ class ReportPart:
     shown: list[InputProblem]
     count: int
     runs: list[str]  # its spool: sorted runs
+    kinds: Counter[str] = field(default_factory=Counter)
+
+
+_ONE_OBJECT_PER_LINE = '; META_JSONL holds one JSON object per line, such as {"file_name": "a/1.jpg", "caption": "..."}'
+
+
+#: What a file whose every row has a problem of one kind is, by kind (see whole_file_problem),
+#: and what to do.
+_WHOLE_FILE = {
+    NOT_UTF8: ("no line is UTF-8 text", "; save it as UTF-8 (with iconv -f LATIN1 -t UTF-8 if it is Latin-1)"),
+    NOT_JSON: ("no line is JSON", _ONE_OBJECT_PER_LINE),
+    NOT_OBJECT: ("no line is a JSON object", _ONE_OBJECT_PER_LINE),
+    ABSOLUTE: ("every file_name is absolute", ""),
+    BACKSLASH: ("every file_name separates folders with '\\'", ""),
+    OTHER_CASE: ("every file_name differs in case from its file", ""),
+    URL: ("every file_name is a URL", ""),
+    NO_FILE_NAME: ("no row has 'file_name' (the file's path relative to IMAGES_DIR)", ""),
+}
+
+
+def whole_file_problem(report: ProblemReport, metadata_path: str) -> str | None:
+    """One line for a file whose every row has a problem of the same kind (a misnamed file
+    column, lines that are not JSON, ...): the cause is the file's, not each row's, and passing
+    --on-error skip would pack nothing. None when the rows' problems differ."""
+    if len(report.kinds) != 1 or not report.shown:
+        return None
+    kind, _, column = next(iter(report.kinds)).partition(":")
+    if kind not in _WHOLE_FILE:
+        return None
+    what, fix = _WHOLE_FILE[kind]
+    first = report.shown[0]
+    # A row without file_name says what it lacks, then what to do: the line says the first once.
+    detail = first.message.partition("; ")[2] if kind == NO_FILE_NAME else first.message
+    line = f"{metadata_path}: {what} ({report.count} of {report.count} rows); line {first.line}: {detail}{fix}"
+    if column and column.isprintable() and not set(column) & set("\"'$`!\\"):
+        rename = f"('file_name' if k == {column!r} else k)"
+        line += (
+            f', e.g. python -c "import json,sys; [print(json.dumps({{{rename}: v for k, v in json.loads(l).items()}},'
+            f" ensure_ascii=False)) for l in open(sys.argv[1], encoding='utf-8-sig') if l.strip()]\""
+            f" {shlex.quote(metadata_path)} > {shlex.quote(os.path.splitext(metadata_path)[0] + '.fixed.jsonl')}"
+        )
+    return line
 
 
 def _write_rejects(out: IO[bytes], spooled: Iterator[str], lines: Iterator[tuple[int, bytes]]) -> None:

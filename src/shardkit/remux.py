@@ -86,6 +86,7 @@ from .location import (
     readable_root,
 )
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
+from .metadata import non_finite_problem
 from .outdir import check_apart, check_out_dir, check_own_entries, locked
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .progress import NullProgress, Progress
@@ -692,8 +693,9 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
             try:
                 text = json.dumps({"file_name": name, "key": key, **fields}, ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
+                cause = non_finite_problem(fields) or exc
                 raise ShardkitError(
-                    f"the map function returned a value that is not JSON ({where}): {exc};"
+                    f"the map function returned a value that is not JSON ({where}): {cause};"
                     " return numbers, strings, lists or dicts besides the image"
                 ) from None
             lines.append(text.encode("utf-8") + b"\n")

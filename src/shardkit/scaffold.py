@@ -1,11 +1,13 @@
-"""``shardkit new``: check the answers for a dataset repo template before anything is generated.
+"""``shardkit new``: ask a local template's questions, check each answer when it is given.
 
-The template's own hook (``hooks/pre_gen_project.py``) checks the same rules, for people who run
-cookiecutter directly; it must be stdlib-only and runs after every question is answered, so
-shardkit checks what it can first: unknown keys (a typo such as ``licence=`` would otherwise be
-ignored silently), choices, the Hub's license ids, the task for the modality, the names, and
-that ``--no-input`` does not publish the template's placeholder namespace. The license and task
-lists live in the template's ``cookiecutter.json`` (``__licenses``, ``__tasks``), one place for both.
+shardkit asks every question of a local template itself, from its ``cookiecutter.json`` and with
+cookiecutter's own semantics (key order, ``_``/``__`` keys not asked, a list is a choice, a default
+is rendered from the answers before it), and then lets cookiecutter generate the repo with no
+questions of its own, so each is asked once. An answer is checked as it is typed, and asked again
+until it is good, by the template's own rules (``hooks/answer_rules.py``: the same file its
+pre-generation hook checks a plain ``cookiecutter`` run with) plus what only shardkit knows:
+unknown keys (a typo such as ``licence=`` would otherwise be ignored silently), choices, and that
+the template's placeholder namespace is not published.
 """
 
 from __future__ import annotations
@@ -13,19 +15,15 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
+import shlex
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
+TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "hub-dataset")
 PLACEHOLDER_NAMESPACE = "your-username"
-_ALLOWED = re.compile(r"[A-Za-z0-9._-]")
-#: A homepage the card can show as a link: http(s), nothing that ends or breaks a markdown link.
-_URL = re.compile(r"https?://[^\s<>\"'`]+")
-#: A line the card would read as one of shardkit's section markers (each is a line of its own,
-#: see card.py): free text that lands in the card (title, description, citation) may not hold one,
-#: or a pack would rewrite the user's text as if it were a section.
-_MARKER_LINE = re.compile(r"^<!-- /?shardkit:", re.MULTILINE)
-#: The answers written into the card as the user typed them.
-_FREE_TEXT = ("pretty_name", "description", "citation", "language")
 #: Tasks whose datasets carry a class per row: `shardkit new` suggests --class-label for them.
 CLASSIFICATION_TASKS = ("image-classification", "audio-classification")
 
@@ -41,29 +39,73 @@ def load_questions(template_dir: str, directory: str | None = None) -> dict[str,
     return loaded
 
 
+def load_rules(template_dir: str, directory: str | None = None) -> types.ModuleType | None:
+    """The template's ``hooks/answer_rules.py`` as a module, or None if it has none.
+
+    Executed from its source rather than imported, so no bytecode is written into the template."""
+    path = os.path.join(template_dir, directory or "", "hooks", "answer_rules.py")
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    module = types.ModuleType("answer_rules")
+    module.__file__ = path
+    exec(compile(source, path, "exec"), module.__dict__)
+    return module
+
+
+@cache
+def _shipped_rules() -> types.ModuleType:
+    rules = load_rules(TEMPLATE_DIR)
+    assert rules is not None, f"{TEMPLATE_DIR} has no hooks/answer_rules.py"
+    return rules
+
+
 def name_problems(value: str, what: str) -> list[str]:
-    """Why ``value`` is not a Hub repository or namespace name (the hook's rules)."""
-    if not value:
-        return [f"{what} is empty"]
-    found = []
-    if len(value) > 96:
-        found.append(f"{what} {value!r} is {len(value)} characters long; the Hub allows at most 96")
-    bad = sorted({c for c in value if not _ALLOWED.fullmatch(c)})
-    if bad:
-        shown = ", ".join(repr(c) for c in bad)
-        found.append(f"{what} {value!r} contains {shown}; use only letters, digits, '-', '_' and '.'")
-    if value[0] in "-." or value[-1] in "-.":
-        found.append(f"{what} {value!r} may not start or end with '-' or '.'")
-    if "--" in value or ".." in value:
-        found.append(f"{what} {value!r} may not contain '--' or '..'")
-    if value.lower().endswith(".git"):
-        found.append(f"{what} {value!r} may not end in '.git'")
+    """Why ``value`` is not a Hub repository or namespace name (the shipped template's rules)."""
+    found: list[str] = _shipped_rules().name_problems(value, what)
     return found
 
 
-def answer_problems(questions: dict[str, Any], answers: dict[str, str], *, no_input: bool) -> list[str]:
+def asked_keys(questions: Mapping[str, Any]) -> list[str]:
+    """The keys cookiecutter asks, in its order: not the private ``_``/``__`` ones."""
+    return [key for key in questions if not key.startswith("_")]
+
+
+def choices_of(
+    questions: Mapping[str, Any], rules: types.ModuleType | None, key: str, answers: Mapping[str, Any]
+) -> list[str] | None:
+    """The only answers ``key`` takes given the answers so far (a list in ``cookiecutter.json``,
+    or the template's rules: e.g. the tasks of the modality answered), or None for free text."""
+    raw = questions.get(key)
+    if isinstance(raw, list):
+        return [str(choice) for choice in raw]
+    found: list[str] | None = rules.choices(key, answers, questions) if rules is not None else None
+    return found
+
+
+def check_answer(
+    questions: Mapping[str, Any], rules: types.ModuleType | None, key: str, value: str, answers: Mapping[str, Any]
+) -> list[str]:
+    """Why ``value`` is not a good answer to ``key`` given the answers before it, one line each."""
+    raw = questions.get(key)
+    if isinstance(raw, list) and value not in [str(choice) for choice in raw]:
+        return [f"{key} {value!r} is not one of: {', '.join(map(str, raw))}"]
+    found: list[str] = rules.answer_problems(key, value, answers, questions) if rules is not None else []
+    if key == "namespace" and value == PLACEHOLDER_NAMESPACE == questions.get("namespace"):
+        found.append(
+            "namespace: give the Hub user or organization that will own the dataset;"
+            f" the placeholder {PLACEHOLDER_NAMESPACE!r} would be published in the card"
+        )
+    return found
+
+
+def answer_problems(
+    questions: Mapping[str, Any], answers: Mapping[str, str], *, no_input: bool, rules: types.ModuleType | None = None
+) -> list[str]:
     """Everything wrong with ``answers`` (KEY=VALUE given to ``shardkit new``), one line each."""
-    asked = [key for key in questions if not key.startswith("_")]
+    asked = asked_keys(questions)
     found = []
     for key in answers:
         if key not in asked:
@@ -71,40 +113,8 @@ def answer_problems(questions: dict[str, Any], answers: dict[str, str], *, no_in
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             found.append(f"unknown answer {key!r}{hint}; the questions are: {', '.join(asked)}")
     for key, value in answers.items():
-        choices = questions.get(key)
-        if isinstance(choices, list) and value not in choices:
-            found.append(f"{key} {value!r} is not one of: {', '.join(map(str, choices))}")
-    for key, what in (("dataset_name", "dataset_name"), ("namespace", "namespace")):
-        if key in answers:
-            found.extend(name_problems(answers[key], what))
-    licenses = questions.get("__licenses")
-    if "license" in answers and isinstance(licenses, list) and answers["license"] not in licenses:
-        given = answers["license"]
-        close = [given.lower()] if given.lower() in licenses else difflib.get_close_matches(given.lower(), licenses, 3)
-        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-        found.append(
-            f"license {given!r} is not a Hub license id{hint}; the ids are listed at"
-            " https://huggingface.co/docs/hub/repositories-licenses (other: license=other)"
-        )
-    tasks = questions.get("__tasks")
-    if "task_category" in answers and isinstance(tasks, dict):
-        modalities = questions.get("modality")
-        modality = answers.get("modality") or (modalities[0] if isinstance(modalities, list) else "")
-        fitting = [*tasks.get(modality, []), *tasks.get("any", [])]
-        if answers["task_category"] not in fitting:
-            found.append(
-                f"task_category {answers['task_category']!r} does not fit modality {modality!r};"
-                f" use one of: {', '.join(fitting)}"
-            )
-    for key in _FREE_TEXT:
-        if key in answers and _MARKER_LINE.search(answers[key]):
-            found.append(
-                f"{key} {answers[key]!r} has a line that reads as one of the card's shardkit markers"
-                " (<!-- shardkit:... -->), which would end the text there; reword it"
-            )
-    homepage = answers.get("homepage")
-    if homepage and not _URL.fullmatch(homepage):
-        found.append(f"homepage {homepage!r} is not an http(s) URL (https://...); leave it out if there is none")
+        if key in asked:
+            found.extend(check_answer(questions, rules, key, value, answers))
     if no_input and questions.get("namespace") == PLACEHOLDER_NAMESPACE and "namespace" not in answers:
         found.append(
             "namespace: give the Hub user or organization that will own the dataset (namespace=NAME);"
@@ -113,12 +123,108 @@ def answer_problems(questions: dict[str, Any], answers: dict[str, str], *, no_in
     return found
 
 
+@dataclass(frozen=True)
+class Question:
+    """One question as the user sees it."""
+
+    key: str
+    text: str  #: the template's ``__prompts__`` line, or the key
+    default: str  #: rendered from the answers before it, as cookiecutter renders it
+    choices: tuple[str, ...]  #: the only answers taken; empty for free text
+
+
+class Interrupted(Exception):
+    """The user stopped answering (Ctrl-C or the end of input): ``answers`` are those given so far."""
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        super().__init__("stopped before the last question")
+        self.answers = answers
+
+
+def interview(
+    questions: Mapping[str, Any],
+    given: Mapping[str, str],
+    rules: types.ModuleType | None,
+    ask: Callable[[Question], str],
+    tell: Callable[[str], None],
+) -> dict[str, str]:
+    """Every answer the template asks for, in its order: ``given`` ones as given (already
+    checked), the others from ``ask``, each checked at once and asked again, with the reasons
+    (to ``tell``), until it is good. When ``ask`` raises KeyboardInterrupt or EOFError,
+    :class:`Interrupted` is raised with the answers so far."""
+    from cookiecutter.prompt import render_variable
+    from cookiecutter.utils import create_env_with_context
+
+    env = create_env_with_context({"cookiecutter": dict(questions)})
+    prompts = questions.get("__prompts__", {})
+    rendered: dict[str, Any] = {}  # what cookiecutter's templates see: the answers and the private keys so far
+    answers: dict[str, str] = {}
+    for key, raw in questions.items():
+        if key == "__prompts__":
+            continue
+        if key.startswith("_"):
+            rendered[key] = raw if not key.startswith("__") else render_variable(env, raw, rendered)
+            continue
+        if isinstance(raw, (dict, bool)):  # shardkit's template has neither; cookiecutter's default is kept
+            continue
+        if key in given:
+            answer = given[key]
+        else:
+            choices = tuple(choices_of(questions, rules, key, answers) or ())
+            default = render_variable(env, raw, rendered)
+            default = str(default[0]) if isinstance(default, list) else str(default)
+            if key == "namespace" and default == PLACEHOLDER_NAMESPACE:
+                default = ""  # no default: the placeholder is refused (see check_answer)
+            text = prompts.get(key, key)
+            if isinstance(text, dict):  # a choice's prompt: cookiecutter's {"__prompt__": ..., choice: label}
+                text = text.get("__prompt__", key)
+            question = Question(key, str(text), default, choices)
+            while True:
+                try:
+                    answer = ask(question)
+                except (KeyboardInterrupt, EOFError) as exc:
+                    raise Interrupted(answers) from exc
+                if not (problems := check_answer(questions, rules, key, answer, answers)):
+                    break
+                for problem in problems:
+                    tell(problem)
+        answers[key] = rendered[key] = answer
+    return answers
+
+
+def verbatim(value: str, questions: Mapping[str, Any]) -> str:
+    """``value`` as an ``extra_context`` answer that cookiecutter's rendering leaves as it is:
+    cookiecutter renders every answer as a Jinja template under ``no_input``, so a BibTeX
+    ``title = {{BERT}}`` would be read as an expression. Such a value becomes a Jinja string
+    literal (Jinja reads its escapes back: the JSON ones, and any character written as itself)."""
+    from cookiecutter.utils import create_env_with_context
+
+    env = create_env_with_context({"cookiecutter": dict(questions)})
+    markers = (env.block_start_string, env.variable_start_string, env.comment_start_string)
+    prefixes = (env.line_statement_prefix, env.line_comment_prefix)
+    if not any(m in value for m in markers) and not any(p and p in value for p in prefixes):
+        return value
+    literal = json.dumps(value, ensure_ascii=False)
+    return f"{env.variable_start_string} {literal} {env.variable_end_string}"
+
+
+def rerun_command(
+    answers: Mapping[str, str], options: Mapping[str, str | None], flags: tuple[str, ...] = ("--no-input",)
+) -> str:
+    """The ``shardkit new`` command that makes the same repo again without questions, shell-quoted:
+    ``flags``, then ``options`` (e.g. ``-o``; left out when None), then every answer."""
+    words = ["shardkit", "new", *flags]
+    for option, value in options.items():
+        if value is not None:
+            words += [option, value]
+    words += [f"{key}={value}" for key, value in answers.items()]
+    return shlex.join(words)
+
+
 def next_steps(repo_dir: str) -> list[str]:
     """What to run next in a folder ``shardkit new`` made, as its card says (README.md's hidden
     maintainer notes say the same): pack, verify, push; ``--class-label label`` for a
     classification task."""
-    import shlex
-
     from .card import card_repo, split_front_matter
 
     try:
