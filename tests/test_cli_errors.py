@@ -581,4 +581,8 @@ def test_a_rejects_path_with_a_line_break_in_a_missing_folder_is_one_line(
         images, meta, "-o", tmp_path / "out", "-j", "1", "-q", "--on-error", "skip", "--rejects", rejects
     )
     assert code == 2, stderr
-    assert stderr.splitlines() == [f"error: --rejects {_escaped(rejects)}: its folder does not exist"]
+    folder = _escaped(rejects.parent)
+    assert stderr.splitlines() == [
+        f"error: --rejects '{_escaped(rejects)}': its folder '{folder}' does not exist; create it first"
+        f" (mkdir -p '{folder}') or choose another --rejects"
+    ]

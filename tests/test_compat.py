@@ -103,6 +103,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
                     )
                 else:
                     out = root / "repos" / name
+                    out.parent.mkdir(exist_ok=True)
                 _pack(files, meta, out, fmt)
                 sets.folders[modality, fmt] = out
                 sets.shards[modality, fmt] = len(list((out / "data").glob(f"*.{fmt}")))

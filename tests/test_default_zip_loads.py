@@ -74,6 +74,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
             pub.rows[modality] = rows
             pub.expected[modality] = export_corpus.expected_rows(files, meta, modality)
             out = root / "repos" / f"export-{modality}"
+            out.parent.mkdir(exist_ok=True)
             packed = pack_cli(files, meta, out, "--class-label", export_corpus.LABEL_COLUMN, "--json")
             assert packed.returncode == 0, packed.stderr
             pub.pack_stderr[modality] = packed.stderr

@@ -364,7 +364,10 @@ def test_a_save_folder_whose_parent_is_missing_or_that_is_a_file_is_one_line(pac
     folder = str(packed.folders["zip"])
     missing = tmp_path / "no" / "such"
     line = one_error_line(head(folder, "--save-images", str(missing)), 2)
-    assert line == f"error: --save-images {missing}: its parent folder {missing.parent} does not exist"
+    assert line == (
+        f"error: --save-images '{missing}': its folder '{missing.parent}' does not exist; create it first"
+        f" (mkdir -p {missing.parent}) or choose another --save-images"
+    )
     assert not (tmp_path / "no").exists()
     a_file = tmp_path / "file"
     a_file.write_bytes(b"x")

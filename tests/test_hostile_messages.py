@@ -306,6 +306,7 @@ def test_a_full_disk_anywhere_in_a_pack_names_the_file_and_the_rerun_completes(
 ) -> None:
     images, meta = weighty
     reference = tmp_path / "reference" / "out"  # (the card is named after the folder)
+    reference.parent.mkdir()
     assert run(PACK_SHARDS, images, meta, "-o", reference, *SHAPE).returncode == 0
     disk = small_disk(size)
     out = disk / "out"
@@ -343,6 +344,7 @@ def test_a_full_disk_during_an_update_names_the_file_and_the_rerun_completes(
     half = tmp_path / "half.jsonl"
     half.write_text("".join(meta.read_text().splitlines(keepends=True)[:150]))
     reference = tmp_path / "reference" / "out"  # (the card is named after the folder)
+    reference.parent.mkdir()
     assert run(PACK_SHARDS, images, half, "-o", reference, *SHAPE).returncode == 0
     assert run(PACK_SHARDS, images, meta, "-o", reference, "--update", *SHAPE).returncode == 0
     disk = small_disk("3000k")
@@ -367,6 +369,7 @@ def test_a_full_disk_during_a_remux_names_the_file_and_the_rerun_completes(
     env = {**os.environ, "PYTHONPATH": python_path(REPO_ROOT)}
     remux = [SHARDKIT, "remux", str(source), "--map", "tests.remux_functions:identity", *SHAPE]
     reference = tmp_path / "reference" / "out"  # (the card is named after the folder)
+    reference.parent.mkdir()
     assert run(*remux, reference, env=env).returncode == 0
     disk = small_disk(size)
     out = disk / "out"
@@ -456,6 +459,7 @@ def test_a_disk_full_in_the_last_steps_names_the_file_and_the_rerun_completes(
 ) -> None:
     corpus = make_corpus(40)
     reference = tmp_path / "reference" / "out"
+    reference.parent.mkdir()
     assert run(PACK_SHARDS, corpus.images, corpus.meta, "-o", reference, "-q", "-j", "1").returncode == 0
     disk = small_disk("4m")
     out = disk / "out"

@@ -276,9 +276,11 @@ def test_a_staging_folder_left_by_a_killed_run_is_redone_not_read(tmp_path: Path
     meta = tmp_path / "meta.jsonl"
     meta.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     reference = tmp_path / "whole" / "ds"  # same folder name: the card names it
+    reference.parent.mkdir()
     assert _run(str(images), str(meta), "-o", str(reference), "-q").returncode == 0
 
     out = tmp_path / "killed" / "ds"
+    out.parent.mkdir()
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_AFTER_SORTING, str(images), str(meta), "-o", str(out), "-q", "--jobs", "1"],
         capture_output=True,

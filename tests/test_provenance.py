@@ -82,6 +82,7 @@ def packs(source_input: tuple[Path, Path], tmp_path_factory: pytest.TempPathFact
                 )
             else:
                 repo = root / name / "yfcc-mini"
+                repo.parent.mkdir()
             options = ["--format", fmt, "-q", *(["--keep-source-path"] if keep else [])]
             result = subprocess.run(
                 [str(SCRIPTS / "pack-shards"), str(images), str(metadata), "-o", str(repo), *options],
@@ -150,8 +151,9 @@ def verify_lines(repo: Path) -> list[str]:
     """``shardkit verify --deep`` fails; the problem lines it prints (one per problem)."""
     result = CliRunner().invoke(main, ["verify", str(repo), "--deep", "-q"], catch_exceptions=False)
     assert result.exit_code == 1, result.output
-    *problems, summary = result.stdout.splitlines()
+    *problems, summary, advice = result.stdout.splitlines()
     assert summary.startswith("verified ") and summary.endswith(f": {len(problems)} problem(s)"), result.stdout
+    assert advice.startswith("to repair: "), result.stdout
     return problems
 
 

@@ -33,6 +33,8 @@ def remux(
     source: str | Path, out: Path | str, *args: str, env: dict[str, str] | None = None, check: bool = True
 ) -> Any:
     env = {**(env or os.environ), "PYTHONPATH": str(REPO_ROOT)}
+    if "://" not in str(out):  # the command makes OUT_DIR, not its parents (tests/test_paths.py)
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
         [str(SCRIPTS / "shardkit"), "remux", str(source), str(out), "--json", "-q", *args],
         capture_output=True,

@@ -27,7 +27,8 @@ SHAPE = ["--target-shard-size", "20KB", "--max-shard-size", "40KB", "--jobs", "2
 
 
 def pack(corpus: Corpus, out: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """Run pack-shards on the corpus into ``out`` to the end."""
+    """Run pack-shards on the corpus into ``out`` to the end (its parent made, as a user makes it)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     args = [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), *options]
     return subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
 
@@ -63,6 +64,7 @@ def test_sigkill_at_many_points_then_resume_gives_identical_output(
     assert shards >= 24
 
     out = tmp_path / "killed" / "ds"
+    out.parent.mkdir()
     killed_at = []
     for name, reached in kill_points(out, shards):
         proc = subprocess.Popen(
@@ -149,6 +151,7 @@ def test_disk_full_is_one_clear_error_and_the_rerun_completes(
     assert done.returncode == 0, done.stderr
 
     out = tmp_path / "full" / "ds"
+    out.parent.mkdir()
     budget = str(200_000)  # about 5 shards' worth, then the disk is full mid-shard
     inputs = [str(corpus.images), str(corpus.meta)]
     full = subprocess.run(

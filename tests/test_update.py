@@ -498,6 +498,7 @@ pack_shards()
 def test_an_update_killed_at_any_step_resumes_to_the_output_of_one_that_was_not(tmp_path: Path, point: str) -> None:
     corpus = Corpus(tmp_path / "in", 80)
     base = tmp_path / "base" / "ds"  # one folder name everywhere: the card names it
+    base.parent.mkdir()
     pack(corpus, corpus.write(), base)
     # Every row of shard e goes (its file goes too), shards 2 and 4 gain one each.
     corpus.rows = [r for r in corpus.rows if r["key"][0] != "e"]

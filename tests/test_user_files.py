@@ -233,8 +233,10 @@ def test_adopt_keeps_crlf_line_ends(tmp_path: Path) -> None:
 
 def test_refusals_leave_no_staging_and_no_parent_folders(tmp_path: Path) -> None:
     nested = tmp_path / "a" / "b" / "out"
-    assert pack_example(nested, "--dry-run", "-q").returncode == 0
+    assert pack_example(nested, "--dry-run", "-q").returncode == 2  # no chain of parents (tests/test_paths.py)
     assert not (tmp_path / "a").exists()
+    assert pack_example(tmp_path / "fresh", "--dry-run", "-q").returncode == 0
+    assert not (tmp_path / "fresh").exists()
     packed = tmp_path / "packed"
     assert pack_example(packed, "-q").returncode == 0
     before = tree_bytes(packed)
@@ -259,7 +261,10 @@ def test_dry_run_with_skip_writes_no_rejects_file_of_its_own_and_a_missing_rejec
     result = subprocess.run(
         [*base, "-o", str(tmp_path / "o"), "--rejects", str(missing)], capture_output=True, text=True
     )
-    assert result.returncode == 2 and f"--rejects {missing}: its folder does not exist" in result.stderr
+    assert (
+        result.returncode == 2
+        and f"--rejects '{missing}': its folder '{missing.parent}' does not exist" in result.stderr
+    )
     assert not (tmp_path / "o").exists() and not (tmp_path / "nope").exists()
 
 

@@ -153,7 +153,7 @@ def test_damage_is_reported_with_file_and_member(case: str, repo_dir: Path) -> N
     code, out = verify(repo_dir)
     assert code == 1, out
     assert expected in out
-    assert "problem(s)" in out.splitlines()[-1]
+    assert "problem(s)" in out.splitlines()[-2] and out.splitlines()[-1].startswith("to repair: ")
     code, out = verify(repo_dir, "--json")
     report = json.loads(out)
     assert code == 1 and report["ok"] is False and any(expected in p["text"] for p in report["problems"])

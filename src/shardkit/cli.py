@@ -11,6 +11,7 @@ from .interrupt import interrupt_raises  # isort: split
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from . import __version__
 from .card import human_size
 from .errors import ShardkitError, UsageError, one_line, redact, redact_log_records
 from .formats import FORMAT_NAMES
-from .location import is_url
+from .location import bare_hub_id, is_url, local_path
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .scaffold import TEMPLATE_DIR
@@ -85,15 +86,29 @@ def _size_text(n: int) -> str:
 
 
 class FolderOrUrl(click.Path):
-    """An existing folder, or an fsspec URL (s3://bucket/name) passed on as it is."""
+    """An existing folder, or an fsspec URL (s3://bucket/name) passed on as it is; with
+    ``hub_ids``, also a Hub dataset id (ns/name) that names no folder here, as shardkit.stream
+    takes it (:func:`~shardkit.location.bare_hub_id`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hub_ids: bool = False) -> None:
         super().__init__(exists=True, file_okay=False)
+        self.hub_ids = hub_ids
 
     def convert(self, value: str | os.PathLike[str], param: click.Parameter | None, ctx: click.Context | None) -> str:
-        if isinstance(value, str) and is_url(value):
+        if isinstance(value, str) and (is_url(value) or (self.hub_ids and bare_hub_id(value))):
             return value
         return os.fsdecode(super().convert(value, param, ctx))  # str already: no path_type was given
+
+
+def _check_parents(*folders: tuple[str | None, str]) -> None:
+    """Refuse (exit code 2, one line) a folder given on the command line (``(path, what)``) whose
+    parent folder does not exist: a command makes the folder it is given, not a chain of folders
+    from a typo (``-o /nonexistent/dir/out``). URLs and folders left out (None) are not looked at."""
+    from .outdir import check_parent_exists
+
+    for path, what in folders:
+        if path and not is_url(path) and not os.path.exists(local_path(path)):
+            _run(functools.partial(check_parent_exists, local_path(path), what), resumes=False)
 
 
 def _run(action: Callable[[], _T], *, resumes: bool = True) -> _T:
@@ -478,6 +493,7 @@ def _pack_command(
     """
     from .pack import PackConfig, pack
 
+    _check_parents((out_dir, "OUT_DIR"), (work_dir if is_url(out_dir) else None, "--work-dir"))
     push_config = None
     if push_repo:
         _run(lambda: check_repo_id(push_repo))  # before hours of packing, not after
@@ -624,6 +640,7 @@ def push_cmd(
     A request that gets or takes no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails
     the push; a re-run resumes. Ctrl-C stops it at once.
     """
+    _check_parents((work_dir if is_url(out_dir) else None, "--work-dir"))
     _setup_logging()
     config = _push_config(
         out_dir,
@@ -764,6 +781,7 @@ def remux_cmd(
     """
     from .remux import RemuxConfig, remux
 
+    _check_parents((out_dir, "OUT_DIR"), (work_dir if is_url(out_dir) else None, "--work-dir"))
     _setup_logging()
     config = RemuxConfig(
         source=source,
@@ -810,13 +828,14 @@ SHOWN_PROBLEMS = 1000
 
 
 @main.command("verify")
-@click.argument("out_dir", type=FolderOrUrl())
+@click.argument("out_dir", type=FolderOrUrl(hub_ids=True))
 @click.option("--deep", is_flag=True, help="Also decode every image (Pillow) and audio file (soundfile).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; problems and the summary still print.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout (every problem).")
 def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
-    """Check OUT_DIR (a folder, or the URL pack wrote to) against its shards.json: every shard's
-    size, sha256, ZIP structure and CRCs;
+    """Check OUT_DIR (a folder, the URL pack wrote to, or a Hub dataset: hf://datasets/NS/NAME, or
+    NS/NAME when no folder of that name is here; HF_ENDPOINT is honoured) against its
+    shards.json: every shard's size, sha256, ZIP structure and CRCs;
     the rows inside each shard (metadata.parquet, typed), metadata/ and the members agreeing one
     to one; the cap; keys unique and in the shard their name says; nothing in data/ or
     metadata/ that the manifest does not name.
@@ -842,8 +861,20 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
                 f" ({report.not_decoded} of a type with no decoder here)" if report.not_decoded else ""
             )
         verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-        click.echo(f"verified {what} in {report.seconds:.1f} s: {verdict}")
+        click.echo(f"verified {what} in {report.seconds:.1f} s: {verdict}{_read_from_hub(out_dir, report.out_dir)}")
+        if report.advice:
+            click.echo(report.advice)
     sys.exit(0 if report.ok else 1)
+
+
+def _read_from_hub(given: str, read: str) -> str:
+    """`` (the Hub dataset me/x at <endpoint>: no folder me/x here)`` when a bare id was read from
+    the Hub; '' otherwise (a folder of that name wins, and is read without a word)."""
+    if read.startswith("hf://") and not given.startswith("hf://"):
+        from huggingface_hub import constants
+
+        return f" (the Hub dataset {given} at {constants.ENDPOINT}, {read}: no folder {given} here)"
+    return ""
 
 
 @main.command("new")
@@ -854,7 +885,7 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     type=click.Path(file_okay=False),
     default=".",
     show_default=True,
-    help="Where to create the dataset repo folder.",
+    help="Where to create the dataset repo folder (made if missing; its parent must exist).",
 )
 @click.option("--no-input", is_flag=True, help="Ask nothing: defaults plus the KEY=VALUE answers given.")
 @click.option(
@@ -891,6 +922,7 @@ def new_cmd(
     from .scaffold import Interrupted, answer_problems, interview, load_questions, load_rules, next_steps, rerun_command
     from .scaffold import verbatim as verbatim_answer
 
+    _check_parents((output_dir, "-o"))
     extra: dict[str, str] = {}
     for answer in answers:
         key, sep, value = answer.partition("=")

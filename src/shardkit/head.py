@@ -28,6 +28,7 @@ from .card import human_size
 from .errors import ShardkitError, UsageError, one_line, redact
 from .location import Location
 from .manifest import Manifest
+from .outdir import check_parent_exists
 from .schema import class_label_names
 from .shardrows import iter_shard, read_manifest_from
 
@@ -336,9 +337,7 @@ class SavedFiles:
         if os.path.lexists(self.folder) and not os.path.isdir(self.folder):
             raise UsageError(f"--save-images {self.folder}: it exists and is not a folder")
         if not os.path.isdir(self.folder):
-            parent = os.path.dirname(self.folder)
-            if not os.path.isdir(parent):
-                raise UsageError(f"--save-images {self.folder}: its parent folder {parent} does not exist")
+            check_parent_exists(self.folder, "--save-images")
             os.mkdir(self.folder)
             self.made_folder = True
         return self

@@ -518,6 +518,13 @@ _BLOCK = 8 << 20
 _KINDS = ("folder", "fsspec", "http", "hub")
 
 
+def bare_hub_id(text: str) -> str | None:
+    """``text`` when it is a Hub dataset id (``ns/name``) and no file or folder of that name is
+    here (a local folder of the name wins); else None. The one rule by which every reader
+    (``shardkit.stream``, ``remux``, ``verify``) tells a Hub id from a relative path."""
+    return text if _REPO_ID.fullmatch(text) and not os.path.lexists(text) else None
+
+
 class OutsideDataset(ShardkitError):
     """A file of a local dataset folder that is a link out of it (or not a regular file)."""
 
@@ -592,7 +599,7 @@ class Location:
         if is_url(text) and not text.startswith("hf://"):
             return cls(text, "fsspec")
         match = _HF_URL.fullmatch(text)
-        repo_id = match.group(1) if match else text if _REPO_ID.fullmatch(text) else None
+        repo_id = match.group(1) if match else bare_hub_id(text)
         if repo_id is None:
             raise UsageError(
                 f"{text!r} is not a folder, an http(s) URL, a Hub dataset id (ns/name) or hf://datasets/..."
@@ -607,12 +614,15 @@ class Location:
     @classmethod
     def out_dir(cls, text: str, *, writing: bool = True) -> Location:
         """OUT_DIR: a folder (whether it exists or not) or a URL; ``hf://`` is refused for
-        writing (``writing=False``, as ``verify`` reads it: through fsspec, as any URL)."""
+        writing (``writing=False``, as ``verify`` reads it: through fsspec, as any URL, and a
+        :func:`bare_hub_id` is the Hub dataset ``hf://datasets/<id>``)."""
         if writing and text.startswith("hf://"):  # fsspec would make a commit per file
             raise UsageError(
                 f"{text}: OUT_DIR is where shards are packed (a folder or a bucket); to publish on the Hub,"
                 " pack there and run `shardkit push OUT_DIR --repo NAMESPACE/NAME` (or add --push)"
             )
+        if not writing and (repo_id := bare_hub_id(text)):  # read as shardkit.stream reads it
+            text = f"hf://datasets/{repo_id}"
         if not is_url(text):
             return cls(local_path(text), "folder")
         return cls(text, "http" if text.startswith(("http://", "https://")) else "fsspec")

@@ -186,6 +186,90 @@ def check_out_dir(out_dir: str, *, adopt: bool) -> None:
         )
 
 
+#: What shardkit writes into an OUT_DIR, and into a ``--work-dir``, as :func:`check_apart` says.
+OUT_DIR_FILES = "the dataset's shards, card and preview.jpg"
+WORK_DIR_FILES = f"its working files ({WORK_DIR}/) and a copy of the card"
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """A folder's (device, inode), or None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def is_within(path: str, folder: str) -> bool:
+    """Whether ``path`` (which need not exist yet) is ``folder`` or inside it: its real path's
+    existing ancestors are compared with ``folder`` by device and inode, so a symlink, ``..``, a
+    trailing slash or another spelling of a name on a case-insensitive filesystem leads to the
+    same answer the filesystem would give."""
+    target = _identity(folder)
+    current = os.path.realpath(path)
+    while target is not None:
+        if _identity(current) == target:
+            return True
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return False
+
+
+def _shown(path: str) -> str:
+    """A path as given, and where a link takes it (which is what the message is about)."""
+    real = os.path.realpath(path)
+    return repr(path) + (f" (really {real!r})" if real != os.path.abspath(path) else "")
+
+
+def check_apart(location: Location, local_dir: str, inputs: Iterable[tuple[str, str]]) -> None:
+    """Refuse, before anything is written, the local folder a pack or remux writes in (OUT_DIR,
+    or for an OUT_DIR URL its ``--work-dir``) when it is an input folder (``inputs``: pairs such as
+    ``("IMAGES_DIR", path)``), lies inside one, or holds one: shardkit's files would become input
+    rows of the next pack (README's ``find`` one-liner finds preview.jpg), or the input part of
+    the repo."""
+    what = "OUT_DIR" if location.is_local else "--work-dir"
+    writes = OUT_DIR_FILES if location.is_local else WORK_DIR_FILES
+    shown = _shown(local_dir)
+    for name, folder in inputs:
+        given = f"{name} {_shown(folder)}"
+        if is_within(local_dir, folder) and is_within(folder, local_dir):
+            raise UsageError(
+                f"{what} {shown} is {given} itself, the input folder; {what} is where shardkit writes {writes}:"
+                f" choose a new folder outside {name}"
+            )
+        if is_within(local_dir, folder):
+            raise UsageError(
+                f"{what} {shown} is inside {given}: {writes} would lie among the input files, and the next"
+                f" pack of {name} would read them as rows; choose a folder outside {name}"
+            )
+        # (remux packs the files it staged in OUT_DIR's own working folder, which is never published)
+        if is_within(folder, local_dir) and not is_within(folder, os.path.join(local_dir, WORK_DIR)):
+            raise UsageError(
+                f"{given} is inside {what} {shown}, where shardkit writes {writes}: the input would become part"
+                f" of it; keep {name} and {what} apart"
+            )
+
+
+def check_parent_exists(path: str, what: str) -> None:
+    """Refuse a file or folder to be made at ``path`` whose parent folder does not exist: a command
+    makes the folder it is given, not a chain of folders from a typo (``-o /nonexistent/dir/out``).
+    The command line checks each folder it is given (the library makes what it is asked to)."""
+    real_parent = os.path.dirname(os.path.realpath(path))
+    if os.path.isdir(real_parent):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(real_parent):
+        raise UsageError(f"{what} {path!r}: {parent!r} is not a folder; choose another {what}")
+    import shlex
+
+    raise UsageError(
+        f"{what} {path!r}: its folder {parent!r} does not exist; create it first"
+        f" (mkdir -p {shlex.quote(parent)}) or choose another {what}"
+    )
+
+
 class CreatedHere:
     """What of OUT_DIR a run made, to take away again when the run is refused or only a dry run:
     a run that writes nothing leaves no trace.

@@ -52,8 +52,10 @@ from .outdir import (
     WORK_DIR,
     CreatedHere,
     HashCache,
+    check_apart,
     check_out_dir,
     check_own_entries,
+    check_parent_exists,
     locked,
     pull_small_files,
     push_small_files,
@@ -248,8 +250,6 @@ def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = 
         check_limits(config.max_shard_bytes, config.target_bytes, fmt)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if config.rejects_path and not os.path.isdir(os.path.dirname(os.path.abspath(config.rejects_path))):
-        raise UsageError(f"--rejects {config.rejects_path}: its folder does not exist")
     for path, what in ((config.images_dir, "IMAGES_DIR"), (config.metadata_path, "META_JSONL")):
         if not os.path.exists(path):
             raise UsageError(f"{what} {path!r} does not exist")
@@ -263,6 +263,9 @@ def pack(config: PackConfig, *, progress: Progress | None = None, client: Any = 
     # the small files it edits (card, manifest...): for a local OUT_DIR, the same folder.
     location = Location.out_dir(config.out_dir)
     local_dir = location.local_dir(config.work_dir)
+    check_apart(location, local_dir, [("IMAGES_DIR", config.images_dir)])
+    if config.rejects_path:
+        check_parent_exists(config.rejects_path, "--rejects")
     if config.rejects_path and config.on_error == "skip":
         problem = rejects_path_problem(
             config.rejects_path,

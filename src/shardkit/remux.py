@@ -87,7 +87,7 @@ from .location import (
 )
 from .manifest import MANIFEST_NAME, Manifest, write_atomic
 from .metadata import non_finite_problem
-from .outdir import check_out_dir, check_own_entries, locked
+from .outdir import check_apart, check_out_dir, check_own_entries, locked
 from .plan import DEFAULT_MAX_SHARD_BYTES
 from .progress import NullProgress, Progress
 from .rowrules import EXT_RE, KEY_RE
@@ -838,6 +838,8 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     # With an OUT_DIR URL the transformed files are staged in the local work folder, as pack's own.
     location = Location.out_dir(config.out_dir)
     out_dir = location.local_dir(config.work_dir)
+    source_dir = [("SOURCE", config.source)] if os.path.isdir(config.source) else []
+    check_apart(location, out_dir, source_dir)
     check_own_entries(out_dir)  # as in pack: before anything there is read or written
     if location.is_local:  # a URL is not checked for foreign files, as in pack
         check_out_dir(out_dir, adopt=config.adopt)

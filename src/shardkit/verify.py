@@ -44,16 +44,25 @@ import io
 import itertools
 import json
 import os
+import re
+import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from .decode import can_decode, decode_problem
-from .errors import UsageError, source_note
+from .errors import UsageError, listed, source_note
 from .formats import ShardFormat
 from .formats.base import source_of_row
 from .hashing import sha256_stream
-from .location import MAX_METADATA_FILE_BYTES, Location, bounded_hub_requests, network_timeout, read_bounded
+from .location import (
+    MAX_METADATA_FILE_BYTES,
+    Location,
+    bare_hub_id,
+    bounded_hub_requests,
+    network_timeout,
+    read_bounded,
+)
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest_at
 from .outdir import unnamed_files
 from .progress import NullProgress, Progress
@@ -90,6 +99,8 @@ class VerifyReport:
     not_decoded: int = 0  # files the deep check has no decoder for (e.g. FLAC without soundfile)
     problems: list[Problem] = field(default_factory=list)
     seconds: float = 0.0
+    #: One line of what to do about the problems (:func:`repair_advice`); None when there are none.
+    advice: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -290,23 +301,33 @@ def _check_whole(location: Location, manifest: Manifest, results: list[_ShardRes
 def verify(
     out_dir: str, *, deep: bool = False, threads: int | None = None, progress: Progress | None = None
 ) -> VerifyReport:
-    """Check OUT_DIR (a folder, or the fsspec URL a pack wrote to) against its manifest; return
-    every problem found (the report is ``ok`` if none). At ``hf://`` huggingface_hub's requests are
-    bounded as a push's are (:func:`.location.bounded_hub_requests`)."""
-    hub = out_dir.startswith("hf://")
+    """Check OUT_DIR (a folder, the fsspec URL a pack wrote to, or a Hub dataset:
+    ``hf://datasets/ns/name``, or ``ns/name`` when no folder of that name is here) against its
+    manifest; return every problem found (the report is ``ok`` if none). At ``hf://``
+    huggingface_hub's requests are bounded as a push's are (:func:`.location.bounded_hub_requests`)."""
+    location = Location.out_dir(out_dir, writing=False)
+    hub = location.url.startswith("hf://")
     with bounded_hub_requests(network_timeout()) if hub else contextlib.nullcontext():
-        return _verify(out_dir, deep, threads, progress)
+        return _verify(location, deep, threads, progress, given=out_dir)
 
 
-def _verify(out_dir: str, deep: bool, threads: int | None, progress: Progress | None) -> VerifyReport:
+def _verify(
+    location: Location, deep: bool, threads: int | None, progress: Progress | None, *, given: str
+) -> VerifyReport:
     progress = progress or NullProgress()
     started = time.perf_counter()
-    location = Location.out_dir(out_dir, writing=False)
     out_dir = location.url
     if location.is_local and not os.path.isdir(out_dir):  # a URL has no folder to check: its manifest tells
         raise UsageError(f"OUT_DIR {out_dir!r} is not a folder")
     manifest = read_manifest_at(location)
     if manifest is None:
+        if bare_hub_id(given):  # the user may have meant a folder: say where it was looked for
+            from huggingface_hub import constants
+
+            raise UsageError(
+                f"no folder {given} here, and the Hub dataset {given} ({out_dir} at {constants.ENDPOINT}) has no"
+                f" {MANIFEST_NAME}: nothing to verify (check the folder's name, or pack and push it first)"
+            )
         raise UsageError(f"{out_dir} has no {MANIFEST_NAME}: nothing to verify (pack it first)")
     report = VerifyReport(out_dir=out_dir, shards=len(manifest.shards), deep=deep)
     rules = DatasetRows(manifest)
@@ -328,5 +349,61 @@ def _verify(out_dir: str, deep: bool, threads: int | None, progress: Progress | 
             progress.advance(shard.bytes, rows=result.rows, shards=len(results))
     progress.finish()
     _check_whole(location, manifest, results, report)
+    report.advice = repair_advice(location, manifest, report.problems)
     report.seconds = time.perf_counter() - started
     return report
+
+
+#: The most files :func:`repair_advice` names in its ``rm`` (the problems above name them all).
+ADVICE_FILES_SHOWN = 8
+
+
+def repair_advice(location: Location, manifest: Manifest, problems: list[Problem]) -> str | None:
+    """One line of what to do about ``problems`` (None if there are none). What it says was tried
+    (tests/test_paths.py): a re-run of the same pack writes again every shard that is missing, or
+    whose size or modification time changed since it was written (and metadata.parquet, every
+    time), and keeps the others by the sha256 recorded then (:class:`.outdir.HashCache`); a shard
+    damaged in place can keep both, so the damaged files are to be removed first. A Hub dataset
+    (or an http(s) copy) is repaired from a local OUT_DIR: ``shardkit push`` uploads every file
+    whose sha256 differs from the Hub's."""
+    if not problems:
+        return None
+    named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
+    unnamed = sorted({p.file for p in problems if p.file not in named and p.file != manifest.metadata_table})
+    missing = {p.file for p in problems if p.file in named and p.message == "missing"}
+    damaged = sorted({p.file for p in problems if p.file in named} - missing)
+    repo = re.fullmatch(r"hf://datasets/([^@/]+/[^@/]+).*", location.url)
+    read_only = bool(repo) or location.kind in ("http", "hub")  # repaired from a local copy
+    steps = []
+    if unnamed:
+        where = "the repo" if read_only else "data/ and metadata/"
+        steps.append(f"move {listed(unnamed, 3)} out of {where} (shardkit removes no file it did not write)")
+        if len(unnamed) == len({p.file for p in problems}):
+            return "to repair: " + steps[0]
+    if read_only:
+        publish = (
+            f"`shardkit push FOLDER --repo {repo.group(1)}`: push uploads every file whose sha256 differs"
+            if repo
+            else f"publish FOLDER again where {location.url} is served from"
+        )
+        steps.append(
+            "pack the same input into a local FOLDER (or repair the one it was packed in, as `shardkit verify FOLDER`"
+            f" says), then {publish}"
+        )
+        return "to repair: " + "; ".join(steps)
+    # What a re-run of pack compares a kept shard by, besides its presence (see outdir.shard_problem,
+    # url_shard_problem): a local file's size and time (its hash is read again only if they changed),
+    # an object's size.
+    kept_by, changed, them = (
+        ("size and time are", "size or time", "them") if location.is_local else ("size is", "size", "it")
+    )
+    if damaged:
+        paths = [location.where(rel) for rel in damaged]
+        shown = " ".join(map(shlex.quote, paths)) if len(paths) <= ADVICE_FILES_SHOWN else "the files named above"
+        verb = "rm" if location.is_local else "remove"
+        steps.append(f"{verb} {shown} (pack keeps a shard whose {kept_by} as written, and damage can leave {them} so)")
+    steps.append(
+        f"re-run the same pack command: it writes again every shard that is missing or whose {changed} changed,"
+        " and keeps the others"
+    )
+    return "to repair: " + "; then ".join(steps)
