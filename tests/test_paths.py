@@ -242,6 +242,13 @@ def test_verify_reads_a_bare_hub_id_from_the_hub_and_a_local_folder_of_that_name
         # Not an id, and no such folder: click's refusal, as before.
         result = cli("verify", "no/such/folder", cwd=here, env=env)
         assert result.returncode == 2 and "Directory 'no/such/folder' does not exist" in result.stderr
+        # A mistyped relative path that the Hub would not take as an id either: a missing folder,
+        # with no request to the Hub.
+        hub.log.clear()
+        for typo in ("../nothere", "tester/-x", "tester/a--b", "./nothere"):
+            result = cli("verify", typo, cwd=here, env=env)
+            assert result.returncode == 2 and f"Directory '{typo}' does not exist" in result.stderr, typo
+        assert hub.log.entries == []
 
 
 # --- what verify says to do --------------------------------------------------------------------------

@@ -522,7 +522,20 @@ def bare_hub_id(text: str) -> str | None:
     """``text`` when it is a Hub dataset id (``ns/name``) and no file or folder of that name is
     here (a local folder of the name wins); else None. The one rule by which every reader
     (``shardkit.stream``, ``remux``, ``verify``) tells a Hub id from a relative path."""
-    return text if _REPO_ID.fullmatch(text) and not os.path.lexists(text) else None
+    if not _REPO_ID.fullmatch(text) or os.path.lexists(text):
+        return None
+    # The Hub's own rules (no "..", "--", leading or trailing "." or "-"): a mistyped relative
+    # path such as ``../data`` stays a missing folder, not a request to the Hub.
+    from huggingface_hub.errors import HFValidationError
+
+    # public as huggingface_hub.utils.validate_repo_id, which mypy does not see re-exported
+    from huggingface_hub.utils._validators import validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return None
+    return text
 
 
 class OutsideDataset(ShardkitError):
