@@ -119,7 +119,7 @@ EXPECTED = [
             "plan: 300 rows -> 1 shard",
             "dry run: nothing written",
             "packed 300 rows into 1 shard",
-            "verified 1 shards, 300 rows, 1.6 MB, 300 files decoded in",
+            "verified 1 shard, 300 rows, 1.6 MB, 300 files decoded in",
             "my-photos: zip shards, split train: 2 of 300 rows shown (1 shard, 1.6 MB)",
             "/datasets/me/my-photos in 2 commits",
         ],

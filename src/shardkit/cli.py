@@ -31,7 +31,7 @@ from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .scaffold import TEMPLATE_DIR
 from .schema import class_label_names
-from .summarytext import dry_run_lines, pack_line
+from .summarytext import dry_run_lines, pack_line, rows, shards
 
 if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit --help` stays quick
     from .pack import ExecutorName, OnProblem, ShardFormatName
@@ -855,7 +855,7 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
             click.echo(problem.format())
         if len(report.problems) > SHOWN_PROBLEMS:
             click.echo(f"... and {len(report.problems) - SHOWN_PROBLEMS} more (--json lists them all)")
-        what = f"{report.shards} shards, {report.rows} rows, {human_size(report.bytes)}"
+        what = f"{shards(report.shards)}, {rows(report.rows)}, {human_size(report.bytes)}"
         if report.deep:
             what += f", {report.decoded} files decoded" + (
                 f" ({report.not_decoded} of a type with no decoder here)" if report.not_decoded else ""
