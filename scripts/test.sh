@@ -11,4 +11,7 @@ ruff format --check "${LINTED[@]}"
 echo "== mypy"
 mypy
 echo "== pytest"
-python -m pytest -q "$@"
+# Two processes (pytest-xdist), as CI has two cores: a test spends much of its time waiting on
+# the processes and servers it starts, and the other process's tests run meanwhile. Options given
+# to this script come after and win (`-n 0` runs the tests in this one process, as plain pytest does).
+python -m pytest -q -n 2 "$@"

@@ -366,7 +366,10 @@ def rows(dicts):
 
 out = {}
 for table in sys.argv[1:]:
-    cursor = duckdb.connect().execute(f"SELECT * FROM '{table}'")
+    connection = duckdb.connect()
+    # A query that runs past 2 s (a busy machine) otherwise draws a progress bar on stdout.
+    connection.execute("SET enable_progress_bar = false")
+    cursor = connection.execute(f"SELECT * FROM '{table}'")
     names = [column[0] for column in cursor.description]
     out[table] = {
         "pyarrow": rows(pq.read_table(table).to_pylist()),

@@ -286,6 +286,36 @@ def weighty(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 SHAPE = ["-q", "-j", "1", "--target-shard-size", "200KB"]
+
+
+@pytest.fixture(scope="module")
+def weighty_packed(weighty: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``weighty`` packed with SHAPE on a disk with room: what each full-disk pack must end as,
+    and the source of the full-disk remux. Made once; the tests only read it."""
+    images, meta = weighty
+    packed = tmp_path_factory.mktemp("reference") / "out"  # (the card is named after the folder)
+    result = run(PACK_SHARDS, images, meta, "-o", packed, *SHAPE)
+    assert result.returncode == 0, result.stderr
+    return packed
+
+
+def remux_command(source: Path) -> tuple[list[str], dict[str, str]]:
+    """The full-disk remux (an identity map in SHAPE) of ``source``, and its environment; the
+    output folder goes last."""
+    env = {**os.environ, "PYTHONPATH": python_path(REPO_ROOT)}
+    return [SHARDKIT, "remux", str(source), "--map", "tests.remux_functions:identity", *SHAPE], env
+
+
+@pytest.fixture(scope="module")
+def weighty_remuxed(weighty_packed: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``weighty_packed`` remuxed on a disk with room: what each full-disk remux must end as."""
+    remux, env = remux_command(weighty_packed)
+    remuxed = tmp_path_factory.mktemp("remuxed") / "out"  # (the card is named after the folder)
+    result = run(*remux, remuxed, env=env)
+    assert result.returncode == 0, result.stderr
+    return remuxed
+
+
 _FULL = "No space left on device; free some space, then re-run the same command"
 
 
@@ -302,12 +332,10 @@ def _left_only_own_state(out: Path, reference: Path) -> None:
 # Disk sizes that fill during the check (staging runs), the merge, the tables and the shards.
 @pytest.mark.parametrize("size", ["64k", "700k", "1310k", "1400k", "1600k", "2400k"])
 def test_a_full_disk_anywhere_in_a_pack_names_the_file_and_the_rerun_completes(
-    weighty: tuple[Path, Path], tmp_path: Path, small_disk: Callable[[str], Path], size: str
+    weighty: tuple[Path, Path], weighty_packed: Path, small_disk: Callable[[str], Path], size: str
 ) -> None:
     images, meta = weighty
-    reference = tmp_path / "reference" / "out"  # (the card is named after the folder)
-    reference.parent.mkdir()
-    assert run(PACK_SHARDS, images, meta, "-o", reference, *SHAPE).returncode == 0
+    reference = weighty_packed
     disk = small_disk(size)
     out = disk / "out"
     line = one_error(run(PACK_SHARDS, images, meta, "-o", out, *SHAPE))
@@ -361,16 +389,10 @@ def test_a_full_disk_during_an_update_names_the_file_and_the_rerun_completes(
 
 @pytest.mark.parametrize("size", ["1000k", "2500k"])  # the transformed files; the metadata they make
 def test_a_full_disk_during_a_remux_names_the_file_and_the_rerun_completes(
-    weighty: tuple[Path, Path], tmp_path: Path, small_disk: Callable[[str], Path], size: str
+    weighty_packed: Path, weighty_remuxed: Path, small_disk: Callable[[str], Path], size: str
 ) -> None:
-    images, meta = weighty
-    source = tmp_path / "source"
-    assert run(PACK_SHARDS, images, meta, "-o", source, *SHAPE).returncode == 0
-    env = {**os.environ, "PYTHONPATH": python_path(REPO_ROOT)}
-    remux = [SHARDKIT, "remux", str(source), "--map", "tests.remux_functions:identity", *SHAPE]
-    reference = tmp_path / "reference" / "out"  # (the card is named after the folder)
-    reference.parent.mkdir()
-    assert run(*remux, reference, env=env).returncode == 0
+    remux, env = remux_command(weighty_packed)
+    reference = weighty_remuxed
     disk = small_disk(size)
     out = disk / "out"
     line = one_error(run(*remux, out, env=env))
