@@ -529,6 +529,13 @@ def _pack_locked(
                         hashes.save()
                         saved = time.monotonic()
                 progress.advance(result.bytes, shards=len(done), rows=result.rows)
+    except BaseException:
+        if cluster is None:
+            # The local workers are gone (the pool killed any still there after tasks.STOP_SECONDS,
+            # as one stuck in a read that no signal reaches): the file a killed one was writing is
+            # no one's now, and Ctrl-C leaves no partial file however long they took.
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
     finally:
         if hashes is not None:
             hashes.save()
