@@ -495,6 +495,12 @@ def test_a_disk_full_in_the_last_steps_names_the_file_and_the_rerun_completes(
     assert line.startswith(f"error: {out}/") and _FULL in line, line
     assert not list(out.glob("**/*.partial")) and not list(out.glob(".shardkit/tmp/*"))
     _left_only_own_state(out, reference)
+    # The manifest is written last: a pack stopped before it is no dataset that verify passes
+    # (and push would publish with the template's card, which no reader loads).
+    assert not (out / "shards.json").exists()
+    verify = run(SHARDKIT, "verify", out)
+    assert verify.returncode == 2, verify.stdout  # no dataset there (or no folder: a pack that made it took it back)
+    assert "has no shards.json: nothing to verify" in verify.stderr or "does not exist" in verify.stderr
     (disk / "filler").unlink()  # space freed
     rerun = run(PACK_SHARDS, corpus.images, corpus.meta, "-o", out, "-q", "-j", "1")
     assert rerun.returncode == 0, rerun.stderr

@@ -554,7 +554,6 @@ def _pack_locked(
         prefix_lengths=prefix_lengths if staged.split_folders else {},
         layout=fmt.layout_version,
     )
-    write_manifest(local_dir, manifest)
     preview = None
     if staged.modality == "image":
         preview = write_preview(
@@ -579,7 +578,11 @@ def _pack_locked(
             log.info("%s: its reader code was an earlier template's; now the template's", path)
         for warning in loaders.warnings(lambda path: location.where(os.path.basename(path))):
             log.warning("%s", warning)
-    push_small_files(location, local_dir)  # the manifest last
+    # The manifest last, here as at a URL: it says the dataset is complete, so a run stopped
+    # before it (Ctrl-C while the card is written) leaves no folder that verify passes and push
+    # publishes with the template's card, which no reader can load.
+    write_manifest(local_dir, manifest)
+    push_small_files(location, local_dir)
     manifest_path = location.where(MANIFEST_NAME)
     shutil.rmtree(staging_dir, ignore_errors=True)
     shutil.rmtree(tmp_dir, ignore_errors=True)  # partial files of tasks whose worker died
