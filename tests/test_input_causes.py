@@ -520,3 +520,25 @@ def test_bzip2_csv_is_still_named_by_its_compression(yfcc: tuple[Path, list[dict
     meta = tmp_path / "meta.jsonl"
     meta.write_bytes(bz2.compress(_csv(rows)))
     assert ": bzip2-compressed data, not JSON lines" in refused(images, meta)
+
+
+@pytest.mark.parametrize("off", ["parent given", "file_names start with the folder's name"])
+def test_images_dir_one_level_off_is_one_line_naming_the_folder_to_give(
+    yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path, off: str
+) -> None:
+    moved, rows = yfcc
+    images = tmp_path / "set" / "images"  # (OUT_DIR, beside meta.jsonl, is then outside "set")
+    images.parent.mkdir()
+    moved.rename(images)
+    if off == "parent given":  # file_names relative to images/, the folder that holds it given
+        given, meta_rows = images.parent, rows
+    else:  # file_names that start with "images/", IMAGES_DIR itself given
+        given, meta_rows = images, [{**row, "file_name": f"images/{row['file_name']}"} for row in rows]
+    meta = tmp_path / "meta.jsonl"
+    write_jsonl(meta, meta_rows)
+    line = refused(given, meta)
+    folder = images if off == "parent given" else images.parent
+    assert line.startswith(f"error: {meta}: no file the metadata names is under IMAGES_DIR {str(given)!r}")
+    assert f"({ROWS} of {ROWS} rows); line 1: " in line
+    assert line.endswith(f"is under {str(folder)!r}, as every file_name looked at is: give that folder as IMAGES_DIR")
+    packs(folder, meta)  # and given that folder, every row packs

@@ -350,6 +350,8 @@ def _pack_locked(
     # Every row with a problem of one kind: the file's problem, in one line.
     whole = whole_file_problem(problems, config.metadata_path) if staged.rows == 0 else None
     if problems.count and not skip:
+        if whole is None and staged.rows == 0:
+            whole = _images_dir_beside(config, problems)
         if whole is not None:
             raise ShardkitError(whole)
         raise problems.error(config.metadata_path, _wrong_folder_hint(config, staged, problems))
@@ -933,6 +935,37 @@ def _publish_rejects(problems: ProblemReport, path: str, metadata_path: str, *, 
         os.unlink(path)
     else:
         log.info("%s: no row was rejected; the file, from an earlier run, is left as it was", path)
+
+
+#: Folders inside IMAGES_DIR looked in for the files when none is found (IMAGES_DIR one level too high).
+_SUBFOLDERS_LOOKED_IN = 200
+_NOT_FOUND = "file not found: "
+
+
+def _images_dir_beside(config: PackConfig, problems: ProblemReport) -> str | None:
+    """When no row's file is found under IMAGES_DIR but every shown one is under its parent or
+    one of its folders (IMAGES_DIR given one level off, or file_names that start with its own
+    name), the folder is the cause: one line naming the folder to give instead."""
+    images = os.path.abspath(config.images_dir)
+    shown = problems.shown
+    if not shown or not all(p.message.startswith(_NOT_FOUND) for p in shown):
+        return None
+    rels = [os.path.relpath(p.message.removeprefix(_NOT_FOUND), images) for p in shown]
+    if any(rel.startswith(os.pardir) for rel in rels):
+        return None
+    candidates = [os.path.dirname(images)]
+    with contextlib.suppress(OSError), os.scandir(images) as entries:
+        folders = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        candidates += folders[:_SUBFOLDERS_LOOKED_IN]
+    for folder in candidates:
+        if all(os.path.isfile(os.path.join(folder, rel)) for rel in rels):
+            first = shown[0]
+            return (
+                f"{config.metadata_path}: no file the metadata names is under IMAGES_DIR {images!r}"
+                f" ({problems.count} of {problems.count} rows); line {first.line}: {rels[0]!r} is under"
+                f" {folder!r}, as every file_name looked at is: give that folder as IMAGES_DIR"
+            )
+    return None
 
 
 def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemReport) -> str | None:
