@@ -517,28 +517,85 @@ def test_the_command_printed_makes_the_same_repo_byte_for_byte(
     assert tree_bytes(out / "cats") == first
 
 
-def test_an_existing_folder_is_refused_with_the_command_that_writes_into_it(
+def test_an_existing_folder_is_refused_at_the_name_and_the_name_asked_again(
     tmp_path: Path, cookiecutter_config: dict[str, str]
 ) -> None:
     (tmp_path / "cats").mkdir()
     (tmp_path / "cats" / "mine.txt").write_text("the user's")
-    result = ask_new(tmp_path, cookiecutter_config, typed(dataset_name="cats", license="mit"))
-    assert result.exit_code == 1
-    last = result.stderr.splitlines()[-1]
-    assert last.startswith(f'error: "{tmp_path / "cats"}" directory already exists; to write into it: ')
-    command = last.split("; to write into it: ")[1]
-    assert command.startswith("shardkit new --no-input --overwrite -o ") and "license=mit" in command
-    assert [p.name for p in (tmp_path / "cats").iterdir()] == ["mine.txt"]  # nothing written
-    written = subprocess.run(
-        ["bash", "-c", command],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **cookiecutter_config, "PATH": f"{SCRIPTS}{os.pathsep}{os.environ['PATH']}"},
+    result = ask_new(tmp_path, cookiecutter_config, typed(dataset_name=["cats", "dogs"], license="mit"))
+    assert result.exit_code == 0, result.output
+    reason = (
+        f'error: "{tmp_path / "cats"}" directory already exists; pass --overwrite to write into it,'
+        " or choose another name"
     )
-    assert written.returncode == 0, written.stderr
-    assert card_of(tmp_path / "cats")["license"] == "mit"
+    assert result.output.count(reason + "\n") == 1
+    assert result.output.count(NAME_PROMPT) == 2  # asked again at once, not after the other questions
+    assert result.output.index(reason) < result.output.index(QUESTIONS["namespace"])
+    for key, text in QUESTIONS.items():
+        if key != "dataset_name":
+            assert result.output.count(text) == 1, key
+    assert [p.name for p in (tmp_path / "cats").iterdir()] == ["mine.txt"]  # nothing written
+    assert card_of(tmp_path / "dogs")["license"] == "mit"
+
+    into_it = ask_new(tmp_path, cookiecutter_config, typed(dataset_name="cats", license="mit"), "--overwrite")
+    assert into_it.exit_code == 0, into_it.output
+    assert into_it.output.count(NAME_PROMPT) == 1 and "error" not in into_it.output
+    assert card_of(tmp_path / "cats")["license"] == "mit"  # an unpacked folder may be written into
     assert (tmp_path / "cats" / "mine.txt").read_text() == "the user's"
+
+
+def test_an_existing_folder_given_as_an_answer_is_refused_before_any_question(
+    tmp_path: Path, cookiecutter_config: dict[str, str]
+) -> None:
+    (tmp_path / "cats").mkdir()
+    for args in (["dataset_name=cats"], ["--no-input", "namespace=me", "dataset_name=cats"]):
+        result = ask_new(tmp_path, cookiecutter_config, typed(), *args)
+        assert result.exit_code == 1, result.output
+        assert result.stderr.splitlines() == [
+            f'error: "{tmp_path / "cats"}" directory already exists; pass --overwrite to write into it,'
+            " or choose another name"
+        ]
+        assert not any(text in result.output for text in QUESTIONS.values())  # nothing asked
+    (tmp_path / "my-image-dataset").mkdir()  # the default name, under --no-input
+    default = ask_new(tmp_path, cookiecutter_config, "", "--no-input", "namespace=me")
+    assert default.exit_code == 1 and 'my-image-dataset" directory already exists' in default.stderr
+    assert [p.name for p in (tmp_path / "cats").iterdir()] == []
+
+
+@pytest.mark.parametrize("mark", ["shards.json", ".shardkit"])
+def test_a_packed_folder_is_never_written_not_even_with_overwrite(
+    tmp_path: Path, cookiecutter_config: dict[str, str], mark: str
+) -> None:
+    packed = tmp_path / "photos"
+    packed.mkdir()
+    (packed / "README.md").write_text("---\nconfigs: []\n---\nThe author's own words.\n")
+    if mark == ".shardkit":
+        (packed / mark).mkdir()
+        (packed / mark / "state").write_text("{}")
+    else:
+        (packed / mark).write_text("{}")
+    before = tree_bytes(packed)
+    reason = (
+        f'error: "{packed}" holds a dataset packed by shardkit ({mark}); shardkit new would replace its card:'
+        " choose another name (pack-shards keeps an existing card up to date by itself)"
+    )
+    for args in (
+        ["--no-input", "namespace=me", "dataset_name=photos"],
+        ["--no-input", "--overwrite", "namespace=me", "dataset_name=photos"],
+        ["--overwrite", "dataset_name=photos"],
+    ):
+        refused = ask_new(tmp_path, cookiecutter_config, typed(), *args)
+        assert refused.exit_code == 1, refused.output
+        assert refused.stderr.splitlines() == [reason]  # one line, and no advice to --overwrite
+        assert NAME_PROMPT not in refused.output
+    for args in ([], ["--overwrite"]):
+        asked = ask_new(tmp_path, cookiecutter_config, typed(dataset_name=["photos", "photos2"]), *args)
+        assert asked.exit_code == 0, asked.output
+        assert asked.output.count(reason + "\n") == 1 and asked.output.count(NAME_PROMPT) == 2
+        assert "pass --overwrite" not in asked.output
+        assert card_repo(str(tmp_path / "photos2")) == "me/photos2"
+        shutil.rmtree(tmp_path / "photos2")
+    assert tree_bytes(packed) == before
 
 
 @pytest.mark.parametrize("answered", [0, 2, 9])

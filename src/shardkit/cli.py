@@ -897,7 +897,9 @@ def _read_from_hub(given: str, read: str) -> str:
 @click.option(
     "--directory", default=None, help="The template's folder inside a git repository (e.g. templates/hub-dataset)."
 )
-@click.option("--overwrite", is_flag=True, help="Write into an existing folder of the same name.")
+@click.option(
+    "--overwrite", is_flag=True, help="Write into an existing folder of the same name (never one pack-shards wrote)."
+)
 def new_cmd(
     *, answers: tuple[str, ...], output_dir: str, no_input: bool, template: str, directory: str | None, overwrite: bool
 ) -> None:
@@ -919,7 +921,16 @@ def new_cmd(
     from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
 
-    from .scaffold import Interrupted, answer_problems, interview, load_questions, load_rules, next_steps, rerun_command
+    from .scaffold import (
+        Interrupted,
+        answer_problems,
+        folder_problem,
+        interview,
+        load_questions,
+        load_rules,
+        next_steps,
+        rerun_command,
+    )
     from .scaffold import verbatim as verbatim_answer
 
     _check_parents((output_dir, "-o"))
@@ -944,11 +955,21 @@ def new_cmd(
                 click.echo(f"error: {problem}", err=True)
             click.echo("nothing was created", err=True)
             sys.exit(2)
+
+        def name_taken(key: str, name: str) -> list[str]:
+            """The repo folder is OUTPUT_DIR/dataset_name: one that exists is refused at the name."""
+            taken = folder_problem(os.path.normpath(os.path.join(output_dir, name)), overwrite=overwrite)
+            return [taken] if key == "dataset_name" and taken else []
+
+        name = extra.get("dataset_name", questions.get("dataset_name") if no_input else None)
+        if isinstance(name, str) and (taken := name_taken("dataset_name", name)):
+            click.echo(f"error: {taken[0]}", err=True)  # before any question is asked
+            sys.exit(1)
         if not no_input:
             try:
                 with interrupt_raises():  # Ctrl-C reaches the questions: they tell what was answered
                     asked = interview(
-                        questions, extra, rules, _ask, lambda line: click.echo(f"error: {line}", err=True)
+                        questions, extra, rules, _ask, lambda line: click.echo(f"error: {line}", err=True), name_taken
                     )
             except Interrupted as stop:
                 # asks the remaining questions

@@ -147,10 +147,12 @@ def interview(
     rules: types.ModuleType | None,
     ask: Callable[[Question], str],
     tell: Callable[[str], None],
+    also: Callable[[str, str], list[str]] = lambda key, answer: [],
 ) -> dict[str, str]:
     """Every answer the template asks for, in its order: ``given`` ones as given (already
-    checked), the others from ``ask``, each checked at once and asked again, with the reasons
-    (to ``tell``), until it is good. When ``ask`` raises KeyboardInterrupt or EOFError,
+    checked), the others from ``ask``, each checked at once (by the template's rules, then by
+    ``also(key, answer)``) and asked again, with the reasons (to ``tell``), until it is good.
+    When ``ask`` raises KeyboardInterrupt or EOFError,
     :class:`Interrupted` is raised with the answers so far."""
     from cookiecutter.prompt import render_variable
     from cookiecutter.utils import create_env_with_context
@@ -184,12 +186,32 @@ def interview(
                     answer = ask(question)
                 except (KeyboardInterrupt, EOFError) as exc:
                     raise Interrupted(answers) from exc
-                if not (problems := check_answer(questions, rules, key, answer, answers)):
+                if not (problems := check_answer(questions, rules, key, answer, answers) or also(key, answer)):
                     break
                 for problem in problems:
                     tell(problem)
         answers[key] = rendered[key] = answer
     return answers
+
+
+def folder_problem(folder: str, *, overwrite: bool) -> str | None:
+    """Why ``shardkit new`` may not write the repo folder ``folder``, or None. A folder holding a
+    dataset pack-shards wrote is refused even with ``--overwrite``: the template's card would
+    replace the user's own text and the configs pack-shards wrote (and pack-shards keeps an
+    existing card up to date by itself)."""
+    from .manifest import MANIFEST_NAME, WORK_DIR
+
+    if not os.path.lexists(folder):
+        return None
+    packed = [name for name in (MANIFEST_NAME, WORK_DIR) if os.path.lexists(os.path.join(folder, name))]
+    if packed:
+        return (
+            f'"{folder}" holds a dataset packed by shardkit ({packed[0]}); shardkit new would replace its card:'
+            " choose another name (pack-shards keeps an existing card up to date by itself)"
+        )
+    if overwrite:
+        return None
+    return f'"{folder}" directory already exists; pass --overwrite to write into it, or choose another name'
 
 
 def verbatim(value: str, questions: Mapping[str, Any]) -> str:
