@@ -238,8 +238,8 @@ def _csv_to_jsonl(delimiter: str) -> str:
     parse = "" if delimiter == "," else f", parse_options=c.ParseOptions(delimiter={delimiter!r})"
     return (
         'python -c "import json,sys,pyarrow.csv as c; [print(json.dumps(r, ensure_ascii=False, default=str))'
-        " for r in c.read_csv(open(sys.argv[1], 'rb')" + parse + ", convert_options=c.ConvertOptions(timestamp_parsers=['']))"
-        '.to_pylist()]"'
+        f" for r in c.read_csv(open(sys.argv[1], 'rb'){parse},"
+        " convert_options=c.ConvertOptions(timestamp_parsers=[''])).to_pylist()]\""
     )
 
 
