@@ -482,14 +482,13 @@ def test_free_text_answers_with_a_marker_line_are_refused(tmp_path: Path, key: s
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_language_that_would_end_the_front_matter_stays_a_value(tmp_path: Path) -> None:
+def test_a_language_that_would_end_the_front_matter_is_refused(tmp_path: Path) -> None:
     result = subprocess.run(
         [str(SCRIPTS / "shardkit"), "new", "--no-input", "namespace=me", "language=en\n---\nx: 1", "-o", str(tmp_path)],
         capture_output=True,
         text=True,
         check=False,
     )
-    assert result.returncode == 0, result.stderr
-    data, body = split_front_matter((tmp_path / "my-image-dataset" / "README.md").read_text(encoding="utf-8"))
-    assert data["language"] == ["en\n---\nx: 1"] and "x" not in data
-    assert body.count("<!-- shardkit:stats -->") == 1
+    assert result.returncode == 2
+    assert "error: language 'en\\n---\\nx: 1': 'en\\n---\\nx:1' is not a language code" in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -156,6 +156,22 @@ def test_a_file_that_is_not_json_lines_is_one_line_saying_what_it_is_and_the_fix
     converted = Path(shlex.split(line.rsplit(" > ", 1)[1])[0])
     assert converted.parent == tmp_path and converted.suffix == ".jsonl" and converted != meta
     packs(images, converted, 1 if "several lines" in words else ROWS)
+    if "looks like" in words:
+        assert_types_kept(rows, converted)
+
+
+def assert_types_kept(rows: list[dict[str, Any]], converted: Path) -> None:
+    """The CSV fix's rows keep the numbers, nulls and date-time text of the rows the CSV was made of."""
+    back = [json.loads(line) for line in converted.read_text(encoding="utf-8").splitlines()]
+    assert len(back) == len(rows)
+    for row, got in zip(rows, back, strict=True):
+        assert type(got["photoid"]) is int and got["photoid"] == row["photoid"]
+        assert got["latitude"] == row["latitude"] and got["accuracy"] == row["accuracy"]  # null stays null
+        assert got["datetaken"] == row["datetaken"]  # "2006-10-07 16:08:18.0", not a timestamp's text
+        assert got["file_name"] == row["file_name"] and got["title"] == row["title"]
+    assert {type(got["latitude"]) for got in back} == {float, type(None)}
+    # Types are inferred per column: a column of digits becomes numbers (see the leading-zero test).
+    assert [got["dateuploaded"] for got in back] == [int(row["dateuploaded"]) for row in rows]
 
 
 def test_a_csv_checked_in_ranges_by_workers_is_one_line(
@@ -225,6 +241,32 @@ def test_semicolon_csv_is_csv(yfcc: tuple[Path, list[dict[str, Any]]], tmp_path:
     assert line.startswith(f"error: {meta}: looks like CSV") and "delimiter=';'" in line
     run_fix(line)
     packs(images, tmp_path / "meta.jsonl")
+    assert_types_kept(rows, tmp_path / "meta.jsonl")
+
+
+def test_csv_fix_infers_types_per_column_leading_zeros_included(
+    yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """The CSV fix infers each column's type: a column of zip codes with leading zeros becomes
+    numbers (the zeros are lost, as the message warns), a column with one non-digit cell stays text,
+    an empty cell is null, a date stays its text; --dry-run shows the packed schema to check."""
+    images, rows = yfcc
+    extra = [
+        {"zip": f"{i:05d}", "code": "007" if i else "A7", "empty": "", "day": f"2005-04-{i + 1:02d}", "ok": "true"}
+        for i in range(ROWS)
+    ]
+    meta = tmp_path / "meta.csv"
+    meta.write_bytes(_csv([{"file_name": r["file_name"], **e} for r, e in zip(rows, extra, strict=True)]))
+    run_fix(refused(images, meta))
+    back = [json.loads(line) for line in (tmp_path / "meta.jsonl").read_text().splitlines()]
+    assert [r["zip"] for r in back] == list(range(ROWS))  # "00003" -> 3: the leading zeros are gone
+    assert [r["code"] for r in back] == ["A7"] + ["007"] * (ROWS - 1)  # a text cell keeps the column text
+    assert all(r["empty"] is None and r["ok"] is True for r in back)
+    assert [r["day"] for r in back] == [e["day"] for e in extra]
+    proc = pack(images, tmp_path / "meta.jsonl", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    features = {f["name"]: f["dtype"] for f in json.loads(proc.stdout)["features"]}
+    assert (features["zip"], features["code"], features["ok"], features["day"]) == ("int64", "string", "bool", "string")
 
 
 def test_a_list_of_file_names_is_one_line(yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:

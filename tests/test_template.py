@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 from cookiecutter.main import cookiecutter
 from datasets import load_dataset
@@ -164,6 +165,11 @@ ANSWER_PROBLEMS = {
     "license=GPL-3.0": "license 'GPL-3.0' is not a Hub license id (did you mean gpl-3.0?)",
     "modality=video": "modality 'video' is not one of: image, audio",
     "task_category=audio-classification": "task_category 'audio-classification' does not fit modality 'image'",
+    "language=English": "language 'English': 'English' is not a language code; give ISO 639 codes such as en, fr",
+    "language=fr,el;ja": "language 'fr,el;ja': 'el;ja' is not a language code",
+    "language=fr, EN, x": "language 'fr, EN, x': 'EN', 'x' is not a language code",
+    "language=": "language is empty; give a language code such as en (several: en, fr)",
+    "language= , ": "language is empty",
 }
 
 
@@ -180,6 +186,42 @@ def test_wrong_answers_are_one_clear_line_each_and_nothing_is_created(tmp_path: 
     assert f"error: {ANSWER_PROBLEMS[answer]}" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+def front_matter(card: Path) -> Any:
+    """The card's YAML front matter, read as the Hub reads it (yaml.safe_load)."""
+    head, sep, _ = card.read_text(encoding="utf-8").removeprefix("---\n").partition("\n---\n")
+    assert sep
+    return yaml.safe_load(head)
+
+
+@pytest.mark.parametrize(
+    ("answer", "codes"),
+    [
+        ("fr,el,ja", ["fr", "el", "ja"]),
+        (" fr , el,ja, ", ["fr", "el", "ja"]),
+        ("en", ["en"]),
+        ("pt-BR, zh-Hant, fra", ["pt-BR", "zh-Hant", "fra"]),
+    ],
+)
+def test_several_languages_are_a_yaml_list_of_codes(tmp_path: Path, answer: str, codes: list[str]) -> None:
+    result = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path), "namespace=me", f"language={answer}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert front_matter(tmp_path / "my-image-dataset" / "README.md")["language"] == codes
+
+
+def test_the_templates_own_hook_checks_each_language_code(tmp_path: Path) -> None:
+    from cookiecutter.exceptions import FailedHookException
+
+    with pytest.raises(FailedHookException):
+        generate(tmp_path, language="fr,français")
+    assert list(tmp_path.iterdir()) == []
+    assert front_matter(generate(tmp_path, language="fr, el") / "README.md")["language"] == ["fr", "el"]
 
 
 def test_no_input_needs_a_namespace_and_any_hub_license_is_taken(tmp_path: Path) -> None:

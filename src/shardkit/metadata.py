@@ -221,12 +221,25 @@ def _not_json_lines(head: bytes, io: str) -> str | None:
     if len(header) < 2 or (len(lines) > 1 and len(next(csv.reader([lines[1]], delimiter=delimiter))) != len(header)):
         return None
     kind = "TSV" if delimiter == "\t" else "CSV"
-    dialect = "" if delimiter == "," else f", delimiter={delimiter!r}"
     shown = listed([repr(name) for name in header], 4)
     return (
-        f"looks like {kind}, not JSON Lines: its first line is a header ({shown}); convert it (each value becomes a"
-        f' string): python -c "import csv,json,sys; [print(json.dumps(r, ensure_ascii=False)) for r in'
-        f" csv.DictReader(open(sys.argv[1], newline='', encoding='utf-8-sig'){dialect})]\" {io}"
+        f"looks like {kind}, not JSON Lines: its first line is a header ({shown}); convert it (each column's type"
+        " is inferred: numbers, true/false, empty cells as null; check with --dry-run): "
+        f"{_csv_to_jsonl(delimiter)} {io}"
+    )
+
+
+def _csv_to_jsonl(delimiter: str) -> str:
+    """A one-liner that writes a CSV (or TSV...) file as JSON Lines with pyarrow, which infers each
+    column's type so ids and coordinates stay numbers and empty cells become null. Its timestamp
+    parsing is turned off (the '' format matches no cell) so a date-time such as YFCC's
+    "2005-04-05 09:17:45.0" stays the text the file has; a plain date is written back as it was.
+    The file is opened by Python, not by name: pyarrow cannot read a pipe (``<(zcat ...)``) by name."""
+    parse = "" if delimiter == "," else f", parse_options=c.ParseOptions(delimiter={delimiter!r})"
+    return (
+        'python -c "import json,sys,pyarrow.csv as c; [print(json.dumps(r, ensure_ascii=False, default=str))'
+        f" for r in c.read_csv(open(sys.argv[1], 'rb'){parse},"
+        " convert_options=c.ConvertOptions(timestamp_parsers=[''])).to_pylist()]\""
     )
 
 

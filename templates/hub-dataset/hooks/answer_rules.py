@@ -25,6 +25,30 @@ FREE_TEXT = ("pretty_name", "description", "citation", "language")
 #: The answers that are Hub names (a repository, a user or organization).
 NAMES = ("dataset_name", "namespace")
 LICENSES_PAGE = "https://huggingface.co/docs/hub/repositories-licenses"
+#: A language code as the Hub's card takes it: ISO 639-1 or 639-3 (en, fra), with optional
+#: BCP 47 subtags (pt-BR, zh-Hant).
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})*")
+
+
+def language_codes(value):
+    """The codes of a language answer: one code or several separated by commas (and spaces).
+    The card template splits the answer the same way (on ',' after removing spaces)."""
+    return [code for code in value.replace(" ", "").split(",") if code]
+
+
+def language_problems(value):
+    """Why ``value`` is not one language code or several separated by commas."""
+    codes = language_codes(value)
+    if not codes:
+        return ["language is empty; give a language code such as en (several: en, fr)"]
+    bad = [code for code in codes if not LANGUAGE_CODE.fullmatch(code)]
+    if bad:
+        shown = ", ".join(repr(code) for code in bad)
+        return [
+            f"language {value!r}: {shown} is not a language code; give ISO 639 codes such as en, fr"
+            " (several separated by commas)"
+        ]
+    return []
 
 
 def name_problems(value, what):
@@ -96,6 +120,8 @@ def answer_problems(key, value, answers, context):
             f"{key} {value!r} has a line that reads as one of the card's shardkit markers"
             " (<!-- shardkit:... -->), which would end the text there; reword it"
         ]
+    if key == "language":
+        return language_problems(value)
     if key == "homepage" and value and not URL.fullmatch(value):
         return [f"homepage {value!r} is not an http(s) URL (https://...); leave it out if there is none"]
     return []
