@@ -914,7 +914,7 @@ def new_cmd(
 
     The KEY=VALUE answers, by key: dataset_name, namespace, pretty_name, modality (image,
     audio), description, license (a Hub license id: cc-by-4.0, cc0-1.0, mit, other...),
-    task_category (one of the modality's tasks), language, homepage (an http(s) link),
+    task_category (one of the modality's tasks), language (codes, comma-separated), homepage (an http(s) link),
     citation. Those given are not asked, and are checked before anything is asked or written;
     --no-input needs namespace=. A template given by git URL asks its own questions.
     """
