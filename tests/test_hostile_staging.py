@@ -377,8 +377,10 @@ def test_anchored_checks_refuse_a_trailing_newline() -> None:
         Location.parse("n\u00e4/name")  # (the Hub's ids are ASCII)
     assert Location.parse("hf://datasets/ns/name@v1.0").kind == "hub"
     assert manifest._SHARD_NAME.fullmatch("data/ab.zip") and not manifest._SHARD_NAME.fullmatch("data/ab.zip\n")
-    assert scaffold.name_problems("name\n", "dataset_name")
-    assert not scaffold.name_problems("name", "dataset_name")
+    rules = scaffold.load_rules(scaffold.TEMPLATE_DIR)
+    assert rules is not None
+    assert rules.name_problems("name\n", "dataset_name")
+    assert not rules.name_problems("name", "dataset_name")
 
 
 def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:

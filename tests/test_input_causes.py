@@ -584,3 +584,17 @@ def test_images_dir_one_level_off_is_one_line_naming_the_folder_to_give(
     assert f"({ROWS} of {ROWS} rows); line 1: " in line
     assert line.endswith(f"is under {str(folder)!r}, as every file_name looked at is: give that folder as IMAGES_DIR")
     packs(folder, meta)  # and given that folder, every row packs
+
+
+@pytest.mark.parametrize(
+    "line", ["{'file_name': 'a.jpg'}", '{"file_name": "a.jpg", "x": 1,}'], ids=["single quotes", "trailing comma"]
+)
+def test_rows_that_are_almost_json_are_bad_rows_not_json_over_several_lines(
+    yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path, line: str
+) -> None:
+    images, _ = yfcc
+    meta = tmp_path / "almost.jsonl"
+    meta.write_text(f"{line}\n{line}\n")
+    message = refused(images, meta)
+    assert "several lines" not in message
+    assert message.startswith(f"error: {meta}: ") and "line 1: " in message and "JSON" in message

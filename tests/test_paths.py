@@ -158,6 +158,15 @@ def test_a_missing_parent_of_out_dir_is_named_and_nothing_is_created(user: Path)
             f" first (mkdir -p {user / 'no/such'}) or choose another OUT_DIR"
         )
         assert not (user / "no").exists()
+    # A link to a missing place: named with where it leads, and the folder to make is that one.
+    (user / "dangling").symlink_to(user / "gone" / "x" / "out")
+    line = one_error_line(cli("pack-shards", "images", "meta.jsonl", "-o", "dangling", cwd=user))
+    assert line == (
+        f"error: OUT_DIR '{user / 'dangling'}' (a link to '{user / 'gone/x/out'}'): its folder '{user / 'gone/x'}'"
+        f" does not exist; create it first (mkdir -p {user / 'gone/x'}) or choose another OUT_DIR"
+    )
+    assert not (user / "gone").exists()
+    (user / "dangling").unlink()
     # OUT_DIR itself is made when its parent exists, as before
     ok = cli("pack-shards", "images", "meta.jsonl", "-o", "fresh", "-j", "1", "-q", cwd=user)
     assert ok.returncode == 0, ok.stderr
@@ -224,6 +233,12 @@ def test_verify_reads_a_bare_hub_id_from_the_hub_and_a_local_folder_of_that_name
         assert report["ok"] and report["out_dir"] == f"hf://datasets/{REPO}" and report["shards"] == 16
         assert any(entry[1].endswith(".zip") for entry in hub.log.entries)
 
+        # An id the Hub does not have: where it was looked for, in one line.
+        line = one_error_line(cli("verify", "tester/nothere", cwd=here, env=env))
+        assert line == (
+            f"error: no folder tester/nothere here, and the Hub dataset tester/nothere (hf://datasets/tester/nothere"
+            f" at {hub.url}) has no shards.json: nothing to verify (check the folder's name, or pack and push it first)"
+        )
         # A folder of that name here wins, without a word: one of its shards gone is its problem.
         local = here / REPO
         shutil.copytree(packed_template, local, ignore=shutil.ignore_patterns("lock"))
@@ -233,19 +248,14 @@ def test_verify_reads_a_bare_hub_id_from_the_hub_and_a_local_folder_of_that_name
         assert result.returncode == 1 and "missing" in result.stdout and "Hub" not in result.stdout
         assert hub.log.entries == []
 
-        # An id the Hub does not have: where it was looked for, in one line.
-        line = one_error_line(cli("verify", "tester/nothere", cwd=here, env=env))
-        assert line == (
-            f"error: no folder tester/nothere here, and the Hub dataset tester/nothere (hf://datasets/tester/nothere"
-            f" at {hub.url}) has no shards.json: nothing to verify (check the folder's name, or pack and push it first)"
-        )
         # Not an id, and no such folder: click's refusal, as before.
         result = cli("verify", "no/such/folder", cwd=here, env=env)
         assert result.returncode == 2 and "Directory 'no/such/folder' does not exist" in result.stderr
         # A mistyped relative path that the Hub would not take as an id either: a missing folder,
         # with no request to the Hub.
         hub.log.clear()
-        for typo in ("../nothere", "tester/-x", "tester/a--b", "./nothere"):
+        (here / "mine").mkdir()  # a folder here named as the id's namespace: mine/typo is a path
+        for typo in ("../nothere", "tester/-x", "tester/a--b", "./nothere", "mine/typo"):
             result = cli("verify", typo, cwd=here, env=env)
             assert result.returncode == 2 and f"Directory '{typo}' does not exist" in result.stderr, typo
         assert hub.log.entries == []

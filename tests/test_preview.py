@@ -451,3 +451,13 @@ def test_the_sheet_is_the_same_bytes_each_time(tmp_path: Path) -> None:
     manifest = json.loads((out / "shards.json").read_text(encoding="utf-8"))
     assert write_preview(str(out), [s["file"] for s in manifest["shards"]]) == "preview.jpg"
     assert (out / "preview.jpg").read_bytes() == first
+
+
+def test_a_font_file_a_font_package_no_longer_has_is_left_out_not_a_crash(caplog: pytest.LogCaptureFixture) -> None:
+    from shardkit import captionfont
+
+    gone = ("manimgx_fonts", "NoSuchFont[wght].ttf", 0)
+    with caplog.at_level("WARNING", logger="shardkit.captionfont"):
+        assert captionfont.code_points(gone) == frozenset()
+    assert "NoSuchFont[wght].ttf cannot be read" in caplog.text
+    assert captionfont.font(gone, 14).getlength("abc") > 0  # Pillow's own font draws instead

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import logging
 import unicodedata
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from PIL import ImageDraw, ImageFont
+
+_log = logging.getLogger(__name__)
 
 #: (package, file, face in a collection). The order decides a character several fonts hold: Noto
 #: Sans's Latin, Greek and Cyrillic before the CJK font's, each script's own font before the symbols.
@@ -55,12 +58,16 @@ def code_points(file: FontFile) -> frozenset[int]:
     from fontTools.ttLib import TTFont
 
     package, name, face = file
-    with importlib.resources.as_file(importlib.resources.files(package) / name) as path:
-        font = TTFont(str(path), fontNumber=face, lazy=True)
-        try:
-            return frozenset(font.getBestCmap() or ())
-        finally:
-            font.close()
+    try:
+        with importlib.resources.as_file(importlib.resources.files(package) / name) as path:
+            font = TTFont(str(path), fontNumber=face, lazy=True)
+            try:
+                return frozenset(font.getBestCmap() or ())
+            finally:
+                font.close()
+    except (ImportError, OSError) as exc:  # a font package's release that moved its files
+        _log.warning("preview captions: font %s/%s cannot be read (%s); drawn without it", package, name, exc)
+        return frozenset()
 
 
 @functools.cache
@@ -69,8 +76,11 @@ def font(file: FontFile, size: int) -> ImageFont.FreeTypeFont:
     from PIL import ImageFont
 
     package, name, face = file
-    with importlib.resources.as_file(importlib.resources.files(package) / name) as path:
-        loaded = ImageFont.truetype(str(path), size, index=face)
+    try:
+        with importlib.resources.as_file(importlib.resources.files(package) / name) as path:
+            loaded = ImageFont.truetype(str(path), size, index=face)
+    except (ImportError, OSError):  # said once by code_points; the sheet is still made
+        return cast("ImageFont.FreeTypeFont", ImageFont.load_default(size))
     if (
         b"Regular" in loaded.get_variation_names()
     ):  # a variable font's default is not always it (Noto Sans CJK's is Thin)

@@ -519,10 +519,13 @@ _KINDS = ("folder", "fsspec", "http", "hub")
 
 
 def bare_hub_id(text: str) -> str | None:
-    """``text`` when it is a Hub dataset id (``ns/name``) and no file or folder of that name is
-    here (a local folder of the name wins); else None. The one rule by which every reader
+    """``text`` when it is a Hub dataset id (``ns/name``) and no file or folder of that name, nor a
+    folder named as its namespace, is here (a local folder wins: ``hf://datasets/ns/name`` is
+    always the Hub); else None. The one rule by which every reader
     (``shardkit.stream``, ``remux``, ``verify``) tells a Hub id from a relative path."""
     if not _REPO_ID.fullmatch(text) or os.path.lexists(text):
+        return None
+    if os.path.isdir(text.partition("/")[0]):  # out/typo beside a folder out/: a mistyped path
         return None
     # The Hub's own rules (no "..", "--", leading or trailing "." or "-"): a mistyped relative
     # path such as ``../data`` stays a missing folder, not a request to the Hub.

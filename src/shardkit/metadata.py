@@ -212,6 +212,8 @@ def _not_json_lines(head: bytes, io: str) -> str | None:
         # A whole array on line 1 and another JSON value on line 2: JSON Lines of arrays, each a bad row.
         return None if parsed[0] is not None and len(lines) > 1 and parsed[1] is not None else array
     if first.startswith("{"):
+        if not _unfinished(first):  # a bad row (single quotes, a trailing comma): the rows' checks say which
+            return None
         return (
             "JSON written over several lines (line 1 is an object's start), not JSON Lines (one object per line);"
             f" convert it: {_JSON_TO_JSONL} {io}"
@@ -224,7 +226,7 @@ def _not_json_lines(head: bytes, io: str) -> str | None:
     shown = listed([repr(name) for name in header], 4)
     return (
         f"looks like {kind}, not JSON Lines: its first line is a header ({shown}); convert it (each column's type"
-        " is inferred: numbers, true/false, empty cells as null; check with --dry-run): "
+        " is inferred: numbers, true/false, empty number cells as null; check with --dry-run): "
         f"{_csv_to_jsonl(delimiter)} {io}"
     )
 
@@ -241,6 +243,15 @@ def _csv_to_jsonl(delimiter: str) -> str:
         f" for r in c.read_csv(open(sys.argv[1], 'rb'){parse},"
         " convert_options=c.ConvertOptions(timestamp_parsers=[''])).to_pylist()]\""
     )
+
+
+def _unfinished(line: str) -> bool:
+    """Whether ``line`` is the start of a JSON value that goes on past it (not one that is wrong)."""
+    try:
+        json.loads(line)
+    except json.JSONDecodeError as exc:
+        return exc.pos >= len(line)
+    return False
 
 
 def _json_or_none(text: str) -> Any:

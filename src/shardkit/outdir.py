@@ -259,13 +259,15 @@ def check_parent_exists(path: str, what: str) -> None:
     real_parent = os.path.dirname(os.path.realpath(path))
     if os.path.isdir(real_parent):
         return
-    parent = os.path.dirname(os.path.abspath(path))
+    # Named as the filesystem sees it: a link (dangling, or through a linked folder) leads elsewhere.
+    parent = real_parent
+    leads = f" (a link to {os.path.realpath(path)!r})" if os.path.islink(path) else ""
     if os.path.exists(real_parent):
-        raise UsageError(f"{what} {path!r}: {parent!r} is not a folder; choose another {what}")
+        raise UsageError(f"{what} {path!r}{leads}: {parent!r} is not a folder; choose another {what}")
     import shlex
 
     raise UsageError(
-        f"{what} {path!r}: its folder {parent!r} does not exist; create it first"
+        f"{what} {path!r}{leads}: its folder {parent!r} does not exist; create it first"
         f" (mkdir -p {shlex.quote(parent)}) or choose another {what}"
     )
 

@@ -140,8 +140,7 @@ def _tile(data: bytes) -> Image.Image:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a damaged EXIF block: Pillow reads what it can, and says so on stderr
         img = Image.open(io.BytesIO(data))
-        # A JPEG decodes at 1/2 to 1/8 scale where that still fills a cell: a 12 MP
-        # photo takes milliseconds, not a tenth of a second.
+        # A JPEG decodes at 1/2 to 1/8 scale where that still fills a cell (draft mode).
         with img:
             img.draft("RGB", (_CELL, _CELL))
             upright = ImageOps.exif_transpose(img)

@@ -19,7 +19,6 @@ import shlex
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "hub-dataset")
@@ -53,19 +52,6 @@ def load_rules(template_dir: str, directory: str | None = None) -> types.ModuleT
     module.__file__ = path
     exec(compile(source, path, "exec"), module.__dict__)
     return module
-
-
-@cache
-def _shipped_rules() -> types.ModuleType:
-    rules = load_rules(TEMPLATE_DIR)
-    assert rules is not None, f"{TEMPLATE_DIR} has no hooks/answer_rules.py"
-    return rules
-
-
-def name_problems(value: str, what: str) -> list[str]:
-    """Why ``value`` is not a Hub repository or namespace name (the shipped template's rules)."""
-    found: list[str] = _shipped_rules().name_problems(value, what)
-    return found
 
 
 def asked_keys(questions: Mapping[str, Any]) -> list[str]:
