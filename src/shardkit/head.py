@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from . import summarytext
 from .card import human_size
 from .errors import ShardkitError, UsageError, one_line, redact
 from .location import Location
@@ -235,7 +236,7 @@ def header_lines(head: Head, count: int) -> list[str]:
     where = redact(one_line(head.target))
     return [
         f"{where}: {manifest.options.format} shards, split {head.split}: {shown} of {head.split_rows} rows shown"
-        f" ({len(shards)} shard{'s' if len(shards) != 1 else ''}, {size}{other_text})",
+        f" ({summarytext.shards(len(shards))}, {size}{other_text})",
         *_wrapped("features:", [f"{one_line(str(f['name']))} ({type_text(f)})" for f in manifest.features]),
     ]
 

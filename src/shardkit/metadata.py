@@ -590,7 +590,7 @@ class _FileChecker:
         """A missing file's problem, with what may be meant where it is clear: a Windows path
         (backslashes), a URL, a file whose name differs only in case (found on a case-sensitive
         filesystem only). A tuple (message, kind) where the whole file may have the cause."""
-        missing = f"file not found: {p.path}"
+        missing = f"{FILE_NOT_FOUND}{p.path}"
         name = p.file_name
         if "://" in name:
             return f"{missing} (file_name is a URL; shardkit packs files: download them into IMAGES_DIR first)", URL
@@ -733,6 +733,8 @@ def _pending_or_problem(row: _Row, images_root: str) -> _Pending | InputProblem:
 #: Kinds of problem (InputProblem.kind) a whole file can have: see problems.whole_file_problem.
 NOT_UTF8, NOT_JSON, NOT_OBJECT, ABSOLUTE = "not UTF-8", "not JSON", "not an object", "absolute"
 BACKSLASH, OTHER_CASE, URL = "backslash", "other case", "URL"
+#: How a row's missing file is said (pack reads it back to tell a wrong IMAGES_DIR from bad rows).
+FILE_NOT_FOUND = "file not found: "
 #: The kind of a row without file_name; followed by ":" and the column that looks like it, if one does.
 NO_FILE_NAME = "no file_name"
 #: Names (lower case, without "_", "-", " ") a file column goes by elsewhere: a weaker sign than

@@ -47,6 +47,7 @@ from .formats import ShardFormat, format_named
 from .formats.parquet import encode_metadata_table
 from .location import Location
 from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, read_manifest, write_atomic, write_manifest
+from .metadata import FILE_NOT_FOUND
 from .outdir import (
     PLACEHOLDERS,
     WORK_DIR,
@@ -939,7 +940,6 @@ def _publish_rejects(problems: ProblemReport, path: str, metadata_path: str, *, 
 
 #: Folders inside IMAGES_DIR looked in for the files when none is found (IMAGES_DIR one level too high).
 _SUBFOLDERS_LOOKED_IN = 200
-_NOT_FOUND = "file not found: "
 
 
 def _images_dir_beside(config: PackConfig, problems: ProblemReport) -> str | None:
@@ -948,9 +948,9 @@ def _images_dir_beside(config: PackConfig, problems: ProblemReport) -> str | Non
     name), the folder is the cause: one line naming the folder to give instead."""
     images = os.path.abspath(config.images_dir)
     shown = problems.shown
-    if not shown or not all(p.message.startswith(_NOT_FOUND) for p in shown):
+    if not shown or not all(p.message.startswith(FILE_NOT_FOUND) for p in shown):
         return None
-    rels = [os.path.relpath(p.message.removeprefix(_NOT_FOUND), images) for p in shown]
+    rels = [os.path.relpath(p.message.removeprefix(FILE_NOT_FOUND), images) for p in shown]
     if any(rel.startswith(os.pardir) for rel in rels):
         return None
     candidates = [os.path.dirname(images)]
@@ -973,7 +973,7 @@ def _wrong_folder_hint(config: PackConfig, staged: _Staged, problems: ProblemRep
     row can be packed, --on-error skip would pack nothing: say to fix the file."""
     if staged.rows:
         return None
-    if not all(p.message.startswith("file not found") for p in problems.shown):
+    if not all(p.message.startswith(FILE_NOT_FOUND) for p in problems.shown):
         return "No row can be packed as it is (so --on-error skip would pack nothing): fix the rows above."
     return (
         f"None of the files the metadata names is under IMAGES_DIR {os.path.abspath(config.images_dir)!r}:"
