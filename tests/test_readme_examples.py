@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.hub_server import run_hub_server
 from tests.readback import expected_rows, read_with
-from tests.readme_blocks import Block, anchors, fenced_blocks, output_of, output_problem
+from tests.readme_blocks import Block, fenced_blocks, output_of, output_problem
 from tests.test_push import hub_env
 
 DOCS = ["README.md", "docs/reference.md"]
@@ -199,24 +199,6 @@ def test_examples_run_as_written(doc: str, tmp_path: Path) -> None:
             # decode_num_threads=0: datasets 5 decodes hf:// media in threads unless told not to
             pushed = read_with(sys.executable, "me/my-photos", True, tmp_path / "cache", env=env, decode_num_threads=0)
             assert pushed["rows"] == expected_rows()
-
-
-@pytest.mark.parametrize(
-    "doc", ["README.md", *sorted(str(p.relative_to(REPO_ROOT)) for p in REPO_ROOT.glob("docs/*.md"))]
-)
-def test_links_lead_to_a_file_and_heading_that_exist(doc: str) -> None:
-    """Moving sections between README.md and docs/ keeps every link between them working."""
-    path = REPO_ROOT / doc
-    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
-    broken = []
-    for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if re.match(r"[a-z]+:", target):
-            continue  # https:, mailto:
-        file, _, anchor = target.partition("#")
-        linked = (path.parent / file).resolve() if file else path
-        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in anchors(linked)):
-            broken.append(target)
-    assert not broken, f"{doc}: links to nothing: {broken}"
 
 
 def test_an_output_block_is_held_to_every_line_it_shows() -> None:
