@@ -1,7 +1,7 @@
-"""README's examples run as written.
+"""The examples of README.md and of every page of docs/ run as written.
 
-Every ```bash and ```python block of README.md and docs/reference.md is run verbatim, in order,
-in a scratch folder holding a copy of example_datasets/ (as a clone's root does), with the
+Every ```bash and ```python block of README.md and docs/*.md is run verbatim, in order, page by
+page, in a scratch folder holding a copy of example_datasets/ (as a clone's root does), with the
 venv's commands on PATH and HF_ENDPOINT/HF_TOKEN pointing at a Hub-API server on 127.0.0.1:
 each exits 0, prints the lines the test expects of it (:data:`EXPECTED`), and prints what the
 output block after it shows (``...`` standing for any lines; times, ports and ids masked). A
@@ -26,7 +26,8 @@ from tests.readback import expected_rows, read_with
 from tests.readme_blocks import Block, fenced_blocks, output_of, output_problem
 from tests.test_push import hub_env
 
-DOCS = ["README.md", "docs/reference.md"]
+#: README.md and every page of the docs site (a new page's examples are run, or listed below).
+DOCS = ["README.md", *sorted(str(p.relative_to(REPO_ROOT)) for p in REPO_ROOT.glob("docs/*.md"))]
 
 #: Blocks not run: (document, the heading above the block, how its first line starts, why).
 NOT_RUN = [
@@ -87,6 +88,12 @@ NOT_RUN = [
         "Scale out",
         "from distributed import Client",
         "needs a Dask cluster (tests/test_cluster.py)",
+    ),
+    (
+        "docs/performance.md",
+        "Layout 4",
+        "export PATH=.venv/bin",
+        "the environment of a measurement: two commits' worktrees, named by $WORKTREE",
     ),
     (
         "docs/reference.md",
@@ -177,7 +184,7 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
     assert {"bash", "python"} <= {b.lang for b in runnable("README.md")}  # the quick start and its read-back run
 
 
-@pytest.mark.parametrize("doc", DOCS)
+@pytest.mark.parametrize("doc", [doc for doc in DOCS if runnable(doc)])  # pages with no example start no server
 def test_examples_run_as_written(doc: str, tmp_path: Path) -> None:
     cwd = tmp_path / "me"
     shutil.copytree(REPO_ROOT / "example_datasets", cwd / "example_datasets")
