@@ -11,8 +11,8 @@ ruff format --check "${LINTED[@]}"
 echo "== mypy"
 mypy
 echo "== docs"
-# The docs site (mkdocs.yml): --strict fails on a link to a missing page or heading.
-mkdocs build --strict --site-dir "$ROOT/build/site"
+# The docs site (mkdocs.yml, into build/site/): --strict fails on a link to a missing page or heading.
+mkdocs build --strict
 echo "== pytest"
 # Two processes (pytest-xdist), as CI has two cores: a test spends much of its time waiting on
 # the processes and servers it starts, and the other process's tests run meanwhile. Options given
