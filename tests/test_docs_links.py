@@ -34,7 +34,7 @@ def site_anchors(page: Path) -> frozenset[str]:
     md = markdown.Markdown(extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"])
     md.convert(page.read_text(encoding="utf-8"))
     found: set[str] = set()
-    tokens = list(md.toc_tokens)  # type: ignore[attr-defined]
+    tokens = list(md.toc_tokens)  # set by the toc extension
     while tokens:
         token = tokens.pop()
         found.add(token["id"])
