@@ -67,6 +67,7 @@ from .outdir import (
 )
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
+from .pushconfig import PushConfig as PushConfig  # push's public config, as `from shardkit.push import PushConfig`
 from .table import TABLE_NAME
 from .threads import call_interruptibly, interruptible_pool
 
@@ -76,9 +77,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP
 UPLOAD_GROUP = 8  # files uploaded between two progress updates
-SCRIPT_BRANCH = "script"
 ALWAYS_IGNORED = (f"{WORK_DIR}/", ".git/", "__pycache__/", ".ipynb_checkpoints/", ".DS_Store", "*.pyc")
 REGULAR_FILE_LIMIT = 10_000_000  # bigger files are always LFS on the Hub
 MAX_GITIGNORE_BYTES = 1 << 20  # far more than any .gitignore holds; each line is matched against every path
@@ -112,22 +111,6 @@ class CommitPlan:
     @property
     def uploads(self) -> list[LocalFile]:
         return [f for batch in self.batches for f in batch] + self.final
-
-
-@dataclass(frozen=True)
-class PushConfig:
-    """What :func:`push` uploads, and where: ``shardkit push``'s arguments and options, by name."""
-
-    out_dir: str
-    repo_id: str
-    private: bool = False
-    revision: str = "main"
-    token: str | None = None
-    script_branch: str | None = SCRIPT_BRANCH  # None: do not publish the loading script
-    files_per_commit: int = FILES_PER_COMMIT
-    verify_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
-    work_dir: str | None = None  # for an OUT_DIR URL, as PackConfig.work_dir
-    include: tuple[str, ...] = ()  # other files to publish: repo-relative paths or patterns, as `hf upload --include`
 
 
 @dataclass(frozen=True)
