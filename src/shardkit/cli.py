@@ -520,12 +520,12 @@ def _pack_command(**options: Unpack[PackOptions]) -> None:
 def _pack_push_config(options: PackOptions) -> PushConfig | None:
     """``--push``'s config (None without it), once its repo id is checked; an OUT_DIR URL is
     refused (exit code 2): ``shardkit push`` takes one."""
-    from .location import is_url
-    from .push import check_repo_id
-
     push_repo, out_dir = options["push_repo"], options["out_dir"]
     if not push_repo:
         return None
+    from .location import is_url
+    from .push import check_repo_id  # (a pack alone never loads push)
+
     _run(lambda: check_repo_id(push_repo))
     if is_url(out_dir):
         click.echo("error: --push needs a local OUT_DIR; push the URL with `shardkit push URL --repo ...`", err=True)
@@ -829,6 +829,7 @@ def _remux_config(options: RemuxOptions) -> RemuxConfig:
 
 
 def _print_remux(summary: RemuxSummary) -> None:
+    """remux's summary in words: what was transformed, then what was packed."""
     from .summarytext import pack_line
 
     packed = summary.pack
