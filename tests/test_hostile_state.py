@@ -232,12 +232,12 @@ def _interrupted_at(point: str, command: list[str], tmp_path: Path) -> subproces
 CTRL_C_POINTS = {
     # while cli.py imports its modules (click among the first)
     "pack-shards, loading": ("click", "pack"),
-    "shardkit verify, loading": ("shardkit.push", "verify"),
+    "shardkit verify, loading": ("shardkit.errors", "verify"),
     # click has read the options; the command loads its stage before the library call
     "pack-shards, after the options": ("shardkit.pack", "pack"),
     "shardkit verify, after the options": ("shardkit.verify", "verify"),
     # the library call has returned; the summary is being made
-    "shardkit verify, the summary": ("shardkit.cli:human_size", "verify"),
+    "shardkit verify, the summary": ("shardkit.summarytext:shards", "verify"),
 }
 
 
