@@ -3,7 +3,8 @@ its place in the Layers table, no row names a module that is gone, and every imp
 down the layers (or within one), as the page says.
 
 A table cell names modules in backticks: ``pack.py``, ``formats/zip.py``, or a package and then
-its modules, ``formats/`` : ``base.py``, ``zip.py``; a package named alone stands for all of it.
+its modules, ``formats/`` : ``base.py``, ``zip.py`` (a name the package has no module of is a
+top-level module); a package named alone stands for all of it.
 """
 
 from __future__ import annotations
@@ -32,15 +33,16 @@ def table(title: str) -> list[list[str]]:
 
 
 def named(cell: str) -> list[str]:
-    """The modules and packages a cell names, in order ("formats/" then "base.py": "formats/base.py")."""
+    """The modules and packages a cell names, in order ("formats/" then "base.py": "formats/base.py",
+    "location/" then "errors.py": "errors.py")."""
     names = []
     package = ""
     for token in re.findall(r"`([^`]+)`", cell):
         if token.endswith("/"):
             package = token
             names.append(token)
-        elif token.endswith(".py"):
-            names.append(token if "/" in token else package + token)
+        elif token.endswith(".py"):  # a module of the package named before it, if it has one so named
+            names.append(package + token if package and (SRC / package / token).is_file() else token)
     return names
 
 
@@ -114,3 +116,4 @@ def test_an_import_up_the_layers_is_found() -> None:
         "formats/zip.py",
         "formats/__init__.py",
     ]
+    assert named("`formats/` (the formats), `errors.py`") == ["formats/", "errors.py"]

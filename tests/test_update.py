@@ -457,11 +457,11 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "a shard whose rows all went removed":
-    remove = shardkit.location.Location.remove
+    remove = shardkit.location.Folder.remove
     def removing(self, rel):
         remove(self, rel)
         die()
-    shardkit.location.Location.remove = removing
+    shardkit.location.Folder.remove = removing
 elif point == "the new state recorded":
     write_atomic = shardkit.pack.write_atomic
     def writing(path, content):

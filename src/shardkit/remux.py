@@ -379,7 +379,7 @@ def _source_card_text(config: RemuxConfig) -> str | None:
         location: Location | None = Location.parse(source)
     except UsageError:
         location = None
-    if location is not None and location.kind != "hub":  # a folder, or a shardkit folder at a URL
+    if location is not None and not location.has_revisions:  # a folder, or a shardkit folder at a URL
         data = location.read_bytes("README.md")
     elif match := _HUB_SOURCE.fullmatch(source):  # the Hub's card through its API (a revision in the id too)
         data = _hub_card(match.group(1), config.revision or match.group(2), source)
