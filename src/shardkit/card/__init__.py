@@ -18,14 +18,10 @@ it, and names each format by its name, never by the format's own words.
 
 from __future__ import annotations
 
-from ..builtin import card_features
-from ..summarytext import human_size
-from .configs import default_configs, size_category
-from .facts import LOADER_SUFFIX, CardFacts, card_facts, loader_in
+from .facts import LOADER_SUFFIX, CardFacts, card_facts
 from .frontmatter import (
     SECTIONS,
     is_shardkit_card,
-    minimal_body,
     read_front_matter,
     read_utf8,
     set_card_keys,
@@ -40,42 +36,31 @@ from .loaders import (
     GITATTRIBUTES_LINES,
     TEMPLATE_LOADER,
     LoaderUpdate,
-    ensure_gitattributes,
     normalised_reader,
     reader_code,
     template_reader,
     update_loaders,
 )
 from .readme import card_problem, card_repo, name_repo, write_card, write_card_files
-from .sections import features_section, layout_section, license_section, stats_section
-from .usage import PLACEHOLDER_NAMESPACE, Usage, known_repo, usage_section
+from .sections import FORMAT_WORDS, LAYOUT_WORDS, features_section
 
 __all__ = [
     "EARLIER_READERS",
     "FEATURES_BEGIN",
     "FEATURES_END",
+    "FORMAT_WORDS",
     "GITATTRIBUTES_LINES",
+    "LAYOUT_WORDS",
     "LOADER_SUFFIX",
-    "PLACEHOLDER_NAMESPACE",
     "SECTIONS",
     "TEMPLATE_LOADER",
     "CardFacts",
     "LoaderUpdate",
-    "Usage",
     "card_facts",
-    "card_features",
     "card_problem",
     "card_repo",
-    "default_configs",
-    "ensure_gitattributes",
     "features_section",
-    "human_size",
     "is_shardkit_card",
-    "known_repo",
-    "layout_section",
-    "license_section",
-    "loader_in",
-    "minimal_body",
     "name_repo",
     "normalised_reader",
     "read_front_matter",
@@ -84,12 +69,9 @@ __all__ = [
     "set_card_keys",
     "set_front_matter_keys",
     "set_section",
-    "size_category",
     "split_front_matter",
-    "stats_section",
     "template_reader",
     "update_loaders",
-    "usage_section",
     "write_card",
     "write_card_files",
 ]
