@@ -114,17 +114,6 @@ def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: 
     ]
 
 
-def row_features(fmt: ShardFormat, features: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`card_features` inverted: a row's columns as ``shardkit.stream`` gives them (for
-    tar, the file column and the fields inside ``json``)."""
-    if LOADERS[fmt.name].builder != WEBDATASET:
-        return features
-    files = [f for f in features if f.get("name") not in ("json", "__key__", "__url__")]
-    line = next((f.get("struct") for f in features if f.get("name") == "json"), None) or []
-    file_dtype = str(files[0].get("dtype")) if files else "image"
-    return [{"name": file_dtype, "dtype": file_dtype}, *line[1:]]
-
-
 def builder_for_members(shard_members: list[list[str]]) -> str:
     """The builder ``load_dataset(repo)`` picks for one split's ZIP shards (``shard_members``: each
     shard's member names, shards in name order), as datasets 3.6 to 5.x decide it: the first
@@ -150,7 +139,7 @@ def builtin_loader_warnings(
     cut by size), for the advice."""
     if not LOADERS[fmt.name].builder_from_members or fmt.metadata_member is None:
         return []
-    wanted = f"{modality}folder"
+    wanted = builder_name(fmt, modality)
     by_split: dict[str, list[ShardPlan]] = {}
     for shard in plan:
         by_split.setdefault(shard.split, []).append(shard)

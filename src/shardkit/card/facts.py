@@ -54,8 +54,8 @@ def card_facts(
     ``title`` titles a new card (default: ``out_dir``'s folder name; nothing else in the card
     depends on where the folder is or what it is called, so a copy packs to the same bytes);
     ``extensions``: the files' extensions (datasets' webdataset builder makes a column of each);
-    ``builtin_warnings``: :func:`.builtin.builtin_loader_warnings`. Without them (push, which
-    renders only the load examples) the card's features are the rows'."""
+    ``builtin_warnings``: :func:`.builtin.builtin_loader_warnings`. Without extensions (push,
+    which renders only the load examples) the card's features are the rows' as they are."""
     fmt = manifest.options.shard_format
     name = title or os.path.basename(os.path.abspath(out_dir))
     # A folder name that is not UTF-8 (bytes Python holds as surrogates) titles the card with
@@ -66,7 +66,7 @@ def card_facts(
         title=name,
         modality=manifest.modality,
         columns=manifest.features,
-        features=card_features(fmt, manifest.features, extensions or []),
+        features=manifest.features if extensions is None else card_features(fmt, manifest.features, extensions),
         rows=sum(s.rows for s in manifest.shards),
         shards=len(manifest.shards),
         bytes=sum(s.bytes for s in manifest.shards),
