@@ -30,7 +30,6 @@ from typing import Any
 from .decode import AUDIO_EXTENSIONS
 from .formats import ShardFormat
 from .plan import BY_SIZE, ShardPlan
-from .staging import iter_staged
 
 #: How many ZIPs, and members of each, datasets lists to choose the builder for a split's ZIPs:
 #: 10 archives in 3.6 to 5.x; the first 200 members of each (sorted) in 3.6 and 4.0, all in 5.x.
@@ -139,6 +138,8 @@ def builtin_loader_warnings(
     cut by size), for the advice."""
     if not LOADERS[fmt.name].builder_from_members or fmt.metadata_member is None:
         return []
+    from .staging import iter_staged  # the packer's: the card, which imports this module, needs none of it
+
     wanted = builder_name(fmt, modality)
     by_split: dict[str, list[ShardPlan]] = {}
     for shard in plan:
