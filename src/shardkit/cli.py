@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import click
 
 from . import __version__
+from .card import human_size
 from .errors import ShardkitError, UsageError, one_line, redact, redact_log_records
 from .formats import FORMAT_NAMES
 from .location import bare_hub_id, is_url, local_path
@@ -30,7 +31,7 @@ from .plan import DEFAULT_MAX_SHARD_BYTES
 from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
 from .scaffold import TEMPLATE_DIR
 from .schema import class_label_names
-from .summarytext import dry_run_lines, human_size, pack_line, rows, shards
+from .summarytext import dry_run_lines, pack_line, rows, shards
 
 if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit --help` stays quick
     from .pack import ExecutorName, OnProblem, ShardFormatName

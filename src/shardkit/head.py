@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import summarytext
+from .card import human_size
 from .errors import ShardkitError, UsageError, one_line, redact
 from .location import Location
 from .manifest import Manifest
 from .outdir import check_parent_exists
 from .schema import class_label_names
 from .shardrows import iter_shard, read_manifest_from
-from .summarytext import human_size
 
 #: How much of a value one line shows.
 STRING_CHARS = 60

@@ -7,21 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from .card import human_size
+
 if TYPE_CHECKING:  # the CLI imports this module at start; the packer only when it packs
     from .pack import PackSummary, ShardChange
 
 #: A dry run lists this many of a split's changed shards, then how many more there are.
 SHOWN_CHANGES = 20
-
-
-def human_size(n: float) -> str:
-    """Bytes as the card and the summaries show them: ``15.0 KB``, ``1.7 MB`` (powers of 1000, as
-    the Hub does)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return f"{n} B"
 
 
 def shards(count: int) -> str:

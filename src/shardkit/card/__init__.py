@@ -42,7 +42,7 @@ from .loaders import (
     update_loaders,
 )
 from .readme import card_problem, card_repo, name_repo, write_card, write_card_files
-from .sections import FORMAT_WORDS, LAYOUT_WORDS, features_section
+from .sections import FORMAT_WORDS, LAYOUT_WORDS, features_section, human_size
 
 __all__ = [
     "EARLIER_READERS",
@@ -60,6 +60,7 @@ __all__ = [
     "card_problem",
     "card_repo",
     "features_section",
+    "human_size",
     "is_shardkit_card",
     "name_repo",
     "normalised_reader",

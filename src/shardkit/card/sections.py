@@ -12,7 +12,6 @@ from typing import Any
 from ..builtin import builtin_loader
 from ..plan import BY_SIZE
 from ..schema import class_label_names
-from ..summarytext import human_size
 from ..table import TABLE_NAME
 from .facts import CardFacts
 
@@ -32,6 +31,15 @@ _LICENSES_PAGE = "https://huggingface.co/docs/hub/repositories-licenses"
 LICENSE_KEYS = {"license", "license_name", "license_link"}
 #: A ``license_link`` the card shows as a link: a URL, or a path in the repo (LICENSE.md).
 _LICENSE_LINK = re.compile(r"https?://\S+|[\w./-]+")
+
+
+def human_size(n: float) -> str:
+    """Bytes as the card shows them: ``15.0 KB``, ``1.7 MB`` (powers of 1000, as the Hub does)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n} B"
 
 
 def cell(text: str) -> str:
