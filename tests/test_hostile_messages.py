@@ -470,7 +470,7 @@ def test_ctrl_c_while_the_pool_starts_is_one_line_and_the_rerun_completes(
 FINISH_WRITES = [
     "shardkit.pack:write_metadata_table",
     "shardkit.pack:write_manifest",
-    "shardkit.card:write_atomic",
+    "shardkit.card.frontmatter:write_atomic",
     "shardkit.preview:write_atomic",
 ]
 

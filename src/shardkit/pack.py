@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from . import summarytext
-from .builtin import builtin_loader_warnings
-from .card import card_features, card_problem, ensure_gitattributes, update_card, update_loaders
+from .builtin import builtin_loader_warnings, card_features
+from .card import card_facts, card_problem, write_card_files
 from .check import (
     SPLIT_COLUMN,
     CheckSettings,
@@ -562,25 +562,19 @@ def _pack_locked(
         preview = write_preview(
             local_dir, [p.name for p in plan], fmt=fmt, shards_at=location, labels=staged.labels, manifest=manifest
         )
-    update_card(
+    facts = card_facts(
+        manifest,
         local_dir,
-        builtin_loader_note=" ".join(warnings) or None,
-        features=card_features(fmt, staged.features, staged.extensions),
-        rows=staged.rows,
-        shards=len(plan),
-        total_bytes=sum(s.bytes for s in manifest.shards),
+        title=location.name,
+        extensions=staged.extensions,
         preview=preview,
-        fmt=fmt,
-        name=location.name,
-        splits=manifest.splits(),
+        builtin_warnings=warnings,
     )
-    ensure_gitattributes(local_dir)
-    if fmt.loading_script:  # the loading script reads ZIP shards; datasets reads tar and Parquet itself
-        loaders = update_loaders(local_dir, staged.features)
-        for path in loaders.upgraded:
-            log.info("%s: its reader code was an earlier template's; now the template's", path)
-        for warning in loaders.warnings(lambda path: location.where(os.path.basename(path))):
-            log.warning("%s", warning)
+    loaders = write_card_files(local_dir, facts)
+    for path in loaders.upgraded:
+        log.info("%s: its reader code was an earlier template's; now the template's", path)
+    for warning in loaders.warnings(lambda path: location.where(os.path.basename(path))):
+        log.warning("%s", warning)
     # The manifest last, here as at a URL: it says the dataset is complete, so a run stopped
     # before it (Ctrl-C while the card is written) leaves no folder that verify passes and push
     # publishes with the template's card, which no reader can load.

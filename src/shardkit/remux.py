@@ -434,16 +434,10 @@ def keep_card_fields(out_dir: str, fields: dict[str, Any]) -> list[str]:
     """Set the source's card fields in OUT_DIR's README.md where the card does not set them (a
     key it sets is the user's, for this output: kept, with a warning if the source's differs);
     tags are merged. Return the keys set."""
-    from .card import set_front_matter_keys, split_front_matter
+    from .card import read_front_matter, set_card_keys
 
     path = os.path.join(out_dir, "README.md")
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
-    bom = "\ufeff" if text.startswith("\ufeff") else ""
-    text = text[len(bom) :]
-    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
-    text = text.replace("\r\n", "\n")
-    data, _ = split_front_matter(text)
+    data = read_front_matter(out_dir)
     values: dict[str, Any] = {}
     for key, value in fields.items():
         current = data.get(key)
@@ -463,8 +457,7 @@ def keep_card_fields(out_dir: str, fields: dict[str, Any]) -> list[str]:
                 json.dumps(value, ensure_ascii=False, default=str),
             )
     if values:
-        text = set_front_matter_keys(text, values)
-        write_atomic(path, (bom + (text.replace("\n", "\r\n") if crlf else text)).encode("utf-8"))
+        set_card_keys(out_dir, values)
     return list(values)
 
 

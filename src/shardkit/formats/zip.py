@@ -444,9 +444,6 @@ class ZipFormat(ShardFormat):
         name_bytes = MEMBER_NAME_FIXED + key_length + ext_length
         return member_overhead_for_length(name_bytes) + file_bytes + line_bytes + 1
 
-    def builtin_builder(self, file_column: str) -> str:
-        return f"{file_column}folder"
-
     def features_salt(self, features: list[dict[str, Any]]) -> bytes:
         from .parquet import shard_table_schema  # pyarrow: in the packer's process only
 
@@ -715,16 +712,8 @@ ZIP = ZipFormat(
     fixed_bytes=member_overhead_for_length(len(METADATA_TABLE_MEMBER)) + END_RECORD_SIZE,
     max_rows=MAX_ZIP_MEMBERS - 1,  # one member is metadata.parquet
     max_bytes=MAX_ZIP_BYTES,
-    words="ZIP",
     member_template="images/{key[0:3]}/{key[3:6]}/{key}{ext}",
-    layout_words="inside, `metadata.parquet` first (the rows, typed as the card declares), then each file stored"
-    " uncompressed at `images/<key[:3]>/<key[3:6]>/<key><ext>`",
     metadata_member=METADATA_TABLE_MEMBER,
     metadata_table=True,
     loading_script=True,
-    builder_from_members=True,
-    builtin_units="one for the whole split",
-    builtin_requests="several per file",
-    builtin_caveat=" It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one"
-    " worker busy, and fetches each file with requests of its own.",
 )
