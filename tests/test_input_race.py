@@ -32,13 +32,13 @@ def config_for(corpus: Corpus, out: Path, **kw: Any) -> PackConfig:
 
 
 def after_the_check(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> None:
-    original = shardkit.pack._reconcile
+    original = shardkit.pack.reconcile
 
     def change_then_reconcile(*args: Any, **kw: Any) -> Any:
         change()
         return original(*args, **kw)
 
-    monkeypatch.setattr(shardkit.pack, "_reconcile", change_then_reconcile)
+    monkeypatch.setattr(shardkit.pack, "reconcile", change_then_reconcile)
 
 
 def same_size_other_bytes(path: Path) -> bytes:
@@ -126,13 +126,13 @@ def test_the_cli_refuses_in_one_line_and_a_rerun_packs_the_file_as_it_is_now(
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import os, shardkit.pack\n"
-        "_real = shardkit.pack._reconcile\n"
+        "_real = shardkit.pack.reconcile\n"
         "def _swap(*a, **k):\n"
         f"    path = {str(victim)!r}\n"
         "    data = open(path, 'rb').read()\n"
         "    open(path, 'r+b').write(data[:-1] + bytes([data[-1] ^ 0xFF]))\n"
         "    return _real(*a, **k)\n"
-        "shardkit.pack._reconcile = _swap\n"
+        "shardkit.pack.reconcile = _swap\n"
     )
     env = {**os.environ, "PYTHONPATH": str(hook)}
     cmd = [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), "-j", "1", "-q"]
