@@ -1,7 +1,8 @@
 """A file changed or swapped between the check and the write is refused, never published.
 
 Each test changes an input file at one fixed point, after the check and before the writer
-reads it (``_reconcile`` runs between the two), so no test depends on timing.
+reads it (``shardkit.pack.reconcile``, the resume stage, which pack looks up there when it
+calls it, runs between the two), so no test depends on timing.
 """
 
 from __future__ import annotations

@@ -89,8 +89,8 @@ def _pack_locked(run: PackRun) -> PackSummary:
     if run.cluster is None and not config.dry_run:
         start_forkserver(config.jobs)
     run.clear_working_folders()  # leftovers of a run that died
-    problems = problem_report(run)
-    run.phases.start()
+    problems = problem_report(run)  # the run's one report: each problem the stage finds goes to it
+    run.phases.start()  # the check's clock starts here
     try:
         previous = previous_run(run)
         staged = stage_rows(run, problems, previous.labels if previous is not None else {})

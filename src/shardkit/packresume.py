@@ -199,9 +199,10 @@ def reconcile(
     if not dry_run:
         _make_room(run, output, state)
     done, kept = _done_shards(run, plan, output, hashes, dry_run=dry_run)
-    found = _Found(done, kept, output.recorded, output.removed, resuming=output.same_run)
     # (now: the reasons read the staged rows, which the finish phase removes)
-    changes = _changes(plan, found, staged.path, run.location, force=run.config.force, schema_change=schema_change)
+    changes = _changes(
+        plan, done, output, staged.path, run.location, force=run.config.force, schema_change=schema_change
+    )
     return Reconciled(plan, done, kept, output.recorded, output.removed, output.same_run, changes, hashes)
 
 
@@ -395,17 +396,6 @@ _OPTION_FLAGS = {
 }
 
 
-@dataclass(frozen=True)
-class _Found:
-    """What :func:`reconcile` found in OUT_DIR, as :func:`_changes` reads it."""
-
-    done: dict[str, ManifestShard]
-    kept: int
-    recorded: dict[str, ManifestShard]
-    removed: list[str]
-    resuming: bool
-
-
 def _schema_change(
     fmt: ShardFormat, previous: PreviousRun | None, features: list[dict[str, Any]]
 ) -> _SchemaChange | None:
@@ -441,7 +431,8 @@ class _SchemaChange:
 
 def _changes(
     plan: list[ShardPlan],
-    reconciled: _Found,
+    done: dict[str, ManifestShard],
+    output: _Output,
     staged_path: str,
     location: Location,
     *,
@@ -453,11 +444,11 @@ def _changes(
     file."""
     changes = []
     for p in plan:
-        if p.name in reconciled.done:
+        if p.name in done:
             continue
-        before = reconciled.recorded.get(p.name)
+        before = output.recorded.get(p.name)
         if before is None:
-            why = "not written yet" if reconciled.resuming else "new"
+            why = "not written yet" if output.same_run else "new"
             changes.append(ShardChange(p.name, p.split, "write", why, p.rows, p.bytes))
             continue
         if force:
@@ -473,8 +464,8 @@ def _changes(
         else:
             why = _rows_changed(location, before, staged_path, p)
         changes.append(ShardChange(p.name, p.split, "rewrite", why, p.rows, p.bytes))
-    for file in reconciled.removed:
-        old = reconciled.recorded[file]
+    for file in output.removed:
+        old = output.recorded[file]
         # (whether its rows went or moved to a neighbour: a planned shard's key range overlaps)
         split_plan = [p for p in plan if p.split == old.split]
         if not split_plan:

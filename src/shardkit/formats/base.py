@@ -211,7 +211,7 @@ class ShardFormat(abc.ABC):
     #: common extension), as for any archive: a card setting cannot override it.
     builder_from_members: bool = False
     #: What a pack publishes in this format, beyond the input and options: a new layout rewrites
-    #: unchanged input (with --force). pack.py's LAYOUT_CHANGES says what each number changed.
+    #: unchanged input (with --force). packresume.py's LAYOUT_CHANGES says what each number changed.
     layout_version: int = 4
     #: What datasets' builtin loader gives DataLoader workers as units of work, and the requests
     #: it makes (the card's table of readers), and what else the card says of it.
