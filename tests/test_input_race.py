@@ -135,7 +135,8 @@ def test_the_cli_refuses_in_one_line_and_a_rerun_packs_the_file_as_it_is_now(
         "    return _real(*a, **k)\n"
         "shardkit.pack.reconcile = _swap\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(hook)}
+    # The hook first, then the folders PYTHONPATH held (the code under test among them).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
     cmd = [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), "-j", "1", "-q"]
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert first.returncode == 1
