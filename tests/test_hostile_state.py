@@ -262,7 +262,7 @@ def test_ctrl_c_in_verify_does_not_offer_to_resume(packed: Path, tmp_path: Path)
 
 def test_ctrl_c_in_pack_says_a_rerun_resumes(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = _interrupted_at("shardkit.pack:_reconcile", [*PACK, "-o", str(out)], tmp_path)
+    result = _interrupted_at("shardkit.pack:reconcile", [*PACK, "-o", str(out)], tmp_path)
     assert result.returncode == 130
     assert _one_line(result.stderr) == "interrupted; re-run the same command to resume"
 

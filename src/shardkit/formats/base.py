@@ -200,7 +200,7 @@ class ShardFormat(abc.ABC):
     #: Read with ranged reads of a seekable file (its footer first), not front to back in one read.
     random_access: bool = False
     #: What a pack publishes in this format, beyond the input and options: a new layout rewrites
-    #: unchanged input (with --force). pack.py's LAYOUT_CHANGES says what each number changed.
+    #: unchanged input (with --force). packresume.py's LAYOUT_CHANGES says what each number changed.
     layout_version: int = 4
 
     @property
