@@ -34,7 +34,8 @@ from .outdir import CreatedHere, locked, pull_small_files
 from .packconfig import ExecutorName, OnProblem, PackConfig, PackSummary, ShardChange, ShardFormatName, check_config
 from .packfinish import finish, write_table
 from .packplan import Planned, plan_pack
-from .packresume import Reconciled, previous_run, reconcile
+from .packprevious import previous_run
+from .packresume import Reconciled, reconcile
 from .packrun import PackRun, check_places
 from .packstage import Staged, problem_report, stage_rows
 from .packwrite import write_shards

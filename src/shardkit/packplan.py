@@ -28,7 +28,7 @@ from .plan import BY_SIZE, FIRST_BOUNDARY, HUB_MAX_FOLDER_ENTRIES, PlanEntry, Sh
 from .staging import SplitRows, StagedEntries, iter_published_lines
 
 if TYPE_CHECKING:
-    from .packresume import PreviousRun
+    from .packprevious import PreviousRun
     from .packstage import Staged
 
 log = logging.getLogger(__name__)

@@ -30,6 +30,11 @@ from typing import IO, Any, BinaryIO, Protocol
 from ..errors import ShardkitError
 from ..streamio import Output
 
+#: Largest shard and member count a ZIP without ZIP64 records can describe. tar and Parquet
+#: shards keep to the same row cap and largest shard, so one plan fits any format.
+MAX_ZIP_BYTES = 0xFFFFFFFF
+MAX_ZIP_MEMBERS = 0xFFFF
+
 #: A ZIP shard's first member before layout 4: every row's metadata line, before any file.
 METADATA_MEMBER = "metadata.jsonl"
 #: A ZIP shard's first member since layout 4: the rows' metadata as a table typed by the card's

@@ -39,6 +39,8 @@ from ..errors import ShardkitError
 from ..rowrules import MAX_LINE_BYTES, SOURCE_PATH_COLUMN
 from ..streamio import Output, jsonl_lines
 from .base import (
+    MAX_ZIP_BYTES,
+    MAX_ZIP_MEMBERS,
     HashingReader,
     ShardCheck,
     ShardFormat,
@@ -50,7 +52,6 @@ from .base import (
     rows_between,
     source_of_row,
 )
-from .zip import MAX_ZIP_BYTES, MAX_ZIP_MEMBERS
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -39,8 +39,18 @@ from typing import Any, BinaryIO
 from ..errors import no_note, source_note
 from ..rowrules import SOURCE_PATH_COLUMN
 from ..streamio import CountingOutput, Output, crc32, decode_member_name, read_exact
-from .base import HashingReader, ShardCheck, ShardFormat, ShardFormatError, ShardRecord, ShardRows, Walk, source_of_row
-from .zip import MAX_ZIP_BYTES, MAX_ZIP_MEMBERS
+from .base import (
+    MAX_ZIP_BYTES,
+    MAX_ZIP_MEMBERS,
+    HashingReader,
+    ShardCheck,
+    ShardFormat,
+    ShardFormatError,
+    ShardRecord,
+    ShardRows,
+    Walk,
+    source_of_row,
+)
 
 BLOCK = 512
 END_BYTES = 2 * BLOCK

@@ -44,6 +44,8 @@ from ..errors import listed, no_note, source_note
 from ..rowrules import SOURCE_PATH_COLUMN
 from ..streamio import CountingOutput, Output, crc32, decode_member_name, jsonl_lines, read_exact
 from .base import (
+    MAX_ZIP_BYTES,
+    MAX_ZIP_MEMBERS,
     METADATA_MEMBER,
     METADATA_TABLE_MEMBER,
     HashingReader,
@@ -95,9 +97,6 @@ LOCAL_HEADER_SIZE = _LOCAL_HEADER.size
 CENTRAL_HEADER_SIZE = _CENTRAL_HEADER.size
 END_RECORD_SIZE = _END_RECORD.size
 
-#: Largest shard and member count a ZIP without ZIP64 records can describe.
-MAX_ZIP_BYTES = 0xFFFFFFFF
-MAX_ZIP_MEMBERS = 0xFFFF
 CENTRAL_IN_MEMORY_BYTES = 1 << 20  # a writer's central directory beyond this waits in a temporary file
 
 _VERSION = 20  # 2.0: the version that introduced stored members and folders
