@@ -14,7 +14,11 @@ no branch of their own on what kind of place it is. Each kind is one class and o
 - :mod:`.hub`: a Hub dataset (``ns/name`` or ``hf://datasets/ns/name[@revision]``), read-only.
 
 A new kind subclasses :class:`Location` (:mod:`.base` says what it must define) and registers
-its URL schemes; ``shardkit.stream``, ``verify``, ``head`` and ``remux`` then read from it.
+its URL schemes; ``shardkit.stream``, ``verify``, ``head`` and ``remux`` then read from it. Inside
+shardkit that is a module of this package and its import line below (the import runs the
+``register`` line, so the command line knows the kind too); from a user's own code, a class and a
+``register`` call before it calls shardkit's Python API (tests/test_location_kinds.py does that).
+The command line knows only the kinds imported here: it loads no plug-ins.
 Around them: :mod:`.network` (the one timeout, one-line network failures), :mod:`.reading`
 (bounded reads, http(s) reading with one GET), :mod:`.hubclient` (huggingface_hub's client held
 to the same bounds: :func:`bounded_hub_requests`).
