@@ -98,9 +98,10 @@ class Location:
     #: A folder on this machine: a run's OUT_DIR is then its own work folder (a lock, a check for
     #: foreign files, hashes kept of the shards, renames). Read only where that is the question.
     is_local: ClassVar[bool] = False
-    #: Whether shardkit writes a repo's files there, and so repairs them in place: an http(s)
-    #: server's are published anew from a local copy, a Hub dataset's by ``shardkit push``.
-    writable: ClassVar[bool] = True
+    #: Whether a damaged file there is repaired in place (verify's advice): a folder's or an
+    #: object store's; an http(s) server's are published anew from a local copy, a Hub dataset's
+    #: by ``shardkit push``. (Whether writing works at all is what :meth:`check_writable` finds.)
+    repaired_in_place: ClassVar[bool] = True
     #: Whether the place has revisions (``@rev``, ``--revision``): a Hub dataset.
     has_revisions: ClassVar[bool] = False
 

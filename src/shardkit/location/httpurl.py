@@ -19,7 +19,7 @@ class HttpUrl(FsspecPlace):
     """A packed folder an http(s) server serves."""
 
     kind = "http"
-    writable = False
+    repaired_in_place = False
 
     def headers(self) -> dict[str, str]:
         """The headers of every request here (none of its own)."""
