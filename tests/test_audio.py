@@ -17,7 +17,7 @@ from click.testing import CliRunner
 import shardkit
 from shardkit.card import split_front_matter
 from shardkit.cli import main, pack_shards
-from tests.conftest import write_jsonl
+from tests.support.corpus import write_jsonl
 
 
 def tone(seed: int, frames: int = 800) -> bytes:

@@ -29,9 +29,9 @@ from shardkit.card import (
     split_front_matter,
 )
 from shardkit.formats import ZIP
-from tests.conftest import tiny_image, write_jsonl
 from tests.hub_server import run_hub_server
-from tests.readback import DS36_PYTHON
+from tests.support.corpus import tiny_image, write_jsonl
+from tests.support.readback import DS36_PYTHON
 from tests.test_push import hub_env, push
 
 SCRIPTS = Path(sys.executable).parent

@@ -16,7 +16,7 @@ from shardkit.check import MIN_SPLIT_BYTES, plan_ranges
 from shardkit.errors import InputErrors
 from shardkit.pack import PackConfig, pack
 from shardkit.schema import SchemaTracker
-from tests.conftest import Corpus, tree_bytes, write_jsonl
+from tests.support.corpus import Corpus, tree_bytes, write_jsonl
 
 # --- the schema argument, directly: per-range trackers merged in order = one tracker -------------
 

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main, pack_shards
-from tests.conftest import Corpus, shard_files
+from tests.support.corpus import Corpus, shard_files
 
 
 def run(*args: str | Path) -> tuple[int, str, str]:

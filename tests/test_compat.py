@@ -1,6 +1,6 @@
 """The consumer contract (issue 18): every reader returns exactly what was packed, with its types.
 
-One corpus built to break loaders (see tests/compat_corpus.py), images and audio, packed as
+One corpus built to break loaders (see tests/support/compat_corpus.py), images and audio, packed as
 zip, tar and parquet and pushed to the Hub-API test server, then read by every reader:
 
 * datasets 3.6 (``.venv-ds36``): the builtin loaders and the loading script (zip);
@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 from cookiecutter.main import cookiecutter
 
-from tests import compat_corpus
 from tests.compat_reader import file_bytes, typed
-from tests.conftest import REPO_ROOT, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
-from tests.readback import DS36_PYTHON, run_reader
+from tests.support import compat_corpus
+from tests.support.corpus import REPO_ROOT, write_jsonl
+from tests.support.readback import DS36_PYTHON, run_reader
 
 DS40_PYTHON = os.environ.get("SHARDKIT_DS40_PYTHON", str(REPO_ROOT / ".venv-ds40" / "bin" / "python"))
 SCRIPTS = Path(sys.executable).parent

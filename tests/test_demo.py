@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
-from tests.readme_blocks import fenced_blocks, output_of, output_problem
+from tests.support.corpus import REPO_ROOT
+from tests.support.readme_blocks import fenced_blocks, output_of, output_problem
 
 #: README's picture of the demo's output shows the clone as this folder.
 SHOWN_ROOT = "/path/to/shardkit/"

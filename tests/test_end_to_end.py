@@ -12,7 +12,8 @@ import fsspec
 import pytest
 from datasets import Image, load_dataset
 
-from tests.conftest import EXAMPLE_DIR, pack_example
+from tests.support.corpus import EXAMPLE_DIR
+from tests.support.packing import pack_example
 
 
 @pytest.fixture(scope="module")

@@ -26,11 +26,12 @@ import s3fs
 
 import shardkit
 from shardkit.errors import ShardkitError
-from tests.conftest import REPO_ROOT, pack_example, s3_env, tree_bytes
 from tests.fault_proxy import Fault, FaultProxy, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import HubServer, run_hub_server
-from tests.readback import expected_rows
+from tests.support.corpus import REPO_ROOT, tree_bytes
+from tests.support.packing import pack_example, s3_env
+from tests.support.readback import expected_rows
 from tests.test_push import hub_env, local_files, remote_files
 
 SCRIPTS = Path(sys.executable).parent
@@ -59,7 +60,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def read_all(source: str) -> dict[str, Any]:
-    """Every row of ``shardkit.stream(source)`` as tests/readback.py digests them, or the error
+    """Every row of ``shardkit.stream(source)`` as tests/support/readback.py digests them, or the error
     that stopped the read and how many rows came before it."""
     rows = []
     try:

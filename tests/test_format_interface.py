@@ -30,7 +30,7 @@ from shardkit.location import Location
 from shardkit.manifest import Manifest, ManifestShard, Options
 from shardkit.rowcheck import DatasetRows
 from shardkit.verify import _Check, _ShardResult
-from tests.conftest import tiny_image
+from tests.support.corpus import tiny_image
 
 FEATURES = [
     {"name": "image", "dtype": "image"},

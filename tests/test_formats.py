@@ -24,8 +24,9 @@ import yaml
 import shardkit
 from shardkit.formats import PARQUET, TAR
 from shardkit.formats.tar import TarFormatError, TarWriter, iter_tar_members, member_header
-from tests.conftest import Corpus, pack_example, tiny_image, tree_bytes
-from tests.readback import DS36_PYTHON, expected_rows, read_with
+from tests.support.corpus import Corpus, tiny_image, tree_bytes
+from tests.support.packing import pack_example
+from tests.support.readback import DS36_PYTHON, expected_rows, read_with
 from tests.test_streaming import digest_rows
 
 FILE_COLUMN = {"tar": "jpg", "parquet": "image"}

@@ -31,10 +31,11 @@ import pytest
 import soundfile
 from PIL import Image
 
-from tests.conftest import pack_example, write_jsonl
 from tests.fault_proxy import Fault, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import WRITE_TOKEN, HubServer, run_hub_server
+from tests.support.corpus import write_jsonl
+from tests.support.packing import pack_example
 from tests.test_splits_labels import hub_env, pack_cli, push_cli
 
 SCRIPTS = Path(sys.executable).parent

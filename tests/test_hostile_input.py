@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.rowrules import MAX_LINE_BYTES
-from tests.conftest import tiny_image
+from tests.support.corpus import tiny_image
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 GOOD = b'{"file_name": "a.jpg", "n": 1}\n'

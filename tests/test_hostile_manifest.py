@@ -31,9 +31,9 @@ import shardkit
 from shardkit import manifest as manifest_module
 from shardkit.cli import main
 from shardkit.errors import ManifestError, ShardkitError
-from tests.conftest import REPO_ROOT, tiny_image
 from tests.http_server import serve_directory
 from tests.hub_server import run_hub_server
+from tests.support.corpus import REPO_ROOT, tiny_image
 from tests.test_hostile_shards import script_outcomes
 from tests.test_splits_labels import hub_env, push_cli
 

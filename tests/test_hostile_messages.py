@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.conftest import REPO_ROOT, Corpus, tree_bytes
+from tests.support.corpus import REPO_ROOT, Corpus, tree_bytes
 
 BIN = Path(sys.executable).parent
 PACK_SHARDS = str(BIN / "pack-shards")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT
 from tests.hub_server import run_hub_server
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
 from tests.test_push import REPO, hub_env
 
 SCRIPTS = Path(sys.executable).parent

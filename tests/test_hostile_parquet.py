@@ -28,7 +28,7 @@ import pytest
 import shardkit
 from shardkit.errors import ShardkitError
 from shardkit.formats.parquet import arrow_schema
-from tests.conftest import Corpus, adding_up
+from tests.support.corpus import Corpus, adding_up
 
 SCRIPTS = Path(sys.executable).parent
 HUGE = 1_500_000_000  # bytes a bomb decompresses to: what a 52 KB shard of the issue held

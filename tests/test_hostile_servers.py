@@ -29,10 +29,11 @@ import shardkit
 from shardkit.errors import ShardkitError, redact, redact_log_records, server_text
 from shardkit.location import MAX_API_BODY_BYTES
 from shardkit.manifest import MAX_MANIFEST_BYTES
-from tests.conftest import REPO_ROOT, pack_example
 from tests.fault_proxy import ECHO, Fault, FaultProxy, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import TOKENS, HubServer, run_hub_server
+from tests.support.corpus import REPO_ROOT
+from tests.support.packing import pack_example
 from tests.test_push import hub_env
 
 TOKEN = "hf_" + string.ascii_letters[:34]  # shaped as the Hub's tokens are

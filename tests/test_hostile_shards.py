@@ -35,8 +35,9 @@ from shardkit.errors import ShardkitError
 from shardkit.formats.parquet import encode_table, metadata_lines_table, read_metadata_table
 from shardkit.formats.tar import crc_record, iter_tar_members, member_header
 from shardkit.formats.zip import central_header, end_record, iter_members, local_header
-from tests.conftest import REPO_ROOT, adding_up, pack_example
-from tests.readback import DS36_PYTHON, expected_rows
+from tests.support.corpus import REPO_ROOT, adding_up
+from tests.support.packing import pack_example
+from tests.support.readback import DS36_PYTHON, expected_rows
 
 SCRIPTS = Path(sys.executable).parent
 Members = list[tuple[bytes, bytes]]  # (raw name, data), in shard order

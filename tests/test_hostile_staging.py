@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import tiny_image, tree_bytes
+from tests.support.corpus import tiny_image, tree_bytes
 
 BIN = Path(sys.executable).parent
 PACK_SHARDS = str(BIN / "pack-shards")

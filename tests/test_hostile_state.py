@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT, tree_bytes
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT, tree_bytes
 
 BIN = Path(sys.executable).parent
 PACK = [str(BIN / "pack-shards"), str(EXAMPLE_DIR / "images"), str(EXAMPLE_DIR / "metadata.jsonl"), "-j", "1", "-q"]

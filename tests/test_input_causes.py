@@ -29,7 +29,7 @@ import pytest
 
 from shardkit import metadata
 from shardkit.check import _close_split_names, split_warnings
-from tests.conftest import tiny_image, write_jsonl
+from tests.support.corpus import tiny_image, write_jsonl
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 YFCC = Path(__file__).resolve().parent.parent / "example_datasets" / "yfcc-mini"

@@ -44,9 +44,9 @@ from shardkit.card import (
     update_loaders,
 )
 from shardkit.formats.zip import ZipWriter, iter_members
-from tests.conftest import REPO_ROOT, adding_up, write_jsonl
 from tests.http_server import serve_directory
-from tests.readback import DS36_PYTHON
+from tests.support.corpus import REPO_ROOT, adding_up, write_jsonl
+from tests.support.readback import DS36_PYTHON
 from tests.test_splits_labels import SPLITS, expected_splits, pack_cli, read_cells, write_corpus
 
 NAME = "pets-l4"

@@ -22,7 +22,7 @@ from shardkit.errors import InputProblem
 from shardkit.metadata import SourceRecord, _check_path, _check_row, read_metadata
 from shardkit.rowrules import EXT_RE
 from shardkit.staging import _normal_path
-from tests.conftest import write_jsonl
+from tests.support.corpus import write_jsonl
 
 ROOT = "/data/images/"
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, Corpus, pack_example
 from tests.hub_server import WRITE_TOKEN
+from tests.support.corpus import REPO_ROOT, Corpus
+from tests.support.packing import pack_example
 from tests.test_push import REPO, hub_env, pushed_copy
 from tests.test_url_output import objects, s3  # noqa: F401 - the fixture, found here by name
 

@@ -19,7 +19,7 @@ from shardkit.formats import ZIP
 from shardkit.location import Location
 from shardkit.pack import PackConfig, pack
 from shardkit.preview import _BACKGROUND, _CAPTION_LINES, _CELL, _LINE_PITCH, _MARGIN, _TEXT_HEIGHT, _samples, _tile
-from tests.conftest import write_jsonl
+from tests.support.corpus import write_jsonl
 
 RED, GREEN, BLUE, YELLOW = (220, 30, 30), (30, 180, 30), (30, 30, 220), (230, 210, 20)
 SIZE = (96, 64)  # 3:2, fitted into a 160 x 160 cell as 160 x 107 from row 26

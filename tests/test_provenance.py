@@ -31,8 +31,8 @@ import shardkit
 from shardkit.cli import main
 from shardkit.errors import SOURCE_SHOWN_CHARS, ShardkitError, source_note
 from shardkit.formats.parquet import ParquetShardWriter
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT
-from tests.readback import DS36_PYTHON
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
+from tests.support.readback import DS36_PYTHON
 from tests.test_hostile_shards import set_shard, with_field, zip_bytes, zip_members
 
 SCRIPTS = Path(sys.executable).parent

@@ -30,9 +30,10 @@ from shardkit.errors import UsageError
 from shardkit.manifest import read_manifest
 from shardkit.outdir import unnamed_files
 from shardkit.push import LocalFile, RemoteFile, collect_files, ignore_rules, is_ignored, plan_commits
-from tests.conftest import Corpus, pack_example
 from tests.hub_server import READ_TOKEN, WRITE_TOKEN, HubServer, run_hub_server
-from tests.readback import DS36_PYTHON, expected_rows, read_with
+from tests.support.corpus import Corpus
+from tests.support.packing import pack_example
+from tests.support.readback import DS36_PYTHON, expected_rows, read_with
 
 SCRIPTS = Path(sys.executable).parent
 REPO = "tester/yfcc-mini"

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from tests.hub_server import run_hub_server
-from tests.readback import expected_rows, read_with
-from tests.readme_blocks import Block, anchors, fenced_blocks, output_of, output_problem
+from tests.support.corpus import REPO_ROOT
+from tests.support.readback import expected_rows, read_with
+from tests.support.readme_blocks import Block, anchors, fenced_blocks, output_of, output_problem
 from tests.test_push import hub_env
 
 DOCS = ["README.md", "docs/reference.md"]

@@ -21,9 +21,9 @@ import psutil
 from PIL import Image
 
 import shardkit
-from tests.conftest import REPO_ROOT, Corpus, tree_bytes, write_jsonl
-from tests.readback import expected_rows
 from tests.remux_functions import SIZE
+from tests.support.corpus import REPO_ROOT, Corpus, tree_bytes, write_jsonl
+from tests.support.readback import expected_rows
 
 SCRIPTS = Path(sys.executable).parent
 RESIZE = "tests.remux_functions:resize_and_flip"
@@ -216,8 +216,8 @@ def test_python_api_takes_a_callable(packed_template: Path, tmp_path: Path) -> N
 
 def test_data_files_and_a_plain_hub_dataset_are_sources_too(tmp_path: Path) -> None:
     """Parquet files named by a glob, and a Hub repo of Parquet files with no shards.json: datasets reads both."""
-    from tests.conftest import pack_example
     from tests.hub_server import run_hub_server
+    from tests.support.packing import pack_example
     from tests.test_push import hub_env
 
     parquet = tmp_path / "parquet"

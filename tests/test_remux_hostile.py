@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from tests.conftest import REPO_ROOT, tiny_image
+from tests.support.corpus import REPO_ROOT, tiny_image
 
 SHARDKIT = str(Path(sys.executable).parent / "shardkit")
 _FILE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])

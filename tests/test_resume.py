@@ -19,7 +19,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from tests.conftest import Corpus, tree_bytes
+from tests.support.corpus import Corpus, tree_bytes
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 # 600 small images with a 40 KB cap: 16 prefix groups of ~45 KB, most split in two -> about 30 shards.

@@ -36,9 +36,9 @@ import yaml
 from cookiecutter.main import cookiecutter
 
 from tests.compat_reader import file_bytes, typed
-from tests.conftest import REPO_ROOT, tiny_image, tree_bytes, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
-from tests.readback import DS36_PYTHON, run_reader, split_problems
+from tests.support.corpus import REPO_ROOT, tiny_image, tree_bytes, write_jsonl
+from tests.support.readback import DS36_PYTHON, run_reader, split_problems
 
 SCRIPTS = Path(sys.executable).parent
 READER = Path(__file__).with_name("splits_reader.py")

@@ -20,11 +20,11 @@ import shardkit
 from shardkit.formats.base import ShardRecord
 from shardkit.formats.zip import ZIP, ZipFormatError, ZipWriter
 from tests.http_server import serve_directory
-from tests.readback import expected_rows
+from tests.support.readback import expected_rows
 
 
 def digest_rows(ds: Any) -> list[list[str]]:
-    """Rows as tests/readback.py reports them: key, sha256 of the file bytes, the other fields."""
+    """Rows as tests/support/readback.py reports them: key, sha256 of the file bytes, the other fields."""
     rows = []
     for row in ds.cast_column("image", datasets.Image(decode=False)):
         data = row.pop("image")["bytes"]

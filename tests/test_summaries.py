@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import write_jsonl
+from tests.support.corpus import write_jsonl
 from tests.test_splits_labels import pack_cli
 from tests.test_update import KILLED_AT, SHARDS, Corpus
 

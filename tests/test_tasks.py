@@ -21,15 +21,11 @@ import pytest
 import shardkit.pack
 from shardkit.check import plan_ranges
 from shardkit.errors import ShardkitError
-from shardkit.pack import PackConfig, pack
+from shardkit.pack import pack
 from shardkit.tasks import LocalPool, run_tasks, task_executor
-from tests.conftest import Corpus
+from tests.support.packing import config_for
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:
-    return PackConfig(images_dir=str(corpus.images), metadata_path=str(corpus.meta), out_dir=str(out), **kw)  # type: ignore[arg-type]
 
 
 def pool_workers() -> list[psutil.Process]:

@@ -27,9 +27,9 @@ from huggingface_hub import DatasetCard
 from shardkit.card import GITATTRIBUTES_LINES, card_repo, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
 from shardkit.formats.zip import iter_members
-from tests.conftest import tree_bytes
 from tests.http_server import serve_directory
-from tests.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
+from tests.support.corpus import tree_bytes
+from tests.support.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
 from tests.test_hostile_shards import zip_bytes
 
 SCRIPTS = Path(sys.executable).parent

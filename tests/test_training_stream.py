@@ -30,11 +30,11 @@ from shardkit.formats.base import ShardRecord
 from shardkit.formats.zip import ZipFormatError
 from shardkit.location import Location
 from shardkit.shardrows import iter_shard
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT
 from tests.http_server import RequestLog, serve_directory
 from tests.hub_server import run_hub_server
-from tests.readback import DS36_PYTHON
 from tests.stream_resume import row_digest
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
+from tests.support.readback import DS36_PYTHON
 from tests.test_push import hub_env, push
 
 FORMATS = ("zip", "tar", "parquet")

@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.compat_reader import typed
-from tests.conftest import tiny_image, tree_bytes, write_jsonl
 from tests.hub_server import HubServer, run_hub_server
+from tests.support.corpus import tiny_image, tree_bytes, write_jsonl
 from tests.test_splits_labels import FIRST_SEEN, NAMES, hub_env, pack_cli, read_cells, write_corpus
 
 SCRIPTS = Path(sys.executable).parent

@@ -18,10 +18,11 @@ import pytest
 import s3fs
 from cookiecutter.main import cookiecutter
 
-from tests.conftest import REPO_ROOT, pack_example, packed_example_bytes, s3_env, tree_bytes
-from tests.dask_cluster import DaskCluster
 from tests.hub_server import run_hub_server
-from tests.readback import expected_rows, read_with
+from tests.support.corpus import REPO_ROOT, tree_bytes
+from tests.support.dask_cluster import DaskCluster
+from tests.support.packing import pack_example, packed_example_bytes, s3_env
+from tests.support.readback import expected_rows, read_with
 from tests.test_push import REPO, hub_env, remote_files
 from tests.test_remux import RESIZE
 from tests.test_remux import remux as remux_cli

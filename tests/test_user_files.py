@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from shardkit.card import split_front_matter
-from tests.conftest import EXAMPLE_DIR, adding_up, pack_example, tree_bytes, write_jsonl
 from tests.hub_server import run_hub_server
+from tests.support.corpus import EXAMPLE_DIR, adding_up, tree_bytes, write_jsonl
+from tests.support.packing import pack_example
 from tests.test_push import REPO, hub_env, push, remote_files
 
 SCRIPTS = Path(sys.executable).parent

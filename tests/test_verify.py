@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from shardkit.cli import main
 from shardkit.formats.parquet import encode_metadata_table
 from shardkit.formats.zip import ZipWriter, iter_members
-from tests.conftest import adding_up
+from tests.support.corpus import adding_up
 from tests.test_hostile_shards import zip_bytes
 
 Members = list[tuple[str, bytes]]

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
+from tests.support.corpus import REPO_ROOT
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 
