@@ -47,7 +47,7 @@ def example_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def packed_example_tar_parquet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The example packed as tar and as Parquet (16 shards each). Copy a folder to change it."""
     out = {}
     for fmt in ("tar", "parquet"):
@@ -74,6 +74,14 @@ def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = pack_example(repo, "-q")
     assert result.returncode == 0, result.stderr
     return repo
+
+
+@pytest.fixture
+def repo_dir(packed_template: Path, tmp_path: Path) -> Path:
+    """A private copy of the scaffolded and packed example dataset (16 shards), as yfcc-mini/."""
+    dst = tmp_path / "yfcc-mini"
+    shutil.copytree(packed_template, dst, ignore=shutil.ignore_patterns("lock"))
+    return dst
 
 
 @pytest.fixture(scope="module")

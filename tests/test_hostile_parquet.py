@@ -279,7 +279,7 @@ def huge_value(column: str, page_type: int, size: int = HUGE) -> PageEdit:
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def packed_parquet_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = Corpus(tmp_path_factory.mktemp("in") / "in", 24)
     out = tmp_path_factory.mktemp("out") / "ds"
     result = subprocess.run(
@@ -295,8 +295,8 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Dataset:
     """A copy of the packed dataset, and its largest shard to replace."""
 
-    def __init__(self, packed: Path, folder: Path) -> None:
-        shutil.copytree(packed, folder)
+    def __init__(self, packed_parquet_corpus: Path, folder: Path) -> None:
+        shutil.copytree(packed_parquet_corpus, folder)
         self.folder = folder
         self.manifest = json.loads((folder / "shards.json").read_text())
         record = max(self.manifest["shards"], key=lambda s: s["rows"])
@@ -356,8 +356,8 @@ class Dataset:
 
 
 @pytest.fixture
-def ds(packed: Path, tmp_path: Path) -> Dataset:
-    return Dataset(packed, tmp_path / "ds")
+def ds(packed_parquet_corpus: Path, tmp_path: Path) -> Dataset:
+    return Dataset(packed_parquet_corpus, tmp_path / "ds")
 
 
 def refused(ds: Dataset, expected: str) -> None:

@@ -45,14 +45,6 @@ def hub(tmp_path: Path) -> Iterator[HubServer]:
         yield server
 
 
-@pytest.fixture
-def repo_dir(packed_template: Path, tmp_path: Path) -> Path:
-    """A private copy of the scaffolded and packed example dataset (16 shards)."""
-    dst = tmp_path / "yfcc-mini"
-    shutil.copytree(packed_template, dst, ignore=shutil.ignore_patterns("lock"))
-    return dst
-
-
 def hub_env(endpoint: str, home: Path, *, token: str | None = WRITE_TOKEN, xet: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1", NO_PROXY="127.0.0.1")

@@ -42,9 +42,9 @@ ROWS = 300  # the example dataset: 300 rows in 16 shards
 
 
 @pytest.fixture(scope="module")
-def folders(packed_template: Path, packed: dict[str, Path]) -> dict[str, Path]:
+def folders(packed_template: Path, packed_example_tar_parquet: dict[str, Path]) -> dict[str, Path]:
     """The example packed in each format (16 shards each)."""
-    return {"zip": packed_template, **packed}
+    return {"zip": packed_template, **packed_example_tar_parquet}
 
 
 def input_digests() -> list[list[Any]]:

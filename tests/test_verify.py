@@ -19,13 +19,6 @@ from tests.test_hostile_shards import zip_bytes
 Members = list[tuple[str, bytes]]
 
 
-@pytest.fixture
-def repo_dir(packed_template: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "yfcc-mini"
-    shutil.copytree(packed_template, dst, ignore=shutil.ignore_patterns("lock"))
-    return dst
-
-
 def verify(out_dir: Path, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(main, ["verify", str(out_dir), "-q", *args], catch_exceptions=False)
     return result.exit_code, result.stdout
