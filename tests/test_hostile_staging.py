@@ -363,9 +363,12 @@ def test_no_pattern_anchors_a_whole_value_with_dollar() -> None:
 def test_anchored_checks_refuse_a_trailing_newline() -> None:
     """The checks that took a value ending in a newline before (``$``), each given one now."""
     from shardkit import manifest, scaffold
-    from shardkit.errors import UsageError
+    from shardkit.errors import ManifestError, UsageError
+    from shardkit.formats import format_named
     from shardkit.location import Location
     from shardkit.rowrules import EXT_RE, KEY_RE
+
+    zip_format = format_named("zip")
 
     assert KEY_RE.fullmatch("deadbeef") and not KEY_RE.fullmatch("deadbeef\n")
     assert EXT_RE.fullmatch(".png") and not EXT_RE.fullmatch(".png\n")
@@ -376,7 +379,16 @@ def test_anchored_checks_refuse_a_trailing_newline() -> None:
     with pytest.raises(UsageError, match="is not a folder"):
         Location.parse("n\u00e4/name")  # (the Hub's ids are ASCII)
     assert Location.parse("hf://datasets/ns/name@v1.0").kind == "hub"
-    assert manifest._SHARD_NAME.fullmatch("data/ab.zip") and not manifest._SHARD_NAME.fullmatch("data/ab.zip\n")
+    zero = "0" * 64
+    shard = manifest.ManifestShard("data/ab.zip", "metadata/ab.jsonl", 1, 100, zero, zero, "ab000001", "ab000001")
+    options = manifest.Options(2, zip_format.max_bytes, zip_format.max_bytes, "zip")
+    features = [{"name": "image", "dtype": "image"}, {"name": "key", "dtype": "string"}]
+    one_shard = manifest.Manifest(options, zero, "image", features, [shard], layout=4)
+    written = one_shard.to_json()
+    assert manifest.parse_manifest(manifest.dump_json(written), "shards.json").shards[0].file == "data/ab.zip"
+    written["shards"][0]["file"] += "\n"
+    with pytest.raises(ManifestError, match=r"shards\[0\]\.file is 'data/ab.zip\\n', not data/"):
+        manifest.parse_manifest(manifest.dump_json(written), "shards.json")
     rules = scaffold.load_rules(scaffold.TEMPLATE_DIR)
     assert rules is not None
     assert rules.name_problems("name\n", "dataset_name")

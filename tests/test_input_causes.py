@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardkit import metadata
-from shardkit.check import _close_split_names, split_warnings
+from shardkit.check import split_warnings
 from tests.support.corpus import tiny_image, write_jsonl
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
@@ -483,8 +483,12 @@ def test_close_split_names() -> None:
         ("validaton", "validation"),
     ]
     apart = [("train", "test"), ("train1", "train2"), ("fold_0", "fold_1"), ("val", "test"), ("a", "b"), ("cat", "car")]
-    assert all(_close_split_names(a, b) and _close_split_names(b, a) for a, b in close)
-    assert not any(_close_split_names(a, b) for a, b in apart)
+
+    def warned(smaller: str, larger: str) -> bool:  # neither has few rows: a warning says they are close
+        return split_warnings({smaller: 50, larger: 60}, {smaller: 1, larger: 2}) != []
+
+    assert all(warned(a, b) and warned(b, a) for a, b in close)
+    assert not any(warned(a, b) for a, b in apart)
 
 
 def test_split_warnings_name_the_smaller_split_once() -> None:
