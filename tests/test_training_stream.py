@@ -332,9 +332,9 @@ def zip_shard(path: Path, lines: list[dict[str, Any]], members: list[str]) -> Sh
 
 def cut_read(path: Path, record: ShardRecord, start: int, stop: int | None) -> list[tuple[str, int]]:
     from shardkit.formats import ZIP
-    from shardkit.shardrows import _ShardAt
+    from shardkit.shardrows import ShardAt
 
-    shard = _ShardAt(Location(str(path.parent), "folder"), path.name)
+    shard = ShardAt(Location(str(path.parent), "folder"), path.name)
     return [(row["image"]["path"], row["n"]) for row in ZIP.read_piece(shard, record, start, stop)]
 
 
