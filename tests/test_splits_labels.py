@@ -552,7 +552,7 @@ def test_the_preview_captions_images_with_class_names_not_numbers(tmp_path: Path
     a ClassLabel caption is the class's name, not its number."""
     from shardkit.formats import ZIP
     from shardkit.location import Location
-    from shardkit.preview import _samples
+    from shardkit.preview import preview_samples
 
     example = REPO_ROOT / "example_datasets" / "shapes-mini"
     out = tmp_path / "shapes"
@@ -561,6 +561,6 @@ def test_the_preview_captions_images_with_class_names_not_numbers(tmp_path: Path
     manifest = json.loads((out / "shards.json").read_text(encoding="utf-8"))
     names = ["circle", "square", "triangle"]
     shards = [s["file"] for s in manifest["shards"]]
-    captions = [c for _, c, _ in _samples(Location(str(out), "folder"), shards, 12, ZIP, {"label": names})]
+    captions = [c for _, c, _ in preview_samples(Location(str(out), "folder"), shards, 12, ZIP, {"label": names})]
     assert len(captions) == 12 and set(captions) <= set(names)
     assert (out / "preview.jpg").stat().st_size > 0
