@@ -221,7 +221,7 @@ def test_a_first_row_longer_than_the_part_looked_at_packs(
     ids=["a pipe's first write", "an array's first bytes", "a long first line"],
 )
 def test_the_start_of_a_line_is_not_judged(head: bytes) -> None:
-    assert metadata._not_json_lines(head[: metadata._HEAD_BYTES], "IN > OUT") is None
+    assert metadata.not_json_lines(head[: metadata.HEAD_BYTES], "IN > OUT") is None
 
 
 def test_json_lines_of_arrays_is_one_line(tmp_path: Path) -> None:
