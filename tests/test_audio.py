@@ -12,6 +12,7 @@ import wave
 from pathlib import Path
 
 import datasets
+import pytest
 from click.testing import CliRunner
 
 import shardkit
@@ -31,6 +32,7 @@ def tone(seed: int, frames: int = 800) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.slow
 def test_wav_files_pack_verify_and_stream_back(tmp_path: Path) -> None:
     clips = tmp_path / "clips"
     clips.mkdir()

@@ -286,6 +286,7 @@ def test_shardkit_pack_is_the_same_command(corpus: Corpus, tmp_path: Path) -> No
     assert not (tmp_path / "o" / "data").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path: Path, jobs: str) -> None:  # type: ignore[no-untyped-def]
 
@@ -397,6 +398,7 @@ def test_non_utf8_line_names_line_and_column(corpus: Corpus, tmp_path: Path) -> 
     assert f"latin1.jsonl:2: line is not valid UTF-8 (byte 0xe9 at column {len(before) + 1})" in stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_metadata_ranges_are_checked_stops_every_process(corpus: Corpus, tmp_path: Path) -> None:
     # 52 MB of metadata, checked in ranges by two worker processes; the check of one file never
     # returns (tests/hang_on_read), so the check never ends: a run that waited for it would
@@ -437,6 +439,7 @@ def test_ctrl_c_while_metadata_ranges_are_checked_stops_every_process(corpus: Co
     assert gone  # no worker left behind, stuck or waiting for more work, nor any other process
 
 
+@pytest.mark.slow
 def test_a_write_that_fails_names_the_file_and_leaves_no_partial_file(corpus: Corpus, tmp_path: Path) -> None:
     """A full disk, as the kernel reports it on a write (here a file size limit, EFBIG, which
     fails the same call as ENOSPC does): one line naming the file, nothing half-written left."""

@@ -26,6 +26,8 @@ from tests.support.packing import pack_example, packed_example_bytes
 from tests.test_remux import RESIZE
 from tests.test_remux import remux as remux_cli
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskCluster]:

@@ -366,6 +366,8 @@ import json, sys
 import duckdb, polars, pyarrow.parquet as pq
 from tests.compat_reader import file_bytes, typed
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s
+
 def rows(dicts):
     out = []
     for r in dicts:

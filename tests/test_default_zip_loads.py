@@ -40,6 +40,8 @@ from tests.support.readback import DS36_PYTHON, run_reader, split_problems
 from tests.test_compat import DS40_PYTHON
 from tests.test_splits_labels import hub_env, pack_cli, push_cli
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s
+
 READER = Path(__file__).with_name("any_modality_reader.py")
 MODALITIES = ("image", "audio")
 SPLITS = {"image": tuple(export_corpus.IMAGE_SPLITS), "audio": tuple(export_corpus.AUDIO_SPLITS)}

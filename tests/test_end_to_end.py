@@ -52,6 +52,7 @@ def _check_rows(rows: list[dict[str, Any]], by_key: dict[str, dict[str, Any]], f
     assert seen == set(by_key)
 
 
+@pytest.mark.slow
 def test_streaming_load_gives_every_row_and_byte(packed_example_and_input: Any) -> None:
     out, by_key, files = packed_example_and_input
     ds = load_dataset(str(out), split="train", streaming=True)

@@ -80,6 +80,7 @@ def test_tar_reader_refuses_a_bad_header_and_a_truncated_stream() -> None:
 # --- each format read back by its consumers ----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
 def test_datasets_5_and_3_6_read_every_row_and_byte(
     packed_example_tar_parquet: dict[str, Path], fmt: str, tmp_path: Path
@@ -144,6 +145,7 @@ def test_shardkit_stream_gives_the_same_rows_as_for_zip(packed_example_tar_parqu
 # --- the shared machinery: sizes, verify, resume, errors -------------------------------------------
 
 
+@pytest.mark.slow
 def test_planned_sizes_hold_exact_for_tar_and_as_an_upper_bound_for_parquet(make_corpus: Any, tmp_path: Path) -> None:
     corpus: Corpus = make_corpus(300)
     sizes = {}
@@ -250,6 +252,7 @@ def _pack(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
 def test_pushed_to_the_hub_both_datasets_versions_read_main(
     packed_example_tar_parquet: dict[str, Path], fmt: str, tmp_path: Path

@@ -195,6 +195,7 @@ def split_keys(folder: Path, split: str) -> list[tuple[str, str]]:
 # --- JSON: every value as the input has it ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_json_rows_are_the_input_rows_with_their_types_and_image_headers(packed_head_corpus: Packed, fmt: str) -> None:
     folder = packed_head_corpus.folders[fmt]
@@ -415,6 +416,7 @@ def pushed_head_corpus(
         yield server, hub_env(server.url, root / "reader", token=WRITE_TOKEN)
 
 
+@pytest.mark.slow
 def test_a_hub_id_gives_what_the_folder_gives_fetching_only_the_manifest_and_first_shards(
     packed_head_corpus: Packed, pushed_head_corpus: tuple[HubServer, dict[str, str]]
 ) -> None:
@@ -473,6 +475,7 @@ def test_a_damaged_shard_is_one_line_naming_it(packed_head_corpus: Packed, tmp_p
     assert line.startswith("error: ") and str(shard) in line
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_a_shard_is_read_is_one_line_exit_130_and_the_saved_files_removed(
     packed_head_corpus: Packed, tmp_path: Path
 ) -> None:
@@ -500,6 +503,7 @@ def test_ctrl_c_while_a_shard_is_read_is_one_line_exit_130_and_the_saved_files_r
     assert not out.exists()  # the folder it made, and the file saved in it, are gone
 
 
+@pytest.mark.slow
 def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_escaped(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
@@ -536,6 +540,7 @@ def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_es
     }
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_reading_ends_it_quietly(tmp_path: Path) -> None:
     out = tmp_path / "yfcc-mini"
     assert pack_example(out, "-q").returncode == 0

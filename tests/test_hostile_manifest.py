@@ -361,6 +361,7 @@ def assert_remux_refuses(repo: Path, out: Path, says: str, file: str = "shards.j
     assert not (out / "shards.json").exists() and not list(out.glob("data/*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_hostile_manifest_is_refused_by_verify_and_stream(packed_template: Path, tmp_path: Path, case: str) -> None:
     repo = hostile_copy(packed_template, tmp_path, case)
@@ -371,6 +372,7 @@ def test_a_hostile_manifest_is_refused_by_verify_and_stream(packed_template: Pat
     assert (repo / "shards.json").read_bytes() == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
     [
@@ -469,6 +471,7 @@ def test_verify_refuses_a_file_linked_out_of_the_dataset(packed_template: Path, 
     assert_verify_refuses(repo, LINK_WORDS.format(outside=outside, repo=repo), rel)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", ["data/3.zip", "shards.json"])
 def test_stream_and_remux_refuse_a_file_linked_out_of_the_dataset(
     packed_template: Path, tmp_path: Path, rel: str
@@ -501,6 +504,7 @@ def test_a_link_inside_the_dataset_is_followed(packed_template: Path, tmp_path: 
     assert sum(1 for _ in shardkit.stream(str(repo))) == 300
 
 
+@pytest.mark.slow
 def test_remux_refuses_a_source_file_linked_out_of_its_folder(tmp_path: Path) -> None:
     """An imagefolder source whose b.jpg is a link to ../secret.jpg: the row is named, nothing is
     published, and the secret's bytes are nowhere in the output."""
@@ -554,6 +558,7 @@ def snapshot(packed_template: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return folder
 
 
+@pytest.mark.slow
 def test_a_hub_cache_snapshot_stays_readable(snapshot: Path, packed_template: Path) -> None:
     result = CliRunner().invoke(main, ["verify", str(snapshot), "--deep", "-q"], catch_exceptions=False)
     assert result.exit_code == 0 and result.stdout.rstrip().endswith(": OK"), result.output
@@ -606,6 +611,7 @@ def script_results(
     return {case: (outcomes[case], *folders[case]) for case in outcomes}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_hostile_manifest_is_refused_by_the_loading_script_in_datasets_3_6(
     script_results: dict[str, tuple[dict[str, Any], Path, str]], case: str

@@ -156,6 +156,7 @@ def test_push_refuses_a_metadata_file_that_is_a_link_into_git_even_with_the_righ
     assert snapshot(out) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["metadata", "data"])
 def test_push_and_pack_refuse_a_shard_folder_that_is_a_link_out(
     out: Path, outside: Path, tmp_path: Path, folder: str

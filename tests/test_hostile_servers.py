@@ -283,6 +283,7 @@ PUSH_FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(PUSH_FAULTS))
 def test_a_push_to_a_hostile_hub_ends_in_one_line_naming_the_url_without_waiting(
     case: str, proxied_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
@@ -304,6 +305,7 @@ def test_a_push_to_a_hostile_hub_ends_in_one_line_naming_the_url_without_waiting
     assert server.counters.commits == 0
 
 
+@pytest.mark.slow
 def test_a_push_waits_out_a_short_retry_after_and_completes(
     proxied_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:
@@ -361,6 +363,7 @@ VERIFY_HUB_FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(VERIFY_HUB_FAULTS))
 def test_verify_of_a_hostile_hub_ends_in_one_line_naming_the_url(
     case: str, hub_with_parquet: HubServer, tmp_path: Path
@@ -391,6 +394,7 @@ def url_server(packed_example_zip_parquet: dict[str, Path]) -> Iterator[tuple[Fa
         yield proxy, with_password(proxy.url) + "/"
 
 
+@pytest.mark.slow
 def test_a_429_on_a_parquet_shard_is_not_a_missing_shard(url_server: tuple[FaultProxy, str]) -> None:
     proxy, url = url_server
     for headers in ({}, WAIT_AN_HOUR):
@@ -450,6 +454,7 @@ URL_FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(URL_FAULTS))
 def test_verify_of_a_hostile_url_ends_in_one_line_naming_it(case: str, url_server: tuple[FaultProxy, str]) -> None:
     proxy, url = url_server
@@ -467,6 +472,7 @@ def test_verify_of_a_hostile_url_ends_in_one_line_naming_it(case: str, url_serve
         assert result.peak_mb - baseline.peak_mb < 3 * MAX_MANIFEST_BYTES / 2**20, (result.peak_mb, baseline.peak_mb)
 
 
+@pytest.mark.slow
 def test_a_push_reads_the_published_manifest_only_up_to_its_bound(
     proxied_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:

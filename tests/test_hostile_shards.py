@@ -593,6 +593,7 @@ def test_hostile_zip_is_refused_by_verify_and_stream(packed_template: Path, tmp_
     assert_stream_refuses(repo, "data/3.zip", member if expect.stream_member else None, expect.stream, crafted)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(TAR_CASES))
 def test_hostile_tar_is_refused_by_verify_and_stream(packed_tar: Path, tmp_path: Path, case: str) -> None:
     craft, expect = TAR_CASES[case]
@@ -650,6 +651,7 @@ def script_outcomes(loaders: dict[str, str], cache: Path) -> dict[str, Any]:
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ZIP_CASES))
 def test_hostile_zip_is_refused_by_the_loading_script_in_datasets_3_6(
     script_results: dict[str, Any], case: str
@@ -697,6 +699,7 @@ def test_a_crc_record_in_an_old_shard_is_refused(packed_tar: Path, tmp_path: Pat
         list(shardkit.stream(str(repo)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "case"), [("zip", "hidden member inside another's data"), ("tar", "negative size")])
 def test_remux_refuses_a_hostile_source_with_one_line(
     packed_template: Path, packed_tar: Path, tmp_path: Path, fmt: str, case: str
@@ -1025,6 +1028,7 @@ def one_line_refusal(message: str, shard: str, words: str) -> None:
     assert shard in message and re.search(words, message), message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "case"), ROW_PARAMS)
 def test_a_row_that_does_not_agree_with_the_manifest_is_refused(
     packed_kinds: dict[str, Path], tmp_path: Path, fmt: str, case: str
@@ -1073,6 +1077,7 @@ def row_script_results(packed_template: Path, tmp_path_factory: pytest.TempPathF
     return script_outcomes(loaders, root / "cache")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "case"), [p for p in ROW_PARAMS if p[0].startswith("zip")])
 def test_a_row_that_does_not_agree_with_the_manifest_is_refused_by_the_loading_script(
     row_script_results: dict[str, Any], fmt: str, case: str
@@ -1089,6 +1094,7 @@ def packed_by_size(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return packed_example(tmp_path_factory, "by-size", "--target-shard-size", "300KB")
 
 
+@pytest.mark.slow
 def test_a_key_at_the_next_shards_name_is_refused(packed_by_size: Path, tmp_path: Path) -> None:
     """A shard's range ends below the next shard's name: the last row's key made the smallest key
     at that name (its member named for it) is refused by verify and stream, naming the row."""

@@ -119,6 +119,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", _CHUNKS, ids=[f"rows-{i + 2}-{i + _CHUNK + 1}" for i in _CHUNKS])
 @pytest.mark.parametrize("mode", [[], ["--dry-run"]], ids=["pack", "dry-run"])
 def test_each_hostile_row_is_one_line_naming_file_and_line_and_nothing_is_written(
@@ -142,6 +143,7 @@ def test_each_hostile_row_is_one_line_naming_file_and_line_and_nothing_is_writte
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_with_on_error_skip_hostile_rows_are_rejects_and_the_good_row_packs(tmp_path: Path) -> None:
     import shardkit
 
@@ -266,6 +268,7 @@ pack_shards()
 """
 
 
+@pytest.mark.slow
 def test_a_staging_folder_left_by_a_killed_run_is_redone_not_read(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()

@@ -99,6 +99,7 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(STATE_DAMAGE))
 @pytest.mark.parametrize("mode", [(), ("--update",)], ids=["rerun", "update"])
 def test_damaged_state_is_refused_naming_it(copy: Path, damage: str, mode: tuple[str, ...]) -> None:
@@ -113,6 +114,7 @@ def test_damaged_state_is_refused_naming_it(copy: Path, damage: str, mode: tuple
     assert tree_bytes(copy / "data") == before  # the shards are left as they were
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [d for d in STATE_DAMAGE if d != "a folder"])
 def test_force_starts_afresh_over_damaged_state(copy: Path, packed_base: Path, damage: str) -> None:
     state = copy / ".shardkit" / "state.json"
@@ -150,6 +152,7 @@ HASHES_DAMAGE: dict[str, Callable[[Path], None]] = {
 CACHES = {"done/data__0.zip.json": DONE_DAMAGE, "hashes.json": HASHES_DAMAGE}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "damage"), [(name, damage) for name, damages in CACHES.items() for damage in damages])
 @pytest.mark.parametrize("mode", [(), ("--update",), ("--force",)], ids=["rerun", "update", "force"])
 def test_damaged_cache_is_discarded_with_a_warning(
@@ -288,6 +291,7 @@ def remux(source: Path, out: Path, *options: str) -> subprocess.CompletedProcess
     return subprocess.run([*command, *map_fn, *options], capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["garbage", "a list"])
 def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed_base: Path, tmp_path: Path, damage: str) -> None:
     out = tmp_path / "out"

@@ -258,6 +258,7 @@ def _exactly(packed_script_corpus: Packed, cell: str) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_the_pack_has_layout_4_shards_with_the_new_names(packed_script_corpus: Packed) -> None:
     new = packed_script_corpus.folders["new"]
     manifest = json.loads((new / "shards.json").read_text(encoding="utf-8"))

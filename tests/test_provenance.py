@@ -187,6 +187,7 @@ def stream_error(repo: Path, keep: bool) -> str:
 # --- verify: a file that does not decode, in every format ------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", [True, False], ids=["keep-source-path", "plain"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_verify_deep_names_the_source_of_a_file_that_does_not_decode(

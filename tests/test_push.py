@@ -112,6 +112,7 @@ def lfs_objects(hub: HubServer, repo: str = REPO) -> int:
 # --- the whole path: pack, push, stream back with both datasets versions ---------------------------
 
 
+@pytest.mark.slow
 def test_push_then_datasets_5_and_3_6_stream_every_row_back(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
     env = hub_env(hub.url, tmp_path / "home")
     summary = push(repo_dir, env, "--files-per-commit", "10")
@@ -215,6 +216,7 @@ def test_commit_failing_part_way_resumes_from_the_committed_batches(
     assert uploads_before > 10
 
 
+@pytest.mark.slow
 def test_pushing_a_repacked_dataset_replaces_the_old_shards_in_the_final_commit(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:

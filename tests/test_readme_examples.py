@@ -177,6 +177,7 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
     assert {"bash", "python"} <= {b.lang for b in runnable("README.md")}  # the quick start and its read-back run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", DOCS)
 def test_examples_run_as_written(doc: str, tmp_path: Path) -> None:
     cwd = tmp_path / "me"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from PIL import Image
 
 import shardkit
@@ -56,6 +57,7 @@ def read_rows(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@pytest.mark.slow
 def test_remux_from_disk_resizes_every_image_and_keeps_keys_and_fields(packed_template: Path, tmp_path: Path) -> None:
     out = tmp_path / "small"
     summary = remux(packed_template, out, "--map", RESIZE, "--batch-size", "16", "-j", "2")
@@ -89,6 +91,7 @@ def test_same_seed_gives_the_same_bytes_and_another_seed_other_flips(packed_temp
     assert flips[first] != flips[other] and flips[first].keys() == flips[other].keys()
 
 
+@pytest.mark.slow
 def test_remux_from_the_loopback_hub(packed_template: Path, tmp_path: Path) -> None:
     from tests.test_push import hub_env, pushed_copy
 
@@ -106,6 +109,7 @@ def _local_remux(source: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_plain_dataset_source_and_a_function_that_changes_rows_and_columns(make_corpus: Any, tmp_path: Path) -> None:
     corpus: Corpus = make_corpus(30)
     # An imagefolder: metadata.jsonl beside the images, read with datasets (not shardkit).
@@ -142,6 +146,7 @@ def test_killed_part_way_resumes_to_the_same_bytes(packed_template: Path, tmp_pa
     assert tree_bytes(out) == tree_bytes(plain)  # as a run never interrupted
 
 
+@pytest.mark.slow
 def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -> None:
     missing = remux(packed_template, tmp_path / "a", "--map", "no_such_module:fn", check=False)
     assert missing.returncode == 2 and "cannot import no_such_module" in missing.stderr
@@ -179,6 +184,7 @@ def _peak_rss_mb(cmd: list[str], env: dict[str, str]) -> float:
     return peak / 1e6
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_as_the_source_grows(make_corpus: Any, tmp_path: Path) -> None:
     peaks = {}
     for n in (200, 2000):

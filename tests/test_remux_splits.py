@@ -124,6 +124,7 @@ def test_every_split_keeps_exactly_its_rows_labels_and_the_card(zoo: Path, tmp_p
     assert verify.returncode == 0, verify.stdout
 
 
+@pytest.mark.slow
 def test_a_resizing_function_keeps_each_rows_split_and_label(zoo: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     remux(zoo, out, "--map", RESIZE, "-j", "2")
@@ -244,6 +245,7 @@ def write_parquet_zoo(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_datasets_source_keeps_its_splits_first_class_label_and_card(tmp_path: Path) -> None:
     source = write_parquet_zoo(tmp_path / "zoo-parquet")
     out = tmp_path / "out"
@@ -306,6 +308,7 @@ def test_hub_sources_with_splits_remux_as_their_local_copies(zoo: Path, tmp_path
     assert tree_bytes(tmp_path / "hub-parquet" / "out") == tree_bytes(local_parquet)
 
 
+@pytest.mark.slow
 def test_a_split_name_the_packer_cannot_take_is_made_one(tmp_path: Path) -> None:
     """datasets allows dots in split names (``train.clean.100``); a split of the output is a folder."""
     source = write_parquet_zoo(tmp_path / "zoo-parquet")

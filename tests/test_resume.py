@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
@@ -53,6 +54,7 @@ def kill_points(out: Path, shards: int) -> list[tuple[str, Callable[[], bool]]]:
     return points
 
 
+@pytest.mark.slow
 def test_sigkill_at_many_points_then_resume_gives_identical_output(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:

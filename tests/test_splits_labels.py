@@ -243,6 +243,7 @@ def _read(packed_splits: Packed, venv: str) -> dict[str, Any]:
     return packed_splits.reads[venv]
 
 
+@pytest.mark.slow
 def test_the_corpus_is_what_it_claims(packed_splits: Packed) -> None:
     """The traps are in the input: sorted class order differs from first-seen order, splits are
     uneven, one label is null, images differ in size and type."""
@@ -264,6 +265,7 @@ def test_the_corpus_is_what_it_claims(packed_splits: Packed) -> None:
     assert len(metadata) > 10 and len(schemas) == 1, schemas
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("venv", ["5.x", "3.6"])
 def test_every_reader_gives_each_split_exactly_its_rows_labels_and_source_paths(
     packed_splits: Packed, venv: str

@@ -165,6 +165,7 @@ print(json.dumps({"n_shards": ds.n_shards, "rows": sorted(rows)}))
 """
 
 
+@pytest.mark.slow
 def test_from_the_hub_by_id_and_by_hf_url(packed_template: Path, tmp_path: Path) -> None:
     from tests.hub_server import WRITE_TOKEN
     from tests.test_push import hub_env, pushed_copy

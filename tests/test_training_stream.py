@@ -253,6 +253,7 @@ def served(
         yield {fmt: f"tester/{fmt}" for fmt in sources}, env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["folder", "url", "hub"])
 def test_killed_and_resumed_in_a_new_process_reads_exactly_the_rest(
     folders: dict[str, Path], kind: str, tmp_path: Path
@@ -263,6 +264,7 @@ def test_killed_and_resumed_in_a_new_process_reads_exactly_the_rest(
     assert_resumed_exactly(got, cases)
 
 
+@pytest.mark.slow
 def test_resumed_inside_dataloader_workers(folders: dict[str, Path], tmp_path: Path) -> None:
     """torchdata's StatefulDataLoader, 2 workers: its state holds each worker's dataset state."""
     cases = resume_cases({fmt: str(folders[fmt]) for fmt in ("zip", "parquet")}, loader=2)
@@ -458,6 +460,7 @@ print(json.dumps({"ranks": ranks, "full": full, "resumed": head + rest, "epoch0"
 """
 
 
+@pytest.mark.slow
 def test_datasets_36_reads_the_same_rows_resumes_and_splits(folders: dict[str, Path]) -> None:
     result = subprocess.run(
         [DS36_PYTHON, "-c", DS36_SCRIPT, str(folders["zip"])], capture_output=True, text=True, timeout=600

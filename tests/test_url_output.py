@@ -58,6 +58,7 @@ def local_yfcc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     return packed_example_bytes(tmp_path_factory, "yfcc-mini")
 
 
+@pytest.mark.slow
 def test_pack_to_s3_is_a_local_pack_byte_for_byte_resumes_verifies_and_streams(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], local_yfcc: dict[str, bytes], tmp_path: Path
 ) -> None:
@@ -117,6 +118,7 @@ def test_pack_to_s3_is_a_local_pack_byte_for_byte_resumes_verifies_and_streams(
     assert not (work / "shards.json").exists()
 
 
+@pytest.mark.slow
 def test_a_template_repo_in_a_bucket_is_packed_in_place_then_pushed_from_there(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -171,6 +173,7 @@ def test_a_template_repo_in_a_bucket_is_packed_in_place_then_pushed_from_there(
         assert json.loads(again.stdout)["uploaded_files"] == 0 and json.loads(again.stdout)["commits"] == 0
 
 
+@pytest.mark.slow
 def test_pack_to_s3_on_a_dask_cluster(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], local_yfcc: dict[str, bytes], tmp_path: Path
 ) -> None:
@@ -242,6 +245,7 @@ def test_url_mistakes_are_refused_before_any_work(
     assert fs.find("bkt") == []
 
 
+@pytest.mark.slow
 def test_remux_into_a_bucket_gives_the_bytes_of_a_local_remux(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], packed_template: Path, tmp_path: Path
 ) -> None:

@@ -70,6 +70,7 @@ def test_a_card_that_only_mentions_shardkits_marker_is_not_a_shardkit_repo(tmp_p
     assert tree_bytes(repo) == before and not (repo / ".shardkit").exists()
 
 
+@pytest.mark.slow
 def test_adopt_keeps_the_users_text_and_files_and_push_publishes_only_shardkits(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     mine = _user_repo(repo)
@@ -232,6 +233,7 @@ def test_adopt_keeps_crlf_line_ends(tmp_path: Path) -> None:
     assert attributes.count(b"\r\n") == attributes.count(b"\n")
 
 
+@pytest.mark.slow
 def test_refusals_leave_no_staging_and_no_parent_folders(tmp_path: Path) -> None:
     nested = tmp_path / "a" / "b" / "out"
     assert pack_example(nested, "--dry-run", "-q").returncode == 2  # no chain of parents (tests/test_paths.py)
