@@ -34,6 +34,8 @@ from tests.support import compat_corpus
 from tests.support.corpus import REPO_ROOT, write_jsonl
 from tests.support.readback import DS36_PYTHON, run_reader
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s
+
 DS40_PYTHON = os.environ.get("SHARDKIT_DS40_PYTHON", str(REPO_ROOT / ".venv-ds40" / "bin" / "python"))
 SCRIPTS = Path(sys.executable).parent
 READER = Path(__file__).with_name("compat_reader.py")
@@ -365,8 +367,6 @@ TABLE_READER = r"""
 import json, sys
 import duckdb, polars, pyarrow.parquet as pq
 from tests.compat_reader import file_bytes, typed
-
-pytestmark = pytest.mark.slow  # every test here takes over about 3 s
 
 def rows(dicts):
     out = []
