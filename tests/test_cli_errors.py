@@ -489,6 +489,7 @@ def test_dry_run_prints_the_schema_it_would_publish(corpus: Corpus, tmp_path: Pa
     assert json.loads(stdout)["features"][-1] == {"name": "tags", "list": "string"}
 
 
+@pytest.mark.slow
 def test_on_duplicate_skip_packs_the_first_of_the_same_bytes_and_names_the_rest(corpus: Corpus, tmp_path: Path) -> None:
     name = good(corpus, 3)["file_name"]
     (corpus.images / "copy.jpg").write_bytes((corpus.images / name).read_bytes())
@@ -512,6 +513,7 @@ def test_on_duplicate_skip_packs_the_first_of_the_same_bytes_and_names_the_rest(
     assert other_error[0] == 1 and "bad.jsonl:5: file not found" in other_error[2]  # other bad rows still stop it
 
 
+@pytest.mark.slow
 def test_keep_source_path_publishes_each_rows_input_file_name(corpus: Corpus, tmp_path: Path) -> None:
     """Files are published under their key: --keep-source-path keeps the way back to the input."""
     import shardkit

@@ -236,6 +236,7 @@ def ctrl_c_at_the_stall(
     return proc, out, err
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_push_stalled_mid_upload_at_once_and_a_rerun_completes(
     faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:

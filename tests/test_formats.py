@@ -96,6 +96,7 @@ def test_datasets_5_and_3_6_read_every_row_and_byte(
     assert got["version"] == "3.6.0" and got["rows"] == expected_rows()
 
 
+@pytest.mark.slow
 def test_tar_is_the_webdataset_layout_the_webdataset_library_reads(packed_example_tar_parquet: dict[str, Path]) -> None:
     import webdataset as wds
 
@@ -211,6 +212,7 @@ def test_a_lost_shard_is_rewritten_byte_for_byte(
     assert tree_bytes(folder) == before
 
 
+@pytest.mark.slow
 def test_changing_the_format_needs_force_and_then_replaces_the_shards(packed_template: Path, tmp_path: Path) -> None:
     folder = tmp_path / "repo"
     shutil.copytree(packed_template, folder, ignore=shutil.ignore_patterns("lock"))

@@ -38,6 +38,8 @@ from tests.support.corpus import write_jsonl
 from tests.support.packing import pack_example
 from tests.test_splits_labels import hub_env, pack_cli, push_cli
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
+
 SCRIPTS = Path(sys.executable).parent
 FORMATS = ("zip", "tar", "parquet")
 MODES = (("RGB", "JPEG"), ("L", "PNG"), ("RGBA", "PNG"), ("P", "PNG"), ("I;16", "PNG"), ("CMYK", "JPEG"))

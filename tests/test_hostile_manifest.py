@@ -400,6 +400,7 @@ def test_a_hostile_manifest_is_refused_by_remux_and_push(packed_template: Path, 
         assert hub.state.load("dataset", "tester/hostile") is None  # nothing was published, not even the repo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["truncated", "modality a path", "shard file out of data/"])
 def test_a_hostile_manifest_at_a_url_is_refused_by_verify_stream_and_remux(
     packed_template: Path, tmp_path: Path, case: str
@@ -492,6 +493,7 @@ def test_push_refuses_a_file_linked_out_of_the_dataset(packed_template: Path, tm
         assert hub.state.load("dataset", "tester/linked") is None
 
 
+@pytest.mark.slow
 def test_a_link_inside_the_dataset_is_followed(packed_template: Path, tmp_path: Path) -> None:
     """A link to a file that stays inside the folder reads as the file (only links out are refused)."""
     repo = tmp_path / "yfcc-mini"
@@ -572,6 +574,7 @@ def file_bytes(folder: Path) -> dict[str, bytes]:
     return {row["key"]: row["image"]["bytes"] for row in ds}
 
 
+@pytest.mark.slow
 def test_a_snapshot_link_out_of_its_repo_cache_is_refused(snapshot: Path, tmp_path: Path) -> None:
     """A snapshot's file linking to another repo's blob (outside the folder holding snapshots/ and
     blobs/) is a link out like any other."""
@@ -622,6 +625,7 @@ def test_a_hostile_manifest_is_refused_by_the_loading_script_in_datasets_3_6(
     assert error.startswith(f"ValueError: {folder}/{file}: ") and "\n" not in error, error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", SCRIPT_LINKS)
 def test_the_loading_script_refuses_a_file_linked_out_of_the_dataset(
     script_results: dict[str, tuple[dict[str, Any], Path, str]], rel: str

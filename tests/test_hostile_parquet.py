@@ -479,6 +479,7 @@ def test_a_bomb_is_refused_with_the_shard_named(ds: Dataset, case: str) -> None:
     refused(ds, BOMBS[case](ds))
 
 
+@pytest.mark.slow
 def test_a_bomb_is_refused_in_bounded_memory(ds: Dataset) -> None:
     """The 1.5 GB string in a 47 KB page, read by stream in a process of its own: refused before
     anything is decompressed (pyarrow alone took 5.9 GB)."""

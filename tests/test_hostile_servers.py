@@ -320,6 +320,7 @@ def test_a_push_waits_out_a_short_retry_after_and_completes(
     assert TOKEN not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_hub_endpoint_with_a_password_is_never_printed(tmp_path: Path, repo: Path) -> None:
     with run_hub_server(tmp_path / "hub") as server:
         env = hub_env(with_password(server.url), tmp_path / "home", token=TOKEN)

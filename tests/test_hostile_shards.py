@@ -584,6 +584,7 @@ def assert_stream_refuses(repo: Path, shard: str, member: str | None, words: str
     assert member is None or member in message, message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ZIP_CASES))
 def test_hostile_zip_is_refused_by_verify_and_stream(packed_template: Path, tmp_path: Path, case: str) -> None:
     craft, expect = ZIP_CASES[case]
@@ -669,6 +670,7 @@ def test_hostile_zip_is_refused_by_the_loading_script_in_datasets_3_6(
 # --- old shards, and remux ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tar_shards_from_before_crc_records_still_verify_and_read(packed_tar: Path, tmp_path: Path) -> None:
     repo = tmp_path / "yfcc-mini"
     shutil.copytree(packed_tar, repo, ignore=shutil.ignore_patterns("lock", ".shardkit"))
@@ -1120,6 +1122,7 @@ def test_a_key_at_the_next_shards_name_is_refused(packed_by_size: Path, tmp_path
     one_line_refusal(str(caught.value), f"{repo / first}: row {len(rows)} (key {key}): ", words)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["zip", "tar", "parquet"])
 def test_a_cut_piece_holds_its_rows_to_the_manifest_too(
     packed_kinds: dict[str, Path], tmp_path: Path, fmt: str

@@ -201,6 +201,7 @@ HOSTILE_VALUES: dict[str, Any] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["zip", "tar", "parquet"])
 def test_metadata_values_with_every_control_character_round_trip_exactly(tmp_path: Path, fmt: str) -> None:
     import shardkit
@@ -341,6 +342,7 @@ def _patterns(tree: ast.AST) -> list[tuple[int, str, bool]]:
     return found
 
 
+@pytest.mark.slow
 def test_no_pattern_anchors_a_whole_value_with_dollar() -> None:
     sources = [
         *sorted((REPO / "src" / "shardkit").rglob("*.py")),
@@ -398,6 +400,7 @@ def test_anchored_checks_refuse_a_trailing_newline() -> None:
     assert not rules.name_problems("name", "dataset_name")
 
 
+@pytest.mark.slow
 def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
@@ -421,6 +424,7 @@ def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: 
     assert len(named) == 1 and f"shards[0].file is {shard['file']!r}, not data/" in named[0], verified.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("homepage", ["https://example.org/x\n", "https://example.org/\u2028x", "example.org"])
 def test_a_homepage_with_a_line_end_is_refused_by_shardkit_new_and_by_the_templates_hook(
     tmp_path: Path, homepage: str

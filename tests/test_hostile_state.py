@@ -171,6 +171,7 @@ def test_damaged_cache_is_discarded_with_a_warning(
         assert set(json.loads(path.read_text())) >= {"data/0.zip"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["state.json", "done/data__0.zip.json", "hashes.json"])
 @pytest.mark.parametrize("entry", ["a FIFO", "a link"])
 @pytest.mark.parametrize("mode", [(), ("--update",), ("--force",)], ids=["rerun", "update", "force"])

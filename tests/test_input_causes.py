@@ -139,6 +139,7 @@ def _zip() -> bytes:
     return sink.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "make", "words", "fix"), [c[1:] for c in NOT_JSON_LINES], ids=[c[0] for c in NOT_JSON_LINES]
 )
@@ -186,6 +187,7 @@ def test_a_csv_checked_in_ranges_by_workers_is_one_line(
     assert proc.stderr.startswith(f"error: {meta}: looks like CSV")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "first",
     ['{"file_name": "x.jpg",', "file_name,caption", "[1, 2"],
@@ -233,6 +235,7 @@ def test_json_lines_of_arrays_is_one_line(tmp_path: Path) -> None:
     assert line.startswith(f"error: {meta}: no line is a JSON object (2 of 2 rows); line 1: line is not a JSON object")
 
 
+@pytest.mark.slow
 def test_semicolon_csv_is_csv(yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
     images, rows = yfcc
     meta = tmp_path / "meta.csv"
@@ -295,6 +298,7 @@ def _renamed(rows: list[dict[str, Any]], column: str, prefix: str = "") -> list[
     return [{column: prefix + r["file_name"], **{k: v for k, v in r.items() if k != "file_name"}} for r in rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "column", ["path", "image", "file", "filename", "filepath", "img", "image_path", "file_path", "audio", "src_rel"]
 )
@@ -408,6 +412,7 @@ NON_FINITE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("value", "words"), [c[1:] for c in NON_FINITE], ids=[c[0] for c in NON_FINITE])
 def test_nan_and_infinity_name_the_column_and_line(
     yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path, value: str, words: str
@@ -432,6 +437,7 @@ def _split_rows(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, 
     return [dict(r, split=name) for r, name in zip(rows, names, strict=True)]
 
 
+@pytest.mark.slow
 def test_a_split_close_to_another_is_a_warning_and_the_pack_goes_on(tmp_path: Path) -> None:
     corpus_rows, images = _many_images(tmp_path, 40)
     names = ["train"] * 30 + ["validation"] * 8 + ["valid"] + ["trian"]
@@ -568,6 +574,7 @@ def test_bzip2_csv_is_still_named_by_its_compression(yfcc: tuple[Path, list[dict
     assert ": bzip2-compressed data, not JSON lines" in refused(images, meta)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("off", ["parent given", "file_names start with the folder's name"])
 def test_images_dir_one_level_off_is_one_line_naming_the_folder_to_give(
     yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path, off: str

@@ -110,6 +110,7 @@ def test_a_file_changed_after_the_check_is_refused_and_nothing_is_published(
     assert_nothing_published(out, key)
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_in_one_line_and_a_rerun_packs_the_file_as_it_is_now(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:

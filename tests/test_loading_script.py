@@ -49,6 +49,8 @@ from tests.support.corpus import REPO_ROOT, adding_up, write_jsonl
 from tests.support.readback import DS36_PYTHON
 from tests.test_splits_labels import SPLITS, expected_splits, pack_cli, read_cells, write_corpus
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
+
 NAME = "pets-l4"
 SCRIPT = "pets_l4_loader.py"
 TEMPLATE = REPO_ROOT / "templates" / "hub-dataset"

@@ -208,6 +208,7 @@ def test_verify_deep_names_the_source_of_a_file_that_does_not_decode(
 # --- a CRC mismatch: verify, shardkit.stream and the loading script ---------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", [True, False], ids=["keep-source-path", "plain"])
 @pytest.mark.parametrize("fmt", ["zip", "tar"])
 def test_verify_and_stream_name_the_source_of_a_crc_mismatch(
@@ -260,6 +261,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow
 def test_the_loading_script_in_datasets_3_6_names_the_source(
     packs: dict[tuple[str, bool], Path], tmp_path: Path
 ) -> None:

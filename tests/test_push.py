@@ -156,6 +156,7 @@ def test_push_then_datasets_5_and_3_6_stream_every_row_back(hub: HubServer, repo
     assert hub.unknown == []  # every request the clients made has a route
 
 
+@pytest.mark.slow
 def test_a_second_push_sends_nothing_and_makes_no_commit(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
     env = hub_env(hub.url, tmp_path / "home")
     first = push(repo_dir, env)
@@ -170,6 +171,7 @@ def test_a_second_push_sends_nothing_and_makes_no_commit(hub: HubServer, repo_di
 # --- interruptions -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_upload_failing_part_way_resumes_and_sends_only_what_was_missing(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -195,6 +197,7 @@ def test_upload_failing_part_way_resumes_and_sends_only_what_was_missing(
     assert hub.counters.lfs_uploads == lfs_objects(hub)
 
 
+@pytest.mark.slow
 def test_commit_failing_part_way_resumes_from_the_committed_batches(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -240,6 +243,7 @@ def test_pushing_a_repacked_dataset_replaces_the_old_shards_in_the_final_commit(
 # --- pack-shards --push, options -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pack_shards_push_packs_and_pushes_in_one_command(hub: HubServer, make_corpus: Any, tmp_path: Path) -> None:
     corpus: Corpus = make_corpus(30)
     out = tmp_path / "out"
@@ -283,6 +287,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "code", "says"),
     [
@@ -340,6 +345,7 @@ def test_push_errors_say_what_to_do(
     assert hub.counters.commits == 0 and hub.counters.lfs_uploads == 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_upload_stops_the_push_and_a_rerun_finishes(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -590,6 +596,7 @@ def test_layouts_over_the_hubs_advice_are_refused_before_uploading() -> None:
         check_hub_limits(many)
 
 
+@pytest.mark.slow
 def test_verify_reads_a_pushed_dataset_at_its_hf_url(packed_template: Path, tmp_path: Path) -> None:
     """`shardkit verify hf://datasets/NS/NAME` checks the pushed shards against their manifest, as
     for a folder (pack refuses an hf:// OUT_DIR; verify only reads)."""

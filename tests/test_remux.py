@@ -79,6 +79,7 @@ def test_remux_from_disk_resizes_every_image_and_keeps_keys_and_fields(packed_te
     assert not (out / ".shardkit" / "remux").exists()  # the staged files are gone once packed
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_bytes_and_another_seed_other_flips(packed_template: Path, tmp_path: Path) -> None:
     first = tmp_path / "a" / "out"  # one name: the card's title is the folder's
     remux(packed_template, first, "--map", RESIZE, "--seed", "7", "-j", "2")
@@ -123,6 +124,7 @@ def test_plain_dataset_source_and_a_function_that_changes_rows_and_columns(make_
     assert sorted(r["label"] for r in rows) == sorted(2 * [row["label"] for row in corpus.rows])
 
 
+@pytest.mark.slow
 def test_killed_part_way_resumes_to_the_same_bytes(packed_template: Path, tmp_path: Path) -> None:
     slow = "tests.remux_functions:slow_identity"
     plain = tmp_path / "plain" / "out"
@@ -206,6 +208,7 @@ def test_memory_stays_flat_as_the_source_grows(make_corpus: Any, tmp_path: Path)
     assert peaks[2000] < peaks[200] * 1.15 + 10, peaks
 
 
+@pytest.mark.slow
 def test_python_api_takes_a_callable(packed_template: Path, tmp_path: Path) -> None:
     from shardkit import RemuxConfig
     from shardkit.remux import remux as remux_api
@@ -220,6 +223,7 @@ def test_python_api_takes_a_callable(packed_template: Path, tmp_path: Path) -> N
     assert all(r["image"].size[0] > r["image"].size[1] for r in rows)
 
 
+@pytest.mark.slow
 def test_data_files_and_a_plain_hub_dataset_are_sources_too(tmp_path: Path) -> None:
     """Parquet files named by a glob, and a Hub repo of Parquet files with no shards.json: datasets reads both."""
     from tests.hub_server import run_hub_server

@@ -281,6 +281,7 @@ def test_a_datasets_source_keeps_its_splits_first_class_label_and_card(tmp_path:
     assert all(not str(d["path"]).endswith(".parquet") for c in card["configs"] for d in c["data_files"])
 
 
+@pytest.mark.slow
 def test_hub_sources_with_splits_remux_as_their_local_copies(zoo: Path, tmp_path: Path) -> None:
     """A shardkit repo and a plain Parquet repo with splits on the loopback Hub: the same output,
     byte for byte, as remuxing the same folders on disk (card fields read from the Hub's README)."""

@@ -143,6 +143,7 @@ pack_shards()
 """
 
 
+@pytest.mark.slow
 def test_disk_full_is_one_clear_error_and_the_rerun_completes(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:
@@ -179,6 +180,7 @@ def test_disk_full_is_one_clear_error_and_the_rerun_completes(
     assert tree_bytes(out) == tree_bytes(reference)
 
 
+@pytest.mark.slow
 def test_a_second_packer_is_refused_and_the_first_finishes_unharmed(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:

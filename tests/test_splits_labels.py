@@ -40,6 +40,8 @@ from tests.hub_server import WRITE_TOKEN, run_hub_server
 from tests.support.corpus import REPO_ROOT, tiny_image, tree_bytes, write_jsonl
 from tests.support.readback import DS36_PYTHON, run_reader, split_problems
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
+
 SCRIPTS = Path(sys.executable).parent
 READER = Path(__file__).with_name("splits_reader.py")
 FORMATS = ("zip", "tar", "parquet")

@@ -156,6 +156,7 @@ def mark_and_wait(task: tuple[str, int]) -> None:
             f.write(f"cleaned {n}\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM to the worker"])
 def test_a_stopped_worker_cleans_up_and_starts_no_queued_task(tmp_path: Path, how: str) -> None:
     log = tmp_path / "log"
@@ -257,6 +258,7 @@ def _pack_cli(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.slow
 def test_a_tmpdir_too_long_for_the_forkserver_packs_with_spawned_workers(tmp_path: Path) -> None:
     """The forkserver listens on a Unix socket under TMPDIR, whose path has a 107-byte limit; a
     longer TMPDIR (common for cluster jobs) packs all the same, byte for byte."""

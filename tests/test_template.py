@@ -280,6 +280,7 @@ def test_card_and_loader_kept_true_after_packing(packed_template: Path) -> None:
     assert "](preview.jpg)" in (packed_template / "README.md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "not-streaming"])
 def test_datasets_5_without_script_reads_every_row_and_byte(
     packed_template: Path, streaming: bool, tmp_path: Path

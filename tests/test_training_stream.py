@@ -354,6 +354,7 @@ def test_a_cut_zip_piece_is_held_to_what_a_whole_read_is(tmp_path: Path) -> None
         cut_read(tmp_path / "extra-line.zip", extra_line, 2, None)
 
 
+@pytest.mark.slow
 def test_a_manifest_whose_shard_has_no_rows_is_refused_not_read_around(
     folders: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -364,6 +364,7 @@ def packed_small(tmp_path: Path) -> tuple[Corpus, Path, Path]:
     return corpus, corpus.write(), out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "says"),
     [

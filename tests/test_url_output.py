@@ -258,6 +258,7 @@ def test_remux_into_a_bucket_gives_the_bytes_of_a_local_remux(
     assert not (tmp_path / "w" / ".shardkit" / "remux").exists()  # the staged files are gone once packed
 
 
+@pytest.mark.slow
 def test_a_filesystem_with_folders_gets_each_file_by_upload_then_move(
     local_yfcc: dict[str, bytes], tmp_path: Path
 ) -> None:
@@ -278,6 +279,7 @@ def test_a_filesystem_with_folders_gets_each_file_by_upload_then_move(
     ]
 
 
+@pytest.mark.slow
 def test_a_bucket_without_credentials_is_one_line_naming_the_url(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], tmp_path: Path
 ) -> None:

@@ -156,6 +156,7 @@ def test_a_wrong_images_dir_is_named_as_the_likely_cause(tmp_path: Path) -> None
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_a_field_named_shard_packs_and_out_of_range_integers_are_input_problems(tmp_path: Path) -> None:
     """A user's `shard` field is theirs (the table's column is `__shard__`, reserved); integers
     that no int64 or float64 column can hold are refused with their line, before anything is written."""
@@ -461,6 +462,7 @@ def test_stream_refuses_a_parquet_row_whose_file_path_leaves_the_dataset(tmp_pat
         list(shardkit.stream(str(out)))
 
 
+@pytest.mark.slow
 def test_push_never_publishes_partial_files_and_refuses_a_name_that_is_not_utf8(tmp_path: Path) -> None:
     """A run killed at its finish by an older shardkit left README.md.partial beside the card:
     never published, even with --include '*'. A file named in bytes that are not UTF-8 cannot be
