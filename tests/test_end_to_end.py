@@ -61,6 +61,7 @@ def test_streaming_load_gives_every_row_and_byte(packed_example_and_input: Any) 
     _check_rows(list(ds.cast_column("image", Image(decode=False))), by_key, files)
 
 
+@pytest.mark.slow
 def test_streaming_decodes_images(packed_example_and_input: Any) -> None:
     out, _, _ = packed_example_and_input
     first = next(iter(load_dataset(str(out), split="train", streaming=True)))

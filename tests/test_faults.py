@@ -34,6 +34,8 @@ from tests.support.packing import pack_example, s3_env
 from tests.support.readback import expected_rows
 from tests.test_push import hub_env, local_files, remote_files
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
+
 SCRIPTS = Path(sys.executable).parent
 TIMEOUT = "2"  # SHARDKIT_NETWORK_TIMEOUT for the tests, in seconds
 GUARD = 60  # seconds a subprocess may take before the test calls it hung
@@ -100,7 +102,6 @@ def check_read_faults(proxy: FaultProxy, read: Any, shard_url: str) -> None:
     assert read() == {"rows": expected_rows()}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_stream_from_a_url_that_stalls_or_cuts_fails_with_one_line_naming_the_shard(
     fmt: str, packed_example_each_format: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -125,7 +126,6 @@ def hub_with_every_format(
         yield hub
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_stream_from_a_hub_that_stalls_or_cuts_fails_with_one_line_naming_the_shard(
     fmt: str, hub_with_every_format: HubServer, tmp_path: Path
@@ -196,7 +196,6 @@ def error_line(stderr: str) -> str:
     return errors[0]
 
 
-@pytest.mark.slow
 def test_push_to_a_hub_that_stops_answering_mid_upload_fails_with_one_line_and_a_rerun_completes(
     faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:
@@ -236,7 +235,6 @@ def ctrl_c_at_the_stall(
     return proc, out, err
 
 
-@pytest.mark.slow
 def test_ctrl_c_stops_a_push_stalled_mid_upload_at_once_and_a_rerun_completes(
     faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:
@@ -271,7 +269,6 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.slow
 def test_ctrl_c_stops_a_push_called_from_python_before_its_next_step(
     faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:
@@ -284,7 +281,6 @@ def test_ctrl_c_stops_a_push_called_from_python_before_its_next_step(
     assert hub.counters.commits == 0  # the push's thread stopped before committing anything
 
 
-@pytest.mark.slow
 def test_a_push_retries_500_503_a_stall_and_a_cut_connection_then_completes(
     faulty_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:
@@ -323,7 +319,6 @@ def test_a_commit_answer_cut_mid_body_is_one_line_and_a_rerun_completes(
 # --- verify and pack with an OUT_DIR URL -------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_verify_of_a_url_that_stalls_is_one_line_naming_the_shard(packed_example_each_format: dict[str, Path]) -> None:
     with serve_directory(packed_example_each_format["zip"]) as (base, _), run_fault_proxy(base) as proxy:
         env = {**os.environ, "SHARDKIT_NETWORK_TIMEOUT": TIMEOUT}
@@ -346,7 +341,6 @@ def test_verify_of_a_url_that_stalls_is_one_line_naming_the_shard(packed_example
         )
 
 
-@pytest.mark.slow
 def test_pack_to_a_bucket_that_stops_answering_fails_with_one_line_and_a_rerun_resumes(
     s3_endpoint: str, packed_example_each_format: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -383,7 +377,6 @@ def test_pack_to_a_bucket_that_stops_answering_fails_with_one_line_and_a_rerun_r
     )
 
 
-@pytest.mark.slow
 def test_remux_from_a_url_that_stalls_is_one_line_naming_it(
     packed_example_each_format: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -114,6 +114,7 @@ def test_tar_is_the_webdataset_layout_the_webdataset_library_reads(packed_exampl
     assert features[1]["struct"][:2] == [{"name": "file_name", "dtype": "string"}, {"name": "key", "dtype": "string"}]
 
 
+@pytest.mark.slow
 def test_parquet_columns_are_typed_as_the_card_declares(packed_example_tar_parquet: dict[str, Path]) -> None:
     folder = packed_example_tar_parquet["parquet"]
     parquet = pq.ParquetFile(folder / "data" / "0.parquet")
@@ -129,6 +130,7 @@ def test_parquet_columns_are_typed_as_the_card_declares(packed_example_tar_parqu
     assert column.path_in_schema == "image.bytes" and column.compression == "UNCOMPRESSED"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
 def test_shardkit_stream_gives_the_same_rows_as_for_zip(packed_example_tar_parquet: dict[str, Path], fmt: str) -> None:
     from tests.http_server import serve_directory

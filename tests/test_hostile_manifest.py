@@ -637,6 +637,7 @@ def test_the_loading_script_refuses_a_file_linked_out_of_the_dataset(
     assert outcome["rows"] == []  # refused before the first shard is read
 
 
+@pytest.mark.slow
 def test_the_loading_script_reads_a_hub_cache_snapshot(
     script_results: dict[str, tuple[dict[str, Any], Path, str]],
 ) -> None:

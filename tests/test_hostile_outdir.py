@@ -242,6 +242,7 @@ def test_pack_copies_in_no_card_that_is_a_link_out(out: Path, outside: Path, opt
     assert snapshot(out) == before and snapshot(outside) == before_outside
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["data", ".shardkit", "shards.json", "metadata.parquet"])
 @pytest.mark.parametrize("options", [("--update",), ("--force",), ()])
 def test_pack_writes_nothing_through_a_link_out(out: Path, outside: Path, name: str, options: tuple[str, ...]) -> None:

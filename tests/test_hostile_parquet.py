@@ -474,6 +474,7 @@ BOMBS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BOMBS)
 def test_a_bomb_is_refused_with_the_shard_named(ds: Dataset, case: str) -> None:
     refused(ds, BOMBS[case](ds))
@@ -571,6 +572,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", DAMAGE)
 def test_a_damaged_page_is_refused_never_passed_on(ds: Dataset, case: str) -> None:
     refused(ds, DAMAGE[case](ds))

@@ -415,6 +415,7 @@ def test_a_429_on_a_parquet_shard_is_not_a_missing_shard(url_server: tuple[Fault
     assert PASSWORD not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_stream_of_a_parquet_shard_answering_429_is_one_line_naming_it(
     url_server: tuple[FaultProxy, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

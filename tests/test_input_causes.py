@@ -247,6 +247,7 @@ def test_semicolon_csv_is_csv(yfcc: tuple[Path, list[dict[str, Any]]], tmp_path:
     assert_types_kept(rows, tmp_path / "meta.jsonl")
 
 
+@pytest.mark.slow
 def test_csv_fix_infers_types_per_column_leading_zeros_included(
     yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
@@ -455,6 +456,7 @@ def test_a_split_close_to_another_is_a_warning_and_the_pack_goes_on(tmp_path: Pa
     assert {s["split"] for s in manifest["shards"]} == {"train", "validation", "valid", "trian"}
 
 
+@pytest.mark.slow
 def test_a_split_of_very_few_rows_is_a_warning(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()

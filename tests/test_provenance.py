@@ -35,6 +35,8 @@ from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
 from tests.support.readback import DS36_PYTHON
 from tests.test_hostile_shards import set_shard, with_field, zip_bytes, zip_members
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
+
 SCRIPTS = Path(sys.executable).parent
 INPUT_ROWS = [json.loads(line) for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines()]
 BROKEN = INPUT_ROWS[0]["file_name"]  # the input file that is not an image (in the test split)
@@ -187,7 +189,6 @@ def stream_error(repo: Path, keep: bool) -> str:
 # --- verify: a file that does not decode, in every format ------------------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("keep", [True, False], ids=["keep-source-path", "plain"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_verify_deep_names_the_source_of_a_file_that_does_not_decode(
@@ -208,7 +209,6 @@ def test_verify_deep_names_the_source_of_a_file_that_does_not_decode(
 # --- a CRC mismatch: verify, shardkit.stream and the loading script ---------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("keep", [True, False], ids=["keep-source-path", "plain"])
 @pytest.mark.parametrize("fmt", ["zip", "tar"])
 def test_verify_and_stream_name_the_source_of_a_crc_mismatch(
@@ -261,7 +261,6 @@ print(json.dumps(results))
 """
 
 
-@pytest.mark.slow
 def test_the_loading_script_in_datasets_3_6_names_the_source(
     packs: dict[tuple[str, bool], Path], tmp_path: Path
 ) -> None:

@@ -381,6 +381,7 @@ def test_ctrl_c_during_upload_stops_the_push_and_a_rerun_finishes(
     assert remote_files(hub) == local_files(repo_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["--token", "hf auth login"])
 def test_token_from_the_option_or_the_stored_login_is_used_and_never_shown(
     source: str, hub: HubServer, repo_dir: Path, tmp_path: Path
@@ -400,6 +401,7 @@ def test_token_from_the_option_or_the_stored_login_is_used_and_never_shown(
     assert remote_files(hub) == local_files(repo_dir)
 
 
+@pytest.mark.slow
 def test_without_disable_xet_the_client_asks_for_xet_and_fails_clearly(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -552,6 +554,7 @@ def test_no_gitignore_rule_nor_include_publishes_the_working_folder_or_git(repo_
     assert not [p for p in published | set(left_out) if ".shardkit" in p.split("/") or ".git" in p.split("/")]
 
 
+@pytest.mark.slow
 def test_push_with_include_and_a_bang_rule_for_the_working_folder_publishes_none_of_it(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:

@@ -29,6 +29,8 @@ from tests.remux_functions import SIZE
 from tests.support.corpus import tiny_image, tree_bytes, write_jsonl
 from tests.test_remux import RESIZE, remux
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
+
 IDENTITY = ("--map", "tests.remux_functions:identity", "--no-decode")
 SPLITS = ["train", "validation", "test"]
 ANIMALS = ["zebra", "ant", "cat", "bee"]
@@ -124,7 +126,6 @@ def test_every_split_keeps_exactly_its_rows_labels_and_the_card(zoo: Path, tmp_p
     assert verify.returncode == 0, verify.stdout
 
 
-@pytest.mark.slow
 def test_a_resizing_function_keeps_each_rows_split_and_label(zoo: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     remux(zoo, out, "--map", RESIZE, "-j", "2")
@@ -245,7 +246,6 @@ def write_parquet_zoo(root: Path) -> Path:
     return root
 
 
-@pytest.mark.slow
 def test_a_datasets_source_keeps_its_splits_first_class_label_and_card(tmp_path: Path) -> None:
     source = write_parquet_zoo(tmp_path / "zoo-parquet")
     out = tmp_path / "out"
@@ -281,7 +281,6 @@ def test_a_datasets_source_keeps_its_splits_first_class_label_and_card(tmp_path:
     assert all(not str(d["path"]).endswith(".parquet") for c in card["configs"] for d in c["data_files"])
 
 
-@pytest.mark.slow
 def test_hub_sources_with_splits_remux_as_their_local_copies(zoo: Path, tmp_path: Path) -> None:
     """A shardkit repo and a plain Parquet repo with splits on the loopback Hub: the same output,
     byte for byte, as remuxing the same folders on disk (card fields read from the Hub's README)."""
@@ -309,7 +308,6 @@ def test_hub_sources_with_splits_remux_as_their_local_copies(zoo: Path, tmp_path
     assert tree_bytes(tmp_path / "hub-parquet" / "out") == tree_bytes(local_parquet)
 
 
-@pytest.mark.slow
 def test_a_split_name_the_packer_cannot_take_is_made_one(tmp_path: Path) -> None:
     """datasets allows dots in split names (``train.clean.100``); a split of the output is a folder."""
     source = write_parquet_zoo(tmp_path / "zoo-parquet")

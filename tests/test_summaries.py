@@ -22,6 +22,8 @@ from tests.support.corpus import write_jsonl
 from tests.test_splits_labels import pack_cli
 from tests.test_update import KILLED_AT, SHARDS, Corpus
 
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
+
 RATE = re.compile(r"\d MB/s")
 #: A dry run's line for one shard: "    rewrite data/7.zip   4 rows  1.2 KB  1 row more (3 -> 4)".
 CHANGE_LINE = re.compile(r"^    (write|rewrite|remove)\s+(\S+)\s+(\d+) rows?\s+\S+ \S+  (.+)$")
@@ -66,7 +68,6 @@ def summary_line(text: str) -> str:
     return text.splitlines()[0]
 
 
-@pytest.mark.slow
 def test_first_pack_rerun_and_update_say_what_was_written_kept_and_removed(tmp_path: Path) -> None:
     corpus = Corpus(tmp_path / "in", 48)  # 3 rows a shard
     out = tmp_path / "out"
@@ -149,7 +150,6 @@ def test_first_pack_rerun_and_update_say_what_was_written_kept_and_removed(tmp_p
     assert changed_on_disk(after, on_disk(out)) == {"data/5.zip": "remove"}
 
 
-@pytest.mark.slow
 def test_a_shard_damaged_on_disk_is_rewritten_and_the_rest_counted_as_already_written(tmp_path: Path) -> None:
     corpus = Corpus(tmp_path / "in", 32)
     out = tmp_path / "out"

@@ -103,6 +103,7 @@ BAD_NAMES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BAD_NAMES))
 def test_bad_names_are_refused_with_the_reason(tmp_path: Path, name: str) -> None:
     config = tmp_path / "cookiecutter.yaml"  # keeps a user's ~/.cookiecutterrc out of the test
@@ -173,6 +174,7 @@ ANSWER_PROBLEMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer", sorted(ANSWER_PROBLEMS))
 def test_wrong_answers_are_one_clear_line_each_and_nothing_is_created(tmp_path: Path, answer: str) -> None:
     out = tmp_path / "out"
@@ -290,6 +292,7 @@ def test_datasets_5_without_script_reads_every_row_and_byte(
     assert got["rows"] == expected_rows()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "not-streaming"])
 def test_datasets_3_6_through_the_loading_script_reads_the_same(
     packed_template: Path, streaming: bool, tmp_path: Path
@@ -309,6 +312,7 @@ def test_datasets_5_refuses_nothing_in_the_generated_repo(packed_template: Path)
     assert next(iter(ds))["image"].size[0] > 0
 
 
+@pytest.mark.slow
 def test_script_over_http_makes_requests_per_shard_not_per_image(packed_template: Path, tmp_path: Path) -> None:
     manifest = json.loads((packed_template / "shards.json").read_text())
     shards, images = manifest["totals"]["shards"], manifest["totals"]["rows"]
@@ -349,6 +353,7 @@ def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
     return repo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("damage", "message"),
     [

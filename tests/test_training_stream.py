@@ -74,6 +74,7 @@ def shard_of(key: str) -> str:
 # --- the order --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_seeded_order_is_every_row_once_and_a_function_of_seed_and_epoch(folders: dict[str, Path]) -> None:
     expected = input_digests()
     source = str(folders["zip"])
@@ -376,6 +377,7 @@ def pixels(image: Any) -> str:
     return hashlib.sha256(np.asarray(image).tobytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_decode_threads_give_the_same_images_and_resume_exactly(folders: dict[str, Path]) -> None:
     source = str(folders["zip"])
     one = [(row["key"], pixels(row["image"])) for row in shardkit.stream(source, shuffle_seed=2)]

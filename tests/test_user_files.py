@@ -313,6 +313,7 @@ def test_a_work_dir_for_a_url_keeps_the_users_files(tmp_path: Path) -> None:
     assert not any(name.endswith("important.csv") for name in published)
 
 
+@pytest.mark.slow
 def test_adopt_with_a_bom_quoted_keys_or_shardkits_file_names_in_the_way(tmp_path: Path) -> None:
     bom = tmp_path / "bom"
     bom.mkdir()
