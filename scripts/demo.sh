@@ -10,6 +10,9 @@
 # the network. To push to the real Hub: `hf auth login`, then `shardkit push OUT --repo you/name`.
 set -euo pipefail
 export SHARDKIT_SKIP_OLD_DATASETS=1  # the demo reads with current datasets only
+# Its own venv, .venv-demo/, with shardkit alone: everything below (and tests/hub_server.py, which
+# needs only pyyaml) runs on shardkit's own dependencies, none of the test tools (torch, dask, moto).
+SETUP_VENV_NAME=.venv-demo SETUP_EXTRAS=""
 source "$(dirname "$0")/setup-venv.sh"
 cd "$ROOT"
 DEMO="${SHARDKIT_DEMO_DIR:-demo-output}"  # where the demo writes (the tests point it elsewhere)

@@ -1,18 +1,27 @@
-# Sourced by the other scripts: make .venv (once) and install shardkit into it with the test tools.
+# Sourced by the other scripts: make a venv (once) and install shardkit into it, by default
+# .venv/ with the test and bench tools (scripts/test.sh). A script that needs less says so before
+# sourcing this: SETUP_VENV_NAME (the folder, in the clone) and SETUP_EXTRAS (pyproject's extras,
+# "" for none); scripts/demo.sh makes .venv-demo/ with shardkit alone.
 # Needs only python3 (>= 3.10) with venv and pip, and the package registry.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-VENV="${SHARDKIT_VENV:-$ROOT/.venv}"
+VENV="${SHARDKIT_VENV:-$ROOT/${SETUP_VENV_NAME:-.venv}}"
+SETUP_EXTRAS="${SETUP_EXTRAS-[test,bench]}"
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
 # SHARDKIT_VENV_READY=1: the venv already has shardkit and its tools (tests/test_demo.py runs the
 # demo in the venv running the tests, which must not be re-installed from under it).
-if [ -z "${SHARDKIT_VENV_READY:-}" ]; then
+# The install is editable (a change to src/ needs none), so a venv installed from the same
+# pyproject.toml, constraints and extras is not installed again: pip's no-op run costs ~13 s.
+INSTALLED_FROM="$("$VENV/bin/python" -c 'import hashlib, sys; print(hashlib.sha256(b"".join(open(p, "rb").read() for p in sys.argv[1:])).hexdigest())' \
+    "$ROOT/pyproject.toml" "$ROOT/.ci/constraints.txt") $SETUP_EXTRAS"
+if [ -z "${SHARDKIT_VENV_READY:-}" ] && [ "$(cat "$VENV/.installed-from" 2>/dev/null)" != "$INSTALLED_FROM" ]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -c "$ROOT/.ci/constraints.txt" -e "$ROOT[test,bench]"
+        -c "$ROOT/.ci/constraints.txt" -e "$ROOT$SETUP_EXTRAS"
+    echo "$INSTALLED_FROM" > "$VENV/.installed-from"
 fi
 export PATH="$VENV/bin:$PATH"
 

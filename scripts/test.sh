@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole check: lint (ruff), types (mypy), and every test (pytest). Sets itself up.
+# The whole check: lint (ruff), types (mypy), the docs site (mkdocs), and every test (pytest). Sets itself up.
 # Each step on its own line: under `set -e` a failure inside an `a && b` chain would not stop us.
 set -euo pipefail
 source "$(dirname "$0")/setup-venv.sh"
@@ -10,6 +10,9 @@ ruff check "${LINTED[@]}"
 ruff format --check "${LINTED[@]}"
 echo "== mypy"
 mypy
+echo "== docs"
+# The docs site (mkdocs.yml, into build/site/): --strict fails on a link to a missing page or heading.
+mkdocs build --strict
 echo "== pytest"
 # Two processes (pytest-xdist), as CI has two cores: a test spends much of its time waiting on
 # the processes and servers it starts, and the other process's tests run meanwhile. Options given

@@ -22,13 +22,15 @@ from huggingface_hub import DatasetCard
 
 from shardkit.card import (
     SECTIONS,
+    card_facts,
     card_repo,
     features_section,
     set_front_matter_keys,
     set_section,
     split_front_matter,
+    write_card,
 )
-from shardkit.formats import ZIP
+from shardkit.manifest import Manifest, Options, read_manifest
 from tests.hub_server import run_hub_server
 from tests.support.corpus import tiny_image, write_jsonl
 from tests.support.readback import DS36_PYTHON
@@ -235,19 +237,44 @@ def test_what_is_in_it_features_with_label_names_and_splits_with_their_rows(tmp_
     assert (out / "README.md").read_text(encoding="utf-8") == text
 
 
-def test_a_class_label_with_many_names_shows_the_first_20_and_a_count() -> None:
+@pytest.mark.parametrize("fmt", ["zip", "tar", "parquet"])
+def test_the_card_built_from_the_manifest_is_the_card_pack_writes(tmp_path: Path, fmt: str) -> None:
+    """The card is a function of one facts object, built from the manifest: the facts of a packed
+    folder's shards.json (with what only the pack knew: the files' extensions, the preview) write
+    the card the pack wrote, byte for byte (splits, class labels, and each format's words)."""
+    images, meta, _ = make_input(tmp_path / "in")
+    out = tmp_path / "out"
+    pack(images, meta, out, "--format", fmt)
+    written = (out / "README.md").read_bytes()
+    manifest = read_manifest(str(out))
+    assert manifest is not None and {s.name for s in manifest.splits()} == {"train", "validation", "test"}
+    (out / "README.md").unlink()
+    preview = "preview.jpg" if (out / "preview.jpg").exists() else None
+    facts = card_facts(manifest, str(out), extensions=[".jpg"], preview=preview)
+    assert write_card(str(out), facts) == str(out / "README.md")
+    assert (out / "README.md").read_bytes() == written
+    assert "ClassLabel (3 classes)" in written.decode() and "| `validation` |" in written.decode()
+
+
+def features_of(features: list[dict[str, Any]], folder: Path) -> str:
+    """The features section of the card of a ZIP dataset with these features (no shard yet)."""
+    manifest = Manifest(Options(0, 1 << 30, 1 << 29), "", "image", features, [])
+    return features_section(card_facts(manifest, str(folder)))
+
+
+def test_a_class_label_with_many_names_shows_the_first_20_and_a_count(tmp_path: Path) -> None:
     names = {str(i): f"class_{i:02d}" for i in range(45)}
     features = [{"name": "image", "dtype": "image"}, {"name": "y", "dtype": {"class_label": {"names": names}}}]
-    row = table(features_section(ZIP, features), "column")[1]
+    row = table(features_of(features, tmp_path), "column")[1]
     assert row[1] == "ClassLabel (45 classes)"
     assert row[2].startswith("`0` class_00, `1` class_01,") and "`19` class_19," in row[2]
     assert "class_20" not in row[2] and row[2].endswith("... (25 more; all 45 in `dataset_info` above)")
 
 
-def test_names_that_would_break_a_table_or_inject_html_are_shown_as_written() -> None:
+def test_names_that_would_break_a_table_or_inject_html_are_shown_as_written(tmp_path: Path) -> None:
     names = {"0": "a|b", "1": "<script>"}
     features = [{"name": "image", "dtype": "image"}, {"name": "odd|name", "dtype": {"class_label": {"names": names}}}]
-    text = features_section(ZIP, features)
+    text = features_of(features, tmp_path)
     row = table(text, "column")[1]
     assert row == ["`odd\\|name`", "ClassLabel (2 classes)", "`0` a\\|b, `1` &lt;script&gt;"]
     assert "<script>" not in text
@@ -384,7 +411,6 @@ def test_push_keeps_what_the_pack_found_about_the_builtin_loader(tmp_path: Path)
     """The usage marker records what push cannot see (the builder datasets would pick): a card
     that says the builtin loader fails says so still once it names the repo."""
     from shardkit.card import name_repo
-    from shardkit.manifest import read_manifest
 
     images, meta, _ = make_input(tmp_path / "in")
     out = tmp_path / "out"

@@ -100,7 +100,7 @@ def _pack(corpus: Corpus, meta: Path, out: Path, **kw: Any) -> Any:
 def test_checking_in_ranges_on_two_processes_gives_one_pass_output_and_rejects(
     make_corpus: Any, tmp_path: Path, caplog: Any
 ) -> None:
-    caplog.set_level(logging.INFO, logger="shardkit.pack")
+    caplog.set_level(logging.INFO, logger="shardkit.packstage")
     corpus: Corpus = make_corpus(300, with_keys=True)
     meta = _messy_input(corpus, 300)
     one = _pack(corpus, meta, tmp_path / "one" / "out", jobs=1)
@@ -116,7 +116,7 @@ def test_checking_in_ranges_on_two_processes_gives_one_pass_output_and_rejects(
 
 
 def test_type_conflicts_are_reported_as_one_pass_reports_them(make_corpus: Any, tmp_path: Path, caplog: Any) -> None:
-    caplog.set_level(logging.INFO, logger="shardkit.pack")
+    caplog.set_level(logging.INFO, logger="shardkit.packstage")
     corpus: Corpus = make_corpus(200)
     rows = [dict(r) for r in corpus.rows]
     rows[180]["label"] = "five"  # integers everywhere else

@@ -1,10 +1,15 @@
 """The command line is a thin, typed layer: each command's function takes its options by name
-and builds the library's config; one default cap, one "unset" (None) for the target size."""
+and builds the library's config; one default cap, one "unset" (None) for the target size;
+`--help` loads no stage."""
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import typing
 from dataclasses import is_dataclass
 from pathlib import Path
@@ -12,6 +17,7 @@ from typing import Any
 
 import click
 import pytest
+import typing_extensions
 from click.testing import CliRunner
 
 from shardkit import cli
@@ -21,7 +27,7 @@ from shardkit.plan import DEFAULT_MAX_SHARD_BYTES, PlanEntry, default_target, pl
 from shardkit.push import PushConfig, PushSummary, push
 from shardkit.remux import ImageFormatName, RemuxConfig, RemuxSummary, remux
 from shardkit.verify import VerifyReport, verify
-from tests.support.corpus import Corpus
+from tests.support.corpus import REPO_ROOT, Corpus
 
 COMMANDS = {
     "pack": main.commands["pack"],
@@ -34,8 +40,22 @@ COMMANDS = {
 
 
 def _hints(command: click.Command) -> dict[str, Any]:
+    """The callback's parameters and their types; those it takes as ``**options: Unpack[SomeOptions]``
+    (a TypedDict, for a command with many options) by their names in the TypedDict."""
     assert command.callback is not None
-    return typing.get_type_hints(command.callback, vars(cli) | vars(typing) | _ALIASES)
+    names = vars(cli) | vars(typing) | _ALIASES
+    hints = typing.get_type_hints(command.callback, names)
+    for name, parameter in inspect.signature(command.callback).parameters.items():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            (options,) = typing.get_args(hints.pop(name))  # Unpack[SomeOptions]
+            hints |= typing.get_type_hints(options, names, names)  # (the keys' types name cli's TYPE_CHECKING imports)
+    return hints
+
+
+def _option_names(command: click.Command) -> set[str]:
+    """The names a command's callback takes: keyword-only parameters, and a TypedDict's keys."""
+    assert command.callback is not None
+    return set(_hints(command)) - {"return"}
 
 
 _ALIASES = {
@@ -43,6 +63,7 @@ _ALIASES = {
     "OnProblem": OnProblem,
     "ExecutorName": ExecutorName,
     "ImageFormatName": ImageFormatName,
+    "Unpack": typing_extensions.Unpack,
 }
 
 
@@ -53,10 +74,9 @@ def test_each_command_function_names_every_option_and_types_it(name: str) -> Non
     assert command.callback is not None
     signature = inspect.signature(command.callback)
     given = {p.name for p in command.params if p.expose_value}
-    assert set(signature.parameters) == given
-    assert all(p.kind is p.KEYWORD_ONLY for p in signature.parameters.values())
+    assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in signature.parameters.values())
+    assert _option_names(command) == given
     hints = _hints(command)
-    assert set(hints) == given | {"return"}
     assert not [n for n, t in hints.items() if t is Any]
 
 
@@ -133,3 +153,51 @@ def test_the_stage_functions_take_one_config_and_return_a_dataclass() -> None:
     params = list(inspect.signature(verify).parameters.values())
     assert [p.kind for p in params[1:]] == [inspect.Parameter.KEYWORD_ONLY] * (len(params) - 1)
     assert typing.get_type_hints(verify)["return"] is VerifyReport and is_dataclass(VerifyReport)
+
+
+#: What `--help` must not load: the stages, and the libraries they need (each command loads its
+#: own when it runs). Loading them made `shardkit --help` take about a second on a busy machine.
+HEAVY_MODULES = (
+    "datasets",
+    "pyarrow",
+    "huggingface_hub",
+    "PIL",
+    "yaml",
+    "cookiecutter",
+    "fsspec",
+    "numpy",
+    "shardkit.card",
+    "shardkit.push",
+    "shardkit.pack",
+    "shardkit.remux",
+    "shardkit.verify",
+    "shardkit.head",
+    "shardkit.streaming",
+    "shardkit.location",
+    "shardkit.manifest",
+)
+
+
+@pytest.mark.parametrize("command", [["shardkit", "--help"], ["pack-shards", "--help"], ["shardkit", "pack", "--help"]])
+def test_help_loads_no_stage_and_no_heavy_library(command: list[str]) -> None:
+    """`--help` shows the options (their choices and defaults) from the small modules that hold
+    them: click, the format names, the default cap, push's defaults, the template's path."""
+    program, *args = command
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        from shardkit import cli
+        try:
+            (cli.pack_shards if {program!r} == "pack-shards" else cli.main)({args!r}, prog_name={program!r})
+        except SystemExit as exc:
+            assert exc.code == 0, exc.code
+        print(json.dumps(sorted(sys.modules)))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    help_text, _, loaded_line = result.stdout.rstrip("\n").rpartition("\n")
+    assert help_text.startswith(f"Usage: {' '.join(command[:-1])} [OPTIONS]")
+    loaded = set(json.loads(loaded_line))
+    assert "click" in loaded and "shardkit.cli" in loaded
+    assert sorted(loaded & set(HEAVY_MODULES)) == []

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from shardkit.builtin import LOADERS, builder_name
+from shardkit.card import FORMAT_WORDS, LAYOUT_WORDS
 from shardkit.formats import (
     FORMAT_NAMES,
     FORMATS,
@@ -51,6 +53,16 @@ def test_the_registry_names_each_format_once() -> None:
         format_named("rar")
     with pytest.raises(ValueError, match="not a shardkit manifest format"):
         format_of_manifest("shardkit.rar/1")
+
+
+def test_every_format_has_its_builtin_loader_and_its_words_in_the_card() -> None:
+    """A format holds container facts only: what datasets' builtin loader does with its shards
+    is one entry in builtin.LOADERS, how the card names it one in the card's words."""
+    for name, fmt in FORMATS.items():
+        assert builder_name(fmt, "image") in ("imagefolder", "webdataset", "parquet")
+        assert FORMAT_WORDS[name] and LAYOUT_WORDS[name]
+    assert set(LOADERS) == set(FORMAT_WORDS) == set(LAYOUT_WORDS) == set(FORMATS)
+    assert builder_name(format_named("zip"), "audio") == "audiofolder"
 
 
 class _File:

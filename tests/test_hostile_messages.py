@@ -476,9 +476,9 @@ def test_ctrl_c_while_the_pool_starts_is_one_line_and_the_rerun_completes(
 # Where a pack's last steps write, each filled at that point (tests/fill_disk_at): the shards'
 # tables, the manifest, the card, the preview.
 FINISH_WRITES = [
-    "shardkit.pack:write_metadata_table",
-    "shardkit.pack:write_manifest",
-    "shardkit.card:write_atomic",
+    "shardkit.packfinish:write_metadata_table",
+    "shardkit.packfinish:write_manifest",
+    "shardkit.card.frontmatter:write_atomic",
     "shardkit.preview:write_atomic",
 ]
 

@@ -257,12 +257,12 @@ def _types(value: Any) -> Any:
 #: .shardkit/staging/sorted.tsv (before they are grouped by split): what a power cut leaves.
 KILLED_AFTER_SORTING = r"""
 import os, signal, sys
-import shardkit.pack
+import shardkit.packstage
 
 def killed(*args, **kwargs):
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
-shardkit.pack.regroup = killed
+shardkit.packstage.regroup = killed
 from shardkit.cli import pack_shards
 sys.argv = ["pack-shards", *sys.argv[1:]]
 pack_shards()

@@ -236,12 +236,12 @@ def _interrupted_at(point: str, command: list[str], tmp_path: Path) -> subproces
 CTRL_C_POINTS = {
     # while cli.py imports its modules (click among the first)
     "pack-shards, loading": ("click", "pack"),
-    "shardkit verify, loading": ("shardkit.push", "verify"),
+    "shardkit verify, loading": ("shardkit.errors", "verify"),
     # click has read the options; the command loads its stage before the library call
     "pack-shards, after the options": ("shardkit.pack", "pack"),
     "shardkit verify, after the options": ("shardkit.verify", "verify"),
     # the library call has returned; the summary is being made
-    "shardkit verify, the summary": ("shardkit.cli:human_size", "verify"),
+    "shardkit verify, the summary": ("shardkit.summarytext:shards", "verify"),
 }
 
 
@@ -266,7 +266,7 @@ def test_ctrl_c_in_verify_does_not_offer_to_resume(packed_base: Path, tmp_path: 
 
 def test_ctrl_c_in_pack_says_a_rerun_resumes(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = _interrupted_at("shardkit.pack:_reconcile", [*PACK, "-o", str(out)], tmp_path)
+    result = _interrupted_at("shardkit.pack:reconcile", [*PACK, "-o", str(out)], tmp_path)
     assert result.returncode == 130
     assert _one_line(result.stderr) == "interrupted; re-run the same command to resume"
 

@@ -1,7 +1,8 @@
 """A file changed or swapped between the check and the write is refused, never published.
 
 Each test changes an input file at one fixed point, after the check and before the writer
-reads it (``_reconcile`` runs between the two), so no test depends on timing.
+reads it (``shardkit.pack.reconcile``, the resume stage, which pack looks up there when it
+calls it, runs between the two), so no test depends on timing.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 
 
 def after_the_check(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> None:
-    original = shardkit.pack._reconcile
+    original = shardkit.pack.reconcile
 
     def change_then_reconcile(*args: Any, **kw: Any) -> Any:
         change()
         return original(*args, **kw)
 
-    monkeypatch.setattr(shardkit.pack, "_reconcile", change_then_reconcile)
+    monkeypatch.setattr(shardkit.pack, "reconcile", change_then_reconcile)
 
 
 def same_size_other_bytes(path: Path) -> bytes:
@@ -124,15 +125,16 @@ def test_the_cli_refuses_in_one_line_and_a_rerun_packs_the_file_as_it_is_now(
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import os, shardkit.pack\n"
-        "_real = shardkit.pack._reconcile\n"
+        "_real = shardkit.pack.reconcile\n"
         "def _swap(*a, **k):\n"
         f"    path = {str(victim)!r}\n"
         "    data = open(path, 'rb').read()\n"
         "    open(path, 'r+b').write(data[:-1] + bytes([data[-1] ^ 0xFF]))\n"
         "    return _real(*a, **k)\n"
-        "shardkit.pack._reconcile = _swap\n"
+        "shardkit.pack.reconcile = _swap\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(hook)}
+    # The hook first, then the folders PYTHONPATH held (the code under test among them).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
     cmd = [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), "-j", "1", "-q"]
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert first.returncode == 1

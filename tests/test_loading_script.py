@@ -38,7 +38,7 @@ from shardkit.card import (
     FEATURES_BEGIN,
     FEATURES_END,
     TEMPLATE_LOADER,
-    _normalised_reader,
+    normalised_reader,
     reader_code,
     template_reader,
     update_loaders,
@@ -408,7 +408,7 @@ def test_every_earlier_templates_reader_code_is_known_and_upgraded(tmp_path: Pat
         assert code is not None
         if code == current:
             continue
-        digest = hashlib.sha256(_normalised_reader(code).encode("utf-8")).hexdigest()
+        digest = hashlib.sha256(normalised_reader(code).encode("utf-8")).hexdigest()
         assert digest in EARLIER_READERS, f"the reader code of {commit[:7]} is not in EARLIER_READERS: add {digest}"
         seen.add(digest)
         update = update_loaders(str(out), FEATURES)

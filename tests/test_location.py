@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import UsageError
-from shardkit.location import Location
+from shardkit.location import Folder, FsspecUrl, Location
 
 
 def test_parse_tells_folders_urls_and_hub_datasets_apart(tmp_path: Path) -> None:
@@ -20,6 +20,8 @@ def test_parse_tells_folders_urls_and_hub_datasets_apart(tmp_path: Path) -> None
     assert Location.parse("memory://bucket/ds").kind == "fsspec"
     hub = Location.parse("hf://datasets/ns/name@v1.0")
     assert hub.kind == "hub" and hub.url.endswith("/datasets/ns/name/resolve/v1.0")
+    assert hub.has_revisions and not hub.writable and not Location.parse("https://example.org/ds").writable
+    assert not Location.parse(str(tmp_path)).has_revisions and Location.parse("memory://bucket/ds").writable
     assert Location.parse("ns/name", revision="dev").url.endswith("/datasets/ns/name/resolve/dev")
     with pytest.raises(UsageError, match="is not a folder, an http"):
         Location.parse("not a place")
@@ -43,6 +45,12 @@ def test_the_same_operations_on_a_folder_and_a_url(tmp_path: Path, kind: str) ->
         if kind == "folder"
         else Location(f"memory://loc-{os.getpid()}/repo", "fsspec")
     )
+    assert type(where) is {"folder": Folder, "fsspec": FsspecUrl}[kind]
+    check_file_operations(where, tmp_path)
+
+
+def check_file_operations(where: Location, tmp_path: Path) -> None:
+    """What every kind of place does alike (tests/test_location_kinds.py runs it on a kind of its own)."""
     assert where.read_bytes("README.md") is None and where.size("data/a.zip") is None
     assert where.files_under("data") == [] and where.list("") == []
     local = tmp_path / "a.partial"
@@ -56,13 +64,17 @@ def test_the_same_operations_on_a_folder_and_a_url(tmp_path: Path, kind: str) ->
     assert where.read_bytes("README.md") == b"card"
     assert where.size("data/train/a.zip") == 5
     assert where.files_under("data") == ["data/train/a.zip"]
-    assert where.list("") == ["README.md"]
+    assert where.list("") == ["README.md"] and where.list("data/train") == ["a.zip"]
     assert where.find() == {"README.md": 4, "data/train/a.zip": 5, "metadata/a.jsonl": 5}
     with where.open("data/train/a.zip") as f:
         assert f.read() == b"shard"
     with where.open_random("metadata/a.jsonl") as f:
         f.seek(2)
         assert f.read() == b"ta!"
+    with where.open_range("data/train/a.zip", 1, 3) as f:
+        assert f.read() == b"ha"
+    where.get("README.md", str(tmp_path / "card"))
+    assert (tmp_path / "card").read_bytes() == b"card"
     where.check_writable()
     where.remove("README.md")
     where.remove("README.md")  # gone already: nothing to do

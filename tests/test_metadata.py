@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardkit import metadata, shardfile
+from shardkit import localdisk, metadata
 from shardkit.errors import InputProblem
 from shardkit.metadata import SourceRecord, check_path, check_row, read_metadata
 from shardkit.rowrules import EXT_RE
@@ -102,7 +102,7 @@ def test_checks_finishing_out_of_order_give_the_same_results_in_input_order(
     wait until a later batch has been checked, on another thread."""
     images, meta = _rows_and_files(tmp_path, 2000)
     in_order = _read(images, meta, threads=1)
-    monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder: "nfs4")  # every batch on the threads
+    monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: "nfs4")  # every batch on the threads
     later_checked = threading.Event()
     real_lstat = os.lstat
 
@@ -123,7 +123,7 @@ def test_checks_finishing_out_of_order_give_the_same_results_in_input_order(
     assert later_checked.is_set()
     assert in_order == reordered
     # On a local disk, batches that need only stats are checked on the reading thread: the same.
-    monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder: "ext4")
+    monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: "ext4")
     assert _read(images, meta, threads=4) == in_order
     assert [r.line for r in in_order] == list(range(1, 2002))
     assert isinstance(in_order[100], InputProblem) and "file not found" in in_order[100].message
@@ -157,7 +157,7 @@ def test_ctrl_c_while_the_first_stat_hangs_stops_the_reader(tmp_path: Path, monk
         return real_lstat(path, *args, **kwargs)
 
     monkeypatch.setattr(metadata.os, "lstat", hung_lstat)
-    monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder: "nfs4")  # a network mount
+    monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: "nfs4")  # a network mount
     # SIGINT to the main thread, as a terminal's Ctrl-C reaches it (the pool's threads block it).
     main = threading.main_thread().ident
     assert main is not None

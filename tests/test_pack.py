@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import shardkit.pack
+import shardkit.packplan
 from shardkit.errors import UsageError
 from shardkit.formats.parquet import encode_metadata_table, read_metadata_table
 from shardkit.formats.zip import iter_members, member_name
@@ -98,7 +98,7 @@ def test_byte_identical_whatever_the_jobs_threads_and_buffers(
     ):
         with monkeypatch.context() as patch:
             if kw.pop("plan from the file", False):  # as for a large input
-                patch.setattr(shardkit.pack, "PLAN_IN_MEMORY_ROWS", 0)
+                patch.setattr(shardkit.packplan, "PLAN_IN_MEMORY_ROWS", 0)
             out = tmp_path / f"run{i}" / "out"  # same name: the card's title comes from it
             pack(config_for(corpus, out, target_shard_bytes=20_000, max_shard_bytes=40_000, **kw))
             outputs.append(tree_bytes(out))

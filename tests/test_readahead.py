@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit import readahead, shardfile
+from shardkit import localdisk, readahead
 from shardkit.readahead import READ_BATCH_ROWS, SourceChanged, read_in_order
 from shardkit.staging import StagedRow
 
@@ -224,7 +224,7 @@ def test_files_on_other_filesystems_are_read_on_the_threads_only(
 
     monkeypatch.setattr(os, "preadv", preadv)
     monkeypatch.setattr(readahead, "_NOWAIT", 8)
-    monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder: filesystem)
+    monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: filesystem)
     rows = make_rows(tmp_path / "files", [100] * 96)
     assert read_all(rows, tmp_path / "files") == expected(rows, tmp_path / "files")
     assert flagged == []
@@ -234,7 +234,7 @@ def test_files_on_other_filesystems_are_read_on_the_threads_only(
 def test_files_on_a_local_disk_are_tried_in_memory_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readahead, "_NOWAIT", 8)
     for filesystem in ("ext4", "xfs", "btrfs", "f2fs"):
-        monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder, fs=filesystem: fs)
+        monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder, fs=filesystem: fs)
         assert readahead.tries_in_memory_first(str(tmp_path))
     monkeypatch.setattr(readahead, "_NOWAIT", None)  # not Linux
     assert not readahead.tries_in_memory_first(str(tmp_path))

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from shardkit import shardfile
-from shardkit.shardfile import CACHED_CHUNK, DIRECT_CHUNK, ShardFile, filesystem_type
+from shardkit import localdisk, shardfile
+from shardkit.localdisk import filesystem_type
+from shardkit.shardfile import CACHED_CHUNK, DIRECT_CHUNK, ShardFile
 
 BIG, SMALL = DIRECT_CHUNK[0], CACHED_CHUNK[0]
 # Sizes around every boundary: empty, one block, a chunk of either size and a byte either side,
@@ -162,9 +163,9 @@ def test_filesystem_type_is_that_of_the_longest_mount_point(folder: str, expecte
 
 
 def test_direct_io_only_on_local_block_filesystems(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder: "nfs4")
+    monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: "nfs4")
     assert not shardfile.direct_io_for("/anywhere")
-    monkeypatch.setattr(shardfile, "filesystem_type_here", lambda folder: "xfs")
+    monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: "xfs")
     assert shardfile.direct_io_for("/anywhere") == bool(shardfile._O_DIRECT)
     monkeypatch.setenv("SHARDKIT_NO_DIRECT_IO", "1")
     assert not shardfile.direct_io_for("/anywhere")

@@ -18,7 +18,9 @@ from typing import Any
 import psutil
 import pytest
 
-import shardkit.pack
+import shardkit.packfinish
+import shardkit.packstage
+import shardkit.packwrite
 from shardkit.check import plan_ranges
 from shardkit.errors import ShardkitError
 from shardkit.pack import pack
@@ -40,7 +42,7 @@ def test_worker_killed_mid_job_is_reported_and_the_rerun_completes(
     corpus = make_corpus(30)
     out = tmp_path / "out"
     # Every shard's task kills its worker (the function is sent to the workers by name).
-    monkeypatch.setattr(shardkit.pack, "write_shard", die_writing)
+    monkeypatch.setattr(shardkit.packwrite, "write_shard", die_writing)
     # Shards by key prefix: several, so they go to worker processes (one shard would be written here).
     with pytest.raises(ShardkitError, match=r"the worker running data/.*\.zip died \(exit code -9\); re-run"):
         pack(config_for(corpus, out, jobs=2, prefix_length=1))
@@ -201,8 +203,8 @@ def test_the_check_splits_by_the_file_alone_and_the_writers_are_gone_before_the_
     their own. The write phase's workers are gone before the finish phase (so its memory does
     not add to theirs)."""
     events: list[str] = []
-    real_check_range = shardkit.pack.check_range
-    real_run_tasks = shardkit.pack.run_tasks
+    real_check_range = shardkit.packstage.check_range
+    real_run_tasks = shardkit.packwrite.run_tasks
 
     def noting_check_range(*args: Any, **kw: Any) -> Any:
         events.append("check here")
@@ -212,16 +214,17 @@ def test_the_check_splits_by_the_file_alone_and_the_writers_are_gone_before_the_
         events.append(f"{len(items)} {what} tasks{' on workers' if isinstance(executor, LocalPool) else ''}")
         return real_run_tasks(fn, items, what=what, executor=executor, **kw)
 
-    real_preview = shardkit.pack.write_preview
+    real_preview = shardkit.packfinish.write_preview
 
     def noting_preview(*args: Any, **kw: Any) -> Any:  # the finish phase: the writers are gone
         events.append(f"preview beside {len(pool_workers())} workers")
         return real_preview(*args, **kw)
 
-    monkeypatch.setattr(shardkit.pack, "write_preview", noting_preview)
-    monkeypatch.setattr(shardkit.pack, "run_tasks", noting_run_tasks)
+    monkeypatch.setattr(shardkit.packfinish, "write_preview", noting_preview)
+    for stage in (shardkit.packstage, shardkit.packwrite):  # the check's tasks, the writes
+        monkeypatch.setattr(stage, "run_tasks", noting_run_tasks)
     if check != "own workers":  # (range tasks are sent to workers by reference: keep the real one)
-        monkeypatch.setattr(shardkit.pack, "check_range", noting_check_range)
+        monkeypatch.setattr(shardkit.packstage, "check_range", noting_check_range)
     corpus = make_corpus(80)
     long = {"caption": "x" * 30_000} if check == "split by size" else {}  # then 2.4 MB of metadata
     keyed = [{**row, "key": hashlib.md5(row["file_name"].encode()).hexdigest(), **long} for row in corpus.rows]

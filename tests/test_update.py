@@ -452,7 +452,7 @@ def test_a_new_column_rewrites_every_shard_and_a_new_class_name_only_the_touched
 #: Runs pack-shards and SIGKILLs it at one fixed point (argv[1]); the rest is pack-shards' argv.
 KILLED_AT = r"""
 import os, signal, sys
-import shardkit.pack, shardkit.location
+import shardkit.location, shardkit.packfinish, shardkit.packresume, shardkit.packwrite
 from shardkit.cli import pack_shards
 
 point = sys.argv[1]
@@ -461,28 +461,28 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "a shard whose rows all went removed":
-    remove = shardkit.location.Location.remove
+    remove = shardkit.location.Folder.remove
     def removing(self, rel):
         remove(self, rel)
         die()
-    shardkit.location.Location.remove = removing
+    shardkit.location.Folder.remove = removing
 elif point == "the new state recorded":
-    write_atomic = shardkit.pack.write_atomic
+    write_atomic = shardkit.packresume.write_atomic
     def writing(path, content):
         write_atomic(path, content)
         if path.endswith("state.json"):
             die()
-    shardkit.pack.write_atomic = writing
+    shardkit.packresume.write_atomic = writing
 elif point == "one changed shard written":
-    run_tasks = shardkit.pack.run_tasks
+    run_tasks = shardkit.packwrite.run_tasks
     def running(*args, **kwargs):
         for n, result in enumerate(run_tasks(*args, **kwargs)):
             if n == 1:
                 die()
             yield result
-    shardkit.pack.run_tasks = running
+    shardkit.packwrite.run_tasks = running
 elif point == "the manifest about to be written":
-    shardkit.pack.write_manifest = lambda *args, **kwargs: die()
+    shardkit.packfinish.write_manifest = lambda *args, **kwargs: die()
 else:
     raise SystemExit(f"no point {point!r}")
 sys.argv = ["pack-shards", *sys.argv[2:]]

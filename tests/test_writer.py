@@ -18,7 +18,7 @@ def test_file_changed_during_a_parallel_run_is_an_error_naming_it(
 ) -> None:  # type: ignore[no-untyped-def]
     corpus = make_corpus(60)
     out = tmp_path / "out"
-    original = shardkit.pack._reconcile
+    original = shardkit.pack.reconcile
 
     def grow_then_reconcile(*args: Any, **kw: Any) -> Any:
         # Grow one file between the check and the write: the planned sizes no longer hold.
@@ -26,7 +26,7 @@ def test_file_changed_during_a_parallel_run_is_an_error_naming_it(
             f.write(b"more")
         return original(*args, **kw)
 
-    monkeypatch.setattr(shardkit.pack, "_reconcile", grow_then_reconcile)
+    monkeypatch.setattr(shardkit.pack, "reconcile", grow_then_reconcile)
     with pytest.raises(SourceChanged, match=r"img_0007\.jpg \(metadata line 8\): file changed since it was checked"):
         pack(config_for(corpus, out, jobs=2))
     assert not (out / "shards.json").exists()

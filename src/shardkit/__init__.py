@@ -28,7 +28,7 @@ __all__ = [
 _LAZY = {
     "PackConfig": "pack",
     "PackSummary": "pack",
-    "PushConfig": "push",
+    "PushConfig": "pushconfig",
     "PushSummary": "push",
     "RemuxConfig": "remux",
     "RemuxSummary": "remux",

@@ -1,4 +1,9 @@
-"""What datasets' builtin loaders will do with a packed layout, before anything is written.
+"""What datasets' builtin loaders do with a packed layout: the one module that knows them.
+
+Per format (:data:`LOADERS`): the builder ``load_dataset(repo)`` reads the shards with, whether
+it reads the card's features from the config, the columns it gives (:func:`card_features`), the
+units of work and requests it makes, and, for ZIP, the builder it infers before anything is
+written (:func:`builtin_loader_warnings`).
 
 ``load_dataset(repo)`` reads ZIP shards with the builder it infers from their members: per split,
 every dotted suffix of the member names of the split's first 10 ZIPs (their members sorted by
@@ -19,17 +24,93 @@ split has the card's schema.)
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
+from typing import Any
 
 from .decode import AUDIO_EXTENSIONS
 from .formats import ShardFormat
 from .plan import BY_SIZE, ShardPlan
-from .staging import iter_staged
 
 #: How many ZIPs, and members of each, datasets lists to choose the builder for a split's ZIPs:
 #: 10 archives in 3.6 to 5.x; the first 200 members of each (sorted) in 3.6 and 4.0, all in 5.x.
 INFERENCE_ARCHIVES = 10
 INFERENCE_MEMBER_LIMITS = (200, None)
 _MODULES = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
+#: The builder that gives a webdataset's columns: one per file extension, ``json``, ``__key__``, ``__url__``.
+WEBDATASET = "webdataset"
+#: A folder builder: ``imagefolder`` or ``audiofolder``, after the file column.
+FOLDER = "{file_column}folder"
+
+
+@dataclass(frozen=True)
+class BuiltinLoader:
+    """How datasets' builtin loader reads one format's shards (3.6 to 5.x)."""
+
+    #: The builder ``load_dataset(repo)`` reads them with (:data:`FOLDER`: after the file column).
+    builder: str
+    #: The builder reads the card's features in the config (imagefolder/audiofolder, parquet);
+    #: webdataset's config has no such field (a warning), it reads ``dataset_info.features``.
+    config_features: bool = True
+    #: datasets chooses the builder from the names of the shards' members (the most common
+    #: extension), as for any archive: a card setting cannot override it.
+    builder_from_members: bool = False
+    #: What it gives DataLoader workers as units of work, and the requests it makes (the card's
+    #: table of readers), and what else the card says of it.
+    units: str = "one per shard"
+    requests: str = "a few per shard"
+    caveat: str = ""
+    #: What the card's features section adds when its columns differ from ``shardkit.stream``'s.
+    columns_note: str = ""
+
+
+#: Each shard format's builtin loader, by format name.
+LOADERS = {
+    "zip": BuiltinLoader(
+        builder=FOLDER,
+        builder_from_members=True,
+        units="one for the whole split",
+        requests="several per file",
+        caveat=" It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one"
+        " worker busy, and fetches each file with requests of its own.",
+    ),
+    "tar": BuiltinLoader(
+        builder=WEBDATASET,
+        config_features=False,
+        columns_note="datasets' builtin webdataset loader gives the file as a column named after its extension"
+        " (`jpg`...), the other columns inside `json`, and `__key__`, `__url__`; `shardkit.stream` gives"
+        " the columns above.",
+    ),
+    "parquet": BuiltinLoader(builder="parquet"),
+}
+
+
+def builtin_loader(fmt: ShardFormat) -> BuiltinLoader:
+    return LOADERS[fmt.name]
+
+
+def builder_name(fmt: ShardFormat, file_column: str) -> str:
+    """The datasets builder ``load_dataset(repo)`` reads ``fmt``'s shards with."""
+    return LOADERS[fmt.name].builder.format(file_column=file_column)
+
+
+def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: list[str]) -> list[dict[str, Any]]:
+    """The features the card declares for ``fmt``'s builtin loader (``features``: a row's columns
+    as ``shardkit.stream`` gives them; ``extensions``: the files' extensions).
+
+    ZIP (imagefolder) and Parquet: the file column, ``key``, then every field. tar (datasets'
+    webdataset builder): one column per file extension (``jpg``...), ``json`` (the row's metadata
+    line as a struct) and the builder's ``__key__`` and ``__url__``.
+    """
+    if LOADERS[fmt.name].builder != WEBDATASET:
+        return features
+    file_dtype = features[0]["dtype"]
+    line = [{"name": "file_name", "dtype": "string"}, *features[1:]]
+    return [
+        *({"name": ext.lstrip("."), "dtype": file_dtype} for ext in extensions),
+        {"name": "json", "struct": line},
+        {"name": "__key__", "dtype": "string"},
+        {"name": "__url__", "dtype": "string"},
+    ]
 
 
 def builder_for_members(shard_members: list[list[str]]) -> str:
@@ -55,9 +136,11 @@ def builtin_loader_warnings(
     """Why ``load_dataset(repo)`` would open a split of these shards with the wrong builder, one
     sentence per split (none: it opens every split right). ``prefix_lengths``: each split's (0:
     cut by size), for the advice."""
-    if not fmt.builder_from_members or fmt.metadata_member is None:
+    if not LOADERS[fmt.name].builder_from_members or fmt.metadata_member is None:
         return []
-    wanted = f"{modality}folder"
+    from .staging import iter_staged  # the packer's: the card, which imports this module, needs none of it
+
+    wanted = builder_name(fmt, modality)
     by_split: dict[str, list[ShardPlan]] = {}
     for shard in plan:
         by_split.setdefault(shard.split, []).append(shard)

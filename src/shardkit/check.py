@@ -34,7 +34,7 @@ from typing import IO
 from .decode import AUDIO_EXTENSIONS
 from .errors import InputProblem
 from .formats import format_named
-from .metadata import metadata_line, non_finite_problem, read_metadata
+from .metadata import SourceRecord, metadata_line, non_finite_problem, read_metadata
 from .problems import ProblemReport, ReportPart
 from .progress import NullProgress, Progress
 from .rowrules import SOURCE_PATH_COLUMN
@@ -195,19 +195,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
     """Check the rows of one range and stage them: sorted runs by key, and by file name."""
     progress = progress or NullProgress()
     settings = job.settings
-    fmt = format_named(settings.format)
-    problems = ProblemReport(os.path.join(job.work_dir, "rejects") if job.rejects else None)
-    schema = SchemaTracker()
-    audio_line = image_line = 0
-    extensions: set[str] = set()
-    labels: set[str] = set()
-    label_problem: InputProblem | None = None
-    split_lines: dict[str, int] = {}
-    runs = RunWriter(os.path.join(job.work_dir, "keys"), run_bytes=job.run_bytes)
-    # (file_name, line): rows naming one file meet when sorted.
-    files = RunWriter(os.path.join(job.work_dir, "files"), run_bytes=job.file_run_bytes)
-    os.makedirs(runs.workdir, exist_ok=True)
-    os.makedirs(files.workdir, exist_ok=True)
+    check = _RangeCheck(job)
     records = read_metadata(
         settings.metadata_path,
         settings.images_dir,
@@ -218,88 +206,126 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
         end=job.end,
         first_line=job.first_line,
     )
-    n = order_dependent = 0
+    n = 0
     try:
         for n, item in enumerate(records, 1):
             if n % 1000 == 0:
                 progress.advance(1000)
             if isinstance(item, InputProblem):
-                problems.add(item)
+                check.problems.add(item)
                 continue
-            if format_problem := fmt.key_problem(item.key, item.ext):
-                problems.add(InputProblem(item.line, f"{item.source!r}: {format_problem}", json.dumps(item.fields)))
-                continue
-            if SPLIT_COLUMN in item.fields:
-                split = item.fields.pop(SPLIT_COLUMN)
-                if split is not None:  # (null: no split, as when the column is absent)
-                    if problem := split_problem(split):
-                        problems.add(InputProblem(item.line, problem, json.dumps(item.fields)))
-                        continue
-                    item.split = split
-                    split_lines.setdefault(split, item.line)
-            if settings.class_label is not None:
-                label = item.fields.get(settings.class_label)
-                if problem := class_label_problem(settings.class_label, label):
-                    wrong = InputProblem(item.line, problem, json.dumps(item.fields))
-                    problems.add(wrong)
-                    label_problem = label_problem or wrong
-                    continue
-                if label is not None:
-                    labels.add(label)
-            if settings.keep_source_path:
-                if SOURCE_PATH_COLUMN in item.fields:
-                    taken = f"column {SOURCE_PATH_COLUMN!r} is where --keep-source-path puts file_name; rename it"
-                    problems.add(InputProblem(item.line, taken, json.dumps(item.fields)))
-                    continue
-                item.fields[SOURCE_PATH_COLUMN] = item.source
-            try:
-                line = metadata_line(item, fmt.member_name(item.key, item.ext))
-            except ValueError as exc:  # NaN or Infinity: not valid JSON out
-                problem = non_finite_problem(item.fields) or f"value not allowed in JSON: {exc}"
-                problems.add(InputProblem(item.line, problem, json.dumps(item.fields)))
-                continue
-            try:
-                staged, file_ref = StagedRow.line_of(item, line), FileRef.line_of(item, line)
-            except UnstageableRow as exc:  # (the checks above let no such row through)
-                problems.add(InputProblem(item.line, str(exc), line))
-                continue
-            conflict = schema.check(item.fields, item.line)
-            if conflict:
-                problems.add(InputProblem(item.line, conflict, line))
-                order_dependent += 1
-                continue
-            is_audio = item.ext.lower() in AUDIO_EXTENSIONS
-            if (is_audio and image_line) or (not is_audio and audio_line):
-                other = image_line or audio_line
-                mixed = f"{item.source!r} mixes audio and image files in one dataset (see line {other})"
-                problems.add(InputProblem(item.line, mixed, line))
-                order_dependent += 1
-                continue
-            if is_audio:
-                audio_line = audio_line or item.line
-            else:
-                image_line = image_line or item.line
-            extensions.add(item.ext.lower())
-            runs.add(staged)
-            files.add(file_ref)
+            check.row(item)
     finally:
-        problems.close()
+        check.problems.close()
     progress.advance(n % 1000)
-    return RangeResult(
-        index=job.index,
-        rows=n,
-        problems=problems.part(),
-        schema=schema,
-        audio_line=audio_line,
-        image_line=image_line,
-        order_dependent_problems=order_dependent,
-        extensions=extensions,
-        labels=labels,
-        label_problem=label_problem,
-        runs=runs.finish(),
-        file_runs=files.finish(),
-        split_lines=split_lines,
-    )
+    return check.result(n)
+
+
+class _RangeCheck:
+    """One range's checks of each row the metadata reader let through, what they gathered (the
+    types, the modality, the splits, the class names), and the staged runs of the rows that pass."""
+
+    def __init__(self, job: RangeJob) -> None:
+        self.job = job
+        self.settings = job.settings
+        self.fmt = format_named(job.settings.format)
+        self.problems = ProblemReport(os.path.join(job.work_dir, "rejects") if job.rejects else None)
+        self.schema = SchemaTracker()
+        self.audio_line = self.image_line = 0
+        self.order_dependent = 0  # rows refused for their types or modality
+        self.extensions: set[str] = set()
+        self.labels: set[str] = set()
+        self.label_problem: InputProblem | None = None
+        self.split_lines: dict[str, int] = {}
+        self.runs = RunWriter(os.path.join(job.work_dir, "keys"), run_bytes=job.run_bytes)
+        # (file_name, line): rows naming one file meet when sorted.
+        self.files = RunWriter(os.path.join(job.work_dir, "files"), run_bytes=job.file_run_bytes)
+        os.makedirs(self.runs.workdir, exist_ok=True)
+        os.makedirs(self.files.workdir, exist_ok=True)
+
+    def row(self, item: SourceRecord) -> None:
+        """Check one row; stage it, or give its problem to the report."""
+        problems = self.problems
+        if format_problem := self.fmt.key_problem(item.key, item.ext):
+            problems.add(InputProblem(item.line, f"{item.source!r}: {format_problem}", json.dumps(item.fields)))
+            return
+        if (problem := self._columns_problem(item)) is not None:
+            problems.add(problem)
+            return
+        try:
+            line = metadata_line(item, self.fmt.member_name(item.key, item.ext))
+        except ValueError as exc:  # NaN or Infinity: not valid JSON out
+            problem_text = non_finite_problem(item.fields) or f"value not allowed in JSON: {exc}"
+            problems.add(InputProblem(item.line, problem_text, json.dumps(item.fields)))
+            return
+        try:
+            staged, file_ref = StagedRow.line_of(item, line), FileRef.line_of(item, line)
+        except UnstageableRow as exc:  # (the checks above let no such row through)
+            problems.add(InputProblem(item.line, str(exc), line))
+            return
+        conflict = self.schema.check(item.fields, item.line)
+        if conflict:
+            problems.add(InputProblem(item.line, conflict, line))
+            self.order_dependent += 1
+            return
+        is_audio = item.ext.lower() in AUDIO_EXTENSIONS
+        if (is_audio and self.image_line) or (not is_audio and self.audio_line):
+            other = self.image_line or self.audio_line
+            mixed = f"{item.source!r} mixes audio and image files in one dataset (see line {other})"
+            problems.add(InputProblem(item.line, mixed, line))
+            self.order_dependent += 1
+            return
+        if is_audio:
+            self.audio_line = self.audio_line or item.line
+        else:
+            self.image_line = self.image_line or item.line
+        self.extensions.add(item.ext.lower())
+        self.runs.add(staged)
+        self.files.add(file_ref)
+
+    def _columns_problem(self, item: SourceRecord) -> InputProblem | None:
+        """Take the row's split out of its fields, check its class label, add its source path
+        (``--keep-source-path``); the problem of a row that cannot be published so (None if none)."""
+        settings = self.settings
+        if SPLIT_COLUMN in item.fields:
+            split = item.fields.pop(SPLIT_COLUMN)
+            if split is not None:  # (null: no split, as when the column is absent)
+                if problem := split_problem(split):
+                    return InputProblem(item.line, problem, json.dumps(item.fields))
+                item.split = split
+                self.split_lines.setdefault(split, item.line)
+        if settings.class_label is not None:
+            label = item.fields.get(settings.class_label)
+            if problem := class_label_problem(settings.class_label, label):
+                wrong = InputProblem(item.line, problem, json.dumps(item.fields))
+                self.label_problem = self.label_problem or wrong
+                return wrong
+            if label is not None:
+                self.labels.add(label)
+        if settings.keep_source_path:
+            if SOURCE_PATH_COLUMN in item.fields:
+                taken = f"column {SOURCE_PATH_COLUMN!r} is where --keep-source-path puts file_name; rename it"
+                return InputProblem(item.line, taken, json.dumps(item.fields))
+            item.fields[SOURCE_PATH_COLUMN] = item.source
+        return None
+
+    def result(self, rows: int) -> RangeResult:
+        """What the range found (``rows``: the non-blank lines read); its runs are finished."""
+        return RangeResult(
+            index=self.job.index,
+            rows=rows,
+            problems=self.problems.part(),
+            schema=self.schema,
+            audio_line=self.audio_line,
+            image_line=self.image_line,
+            order_dependent_problems=self.order_dependent,
+            extensions=self.extensions,
+            labels=self.labels,
+            label_problem=self.label_problem,
+            runs=self.runs.finish(),
+            file_runs=self.files.finish(),
+            split_lines=self.split_lines,
+        )
 
 
 def plan_ranges(path: str, range_bytes: int | None = None) -> list[tuple[int, int | None, int]]:

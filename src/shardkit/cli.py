@@ -18,26 +18,28 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar
 
 import click
 
+# What the options need (their choices and defaults), and no more: each command loads its stage
+# when it runs, so `shardkit --help` stays quick (tests/test_cli_types.py checks what it loads).
 from . import __version__
-from .card import human_size
 from .errors import ShardkitError, UsageError, one_line, redact, redact_log_records
 from .formats import FORMAT_NAMES
-from .location import bare_hub_id, is_url, local_path
 from .plan import DEFAULT_MAX_SHARD_BYTES
-from .push import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig, PushSummary, check_repo_id, push
+from .pushconfig import FILES_PER_COMMIT, SCRIPT_BRANCH, PushConfig
 from .scaffold import TEMPLATE_DIR
-from .schema import class_label_names
-from .summarytext import dry_run_lines, pack_line, rows, shards
 
-if TYPE_CHECKING:  # the stage modules load when their command runs: `shardkit --help` stays quick
-    from .pack import ExecutorName, OnProblem, ShardFormatName
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .pack import ExecutorName, OnProblem, PackConfig, PackSummary, ShardFormatName
     from .progress import TqdmProgress
-    from .remux import ImageFormatName
+    from .push import PushSummary
+    from .remux import ImageFormatName, RemuxConfig, RemuxSummary
     from .scaffold import Question
+    from .verify import VerifyReport
 
 _T = TypeVar("_T")
 #: A command's function: click calls it with each parameter by name (keyword-only here).
@@ -95,6 +97,8 @@ class FolderOrUrl(click.Path):
         self.hub_ids = hub_ids
 
     def convert(self, value: str | os.PathLike[str], param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from .location import bare_hub_id, is_url
+
         if isinstance(value, str) and (is_url(value) or (self.hub_ids and bare_hub_id(value))):
             return value
         return os.fsdecode(super().convert(value, param, ctx))  # str already: no path_type was given
@@ -104,6 +108,7 @@ def _check_parents(*folders: tuple[str | None, str]) -> None:
     """Refuse (exit code 2, one line) a folder given on the command line (``(path, what)``) whose
     parent folder does not exist: a command makes the folder it is given, not a chain of folders
     from a typo (``-o /nonexistent/dir/out``). URLs and folders left out (None) are not looked at."""
+    from .location import is_url, local_path
     from .outdir import check_parent_exists
 
     for path, what in folders:
@@ -201,6 +206,18 @@ push_options: list[_Decorator] = [
 ]
 
 
+class PushOptions(TypedDict):
+    """``push_options`` as click passes them, by parameter name (``shardkit push`` and ``pack --push``)."""
+
+    private: bool
+    revision: str
+    token: str | None
+    script_branch: str
+    no_script_branch: bool
+    files_per_commit: int
+    include: tuple[str, ...]
+
+
 executor_options: list[_Decorator] = [
     click.option(
         "--executor",
@@ -219,6 +236,13 @@ executor_options: list[_Decorator] = [
         " [default: DASK_SCHEDULER_ADDRESS].",
     ),
 ]
+
+
+class ExecutorOptions(TypedDict):
+    """``executor_options`` as click passes them (pack and remux)."""
+
+    executor: ExecutorName
+    scheduler: str | None
 
 
 work_dir_option = click.option(
@@ -381,6 +405,36 @@ pack_options: list[_Decorator] = [
 ]
 
 
+class PackOptions(PushOptions, ExecutorOptions):
+    """``pack_options`` as click passes them: ``shardkit pack``'s and ``pack-shards``' parameters."""
+
+    images_dir: str
+    meta_jsonl: str
+    out_dir: str
+    work_dir: str | None
+    shard_format: ShardFormatName
+    max_shard_size: int
+    target_shard_size: int | None
+    prefix_length: int | None
+    jobs: int
+    read_threads: int
+    read_buffer: int
+    on_error: OnProblem
+    on_duplicate: OnProblem
+    rejects: str | None
+    keep_source_path: bool
+    class_label: str | None
+    check_images: bool
+    force: bool
+    update: bool
+    adopt: bool
+    dry_run: bool
+    no_fsync: bool
+    quiet: bool
+    as_json: bool
+    push_repo: str | None
+
+
 def _with_options(options: list[_Decorator]) -> _Decorator:
     def decorate(f: _Callback) -> _Callback:
         for option in reversed(options):
@@ -390,34 +444,24 @@ def _with_options(options: list[_Decorator]) -> _Decorator:
     return decorate
 
 
-def _push_config(
-    out_dir: str,
-    repo: str,
-    *,
-    work_dir: str | None,
-    private: bool,
-    revision: str,
-    token: str | None,
-    script_branch: str,
-    no_script_branch: bool,
-    files_per_commit: int,
-    include: tuple[str, ...],
-) -> PushConfig:
+def _push_config(out_dir: str, repo: str, work_dir: str | None, options: PushOptions) -> PushConfig:
     """The push options (shared by push and pack --push) as the library's config."""
     return PushConfig(
         out_dir=out_dir,
         repo_id=repo,
-        private=private,
-        revision=revision,
-        token=token,
-        script_branch=None if no_script_branch else script_branch,
-        files_per_commit=files_per_commit,
+        private=options["private"],
+        revision=options["revision"],
+        token=options["token"],
+        script_branch=None if options["no_script_branch"] else options["script_branch"],
+        files_per_commit=options["files_per_commit"],
         work_dir=work_dir,
-        include=include,
+        include=options["include"],
     )
 
 
 def _print_push(summary: PushSummary) -> None:
+    from .card import human_size
+
     if summary.commits:
         click.echo(
             f"pushed {summary.uploaded_files} files ({human_size(summary.uploaded_bytes)}) to {summary.url} in"
@@ -437,43 +481,7 @@ def _print_push(summary: PushSummary) -> None:
         )
 
 
-def _pack_command(
-    *,
-    images_dir: str,
-    meta_jsonl: str,
-    out_dir: str,
-    work_dir: str | None,
-    shard_format: ShardFormatName,
-    max_shard_size: int,
-    target_shard_size: int | None,
-    prefix_length: int | None,
-    jobs: int,
-    read_threads: int,
-    read_buffer: int,
-    on_error: OnProblem,
-    on_duplicate: OnProblem,
-    rejects: str | None,
-    keep_source_path: bool,
-    class_label: str | None,
-    check_images: bool,
-    force: bool,
-    update: bool,
-    adopt: bool,
-    dry_run: bool,
-    executor: ExecutorName,
-    scheduler: str | None,
-    no_fsync: bool,
-    quiet: bool,
-    as_json: bool,
-    push_repo: str | None,
-    private: bool,
-    revision: str,
-    token: str | None,
-    script_branch: str,
-    no_script_branch: bool,
-    files_per_commit: int,
-    include: tuple[str, ...],
-) -> None:
+def _pack_command(**options: Unpack[PackOptions]) -> None:
     """Pack IMAGES_DIR (files) and META_JSONL (one JSON object per line) into shards.
 
     Each row needs "file_name", the file's path relative to IMAGES_DIR. An optional "key"
@@ -491,63 +499,78 @@ def _pack_command(
     SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails the run; re-run to resume (limits:
     docs/guarantees.md).
     """
-    from .pack import PackConfig, pack
+    from .location import is_url
+    from .pack import pack
 
+    out_dir, work_dir = options["out_dir"], options["work_dir"]
     _check_parents((out_dir, "OUT_DIR"), (work_dir if is_url(out_dir) else None, "--work-dir"))
-    push_config = None
-    if push_repo:
-        _run(lambda: check_repo_id(push_repo))  # before hours of packing, not after
-        if is_url(out_dir):
-            click.echo(
-                "error: --push needs a local OUT_DIR; push the URL with `shardkit push URL --repo ...`", err=True
-            )
-            sys.exit(2)
-        push_config = _push_config(
-            out_dir,
-            push_repo,
-            work_dir=work_dir,
-            private=private,
-            revision=revision,
-            token=token,
-            script_branch=script_branch,
-            no_script_branch=no_script_branch,
-            files_per_commit=files_per_commit,
-            include=include,
-        )
-
+    push_config = _pack_push_config(options)  # before hours of packing, not after
     _setup_logging()
-    config = PackConfig(
-        images_dir=images_dir,
-        metadata_path=meta_jsonl,
-        out_dir=out_dir,
-        max_shard_bytes=max_shard_size,
-        target_shard_bytes=target_shard_size,
-        prefix_length=prefix_length,
-        jobs=jobs,
-        read_threads=read_threads,
-        prefetch_bytes=read_buffer,
-        on_error=on_error,
-        on_duplicate=on_duplicate,
-        rejects_path=rejects,
-        force=force,
-        adopt=adopt,
-        dry_run=dry_run,
-        fsync=not no_fsync,
-        check_images=check_images,
-        keep_source_path=keep_source_path,
-        class_label=class_label,
-        update=update,
-        format=shard_format,
-        executor=executor,
-        scheduler=scheduler,
-        work_dir=work_dir,
-    )
-    progress = _progress(quiet, as_json)
+    config = _pack_config(options)
+    progress = _progress(options["quiet"], options["as_json"])
     summary = _run(lambda: pack(config, progress=progress))
     pushed = None
     if push_config is not None and not summary.dry_run:
+        from .push import push
+
         pushed = _run(lambda: push(push_config, progress=progress))
-    if summary.rejected_rows:  # on stderr whatever the format, so it is never missed
+    _print_pack(summary, pushed, quiet=options["quiet"], as_json=options["as_json"])
+
+
+def _pack_push_config(options: PackOptions) -> PushConfig | None:
+    """``--push``'s config (None without it), once its repo id is checked; an OUT_DIR URL is
+    refused (exit code 2): ``shardkit push`` takes one."""
+    push_repo, out_dir = options["push_repo"], options["out_dir"]
+    if not push_repo:
+        return None
+    from .location import is_url
+    from .push import check_repo_id  # (a pack alone never loads push)
+
+    _run(lambda: check_repo_id(push_repo))
+    if is_url(out_dir):
+        click.echo("error: --push needs a local OUT_DIR; push the URL with `shardkit push URL --repo ...`", err=True)
+        sys.exit(2)
+    return _push_config(out_dir, push_repo, options["work_dir"], options)
+
+
+def _pack_config(options: PackOptions) -> PackConfig:
+    """pack's options as the library's config."""
+    from .pack import PackConfig
+
+    return PackConfig(
+        images_dir=options["images_dir"],
+        metadata_path=options["meta_jsonl"],
+        out_dir=options["out_dir"],
+        max_shard_bytes=options["max_shard_size"],
+        target_shard_bytes=options["target_shard_size"],
+        prefix_length=options["prefix_length"],
+        jobs=options["jobs"],
+        read_threads=options["read_threads"],
+        prefetch_bytes=options["read_buffer"],
+        on_error=options["on_error"],
+        on_duplicate=options["on_duplicate"],
+        rejects_path=options["rejects"],
+        force=options["force"],
+        adopt=options["adopt"],
+        dry_run=options["dry_run"],
+        fsync=not options["no_fsync"],
+        check_images=options["check_images"],
+        keep_source_path=options["keep_source_path"],
+        class_label=options["class_label"],
+        update=options["update"],
+        format=options["shard_format"],
+        executor=options["executor"],
+        scheduler=options["scheduler"],
+        work_dir=options["work_dir"],
+    )
+
+
+def _print_pack(summary: PackSummary, pushed: PushSummary | None, *, quiet: bool, as_json: bool) -> None:
+    """pack's result: the bad rows skipped (on stderr, whatever the format, so it is never
+    missed), then ``--json``'s object, or (unless -q) the summary in words."""
+    from .summarytext import dry_run_lines, pack_line
+
+    if summary.rejected_rows:
         rejects = summary.rejects_file
         where = f"; see {one_line(rejects)}" if rejects else " (a dry run: --rejects FILE lists them)"
         click.echo(f"skipped {summary.rejected_rows} bad rows{where}", err=True)
@@ -577,6 +600,8 @@ def _pack_command(
 
 def _feature_type(feature: dict[str, object]) -> str:
     """A feature's type as the card's YAML gives it, on one line: ``string``, ``{"list": "int64"}``..."""
+    from .schema import class_label_names
+
     rest = {k: v for k, v in feature.items() if k != "name"}
     if list(rest) == ["dtype"] and isinstance(rest["dtype"], str):
         return rest["dtype"]
@@ -614,19 +639,7 @@ pack_cmd = main.command("pack")(_with_options(pack_options)(_pack_command))
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary (warnings, errors: stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
 def push_cmd(
-    *,
-    out_dir: str,
-    work_dir: str | None,
-    repo: str,
-    private: bool,
-    revision: str,
-    token: str | None,
-    script_branch: str,
-    no_script_branch: bool,
-    files_per_commit: int,
-    include: tuple[str, ...],
-    quiet: bool,
-    as_json: bool,
+    *, out_dir: str, work_dir: str | None, repo: str, quiet: bool, as_json: bool, **options: Unpack[PushOptions]
 ) -> None:
     """Upload OUT_DIR (packed by pack-shards: a folder, or the URL it packed to) to a dataset repo
     on the Hugging Face Hub.
@@ -640,26 +653,43 @@ def push_cmd(
     A request that gets or takes no data for SHARDKIT_NETWORK_TIMEOUT seconds (default 60) fails
     the push; a re-run resumes. Ctrl-C stops it at once.
     """
+    from .location import is_url
+    from .push import push
+
     _check_parents((work_dir if is_url(out_dir) else None, "--work-dir"))
     _setup_logging()
-    config = _push_config(
-        out_dir,
-        repo,
-        work_dir=work_dir,
-        private=private,
-        revision=revision,
-        token=token,
-        script_branch=script_branch,
-        no_script_branch=no_script_branch,
-        files_per_commit=files_per_commit,
-        include=include,
-    )
+    config = _push_config(out_dir, repo, work_dir, options)
     progress = _progress(quiet, as_json)
     summary = _run(lambda: push(config, progress=progress))
     if as_json:
         _echo_json(summary.to_json())
     elif not quiet:
         _print_push(summary)
+
+
+class RemuxOptions(ExecutorOptions):
+    """``shardkit remux``'s parameters as click passes them."""
+
+    source: str
+    out_dir: str
+    work_dir: str | None
+    fn: str
+    config_name: str | None
+    split: str | None
+    revision: str | None
+    batch_size: int
+    jobs: int
+    seed: int
+    no_decode: bool
+    image_format: ImageFormatName
+    quality: int
+    shard_format: ShardFormatName
+    max_shard_size: int
+    target_shard_size: int | None
+    force: bool
+    adopt: bool
+    quiet: bool
+    as_json: bool
 
 
 @main.command("remux")
@@ -734,31 +764,7 @@ def push_cmd(
 @_with_options(executor_options)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or summary (warnings, errors: stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object on stdout.")
-def remux_cmd(
-    *,
-    source: str,
-    out_dir: str,
-    work_dir: str | None,
-    fn: str,
-    config_name: str | None,
-    split: str | None,
-    revision: str | None,
-    batch_size: int,
-    jobs: int,
-    seed: int,
-    no_decode: bool,
-    image_format: ImageFormatName,
-    quality: int,
-    shard_format: ShardFormatName,
-    max_shard_size: int,
-    target_shard_size: int | None,
-    force: bool,
-    adopt: bool,
-    executor: ExecutorName,
-    scheduler: str | None,
-    quiet: bool,
-    as_json: bool,
-) -> None:
+def remux_cmd(**options: Unpack[RemuxOptions]) -> None:
     """Stream SOURCE through a per-batch function straight into new shards in OUT_DIR.
 
     SOURCE is a Hub dataset id, a local dataset folder, a shardkit output (folder or repo, read
@@ -779,49 +785,65 @@ def remux_cmd(
     Reading a shardkit source at a URL or on the Hub, and writing to an OUT_DIR URL, fail after
     SHARDKIT_NETWORK_TIMEOUT seconds (default 60) without data (other sources: datasets' own timeouts).
     """
-    from .remux import RemuxConfig, remux
+    from .location import is_url
+    from .remux import remux
 
+    out_dir, work_dir = options["out_dir"], options["work_dir"]
     _check_parents((out_dir, "OUT_DIR"), (work_dir if is_url(out_dir) else None, "--work-dir"))
     _setup_logging()
-    config = RemuxConfig(
-        source=source,
-        out_dir=out_dir,
-        fn=fn,
-        config_name=config_name,
-        split=split,
-        revision=revision,
-        batch_size=batch_size,
-        jobs=jobs,
-        seed=seed,
-        decode=not no_decode,
-        image_format=image_format,
-        quality=quality,
-        format=shard_format,
-        max_shard_bytes=max_shard_size,
-        target_shard_bytes=target_shard_size,
-        force=force,
-        adopt=adopt,
-        executor=executor,
-        scheduler=scheduler,
-        work_dir=work_dir,
-    )
-    progress = _progress(quiet, as_json)
+    config = _remux_config(options)
+    progress = _progress(options["quiet"], options["as_json"])
     summary = _run(lambda: remux(config, progress=progress))
-    if as_json:
+    if options["as_json"]:
         _echo_json(summary.to_json())
-    elif not quiet:
-        packed = summary.pack
-        click.echo(
-            f"remuxed {summary.rows_in} rows from {summary.source_shards} source shards"
-            + (f" (splits {', '.join(summary.splits)})" if len(summary.splits) > 1 else "")
-            + f" into {summary.rows_out} rows in {summary.transform_seconds:.1f} s"
-            + (
-                f" ({summary.resumed_source_shards} source shards kept from an earlier run)"
-                if summary.resumed_source_shards
-                else ""
-            )
+    elif not options["quiet"]:
+        _print_remux(summary)
+
+
+def _remux_config(options: RemuxOptions) -> RemuxConfig:
+    """remux's options as the library's config."""
+    from .remux import RemuxConfig
+
+    return RemuxConfig(
+        source=options["source"],
+        out_dir=options["out_dir"],
+        fn=options["fn"],
+        config_name=options["config_name"],
+        split=options["split"],
+        revision=options["revision"],
+        batch_size=options["batch_size"],
+        jobs=options["jobs"],
+        seed=options["seed"],
+        decode=not options["no_decode"],
+        image_format=options["image_format"],
+        quality=options["quality"],
+        format=options["shard_format"],
+        max_shard_bytes=options["max_shard_size"],
+        target_shard_bytes=options["target_shard_size"],
+        force=options["force"],
+        adopt=options["adopt"],
+        executor=options["executor"],
+        scheduler=options["scheduler"],
+        work_dir=options["work_dir"],
+    )
+
+
+def _print_remux(summary: RemuxSummary) -> None:
+    """remux's summary in words: what was transformed, then what was packed."""
+    from .summarytext import pack_line
+
+    packed = summary.pack
+    click.echo(
+        f"remuxed {summary.rows_in} rows from {summary.source_shards} source shards"
+        + (f" (splits {', '.join(summary.splits)})" if len(summary.splits) > 1 else "")
+        + f" into {summary.rows_out} rows in {summary.transform_seconds:.1f} s"
+        + (
+            f" ({summary.resumed_source_shards} source shards kept from an earlier run)"
+            if summary.resumed_source_shards
+            else ""
         )
-        click.echo(f"{pack_line(packed)}; manifest: {packed.manifest}")
+    )
+    click.echo(f"{pack_line(packed)}; manifest: {packed.manifest}")
 
 
 SHOWN_PROBLEMS = 1000
@@ -851,20 +873,28 @@ def verify_cmd(*, out_dir: str, deep: bool, quiet: bool, as_json: bool) -> None:
     if as_json:
         _echo_json(report.to_json())
     else:
-        for problem in report.problems[:SHOWN_PROBLEMS]:
-            click.echo(problem.format())
-        if len(report.problems) > SHOWN_PROBLEMS:
-            click.echo(f"... and {len(report.problems) - SHOWN_PROBLEMS} more (--json lists them all)")
-        what = f"{shards(report.shards)}, {rows(report.rows)}, {human_size(report.bytes)}"
-        if report.deep:
-            what += f", {report.decoded} files decoded" + (
-                f" ({report.not_decoded} of a type with no decoder here)" if report.not_decoded else ""
-            )
-        verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-        click.echo(f"verified {what} in {report.seconds:.1f} s: {verdict}{_read_from_hub(out_dir, report.out_dir)}")
-        if report.advice:
-            click.echo(report.advice)
+        _print_verify(report, out_dir)
     sys.exit(0 if report.ok else 1)
+
+
+def _print_verify(report: VerifyReport, given: str) -> None:
+    """verify's report in words: each problem (the first SHOWN_PROBLEMS), then one summary line."""
+    from .card import human_size
+    from .summarytext import rows, shards
+
+    for problem in report.problems[:SHOWN_PROBLEMS]:
+        click.echo(problem.format())
+    if len(report.problems) > SHOWN_PROBLEMS:
+        click.echo(f"... and {len(report.problems) - SHOWN_PROBLEMS} more (--json lists them all)")
+    what = f"{shards(report.shards)}, {rows(report.rows)}, {human_size(report.bytes)}"
+    if report.deep:
+        what += f", {report.decoded} files decoded" + (
+            f" ({report.not_decoded} of a type with no decoder here)" if report.not_decoded else ""
+        )
+    verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+    click.echo(f"verified {what} in {report.seconds:.1f} s: {verdict}{_read_from_hub(given, report.out_dir)}")
+    if report.advice:
+        click.echo(report.advice)
 
 
 def _read_from_hub(given: str, read: str) -> str:
@@ -918,28 +948,10 @@ def new_cmd(
     citation. Those given are not asked, and are checked before anything is asked or written;
     --no-input needs namespace=. A template given by git URL asks its own questions.
     """
-    from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
-    from cookiecutter.main import cookiecutter
-
-    from .scaffold import (
-        Interrupted,
-        answer_problems,
-        folder_problem,
-        interview,
-        load_questions,
-        load_rules,
-        next_steps,
-        rerun_command,
-    )
-    from .scaffold import verbatim as verbatim_answer
+    from .scaffold import load_questions, next_steps, rerun_command
 
     _check_parents((output_dir, "-o"))
-    extra: dict[str, str] = {}
-    for answer in answers:
-        key, sep, value = answer.partition("=")
-        if not sep or not key:
-            raise click.UsageError(f"answers are KEY=VALUE, got {answer!r}")
-        extra[key] = value
+    extra = _given_answers(answers)
     questions = load_questions(template, directory)
     asked: dict[str, str] | None = None  # every answer, once shardkit asked the questions
     options = {
@@ -948,48 +960,122 @@ def new_cmd(
         "--directory": directory,
     }
     if questions is not None:  # a local template: shardkit asks its questions, cookiecutter none
-        rules = load_rules(template, directory)
-        problems = answer_problems(questions, extra, no_input=no_input, rules=rules)
-        if problems:
-            for problem in problems:
-                click.echo(f"error: {problem}", err=True)
-            click.echo("nothing was created", err=True)
-            sys.exit(2)
-
-        def name_taken(key: str, name: str) -> list[str]:
-            """The repo folder is OUTPUT_DIR/dataset_name: one that exists is refused at the name."""
-            taken = folder_problem(os.path.normpath(os.path.join(output_dir, name)), overwrite=overwrite)
-            return [taken] if key == "dataset_name" and taken else []
-
-        name = extra.get("dataset_name", questions.get("dataset_name") if no_input else None)
-        if isinstance(name, str) and (taken := name_taken("dataset_name", name)):
-            click.echo(f"error: {taken[0]}", err=True)  # before any question is asked
-            sys.exit(1)
-        if not no_input:
-            try:
-                with interrupt_raises():  # Ctrl-C reaches the questions: they tell what was answered
-                    asked = interview(
-                        questions, extra, rules, _ask, lambda line: click.echo(f"error: {line}", err=True), name_taken
-                    )
-            except Interrupted as stop:
-                # asks the remaining questions
-                go_on = rerun_command(stop.answers, options, flags=("--overwrite",) if overwrite else ())
-                so_far = f"; to go on from the answers given: {go_on}" if stop.answers else ""
-                click.echo(f"\nstopped: nothing was created{so_far}", err=True)
-                sys.exit(130)
-            extra = asked
-        extra = {key: verbatim_answer(value, questions) for key, value in extra.items()}
+        extra, asked = _answer_questions(
+            questions,
+            extra,
+            options,
+            template=template,
+            directory=directory,
+            output_dir=output_dir,
+            no_input=no_input,
+            overwrite=overwrite,
+        )
     # So that nothing typed is lost, even when generating fails: the command that makes the same repo.
     flags = ("--no-input", "--overwrite") if overwrite else ("--no-input",)
     rerun = rerun_command(asked, options, flags) if asked is not None else None
+    into_it = rerun_command(asked, options, flags=("--no-input", "--overwrite")) if asked is not None else None
+    path = _generate(
+        template,
+        extra,
+        directory=directory,
+        output_dir=output_dir,
+        no_input=no_input or questions is not None,  # a remote template asks its own questions
+        overwrite=overwrite,
+        rerun=rerun,
+        into_it=into_it,
+    )
+    _drop_template_bytecode(path)
+    click.echo(path)
+    if rerun:
+        click.echo(f"to make this repo again without the questions:\n  {rerun}", err=True)
+    click.echo("\n".join(next_steps(path)), err=True)  # stdout stays the path, for scripts
+
+
+def _given_answers(answers: tuple[str, ...]) -> dict[str, str]:
+    """The KEY=VALUE answers given to ``shardkit new``, by key (anything else is a usage error)."""
+    given: dict[str, str] = {}
+    for answer in answers:
+        key, sep, value = answer.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"answers are KEY=VALUE, got {answer!r}")
+        given[key] = value
+    return given
+
+
+def _answer_questions(
+    questions: dict[str, Any],
+    given: dict[str, str],
+    options: dict[str, str | None],
+    *,
+    template: str,
+    directory: str | None,
+    output_dir: str,
+    no_input: bool,
+    overwrite: bool,
+) -> tuple[dict[str, str], dict[str, str] | None]:
+    """A local template's answers, as cookiecutter is to get them, and those asked (None with
+    --no-input): ``given`` checked first (a bad one: exit code 2; a repo folder that is taken:
+    exit code 1, before any question), then every other question asked and each answer checked
+    as it is typed. Ctrl-C: exit code 130, with the command that goes on from the answers given."""
+    from .scaffold import Interrupted, answer_problems, folder_problem, interview, load_rules, rerun_command, verbatim
+
+    rules = load_rules(template, directory)
+    problems = answer_problems(questions, given, no_input=no_input, rules=rules)
+    if problems:
+        for problem in problems:
+            click.echo(f"error: {problem}", err=True)
+        click.echo("nothing was created", err=True)
+        sys.exit(2)
+
+    def name_taken(key: str, name: str) -> list[str]:
+        """The repo folder is OUTPUT_DIR/dataset_name: one that exists is refused at the name."""
+        taken = folder_problem(os.path.normpath(os.path.join(output_dir, name)), overwrite=overwrite)
+        return [taken] if key == "dataset_name" and taken else []
+
+    name = given.get("dataset_name", questions.get("dataset_name") if no_input else None)
+    if isinstance(name, str) and (taken := name_taken("dataset_name", name)):
+        click.echo(f"error: {taken[0]}", err=True)  # before any question is asked
+        sys.exit(1)
+    if no_input:
+        return {key: verbatim(value, questions) for key, value in given.items()}, None
+    try:
+        with interrupt_raises():  # Ctrl-C reaches the questions: they tell what was answered
+            asked = interview(
+                questions, given, rules, _ask, lambda line: click.echo(f"error: {line}", err=True), name_taken
+            )
+    except Interrupted as stop:
+        # asks the remaining questions
+        go_on = rerun_command(stop.answers, options, flags=("--overwrite",) if overwrite else ())
+        so_far = f"; to go on from the answers given: {go_on}" if stop.answers else ""
+        click.echo(f"\nstopped: nothing was created{so_far}", err=True)
+        sys.exit(130)
+    return {key: verbatim(value, questions) for key, value in asked.items()}, asked
+
+
+def _generate(
+    template: str,
+    answers: dict[str, str],
+    *,
+    directory: str | None,
+    output_dir: str,
+    no_input: bool,
+    overwrite: bool,
+    rerun: str | None,
+    into_it: str | None,
+) -> str:
+    """cookiecutter makes the repo from ``answers``; its path. A refusal is one line and exit code
+    1, with the command that makes the same repo (``rerun``; ``into_it``, into an existing folder)."""
+    from cookiecutter.exceptions import CookiecutterException, FailedHookException, OutputDirExistsException
+    from cookiecutter.main import cookiecutter
+
     again = f"; to make it again: {rerun}" if rerun else ""
     # cookiecutter logs a traceback when the hook refuses an answer; the hook's own message is enough.
     logging.getLogger("cookiecutter").setLevel(logging.CRITICAL)
     try:
-        path = cookiecutter(
+        path: str = cookiecutter(
             template,
-            no_input=no_input or questions is not None,  # a remote template asks its own questions
-            extra_context=extra,
+            no_input=no_input,
+            extra_context=answers,
             output_dir=output_dir,
             overwrite_if_exists=overwrite,
             directory=directory,
@@ -999,8 +1085,7 @@ def new_cmd(
         sys.exit(1)
     except OutputDirExistsException as exc:
         reason = str(exc).removeprefix("Error: ")
-        if asked is not None:
-            into_it = rerun_command(asked, options, flags=("--no-input", "--overwrite"))
+        if into_it is not None:
             click.echo(f"error: {reason}; to write into it: {into_it}", err=True)
         else:
             click.echo(f"error: {reason}; pass --overwrite to write into it", err=True)
@@ -1008,11 +1093,7 @@ def new_cmd(
     except CookiecutterException as exc:
         click.echo(f"error: {exc}{again}", err=True)
         sys.exit(1)
-    _drop_template_bytecode(path)
-    click.echo(path)
-    if rerun:
-        click.echo(f"to make this repo again without the questions:\n  {rerun}", err=True)
-    click.echo("\n".join(next_steps(path)), err=True)  # stdout stays the path, for scripts
+    return path
 
 
 #: A question with at most this many choices lists them, numbered; one with more (the Hub's

@@ -211,7 +211,7 @@ def open_head(target: str, *, split: str | None = None, revision: str | None = N
     ``hf://datasets/ns/name[@rev]``), resolved as ``shardkit.stream`` resolves it, and its split
     ``split`` (by default ``train``, else its first). Its manifest is read and checked; no shard is."""
     location = Location.parse(target, revision=revision)
-    if revision is not None and location.kind != "hub":
+    if revision is not None and not location.has_revisions:
         raise UsageError(f"--revision is for a dataset on the Hub; {one_line(target)} is not one")
     manifest = read_manifest_from(location)
     names = [s.name for s in manifest.splits()]

@@ -7,17 +7,17 @@ atomically and only after every shard it names exists.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
 import re
-import secrets
-from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, BinaryIO
+from typing import Any
 
-from .errors import ManifestError, UsageError, naming
+from .atomicfile import WORK_DIR as WORK_DIR  # (outdir's concept; defined beside write_atomic)
+from .atomicfile import replace_atomic as replace_atomic
+from .atomicfile import write_atomic as write_atomic
+from .errors import ManifestError, UsageError
 from .formats import (
     FORMAT_NAMES,
     FORMATS,
@@ -576,41 +576,6 @@ def _check_class_label(dtype: dict[str, Any], where: str) -> None:
 
 def dump_json(data: Any) -> bytes:
     return (json.dumps(data, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-#: A repo's working folder (:mod:`.outdir`); the temporary files of its root go in its ``tmp``.
-WORK_DIR = ".shardkit"
-
-
-def write_atomic(path: str, content: bytes) -> None:
-    """Write a small file so that readers see the old or the new content, never a mix."""
-    replace_atomic(path, lambda f: f.write(content))
-
-
-def replace_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
-    """Replace ``path`` with what ``write`` writes to the open file it is given: readers see the
-    old or the new content, never a mix, and a failed write leaves the old file as it was.
-
-    In a repo root that has a working folder, the temporary file is written there (in
-    ``.shardkit/tmp``, never published, on the same filesystem): a run killed part-way must
-    not leave ``README.md.partial`` beside the files a push publishes. A write error names the
-    file (a full disk shows on the write or the flush, whose errors name none).
-    """
-    folder, name = os.path.split(path)
-    scratch = os.path.join(folder, WORK_DIR, "tmp")
-    tmp = os.path.join(scratch if os.path.isdir(scratch) else folder, f"{name}.{secrets.token_hex(4)}.partial")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:  # Ctrl-C too: no partial file is left behind
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise naming(exc, path) from None
-        raise
 
 
 def write_manifest(out_dir: str, manifest: Manifest) -> str:

@@ -34,8 +34,8 @@ from .errors import InputProblem, ShardkitError, listed, naming
 from .formats.zip import member_name  # a row's file inside a ZIP shard: metadata_line's default
 from .hashing import sha256_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
+from .localdisk import on_local_disk
 from .rowrules import CONTROL_RE, EXT_RE, KEY_RE, MAX_LINE_BYTES, column_name_problem
-from .shardfile import on_local_disk
 from .threads import interruptible_pool
 
 CONTENT_KEY_HEX_DIGITS = 32

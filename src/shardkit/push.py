@@ -67,6 +67,7 @@ from .outdir import (
 )
 from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
+from .pushconfig import PushConfig as PushConfig  # push's public config, as `from shardkit.push import PushConfig`
 from .table import TABLE_NAME
 from .threads import call_interruptibly, interruptible_pool
 
@@ -76,9 +77,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP
 UPLOAD_GROUP = 8  # files uploaded between two progress updates
-SCRIPT_BRANCH = "script"
 ALWAYS_IGNORED = (f"{WORK_DIR}/", ".git/", "__pycache__/", ".ipynb_checkpoints/", ".DS_Store", "*.pyc")
 REGULAR_FILE_LIMIT = 10_000_000  # bigger files are always LFS on the Hub
 MAX_GITIGNORE_BYTES = 1 << 20  # far more than any .gitignore holds; each line is matched against every path
@@ -112,22 +111,6 @@ class CommitPlan:
     @property
     def uploads(self) -> list[LocalFile]:
         return [f for batch in self.batches for f in batch] + self.final
-
-
-@dataclass(frozen=True)
-class PushConfig:
-    """What :func:`push` uploads, and where: ``shardkit push``'s arguments and options, by name."""
-
-    out_dir: str
-    repo_id: str
-    private: bool = False
-    revision: str = "main"
-    token: str | None = None
-    script_branch: str | None = SCRIPT_BRANCH  # None: do not publish the loading script
-    files_per_commit: int = FILES_PER_COMMIT
-    verify_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
-    work_dir: str | None = None  # for an OUT_DIR URL, as PackConfig.work_dir
-    include: tuple[str, ...] = ()  # other files to publish: repo-relative paths or patterns, as `hf upload --include`
 
 
 @dataclass(frozen=True)
@@ -720,18 +703,7 @@ def _push_locked(
     # At a URL, one listing serves both steps; a local OUT_DIR's shards are hashed (below).
     listing = None if location.is_local else location.find()
     left_out: list[str] = []
-    shard_files, other_files = collect_files(out_dir, manifest, location, listing, config.include, left_out)
-    # huggingface_hub opens them by path: each a regular file of OUT_DIR's own, not a link out or into .git
-    check_published_files(out_dir, [f.local for f in (*shard_files, *other_files) if not is_url(f.local)])
-    if problem := card_problem(out_dir):  # the Hub would refuse it at the last commit, after the uploads
-        raise UsageError(problem)
-    if left_out:
-        shown = listed(left_out, 10)
-        log.warning(
-            "not published: %s (files shardkit did not write; name them with --include PATTERN to publish them)",
-            shown,
-        )
-    check_hub_limits(shard_files + other_files)
+    shard_files, other_files = _files_to_publish(config, out_dir, manifest, location, listing, left_out)
     # The loading script reads ZIP shards; datasets 3.x reads tar and Parquet with its own builders.
     scripted = format_named(manifest.options.format).loading_script
     loader = find_loader(out_dir) if config.script_branch and scripted else None
@@ -740,22 +712,7 @@ def _push_locked(
 
     disable_progress_bars()  # one bar of our own instead of one per file
     api = HfApi(token=token)
-    with hub_errors("checking the token", config.repo_id):
-        who = api.whoami()
-    role = who.get("auth", {}).get("accessToken", {}).get("role")
-    if role == "read":
-        raise ShardkitError(
-            "the token is read-only: create one with write access at https://huggingface.co/settings/tokens,"
-            " then `hf auth login` (or pass it with --token)"
-        )
-    repo_id = config.repo_id if "/" in config.repo_id else f"{who['name']}/{config.repo_id}"
-    with hub_errors(f"creating {repo_id}", repo_id):
-        created = _create_repo(api, repo_id, config.private)
-        if config.revision != "main":
-            api.create_branch(repo_id, branch=config.revision, repo_type="dataset", exist_ok=True)
-        head = api.repo_info(repo_id, repo_type="dataset", revision=config.revision).sha
-        remote = list_remote(api, repo_id, config.revision)
-    assert head is not None
+    repo_id, created, head, remote = _open_repo(api, config)
     other_files = _card_naming(out_dir, repo_id, config.revision, manifest, other_files, location)
     unchanged = functools.partial(is_unchanged, location=location)
     deletable = _published_by_shardkit(api, repo_id, head, remote)
@@ -763,26 +720,7 @@ def _push_locked(
     if plan.kept_remote:
         shown = listed(plan.kept_remote, 10)
         log.warning("left on the Hub: %s (no shardkit manifest there names them, so they are not removed)", shown)
-
-    uploads = plan.uploads
-    total_bytes = sum(f.size for f in uploads)
-    if uploads:
-        progress.start(f"uploading to {repo_id}", total=total_bytes, unit="B")
-    commits = 0
-    commit_url = None
-    for number, batch in enumerate(plan.batches, 1):
-        shards = [f.path for f in batch if f.path.startswith("data/")] or [batch[0].path]
-        message = f"shardkit: shards {shards[0]} .. {shards[-1]} (commit {number} of {len(plan.batches)})"
-        head = _commit(api, config, repo_id, batch, [], message, head, progress, location, stop)
-        commits += 1
-    if plan.final or plan.deletions:
-        totals = manifest.to_json()["totals"]
-        message = f"shardkit: manifest and card, {totals['rows']} rows in {totals['shards']} shards"
-        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress, location, stop)
-        commits += 1
-    progress.finish()
-    if commits:
-        commit_url = f"{api.endpoint}/datasets/{repo_id}/commit/{head}"
+    head, commits = _upload(api, config, repo_id, plan, manifest, head, progress, location, stop)
 
     script_commit = None
     branch = config.script_branch if loader else None
@@ -800,11 +738,11 @@ def _push_locked(
         url=f"{api.endpoint}/datasets/{repo_id}",
         revision=config.revision,
         commit=head,
-        commit_url=commit_url,
+        commit_url=f"{api.endpoint}/datasets/{repo_id}/commit/{head}" if commits else None,
         script_branch=branch,
         script_commit=script_commit,
-        uploaded_files=len(uploads),
-        uploaded_bytes=total_bytes,
+        uploaded_files=len(plan.uploads),
+        uploaded_bytes=sum(f.size for f in plan.uploads),
         skipped_files=len(plan.skipped),
         deleted_files=len(plan.deletions),
         commits=commits,
@@ -812,6 +750,86 @@ def _push_locked(
         seconds=time.perf_counter() - started,
         not_published=left_out,
     )
+
+
+def _files_to_publish(
+    config: PushConfig,
+    out_dir: str,
+    manifest: Manifest,
+    location: Location,
+    listing: dict[str, int] | None,
+    left_out: list[str],
+) -> tuple[list[LocalFile], list[LocalFile]]:
+    """The shard files and the other files to publish (:func:`collect_files`; the rest of the
+    folder in ``left_out``, with a warning), once each is a file the Hub will take: OUT_DIR's
+    own regular file, a card the Hub accepts, no more files than it advises."""
+    shard_files, other_files = collect_files(out_dir, manifest, location, listing, config.include, left_out)
+    # huggingface_hub opens them by path: each a regular file of OUT_DIR's own, not a link out or into .git
+    check_published_files(out_dir, [f.local for f in (*shard_files, *other_files) if not is_url(f.local)])
+    if problem := card_problem(out_dir):  # the Hub would refuse it at the last commit, after the uploads
+        raise UsageError(problem)
+    if left_out:
+        shown = listed(left_out, 10)
+        log.warning(
+            "not published: %s (files shardkit did not write; name them with --include PATTERN to publish them)",
+            shown,
+        )
+    check_hub_limits(shard_files + other_files)
+    return shard_files, other_files
+
+
+def _open_repo(api: HfApi, config: PushConfig) -> tuple[str, bool, str, dict[str, RemoteFile]]:
+    """The repo to push to, made ready: its full id (a bare name is the token owner's), whether it
+    was created now, the revision's head commit (made from main if missing) and its files.
+    A read-only token is refused here, before anything is written."""
+    with hub_errors("checking the token", config.repo_id):
+        who = api.whoami()
+    role = who.get("auth", {}).get("accessToken", {}).get("role")
+    if role == "read":
+        raise ShardkitError(
+            "the token is read-only: create one with write access at https://huggingface.co/settings/tokens,"
+            " then `hf auth login` (or pass it with --token)"
+        )
+    repo_id = config.repo_id if "/" in config.repo_id else f"{who['name']}/{config.repo_id}"
+    with hub_errors(f"creating {repo_id}", repo_id):
+        created = _create_repo(api, repo_id, config.private)
+        if config.revision != "main":
+            api.create_branch(repo_id, branch=config.revision, repo_type="dataset", exist_ok=True)
+        head = api.repo_info(repo_id, repo_type="dataset", revision=config.revision).sha
+        remote = list_remote(api, repo_id, config.revision)
+    assert head is not None
+    return repo_id, created, head, remote
+
+
+def _upload(
+    api: HfApi,
+    config: PushConfig,
+    repo_id: str,
+    plan: CommitPlan,
+    manifest: Manifest,
+    head: str,
+    progress: Progress,
+    location: Location,
+    stop: threading.Event | None,
+) -> tuple[str, int]:
+    """Make ``plan``'s commits on top of ``head``, in order (the shards' batches, then the final
+    commit); the new head and the number of commits made."""
+    uploads = plan.uploads
+    if uploads:
+        progress.start(f"uploading to {repo_id}", total=sum(f.size for f in uploads), unit="B")
+    commits = 0
+    for number, batch in enumerate(plan.batches, 1):
+        shards = [f.path for f in batch if f.path.startswith("data/")] or [batch[0].path]
+        message = f"shardkit: shards {shards[0]} .. {shards[-1]} (commit {number} of {len(plan.batches)})"
+        head = _commit(api, config, repo_id, batch, [], message, head, progress, location, stop)
+        commits += 1
+    if plan.final or plan.deletions:
+        totals = manifest.to_json()["totals"]
+        message = f"shardkit: manifest and card, {totals['rows']} rows in {totals['shards']} shards"
+        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress, location, stop)
+        commits += 1
+    progress.finish()
+    return head, commits
 
 
 def check_repo_id(repo_id: str) -> None:

@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .inputfile import OutsideImagesDir, SourceChanged, open_inside, stamp
-from .shardfile import on_local_disk
+from .localdisk import on_local_disk
 from .staging import StagedRow
 from .streamio import crc32
 from .threads import interruptible_pool

@@ -379,7 +379,7 @@ def _source_card_text(config: RemuxConfig) -> str | None:
         location: Location | None = Location.parse(source)
     except UsageError:
         location = None
-    if location is not None and location.kind != "hub":  # a folder, or a shardkit folder at a URL
+    if location is not None and not location.has_revisions:  # a folder, or a shardkit folder at a URL
         data = location.read_bytes("README.md")
     elif match := _HUB_SOURCE.fullmatch(source):  # the Hub's card through its API (a revision in the id too)
         data = _hub_card(match.group(1), config.revision or match.group(2), source)
@@ -434,16 +434,10 @@ def keep_card_fields(out_dir: str, fields: dict[str, Any]) -> list[str]:
     """Set the source's card fields in OUT_DIR's README.md where the card does not set them (a
     key it sets is the user's, for this output: kept, with a warning if the source's differs);
     tags are merged. Return the keys set."""
-    from .card import set_front_matter_keys, split_front_matter
+    from .card import read_front_matter, set_card_keys
 
     path = os.path.join(out_dir, "README.md")
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
-    bom = "\ufeff" if text.startswith("\ufeff") else ""
-    text = text[len(bom) :]
-    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
-    text = text.replace("\r\n", "\n")
-    data, _ = split_front_matter(text)
+    data = read_front_matter(out_dir)
     values: dict[str, Any] = {}
     for key, value in fields.items():
         current = data.get(key)
@@ -463,8 +457,7 @@ def keep_card_fields(out_dir: str, fields: dict[str, Any]) -> list[str]:
                 json.dumps(value, ensure_ascii=False, default=str),
             )
     if values:
-        text = set_front_matter_keys(text, values)
-        write_atomic(path, (bom + (text.replace("\n", "\r\n") if crlf else text)).encode("utf-8"))
+        set_card_keys(out_dir, values)
     return list(values)
 
 
@@ -852,64 +845,113 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     n_shards = sum(s.n_shards for s in splits)
     with locked(out_dir) as work_dir:
         remux_dir = os.path.join(work_dir, REMUX_DIR)
-        state_path = os.path.join(remux_dir, "state.json")
-        state = _state(config, splits)
-        previous = read_remux_state(state_path, force=config.force)
-        # --force starts over from nothing: also when the state was damaged (then it reads as None).
-        if previous != state and (previous is not None or config.force) and os.path.isdir(remux_dir):
-            if not config.force:
-                raise UsageError(
-                    f"{out_dir} holds an unfinished remux with other settings; re-run with --force to start over"
-                )
-            shutil.rmtree(remux_dir)
-        os.makedirs(os.path.join(remux_dir, "parts"), exist_ok=True)
-        write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
+        _start_state(config, splits, out_dir, remux_dir)
         if cluster is not None:
             local_source = [os.path.abspath(config.source)] if os.path.isdir(config.source) else []
             cluster.check_workers(work_dir, local_source)
-        parts = os.path.join(remux_dir, "parts")
         all_tasks = [
             ShardTask(config, shardkit_source, split, i, remux_dir, write_split)
             for split in splits
             for i in range(split.n_shards)
         ]
-        for dirpath, _, names in os.walk(parts):
-            for name in names:
-                if name.endswith(".partial"):
-                    os.unlink(os.path.join(dirpath, name))
-        done_counts = {t.stem: read_remux_done(_done_path(remux_dir, t.stem)) for t in all_tasks}
-        resumed = {stem for stem, counts in done_counts.items() if counts is not None}
-        tasks = [t for t in all_tasks if t.stem not in resumed]
-        progress.start("transforming source shards", total=n_shards, unit="shards")
-        progress.advance(len(resumed))
-        rows_so_far = 0
-        with task_executor(config.jobs, cluster, len(tasks)) as executor:
-            names = [t.stem for t in tasks]
-            for _, _, shard_out in run_tasks(transform_shard, tasks, names=names, executor=executor, what="transform"):
-                rows_so_far += shard_out
-                progress.advance(1, rows=rows_so_far)
-        progress.finish()
+        resumed, counts = _transform(config, all_tasks, remux_dir, progress, cluster)
         transform_seconds = time.perf_counter() - started
-        counts = []
-        for task in all_tasks:
-            done_path = _done_path(remux_dir, task.stem)
-            task_counts = done_counts[task.stem] or read_remux_done(done_path)
-            if task_counts is None:  # written by the task just run: gone only if something else removed it
-                raise ShardkitError(f"{done_path}: missing once its source shard was transformed; re-run to redo it")
-            counts.append(task_counts)
         rows_in = sum(c["rows_in"] for c in counts)
         rows_out = sum(c["rows_out"] for c in counts)
-        metadata = os.path.join(remux_dir, "metadata.jsonl")
-        with naming_errors(metadata), open(metadata, "wb") as out:
-            for task in all_tasks:
-                with open(os.path.join(parts, f"{task.stem}.jsonl"), "rb") as part:
-                    shutil.copyfileobj(part, out)
+        metadata = _join_parts(all_tasks, remux_dir)
     if rows_out == 0:
         raise ShardkitError(f"the map function returned no rows for the {n_shards} source shards: nothing to pack")
     label = _published_label(splits, counts)
+    packed = _pack_remuxed(config, remux_dir, metadata, label, progress, cluster)
+    kept = keep_card_fields(out_dir, card_fields) if card_fields else []
+    if kept:  # pack put the card at OUT_DIR before these keys were in it (a local one is that file)
+        location.upload(os.path.join(out_dir, "README.md"), "README.md")
+    shutil.rmtree(remux_dir, ignore_errors=True)  # packed: the staged files have served
+    return RemuxSummary(
+        source_shards=n_shards,
+        resumed_source_shards=len(resumed),
+        rows_in=rows_in,
+        rows_out=rows_out,
+        transform_seconds=transform_seconds,
+        pack=packed,
+        splits=[s.name for s in splits],
+        class_label=None if label is None else label.column,
+        card_fields=kept,
+    )
+
+
+def _start_state(config: RemuxConfig, splits: list[SourceSplit], out_dir: str, remux_dir: str) -> None:
+    """Record the run's state in ``remux_dir`` (kept from an earlier run with the same state, to
+    resume it). Another state there is refused, or with --force (or a damaged state) removed with
+    what it staged."""
+    state_path = os.path.join(remux_dir, "state.json")
+    state = _state(config, splits)
+    previous = read_remux_state(state_path, force=config.force)
+    # --force starts over from nothing: also when the state was damaged (then it reads as None).
+    if previous != state and (previous is not None or config.force) and os.path.isdir(remux_dir):
+        if not config.force:
+            raise UsageError(
+                f"{out_dir} holds an unfinished remux with other settings; re-run with --force to start over"
+            )
+        shutil.rmtree(remux_dir)
+    os.makedirs(os.path.join(remux_dir, "parts"), exist_ok=True)
+    write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
+
+
+def _transform(
+    config: RemuxConfig, all_tasks: list[ShardTask], remux_dir: str, progress: Progress, cluster: Cluster | None
+) -> tuple[set[str], list[dict[str, Any]]]:
+    """Transform every source shard an earlier run did not finish, one task each; the stems of
+    those it had finished, and every task's counts (its done file), in task order."""
+    for dirpath, _, names in os.walk(os.path.join(remux_dir, "parts")):
+        for name in names:
+            if name.endswith(".partial"):
+                os.unlink(os.path.join(dirpath, name))
+    done_counts = {t.stem: read_remux_done(_done_path(remux_dir, t.stem)) for t in all_tasks}
+    resumed = {stem for stem, counts in done_counts.items() if counts is not None}
+    tasks = [t for t in all_tasks if t.stem not in resumed]
+    progress.start("transforming source shards", total=len(all_tasks), unit="shards")
+    progress.advance(len(resumed))
+    rows_so_far = 0
+    with task_executor(config.jobs, cluster, len(tasks)) as executor:
+        names = [t.stem for t in tasks]
+        for _, _, shard_out in run_tasks(transform_shard, tasks, names=names, executor=executor, what="transform"):
+            rows_so_far += shard_out
+            progress.advance(1, rows=rows_so_far)
+    progress.finish()
+    counts = []
+    for task in all_tasks:
+        done_path = _done_path(remux_dir, task.stem)
+        task_counts = done_counts[task.stem] or read_remux_done(done_path)
+        if task_counts is None:  # written by the task just run: gone only if something else removed it
+            raise ShardkitError(f"{done_path}: missing once its source shard was transformed; re-run to redo it")
+        counts.append(task_counts)
+    return resumed, counts
+
+
+def _join_parts(all_tasks: list[ShardTask], remux_dir: str) -> str:
+    """The tasks' metadata parts, in task order, as one metadata file for pack; its path."""
+    metadata = os.path.join(remux_dir, "metadata.jsonl")
+    with naming_errors(metadata), open(metadata, "wb") as out:
+        for task in all_tasks:
+            with open(os.path.join(remux_dir, "parts", f"{task.stem}.jsonl"), "rb") as part:
+                shutil.copyfileobj(part, out)
+    return metadata
+
+
+def _pack_remuxed(
+    config: RemuxConfig,
+    remux_dir: str,
+    metadata: str,
+    label: ClassLabelColumn | None,
+    progress: Progress,
+    cluster: Cluster | None,
+) -> PackSummary:
+    """Pack the transformed files and their metadata into OUT_DIR, as pack-shards would, with
+    ``label`` published as the ClassLabel column (its names and numbers the source's)."""
     from .pack import PackConfig, pack
 
-    packed = pack(
+    return pack(
         PackConfig(
             images_dir=os.path.join(remux_dir, "files"),
             metadata_path=metadata,
@@ -926,21 +968,6 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
         ),
         progress=progress,
         client=None if cluster is None else cluster.client,
-    )
-    kept = keep_card_fields(out_dir, card_fields) if card_fields else []
-    if kept:  # pack put the card at OUT_DIR before these keys were in it (a local one is that file)
-        location.upload(os.path.join(out_dir, "README.md"), "README.md")
-    shutil.rmtree(remux_dir, ignore_errors=True)  # packed: the staged files have served
-    return RemuxSummary(
-        source_shards=n_shards,
-        resumed_source_shards=len(resumed),
-        rows_in=rows_in,
-        rows_out=rows_out,
-        transform_seconds=transform_seconds,
-        pack=packed,
-        splits=[s.name for s in splits],
-        class_label=None if label is None else label.column,
-        card_fields=kept,
     )
 
 

@@ -78,42 +78,54 @@ def _feature_check(feature: dict[str, Any], int_floats: bool) -> ValueCheck:
     if "dtype" in feature:
         dtype = feature["dtype"]
         if isinstance(dtype, dict) and "class_label" in dtype:
-            count = len(dtype["class_label"].get("names") or ())
-
-            def label(value: Any) -> str | None:
-                if type(value) is not int:
-                    return f"{_kind(value)} where the features declare a class label (its index)"
-                if not -1 <= value < count:
-                    return f"class label {value}, not -1 (no label) or one of the {count} names' indexes"
-                return None
-
-            return label
+            return _label_check(len(dtype["class_label"].get("names") or ()))
         if dtype in ("image", "audio"):  # a file column inside a row: shardkit never writes one
             return lambda value: f"{_kind(value)} where the features declare {dtype}"
         return _scalar_check(str(dtype), int_floats)[1]
     if "struct" in feature:
-        fields = {f["name"]: _feature_check(f, int_floats) for f in feature["struct"]}
-
-        def struct(value: Any) -> str | None:
-            if value is None:
-                return None
-            if type(value) is not dict:
-                return f"{_kind(value)} where the features declare an object"
-            for name, item in value.items():
-                check = fields.get(name)
-                if check is None:
-                    return f"field {name!r}, which the features do not declare"
-                if (problem := check(item)) is not None:
-                    return f"field {name!r}: {problem}"
-            return None
-
-        return struct
+        return _struct_check({f["name"]: _feature_check(f, int_floats) for f in feature["struct"]})
     inner = feature["list"]
     if isinstance(inner, str):  # "list: string"
         inner = {"dtype": inner}
     elif isinstance(inner, list):  # a list of objects: "list: [fields]"
         inner = {"struct": inner}
-    item_check = _feature_check(inner, int_floats)
+    return _list_check(_feature_check(inner, int_floats))
+
+
+def _label_check(count: int) -> ValueCheck:
+    """A class label's values: an index of one of its ``count`` names, or -1 (no label)."""
+
+    def label(value: Any) -> str | None:
+        if type(value) is not int:
+            return f"{_kind(value)} where the features declare a class label (its index)"
+        if not -1 <= value < count:
+            return f"class label {value}, not -1 (no label) or one of the {count} names' indexes"
+        return None
+
+    return label
+
+
+def _struct_check(fields: dict[str, ValueCheck]) -> ValueCheck:
+    """An object's values (or null): only the declared ``fields``, each held to its check."""
+
+    def struct(value: Any) -> str | None:
+        if value is None:
+            return None
+        if type(value) is not dict:
+            return f"{_kind(value)} where the features declare an object"
+        for name, item in value.items():
+            check = fields.get(name)
+            if check is None:
+                return f"field {name!r}, which the features do not declare"
+            if (problem := check(item)) is not None:
+                return f"field {name!r}: {problem}"
+        return None
+
+    return struct
+
+
+def _list_check(item_check: ValueCheck) -> ValueCheck:
+    """A list's values (or null): each item held to ``item_check``."""
 
     def items(value: Any) -> str | None:
         if value is None:

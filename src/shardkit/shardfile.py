@@ -9,7 +9,7 @@ to the device, while the caller fills the next chunk. The last chunk is written 
 block size and the file truncated to its real length.
 
 ``O_DIRECT`` is used only on local block filesystems known to honour it (ext2/3/4, XFS, btrfs,
-F2FS; read from ``/proc/self/mounts``). Elsewhere (NFS, FUSE, tmpfs, macOS) smaller chunks go
+F2FS: :func:`.localdisk.on_local_disk`). Elsewhere (NFS, FUSE, tmpfs, macOS) smaller chunks go
 through the page cache, and every 32 MiB written are handed to ``posix_fadvise(DONTNEED)`` so
 their write-back starts now rather than all at the fsync (and packing terabytes does not churn
 the page cache). If the kernel still refuses an ``O_DIRECT`` write, that chunk and the rest are
@@ -24,9 +24,9 @@ import mmap
 import os
 import queue
 import threading
-from functools import lru_cache
 
 from .errors import naming
+from .localdisk import on_local_disk
 
 # Chunk sizes: O_DIRECT writes need chunks large enough for the device (smaller ones were
 # slower), and the smallest of those keeps a worker's memory down; page-cache writes cost the
@@ -37,41 +37,8 @@ CACHED_CHUNK = (256 << 10, 8)
 WRITEBACK_BYTES = 32 << 20  # page cache only: how often write-back is started (as the writer always did)
 _ALIGN = 4096  # O_DIRECT needs offsets, lengths and addresses aligned to the device's block size
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
-#: Filesystems on a local block device: O_DIRECT writes work there, and a read there waits for a disk,
-#: not for a server.
-LOCAL_DISK_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
 
 _local = threading.local()
-
-
-def filesystem_type(folder: str, mounts: str) -> str | None:
-    """The type of the filesystem holding ``folder``: its longest mount point in ``mounts``
-    (the text of ``/proc/self/mounts``: device, mount point, type, ... per line)."""
-    best: tuple[int, str] | None = None
-    for line in mounts.splitlines():
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        point = fields[1].replace("\\040", " ").replace("\\011", "\t")
-        inside = folder == point or folder.startswith(point.rstrip("/") + "/")
-        if inside and (best is None or len(point) >= best[0]):  # a later mount over the same point wins
-            best = (len(point), fields[2])
-    return best[1] if best else None
-
-
-@lru_cache(maxsize=64)
-def filesystem_type_here(folder: str) -> str | None:
-    """The type of the local filesystem holding ``folder`` (a real path); None if unknown (not Linux)."""
-    try:
-        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
-            return filesystem_type(folder, f.read())
-    except OSError:  # not Linux
-        return None
-
-
-def on_local_disk(folder: str) -> bool:
-    """Whether ``folder`` is on a filesystem of a local block device (:data:`LOCAL_DISK_FILESYSTEMS`)."""
-    return filesystem_type_here(os.path.realpath(folder)) in LOCAL_DISK_FILESYSTEMS
 
 
 def direct_io_for(folder: str) -> bool:

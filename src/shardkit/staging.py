@@ -515,12 +515,31 @@ def regroup(
             f" {MAX_SPLITS} splits. It names each row's split (train, validation, test...); rename a column"
             " that means something else"
         )
+    order = named or [""]
+    parts = {name: os.path.join(os.path.dirname(path), f"split-{i:03d}.tsv") for i, name in enumerate(order)}
+    missing, first_line, labels = _separate_splits(path, named, parts, label_column, report)
+    _refuse_names_of_one_folder(named, first_line)
+    names = [*known_labels, *sorted(labels - set(known_labels))] if label_column is not None else None
+    relabel = label_retyper(label_column, names) if label_column is not None and names is not None else None
+    found = _join_splits(path, order, parts, relabel, fmt)
+    empty = [n for n in known_labels if n not in labels] if label_column is not None else []
+    return Regrouped(found, missing, names, empty)
+
+
+def _separate_splits(
+    path: str,
+    named: list[str],
+    parts: dict[str, str],
+    label_column: str | None,
+    report: Callable[[InputProblem], None],
+) -> tuple[int, dict[str, int], set[str]]:
+    """Copy each row of ``path`` into its split's part file (``parts``, by split name); a row
+    without a split while others have one is left out and given to ``report``. Return how many
+    were left out, each split's first input line, and the class names (of ``label_column``)."""
     missing = 0
     first_line: dict[str, int] = {}
     labels: set[str] = set()
     folder = os.path.dirname(path)
-    order = named or [""]
-    parts = {name: os.path.join(folder, f"split-{i:03d}.tsv") for i, name in enumerate(order)}
     with naming_errors(folder), contextlib.ExitStack() as stack:  # (one of the parts: the folder is named)
         outs = {name: stack.enter_context(open(part, "wb")) for name, part in parts.items()}
         for _, raw in _raw_rows(path, 0, None):
@@ -541,6 +560,11 @@ def regroup(
                 if isinstance(value, str):
                     labels.add(value)
             outs[split].write(raw)
+    return missing, first_line, labels
+
+
+def _refuse_names_of_one_folder(named: list[str], first_line: dict[str, int]) -> None:
+    """Refuse split names that differ only in case (one folder on macOS, Windows, in a clone)."""
     folded: dict[str, str] = {}
     for name in named:
         other = folded.setdefault(name.casefold(), name)
@@ -551,8 +575,17 @@ def regroup(
                 " that differ only in case are one folder on macOS, Windows and in a clone of the repo; spell"
                 " each split one way"
             )
-    names = [*known_labels, *sorted(labels - set(known_labels))] if label_column is not None else None
-    relabel = label_retyper(label_column, names) if label_column is not None and names is not None else None
+
+
+def _join_splits(
+    path: str,
+    order: list[str],
+    parts: dict[str, str],
+    relabel: Callable[[str], str] | None,
+    fmt: ShardFormat,
+) -> list[SplitRows]:
+    """Write the split parts back into ``path`` one after the other, in ``order`` (each row's class
+    name as its number, with ``relabel``); remove the parts. Return where each split's rows are."""
     found: list[SplitRows] = []
     offset = 0
     with naming_errors(path), open(path, "wb") as out:
@@ -571,8 +604,7 @@ def regroup(
                     cost += _cost(fmt, fields)
             os.unlink(parts[name])
             found.append(SplitRows(name or "train", start, rows, cost))
-    empty = [n for n in known_labels if n not in labels] if label_column is not None else []
-    return Regrouped(found, missing, names, empty)
+    return found
 
 
 def rows_sha256(path: str, offset: int, count: int, salt: bytes = b"") -> str:

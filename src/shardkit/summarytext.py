@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from .card import human_size
 
-if TYPE_CHECKING:  # the CLI imports this module at start; the packer only when it packs
-    from .pack import PackSummary, ShardChange
+if TYPE_CHECKING:  # the CLI imports this module for verify's summary too; the packer only when it packs
+    from .packconfig import PackSummary, ShardChange
 
 #: A dry run lists this many of a split's changed shards, then how many more there are.
 SHOWN_CHANGES = 20

@@ -16,11 +16,11 @@ at a time; deterministic for a given pyarrow version. pyarrow is imported only h
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from .errors import naming
+from .atomicfile import replace_file
+from .errors import naming_errors
 from .formats.parquet import metadata_lines_table, metadata_schema
 from .hashing import sha256_stream
 
@@ -46,27 +46,21 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
 
     schema = table_schema(features)
     line_schema = metadata_schema(features)
-    tmp = f"{path}.partial"
-    try:
+
+    def write(out: BinaryIO) -> None:
         # An open file, not a path: pyarrow takes a path for a URI and cannot encode a folder
         # name that is not UTF-8.
-        with open(tmp, "wb") as out, pq.ParquetWriter(out, schema, compression="zstd") as writer:
+        with pq.ParquetWriter(out, schema, compression="zstd") as writer:
             for shard, lines in shards:
                 if not lines:
                     continue
                 table = metadata_lines_table(lines, line_schema)
                 table = table.add_column(0, SHARD_COLUMN, pa.array([shard] * table.num_rows, pa.string()))
                 writer.write_table(table.cast(schema), row_group_size=table.num_rows)
-        with open(tmp, "rb") as f:  # durable before it is named, as every file shardkit publishes
-            os.fsync(f.fileno())
-            sha256 = sha256_stream(f)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise naming(exc, tmp) from None
-        raise
+
+    replace_file(path, write)  # durable before it is named, as every file shardkit publishes
+    with naming_errors(path), open(path, "rb") as f:
+        sha256 = sha256_stream(f)
     return sha256
 
 

@@ -389,7 +389,7 @@ def repair_advice(location: Location, manifest: Manifest, problems: list[Problem
     missing = {p.file for p in problems if p.file in named and p.message == "missing"}
     damaged = sorted({p.file for p in problems if p.file in named} - missing)
     repo = re.fullmatch(r"hf://datasets/([^@/]+/[^@/]+).*", location.url)
-    read_only = bool(repo) or location.kind in ("http", "hub")  # repaired from a local copy
+    read_only = bool(repo) or not location.writable  # repaired from a local copy
     steps = []
     if unnamed:
         where = "the repo" if read_only else "data/ and metadata/"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from tests.support.corpus import REPO_ROOT
 
@@ -102,20 +101,3 @@ def output_problem(shown: str, printed: str) -> str | None:
     if not skipping and at != len(got):
         return f"{len(got) - at} lines more than shown, from {got[at]!r}, in:\n{printed}"
     return None
-
-
-def github_anchor(heading: str) -> str:
-    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def anchors(path: Path) -> set[str]:
-    """Every heading's anchor in a Markdown file (fenced blocks left out)."""
-    found = set()
-    in_fence = False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("```"):
-            in_fence = not in_fence
-        elif not in_fence and line.startswith("#"):
-            found.add(github_anchor(line.lstrip("#")))
-    return found

@@ -6,8 +6,8 @@ everything shardkit does differently per format:
 * for the planner: its suffix, what a shard costs empty (``fixed_bytes``) and per row
   (:meth:`~ShardFormat.row_cost`), whether that is exact, the most rows and bytes a shard holds,
   and which rows it cannot hold (:meth:`~ShardFormat.key_problem`);
-* for the manifest and the card: its manifest tag, member names, how datasets' builtin
-  loaders read it, and the words the card uses for it;
+* for the manifest: its tag and member names (what datasets' builtin loaders do with the
+  shards is :mod:`shardkit.builtin`'s, how the card words them :mod:`shardkit.card`'s);
 * three operations: :meth:`~ShardFormat.write` a shard from its rows (the writer's frame gives a
   :class:`ShardRows`), :meth:`~ShardFormat.read_rows` a shard for ``shardkit.stream`` (the
   stream reader gives an open file and a :class:`ShardRecord`), and
@@ -29,6 +29,11 @@ from typing import IO, Any, BinaryIO, Protocol
 
 from ..errors import ShardkitError
 from ..streamio import Output
+
+#: Largest shard and member count a ZIP without ZIP64 records can describe. tar and Parquet
+#: shards keep to the same row cap and largest shard, so one plan fits any format.
+MAX_ZIP_BYTES = 0xFFFFFFFF
+MAX_ZIP_MEMBERS = 0xFFFF
 
 #: A ZIP shard's first member before layout 4: every row's metadata line, before any file.
 METADATA_MEMBER = "metadata.jsonl"
@@ -188,16 +193,8 @@ class ShardFormat(abc.ABC):
     fixed_bytes: int  # what a shard costs with no rows
     max_rows: int
     max_bytes: int  # the largest shard the container can describe
-    #: How the card and messages name the format ("ZIP", "tar (webdataset)", "Parquet").
-    words: str
     #: The manifest's ``member_template``: where a row's file is inside a shard.
     member_template: str
-    #: What a shard holds, in the card's layout section.
-    layout_words: str
-    #: The card declares the features in the config too: the datasets builder for this format
-    #: reads them there (imagefolder/audiofolder, parquet); webdataset's config has no such
-    #: field (a warning), it reads ``dataset_info.features``.
-    config_features: bool = True
     #: The member a shard's rows are in, before the files (the manifest names it); None: none.
     metadata_member: str | None = None
     #: The shard holds its rows' metadata as a table typed by the card's features, which the
@@ -207,17 +204,9 @@ class ShardFormat(abc.ABC):
     loading_script: bool = False
     #: Read with ranged reads of a seekable file (its footer first), not front to back in one read.
     random_access: bool = False
-    #: datasets chooses the builder for these shards from the names of their members (the most
-    #: common extension), as for any archive: a card setting cannot override it.
-    builder_from_members: bool = False
     #: What a pack publishes in this format, beyond the input and options: a new layout rewrites
-    #: unchanged input (with --force). pack.py's LAYOUT_CHANGES says what each number changed.
+    #: unchanged input (with --force). packresume.py's LAYOUT_CHANGES says what each number changed.
     layout_version: int = 4
-    #: What datasets' builtin loader gives DataLoader workers as units of work, and the requests
-    #: it makes (the card's table of readers), and what else the card says of it.
-    builtin_units: str = "one per shard"
-    builtin_requests: str = "a few per shard"
-    builtin_caveat: str = ""
 
     @property
     def suffix(self) -> str:
@@ -243,27 +232,10 @@ class ShardFormat(abc.ABC):
         """Why a row cannot go into this format (None if it can)."""
         return None
 
-    @abc.abstractmethod
-    def builtin_builder(self, file_column: str) -> str:
-        """The datasets builder ``load_dataset(repo)`` reads these shards with."""
-
-    def card_features(self, features: list[dict[str, Any]], extensions: list[str]) -> list[dict[str, Any]]:
-        """The features the card declares for the builtin loader (``features``: a row's columns as
-        ``shardkit.stream`` gives them; ``extensions``: the files' extensions)."""
-        return features
-
-    def row_features(self, features: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """:meth:`card_features` inverted: a row's columns as ``shardkit.stream`` gives them."""
-        return features
-
     def features_salt(self, features: list[dict[str, Any]]) -> bytes:
         """What of the card's features a shard's bytes follow from, besides its rows (an update
         keeps a shard whose rows and salt did not change): nothing, by default."""
         return b""
-
-    def builtin_columns_note(self) -> str:
-        """What the card's features section adds when the builtin loader's columns differ."""
-        return ""
 
     @abc.abstractmethod
     def write(self, out: Output, rows: ShardRows) -> int:

@@ -39,6 +39,8 @@ from ..errors import ShardkitError
 from ..rowrules import MAX_LINE_BYTES, SOURCE_PATH_COLUMN
 from ..streamio import Output, jsonl_lines
 from .base import (
+    MAX_ZIP_BYTES,
+    MAX_ZIP_MEMBERS,
     HashingReader,
     ShardCheck,
     ShardFormat,
@@ -50,7 +52,6 @@ from .base import (
     rows_between,
     source_of_row,
 )
-from .zip import MAX_ZIP_BYTES, MAX_ZIP_MEMBERS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -788,9 +789,6 @@ class ParquetFormat(ShardFormat):
         # once for each row's share of the footer's per-row-group column metadata), and levels.
         return file_bytes + file_bytes // 512 + 4 + 2 * (key_length + ext_length + 4) + 2 * line_bytes + 128
 
-    def builtin_builder(self, file_column: str) -> str:
-        return "parquet"
-
     def features_salt(self, features: list[dict[str, Any]]) -> bytes:
         return json.dumps(features, sort_keys=True).encode()  # the schema and datasets' features in its metadata
 
@@ -908,8 +906,6 @@ PARQUET = ParquetFormat(
     fixed_bytes=16 << 10,
     max_rows=MAX_ZIP_MEMBERS - 1,  # the same row cap and largest shard as ZIP's
     max_bytes=MAX_ZIP_BYTES,
-    words="Parquet",
     member_template="{key}{ext} (the path in the file column)",
-    layout_words="one row per file, its bytes in a `{bytes, path}` column beside the metadata columns",
     random_access=True,
 )

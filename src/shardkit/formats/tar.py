@@ -39,8 +39,18 @@ from typing import Any, BinaryIO
 from ..errors import no_note, source_note
 from ..rowrules import SOURCE_PATH_COLUMN
 from ..streamio import CountingOutput, Output, crc32, decode_member_name, read_exact
-from .base import HashingReader, ShardCheck, ShardFormat, ShardFormatError, ShardRecord, ShardRows, Walk, source_of_row
-from .zip import MAX_ZIP_BYTES, MAX_ZIP_MEMBERS
+from .base import (
+    MAX_ZIP_BYTES,
+    MAX_ZIP_MEMBERS,
+    HashingReader,
+    ShardCheck,
+    ShardFormat,
+    ShardFormatError,
+    ShardRecord,
+    ShardRows,
+    Walk,
+    source_of_row,
+)
 
 BLOCK = 512
 END_BYTES = 2 * BLOCK
@@ -316,34 +326,6 @@ class TarFormat(ShardFormat):
             )
         return None
 
-    def builtin_builder(self, file_column: str) -> str:
-        return "webdataset"
-
-    def card_features(self, features: list[dict[str, Any]], extensions: list[str]) -> list[dict[str, Any]]:
-        """datasets' webdataset builder: one column per file extension (``jpg``...), ``json`` (the
-        row's metadata line as a struct) and the builder's ``__key__`` and ``__url__``."""
-        file_dtype = features[0]["dtype"]
-        line = [{"name": "file_name", "dtype": "string"}, *features[1:]]
-        return [
-            *({"name": ext.lstrip("."), "dtype": file_dtype} for ext in extensions),
-            {"name": "json", "struct": line},
-            {"name": "__key__", "dtype": "string"},
-            {"name": "__url__", "dtype": "string"},
-        ]
-
-    def row_features(self, features: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        files = [f for f in features if f.get("name") not in ("json", "__key__", "__url__")]
-        line = next((f.get("struct") for f in features if f.get("name") == "json"), None) or []
-        file_dtype = str(files[0].get("dtype")) if files else "image"
-        return [{"name": file_dtype, "dtype": file_dtype}, *line[1:]]
-
-    def builtin_columns_note(self) -> str:
-        return (
-            "datasets' builtin webdataset loader gives the file as a column named after its extension"
-            " (`jpg`...), the other columns inside `json`, and `__key__`, `__url__`; `shardkit.stream` gives"
-            " the columns above."
-        )
-
     @property
     def metadata_inside(self) -> str:
         return "the .json members of"
@@ -453,8 +435,5 @@ TAR = TarFormat(
     fixed_bytes=END_BYTES,
     max_rows=MAX_ZIP_MEMBERS - 1,  # the same row cap and largest shard as ZIP's
     max_bytes=MAX_ZIP_BYTES,
-    words="tar (webdataset)",
     member_template="{key}.json, then {key}{ext.lower()}",
-    layout_words="inside, for each row `<key>.json` (its metadata) then `<key><ext>` (its file), the webdataset layout",
-    config_features=False,
 )

@@ -44,6 +44,8 @@ from ..errors import listed, no_note, source_note
 from ..rowrules import SOURCE_PATH_COLUMN
 from ..streamio import CountingOutput, Output, crc32, decode_member_name, jsonl_lines, read_exact
 from .base import (
+    MAX_ZIP_BYTES,
+    MAX_ZIP_MEMBERS,
     METADATA_MEMBER,
     METADATA_TABLE_MEMBER,
     HashingReader,
@@ -95,9 +97,6 @@ LOCAL_HEADER_SIZE = _LOCAL_HEADER.size
 CENTRAL_HEADER_SIZE = _CENTRAL_HEADER.size
 END_RECORD_SIZE = _END_RECORD.size
 
-#: Largest shard and member count a ZIP without ZIP64 records can describe.
-MAX_ZIP_BYTES = 0xFFFFFFFF
-MAX_ZIP_MEMBERS = 0xFFFF
 CENTRAL_IN_MEMORY_BYTES = 1 << 20  # a writer's central directory beyond this waits in a temporary file
 
 _VERSION = 20  # 2.0: the version that introduced stored members and folders
@@ -444,9 +443,6 @@ class ZipFormat(ShardFormat):
         name_bytes = MEMBER_NAME_FIXED + key_length + ext_length
         return member_overhead_for_length(name_bytes) + file_bytes + line_bytes + 1
 
-    def builtin_builder(self, file_column: str) -> str:
-        return f"{file_column}folder"
-
     def features_salt(self, features: list[dict[str, Any]]) -> bytes:
         from .parquet import shard_table_schema  # pyarrow: in the packer's process only
 
@@ -715,16 +711,8 @@ ZIP = ZipFormat(
     fixed_bytes=member_overhead_for_length(len(METADATA_TABLE_MEMBER)) + END_RECORD_SIZE,
     max_rows=MAX_ZIP_MEMBERS - 1,  # one member is metadata.parquet
     max_bytes=MAX_ZIP_BYTES,
-    words="ZIP",
     member_template="images/{key[0:3]}/{key[3:6]}/{key}{ext}",
-    layout_words="inside, `metadata.parquet` first (the rows, typed as the card declares), then each file stored"
-    " uncompressed at `images/<key[:3]>/<key[3:6]>/<key><ext>`",
     metadata_member=METADATA_TABLE_MEMBER,
     metadata_table=True,
     loading_script=True,
-    builder_from_members=True,
-    builtin_units="one for the whole split",
-    builtin_requests="several per file",
-    builtin_caveat=" It reads every ZIP of a split as one unit of work, so `DataLoader(num_workers=N)` keeps one"
-    " worker busy, and fetches each file with requests of its own.",
 )

@@ -1,0 +1,119 @@
+"""Network waits and failures: one timeout for every wait, and one line for every failure.
+
+A wait is bounded: no byte for :func:`network_timeout` seconds (``SHARDKIT_NETWORK_TIMEOUT``,
+default 60) is an error naming the URL, set through each library's own per-read timeout
+(aiohttp's ``sock_read`` for http(s), botocore's ``read_timeout`` for S3, httpx's for the Hub),
+never a limit on a whole transfer. Other protocols keep their library's defaults. Two waits of an
+S3 upload have no such setting in aiohttp, which s3fs sends through: the wait for ``100
+Continue`` and a body the server stops reading; Ctrl-C still ends them.
+
+What a server answers is held to the same rule: only a 404 means a file is missing (any other
+error answer, and a redirect loop, is one line naming the URL).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ..errors import NetworkError, UsageError, server_text
+
+#: The one setting for every network wait: seconds without a byte before a read or write fails.
+TIMEOUT_VARIABLE = "SHARDKIT_NETWORK_TIMEOUT"
+DEFAULT_NETWORK_TIMEOUT = 60.0
+RESUME = "Try again: pack and push resume where they stopped."
+
+
+def network_timeout() -> float:
+    """Seconds a network read, write or connect may wait without progress (``SHARDKIT_NETWORK_TIMEOUT``).
+
+    Read from the environment, not passed as an argument: readers run in DataLoader workers and
+    Dask workers that a call cannot reach, and each of them inherits or sets its environment.
+    """
+    raw = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_NETWORK_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"{TIMEOUT_VARIABLE}={raw!r} is not a number of seconds above 0 (e.g. 60)")
+    return value
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether a library's error is a timeout: each raises its own (httpx's ReadTimeout, aiohttp's
+    ServerTimeoutError, botocore's ReadTimeoutError, asyncio's TimeoutError...)."""
+    return isinstance(exc, TimeoutError) or any("Timeout" in cls.__name__ for cls in type(exc).__mro__)
+
+
+#: The base classes of the network errors of httpx (huggingface_hub 1.x), httpx2 (2.x) and aiohttp.
+_NETWORK_ERRORS = frozenset(
+    {"TransportError", "NetworkError", "TimeoutException", "ClientConnectionError", "ClientPayloadError"}
+)
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """Whether a library's error is a failed connection (refused, reset, cut mid-body)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return isinstance(exc, ConnectionError) or bool(names & _NETWORK_ERRORS)
+
+
+def timeout_error(what: str, timeout: float, then: str = RESUME) -> NetworkError:
+    """The one-line message for a wait that timed out: what, from where, how long, and what next."""
+    return NetworkError(
+        f"timed out {what}: nothing from the server for {timeout:g} s ({TIMEOUT_VARIABLE}={timeout:g};"
+        " raise it for a slow server)."
+        f" {then}"
+    )
+
+
+def _answer(exc: BaseException) -> tuple[int, str] | None:
+    """The HTTP status and reason behind a library's error (aiohttp's ClientResponseError,
+    httpx's HTTPStatusError, huggingface_hub's HfHubHTTPError), or None."""
+    status = getattr(exc, "status", None)  # aiohttp
+    reason = getattr(exc, "message", "")
+    response = getattr(exc, "response", None)  # httpx and huggingface_hub
+    if not isinstance(status, int) and response is not None:
+        status, reason = getattr(response, "status_code", None), getattr(response, "reason_phrase", "")
+    return (status, str(reason or "")) if isinstance(status, int) else None
+
+
+def _is_missing(exc: BaseException) -> bool:
+    """Whether a FileNotFoundError really means the file is not there: fsspec's http(s) filesystem
+    raises one for any failed request (a 429, a 503, a redirect loop), keeping the cause; only a
+    404 (or no HTTP answer behind it at all) means missing."""
+    cause = exc.__cause__
+    if not isinstance(exc, FileNotFoundError):
+        return False
+    if cause is None:
+        answer = _answer(exc)
+        return answer is None or answer[0] == 404
+    answer = _answer(cause)
+    return answer is not None and answer[0] == 404
+
+
+def network_failure(exc: BaseException, doing: str, timeout: float, then: str = RESUME) -> NetworkError | None:
+    """The one-line error for a timeout, a failed connection (refused, cut mid-body), a redirect
+    loop or an HTTP error answer other than 404 while ``doing`` ("reading <URL>"); None for any
+    other failure. fsspec's http(s) filesystem hides them all behind a FileNotFoundError: its
+    cause tells."""
+    cause = exc.__cause__ if isinstance(exc, FileNotFoundError) else None
+    if is_timeout(exc) or (cause is not None and is_timeout(cause)):
+        return timeout_error(doing, timeout, then)
+    failed = cause if cause is not None else exc
+    if any(cls.__name__ == "TooManyRedirects" for cls in type(failed).__mro__):  # httpx's and aiohttp's
+        return NetworkError(f"{doing}: the server redirected too many times (a redirect loop?). {then}")
+    answer = _answer(failed)
+    if answer is not None and not (isinstance(exc, FileNotFoundError) and _is_missing(exc)):
+        return NetworkError(f"{doing}: {answered(*answer)}. {then}")
+    if is_network_error(failed):
+        said = server_text(str(failed))
+        return NetworkError(f"the connection failed {doing} ({type(failed).__name__}: {said}). {then}")
+    return None
+
+
+def answered(status: int, reason: str) -> str:
+    """``the server answered 429 Too Many Requests``: what a message says of an HTTP error answer."""
+    return f"the server answered {status} {server_text(reason)}".rstrip()
