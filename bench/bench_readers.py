@@ -2,7 +2,7 @@
 
     python bench/bench_readers.py [--scale 60] [--image-size 256] [--workdir bench-output/readers]
 
-Builds tests/compat_corpus.py's corpus ``--scale`` times over (images of ``--image-size``
+Builds tests/support/compat_corpus.py's corpus ``--scale`` times over (images of ``--image-size``
 pixels, a flat colour with a few random pixels, so small files: the figures are per-row costs
 of each reader, not of moving bytes; and 50 ms audio clips), packs it as zip, tar and
 parquet, pushes each to the tests' Hub-API server on 127.0.0.1, and reads every cell of
@@ -29,8 +29,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests import compat_corpus  # noqa: E402
 from tests.hub_server import run_hub_server  # noqa: E402
+from tests.support import compat_corpus  # noqa: E402
 from tests.test_compat import CANNOT, DS40_PYTHON, FORMATS, MODALITIES, READER, Packed, _cells  # noqa: E402
 
 DS36_PYTHON = os.environ.get("SHARDKIT_DS36_PYTHON", str(REPO_ROOT / ".venv-ds36" / "bin" / "python"))

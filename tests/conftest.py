@@ -1,26 +1,19 @@
-"""Shared fixtures: tiny real image files and metadata written the way users write them."""
+"""Shared fixtures (helpers that are not fixtures live in tests/support/: see its __init__)."""
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-import os
-import random
 import shutil
 import signal
-import subprocess
-import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cookiecutter.main import cookiecutter
-from PIL import Image
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_DIR = REPO_ROOT / "example_datasets" / "yfcc-mini"
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT, Corpus
+from tests.support.packing import pack_example
 
 # A shell without job control starts a background job (`bash .ci/run &`) with SIGINT ignored,
 # and every process the tests start inherits that: the Ctrl-C tests then meet a packer that
@@ -28,68 +21,6 @@ EXAMPLE_DIR = REPO_ROOT / "example_datasets" / "yfcc-mini"
 # foreground job has it (a handled signal is reset to the default in a child, not ignored).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def tiny_image(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (24, 16)) -> bytes:
-    """A small real image whose bytes differ per seed."""
-    rng = random.Random(seed)
-    img = Image.new("RGB", size, tuple(rng.randrange(256) for _ in range(3)))
-    for _ in range(12):
-        img.putpixel((rng.randrange(size[0]), rng.randrange(size[1])), tuple(rng.randrange(256) for _ in range(3)))
-    buf = io.BytesIO()
-    img.save(buf, format=fmt)
-    return buf.getvalue()
-
-
-def write_jsonl(path: Path, rows: Iterable[Any]) -> Path:
-    """Write rows (dicts, or raw strings taken as a whole line) as JSON Lines."""
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for row in rows:
-            f.write((row if isinstance(row, str) else json.dumps(row, ensure_ascii=False)) + "\n")
-    return path
-
-
-def adding_up(manifest: dict[str, Any]) -> dict[str, Any]:
-    """``manifest`` (a parsed shards.json) with its totals and each split's rows, shards and bytes
-    those of its shards: a test that changes a shard's record keeps the rest in agreement, as a
-    forger would (readers refuse a manifest that does not add up before reading any shard)."""
-
-    def counts(shards: list[dict[str, Any]]) -> dict[str, int]:
-        return {"rows": sum(s["rows"] for s in shards), "shards": len(shards), "bytes": sum(s["bytes"] for s in shards)}
-
-    manifest["totals"] = counts(manifest["shards"])
-    for name, split in manifest.get("splits", {}).items():
-        split.update(counts([s for s in manifest["shards"] if s.get("split", "train") == name]))
-    return manifest
-
-
-class Corpus:
-    """An IMAGES_DIR with N small images and a matching metadata file."""
-
-    def __init__(self, root: Path, n: int, *, with_keys: bool = False, fmt: str = "JPEG") -> None:
-        self.root = root
-        self.images = root / "images"
-        self.images.mkdir(parents=True)
-        self.rows: list[dict[str, Any]] = []
-        ext = {"JPEG": ".jpg", "PNG": ".png"}[fmt]
-        for i in range(n):
-            rel = f"sub{i % 3}/img_{i:04d}{ext}"
-            path = self.images / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(tiny_image(i, fmt))
-            row: dict[str, Any] = {
-                "file_name": rel,
-                "caption": f"picture number {i}",
-                "label": i % 5,
-                "score": None if i % 4 == 0 else i / 10,
-            }
-            if with_keys:
-                row["key"] = f"{(i * 2654435761) % 16**12:012x}"
-            self.rows.append(row)
-        self.meta = write_jsonl(root / "meta.jsonl", self.rows)
-
-    def write_meta(self, rows: Iterable[Any], name: str = "meta.jsonl") -> Path:
-        return write_jsonl(self.root / name, rows)
 
 
 @pytest.fixture
@@ -115,60 +46,8 @@ def example_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dst
 
 
-def shard_files(out_dir: Path) -> list[Path]:
-    data = out_dir / "data"
-    return sorted(data.glob("*.zip")) if data.is_dir() else []
-
-
-def tree_bytes(out_dir: Path) -> dict[str, bytes]:
-    """Every published file under OUT_DIR (not the .shardkit work dir), by relative path."""
-    out: dict[str, bytes] = {}
-    for dirpath, dirnames, filenames in os.walk(out_dir):
-        dirnames[:] = [d for d in dirnames if d != ".shardkit"]
-        for name in filenames:
-            path = Path(dirpath) / name
-            out[str(path.relative_to(out_dir))] = path.read_bytes()
-    return out
-
-
-def pack_example(
-    out_dir: Path | str, *options: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run `pack-shards` on the shipped example dataset into ``out_dir``, as a user would.
-
-    With ``--prefix-length 1`` unless the options choose the layout: the tests that use it were
-    written for the example in 16 shards named by key prefix (``data/3.zip``); by default the
-    1.6 MB example is one shard (a split smaller than the target), whose layout
-    tests/test_default_zip_loads.py, test_plan.py and test_pack.py's by-size tests cover."""
-    layout = () if {"--prefix-length", "--target-shard-size"} & set(options) else ("--prefix-length", "1")
-    return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "pack-shards"),
-            str(EXAMPLE_DIR / "images"),
-            str(EXAMPLE_DIR / "metadata.jsonl"),
-            "-o",
-            str(out_dir),
-            *layout,
-            *options,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=600,
-    )
-
-
-def packed_example_bytes(tmp_path_factory: pytest.TempPathFactory, name: str) -> dict[str, bytes]:
-    """The example packed locally into a folder called ``name`` (the card's title), as tree_bytes."""
-    out = tmp_path_factory.mktemp("local") / name
-    result = pack_example(out, "-q")
-    assert result.returncode == 0, result.stderr
-    return tree_bytes(out)
-
-
 @pytest.fixture(scope="session")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def packed_example_tar_parquet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The example packed as tar and as Parquet (16 shards each). Copy a folder to change it."""
     out = {}
     for fmt in ("tar", "parquet"):
@@ -197,18 +76,12 @@ def packed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def s3_env(endpoint: str) -> dict[str, str]:
-    """This environment with only test credentials and ``endpoint`` for S3 (nothing of the user's)."""
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))},
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "FSSPEC_S3_ENDPOINT_URL": endpoint,
-        "NO_PROXY": "127.0.0.1",
-    }
+@pytest.fixture
+def repo_dir(packed_template: Path, tmp_path: Path) -> Path:
+    """A private copy of the scaffolded and packed example dataset (16 shards), as yfcc-mini/."""
+    dst = tmp_path / "yfcc-mini"
+    shutil.copytree(packed_template, dst, ignore=shutil.ignore_patterns("lock"))
+    return dst
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,13 @@ import wave
 from pathlib import Path
 
 import datasets
+import pytest
 from click.testing import CliRunner
 
 import shardkit
 from shardkit.card import split_front_matter
 from shardkit.cli import main, pack_shards
-from tests.conftest import write_jsonl
+from tests.support.corpus import write_jsonl
 
 
 def tone(seed: int, frames: int = 800) -> bytes:
@@ -31,6 +32,7 @@ def tone(seed: int, frames: int = 800) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.slow
 def test_wav_files_pack_verify_and_stream_back(tmp_path: Path) -> None:
     clips = tmp_path / "clips"
     clips.mkdir()

@@ -31,9 +31,9 @@ from shardkit.card import (
     write_card,
 )
 from shardkit.manifest import Manifest, Options, read_manifest
-from tests.conftest import tiny_image, write_jsonl
 from tests.hub_server import run_hub_server
-from tests.readback import DS36_PYTHON
+from tests.support.corpus import tiny_image, write_jsonl
+from tests.support.readback import DS36_PYTHON
 from tests.test_push import hub_env, push
 
 SCRIPTS = Path(sys.executable).parent
@@ -144,6 +144,7 @@ def check_examples(card: str, where: str, expected: dict[str, list[list[str]]], 
 # --- a plain pack: a card that is true before it is pushed ------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_plain_packs_card_names_no_placeholder_and_its_examples_read_the_folder(tmp_path: Path) -> None:
     images, meta, expected = make_input(tmp_path / "in")
     out = tmp_path / "plain"
@@ -171,6 +172,7 @@ def test_a_plain_packs_card_names_no_placeholder_and_its_examples_read_the_folde
     assert "declares no license" in section(text, "license")
 
 
+@pytest.mark.slow
 def test_the_templates_placeholder_namespace_is_never_shown_and_the_script_reads_the_folder(tmp_path: Path) -> None:
     """Plain cookiecutter, without shardkit new's check, leaves the namespace `your-username`."""
     from cookiecutter.main import cookiecutter
@@ -196,6 +198,7 @@ def test_the_templates_placeholder_namespace_is_never_shown_and_the_script_reads
     assert 'load_dataset("./pets_loader.py", split="train", trust_remote_code=True)' in text
 
 
+@pytest.mark.slow
 def test_what_is_in_it_features_with_label_names_and_splits_with_their_rows(tmp_path: Path) -> None:
     images, meta, expected = make_input(tmp_path / "in")
     out = tmp_path / "pets"
@@ -280,6 +283,7 @@ def test_names_that_would_break_a_table_or_inject_html_are_shown_as_written(tmp_
 # --- scaffolded, packed, pushed under another name ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_pushed_card_names_the_repo_it_is_pushed_to_and_hides_the_maintainer_notes(tmp_path: Path) -> None:
     images, meta, expected = make_input(tmp_path / "in")
     new = run(
@@ -351,6 +355,7 @@ def test_setting_the_license_key_keeps_the_license_section_saying_the_same() -> 
     assert yaml.safe_load(new.split("---\n")[1])["license"] == "other"
 
 
+@pytest.mark.slow
 def test_a_card_an_older_shardkit_wrote_loses_its_placeholders_at_the_next_pack(tmp_path: Path) -> None:
     images, meta, _ = make_input(tmp_path / "in")
     out = tmp_path / "old"
@@ -433,6 +438,7 @@ def test_push_keeps_what_the_pack_found_about_the_builtin_loader(tmp_path: Path)
 MARKERS = [m for name in SECTIONS for m in (f"<!-- shardkit:{name} -->", f"<!-- /shardkit:{name} -->")]
 
 
+@pytest.mark.slow
 def test_names_and_values_that_read_as_markers_neither_end_nor_forge_a_section(tmp_path: Path) -> None:
     """A column, class or split-free value named like a marker: each pack gives the same card, with
     one section of each kind, and the user's text around them stays byte for byte."""

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from shardkit.check import MIN_SPLIT_BYTES, plan_ranges
 from shardkit.errors import InputErrors
 from shardkit.pack import PackConfig, pack
 from shardkit.schema import SchemaTracker
-from tests.conftest import Corpus, tree_bytes, write_jsonl
+from tests.support.corpus import Corpus, tree_bytes, write_jsonl
 
 # --- the schema argument, directly: per-range trackers merged in order = one tracker -------------
 
@@ -29,6 +30,7 @@ values = st.recursive(
 rows_strategy = st.lists(st.dictionaries(st.sampled_from(["x", "y", "z"]), values, max_size=3), max_size=12)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(rows_strategy, st.lists(st.integers(0, 12), max_size=3))
 def test_ranges_that_agree_accept_exactly_the_rows_one_pass_accepts(

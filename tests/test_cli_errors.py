@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main, pack_shards
-from tests.conftest import Corpus, shard_files
+from tests.support.corpus import Corpus, shard_files
 
 
 def run(*args: str | Path) -> tuple[int, str, str]:
@@ -286,6 +286,7 @@ def test_shardkit_pack_is_the_same_command(corpus: Corpus, tmp_path: Path) -> No
     assert not (tmp_path / "o" / "data").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_exits_130_promptly_and_the_rerun_completes(make_corpus, tmp_path: Path, jobs: str) -> None:  # type: ignore[no-untyped-def]
 
@@ -397,6 +398,7 @@ def test_non_utf8_line_names_line_and_column(corpus: Corpus, tmp_path: Path) -> 
     assert f"latin1.jsonl:2: line is not valid UTF-8 (byte 0xe9 at column {len(before) + 1})" in stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_metadata_ranges_are_checked_stops_every_process(corpus: Corpus, tmp_path: Path) -> None:
     # 52 MB of metadata, checked in ranges by two worker processes; the check of one file never
     # returns (tests/hang_on_read), so the check never ends: a run that waited for it would
@@ -437,6 +439,7 @@ def test_ctrl_c_while_metadata_ranges_are_checked_stops_every_process(corpus: Co
     assert gone  # no worker left behind, stuck or waiting for more work, nor any other process
 
 
+@pytest.mark.slow
 def test_a_write_that_fails_names_the_file_and_leaves_no_partial_file(corpus: Corpus, tmp_path: Path) -> None:
     """A full disk, as the kernel reports it on a write (here a file size limit, EFBIG, which
     fails the same call as ENOSPC does): one line naming the file, nothing half-written left."""
@@ -486,6 +489,7 @@ def test_dry_run_prints_the_schema_it_would_publish(corpus: Corpus, tmp_path: Pa
     assert json.loads(stdout)["features"][-1] == {"name": "tags", "list": "string"}
 
 
+@pytest.mark.slow
 def test_on_duplicate_skip_packs_the_first_of_the_same_bytes_and_names_the_rest(corpus: Corpus, tmp_path: Path) -> None:
     name = good(corpus, 3)["file_name"]
     (corpus.images / "copy.jpg").write_bytes((corpus.images / name).read_bytes())
@@ -509,6 +513,7 @@ def test_on_duplicate_skip_packs_the_first_of_the_same_bytes_and_names_the_rest(
     assert other_error[0] == 1 and "bad.jsonl:5: file not found" in other_error[2]  # other bad rows still stop it
 
 
+@pytest.mark.slow
 def test_keep_source_path_publishes_each_rows_input_file_name(corpus: Corpus, tmp_path: Path) -> None:
     """Files are published under their key: --keep-source-path keeps the way back to the input."""
     import shardkit

@@ -27,7 +27,7 @@ from shardkit.plan import DEFAULT_MAX_SHARD_BYTES, PlanEntry, default_target, pl
 from shardkit.push import PushConfig, PushSummary, push
 from shardkit.remux import ImageFormatName, RemuxConfig, RemuxSummary, remux
 from shardkit.verify import VerifyReport, verify
-from tests.conftest import REPO_ROOT, Corpus
+from tests.support.corpus import REPO_ROOT, Corpus
 
 COMMANDS = {
     "pack": main.commands["pack"],

@@ -20,10 +20,13 @@ from click.testing import CliRunner
 from shardkit.cli import main
 from shardkit.pack import PackConfig, pack
 from shardkit.remux import RemuxConfig, remux
-from tests.conftest import EXAMPLE_DIR, pack_example, packed_example_bytes, tree_bytes
-from tests.dask_cluster import DaskCluster
+from tests.support.corpus import EXAMPLE_DIR, tree_bytes
+from tests.support.dask_cluster import DaskCluster
+from tests.support.packing import pack_example, packed_example_bytes
 from tests.test_remux import RESIZE
 from tests.test_remux import remux as remux_cli
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s
 
 
 @pytest.fixture(scope="module")

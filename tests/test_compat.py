@@ -1,6 +1,6 @@
 """The consumer contract (issue 18): every reader returns exactly what was packed, with its types.
 
-One corpus built to break loaders (see tests/compat_corpus.py), images and audio, packed as
+One corpus built to break loaders (see tests/support/compat_corpus.py), images and audio, packed as
 zip, tar and parquet and pushed to the Hub-API test server, then read by every reader:
 
 * datasets 3.6 (``.venv-ds36``): the builtin loaders and the loading script (zip);
@@ -28,11 +28,13 @@ from typing import Any
 import pytest
 from cookiecutter.main import cookiecutter
 
-from tests import compat_corpus
 from tests.compat_reader import file_bytes, typed
-from tests.conftest import REPO_ROOT, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
-from tests.readback import DS36_PYTHON, run_reader
+from tests.support import compat_corpus
+from tests.support.corpus import REPO_ROOT, write_jsonl
+from tests.support.readback import DS36_PYTHON, run_reader
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s
 
 DS40_PYTHON = os.environ.get("SHARDKIT_DS40_PYTHON", str(REPO_ROOT / ".venv-ds40" / "bin" / "python"))
 SCRIPTS = Path(sys.executable).parent
@@ -82,7 +84,7 @@ def _pack(files: Path, meta: Path, out: Path, fmt: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
+def packed_compat_corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
     root = tmp_path_factory.mktemp("compat")
     with run_hub_server(root / "hub") as hub:
         sets = Packed(root, hub.url)
@@ -119,13 +121,14 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
         yield sets
 
 
-def _cells(packed: Packed, venv: str) -> list[dict[str, Any]]:
+def _cells(packed_compat_corpus: Packed, venv: str) -> list[dict[str, Any]]:
     cells = []
     for modality in MODALITIES:
         for fmt in FORMATS:
-            folder = packed.folders[modality, fmt]
-            places = {"local": str(folder), "hub": packed.repo(modality, fmt)}
-            url = f"{packed.hub_url}/datasets/{packed.repo(modality, fmt)}/resolve/main"  # a plain web folder
+            folder = packed_compat_corpus.folders[modality, fmt]
+            places = {"local": str(folder), "hub": packed_compat_corpus.repo(modality, fmt)}
+            repo = packed_compat_corpus.repo(modality, fmt)
+            url = f"{packed_compat_corpus.hub_url}/datasets/{repo}/resolve/main"  # a plain web folder
             readers = ["builtin"]
             if venv in ("3.6", "5.x"):
                 readers.append("shardkit")
@@ -169,11 +172,13 @@ CANNOT = {
 }
 
 
-def _problems(packed: Packed, venv: str, cells: list[dict[str, Any]], results: dict[str, Any]) -> list[str]:
+def _problems(
+    packed_compat_corpus: Packed, venv: str, cells: list[dict[str, Any]], results: dict[str, Any]
+) -> list[str]:
     problems = []
     for cell in cells:
         modality, fmt, reader = cell["id"].split("/")[:3]
-        expected = packed.expected[modality]
+        expected = packed_compat_corpus.expected[modality]
         cannot = CANNOT.get((venv, modality, fmt, reader))
         for n, run in enumerate(results[cell["id"]]["runs"], 1):
             where = f"{cell['id']} (run {n})"
@@ -194,21 +199,23 @@ def _problems(packed: Packed, venv: str, cells: list[dict[str, Any]], results: d
                     problems.append(f"{where}: row {key}: got {run['rows'][key]}, expected {row}")
                     break
             one_per_file = not (reader == "builtin" and fmt == "zip")  # see docs/reference.md: imagefolder makes one
-            if cell["streaming"] and one_per_file and run["n_shards"] != packed.shards[modality, fmt]:
-                problems.append(f"{where}: n_shards {run['n_shards']}, expected {packed.shards[modality, fmt]}")
+            if cell["streaming"] and one_per_file and run["n_shards"] != packed_compat_corpus.shards[modality, fmt]:
+                problems.append(
+                    f"{where}: n_shards {run['n_shards']}, expected {packed_compat_corpus.shards[modality, fmt]}"
+                )
     return problems
 
 
 @pytest.mark.parametrize("venv", ["3.6", "4.0", "5.x"])
-def test_every_reader_returns_every_row_byte_value_and_type(packed: Packed, venv: str) -> None:
+def test_every_reader_returns_every_row_byte_value_and_type(packed_compat_corpus: Packed, venv: str) -> None:
     python = {"3.6": DS36_PYTHON, "4.0": DS40_PYTHON, "5.x": sys.executable}[venv]
     assert Path(python).exists(), f"{python} missing: scripts/test.sh builds it"
-    cells = _cells(packed, venv)
-    results = _run_cells(python, cells, packed.env())
+    cells = _cells(packed_compat_corpus, venv)
+    results = _run_cells(python, cells, packed_compat_corpus.env())
     assert {r["version"] for r in results.values()} == {
         {"3.6": "3.6.0", "4.0": "4.0.0", "5.x": _datasets_version()}[venv]
     }
-    problems = _problems(packed, venv, cells, results)
+    problems = _problems(packed_compat_corpus, venv, cells, results)
     if problems:
         pytest.fail(f"{len(problems)} problem(s):\n" + "\n".join(problems), pytrace=False)
 
@@ -219,35 +226,35 @@ def _datasets_version() -> str:
     return datasets.__version__
 
 
-def test_shards_split_over_two_workers_lose_and_repeat_nothing(packed: Packed) -> None:
+def test_shards_split_over_two_workers_lose_and_repeat_nothing(packed_compat_corpus: Packed) -> None:
     """What a DataLoader with two workers or two nodes does: split_dataset_by_node, by shard."""
     import datasets
     from datasets.distributed import split_dataset_by_node
 
     import shardkit
 
-    folder = packed.folders["image", "zip"]
+    folder = packed_compat_corpus.folders["image", "zip"]
     ds = shardkit.stream(str(folder)).cast_column("image", datasets.Image(decode=False))
-    assert ds.n_shards == packed.shards["image", "zip"] >= 2
+    assert ds.n_shards == packed_compat_corpus.shards["image", "zip"] >= 2
     keys = [[row["key"] for row in split_dataset_by_node(ds, rank=r, world_size=2)] for r in (0, 1)]
     assert keys[0] and keys[1]
     assert not set(keys[0]) & set(keys[1])
-    assert sorted(keys[0] + keys[1]) == sorted(packed.expected["image"])
+    assert sorted(keys[0] + keys[1]) == sorted(packed_compat_corpus.expected["image"])
 
 
-def test_the_corpus_is_what_it_claims(packed: Packed) -> None:
+def test_the_corpus_is_what_it_claims(packed_compat_corpus: Packed) -> None:
     """The traps are really in the packed data: whole-number floats alone in one shard, a column
     null throughout another, mixed image types, three kinds of audio."""
-    meta = packed.folders["image", "zip"] / "metadata"
+    meta = packed_compat_corpus.folders["image", "zip"] / "metadata"
     shard0 = [json.loads(line) for line in (meta / "0.jsonl").read_text().splitlines()]
     assert all(float(r["score"]).is_integer() for r in shard0)
     assert all(r["note"] is None for r in (json.loads(x) for x in (meta / "1.jsonl").read_text().splitlines()))
-    image_types = {p.suffix for p in (packed.root / "in-image" / "files").rglob("*.*")}
-    audio_types = {p.parent.name for p in (packed.root / "in-audio" / "files").rglob("*.*")}
+    image_types = {p.suffix for p in (packed_compat_corpus.root / "in-image" / "files").rglob("*.*")}
+    audio_types = {p.parent.name for p in (packed_compat_corpus.root / "in-audio" / "files").rglob("*.*")}
     assert image_types == {".jpg", ".png", ".webp"} and audio_types == {"wav16", "wavf32", "flac"}
 
 
-def test_whole_number_floats_are_published_as_floats_in_every_json_file(packed: Packed) -> None:
+def test_whole_number_floats_are_published_as_floats_in_every_json_file(packed_compat_corpus: Packed) -> None:
     """Shard 0 was given ``"score": 2``: every JSON file shardkit publishes says 2.0, so a tool
     that infers types from one file (polars, duckdb, a folder builder without the card) sees floats."""
     import io
@@ -256,11 +263,11 @@ def test_whole_number_floats_are_published_as_floats_in_every_json_file(packed: 
     import pyarrow.parquet as pq
 
     for fmt in FORMATS:
-        text = (packed.folders["image", fmt] / "metadata" / "0.jsonl").read_text(encoding="utf-8")
+        text = (packed_compat_corpus.folders["image", fmt] / "metadata" / "0.jsonl").read_text(encoding="utf-8")
         scores = [json.loads(line)["score"] for line in text.splitlines()]
         assert scores and all(type(s) is float and s.is_integer() for s in scores), (fmt, scores)
     # Inside the ZIP, metadata.parquet types the column float64 in every shard.
-    with zipfile.ZipFile(packed.folders["image", "zip"] / "data" / "0.zip") as z:
+    with zipfile.ZipFile(packed_compat_corpus.folders["image", "zip"] / "data" / "0.zip") as z:
         inside = pq.read_table(io.BytesIO(z.read("metadata.parquet")))
     assert str(inside.schema.field("score").type) == "double"
     assert inside.column("score").to_pylist() == scores
@@ -321,21 +328,21 @@ def test_pack_warns_when_datasets_would_pick_another_builder_and_the_card_shows_
     assert datasets.load_dataset_builder(str(out)).name == "imagefolder"
 
 
-def test_no_warning_when_datasets_picks_the_folder_builder(packed: Packed) -> None:
+def test_no_warning_when_datasets_picks_the_folder_builder(packed_compat_corpus: Packed) -> None:
     import datasets
 
     for modality in MODALITIES:
-        out = packed.folders[modality, "zip"]
+        out = packed_compat_corpus.folders[modality, "zip"]
         assert "builder" not in (out / "README.md").read_text(encoding="utf-8").split("<!-- /shardkit:stats -->")[0]
         assert datasets.load_dataset_builder(str(out)).name == f"{modality}folder"
 
 
-def test_metadata_table_reads_in_one_call_with_duckdb_polars_and_pyarrow_typed(packed: Packed) -> None:
+def test_metadata_table_reads_in_one_call_with_duckdb_polars_and_pyarrow_typed(packed_compat_corpus: Packed) -> None:
     """metadata.parquet: every row, typed as the card says, whatever each shard's JSON held
     (a column null throughout a shard, whole-number floats), one call in each tool. The tools
     run in a subprocess: polars replaces the process's SIGINT handler with its own, and later
     Ctrl-C tests in this process would wait forever."""
-    tables = [str(packed.folders[m, f] / "metadata.parquet") for m in MODALITIES for f in FORMATS]
+    tables = [str(packed_compat_corpus.folders[m, f] / "metadata.parquet") for m in MODALITIES for f in FORMATS]
     result = subprocess.run(
         [sys.executable, "-c", TABLE_READER, *tables], capture_output=True, text=True, timeout=300, check=False
     )
@@ -343,13 +350,17 @@ def test_metadata_table_reads_in_one_call_with_duckdb_polars_and_pyarrow_typed(p
     read = json.loads(result.stdout)
     for modality in MODALITIES:
         for fmt in FORMATS:
-            out = packed.folders[modality, fmt]
+            out = packed_compat_corpus.folders[modality, fmt]
             shards = {p.relative_to(out).as_posix() for p in (out / "data").glob(f"*.{fmt}")}
             for tool, rows in read[str(out / "metadata.parquet")].items():
                 assert {r["__shard__"] for r in rows} == shards, (tool, fmt)
                 got = {r["key"]: r["fields"] for r in rows}
                 assert len(got) == len(rows)
-                assert got == {k: v["fields"] for k, v in packed.expected[modality].items()}, (tool, modality, fmt)
+                assert got == {k: v["fields"] for k, v in packed_compat_corpus.expected[modality].items()}, (
+                    tool,
+                    modality,
+                    fmt,
+                )
 
 
 TABLE_READER = r"""

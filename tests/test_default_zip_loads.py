@@ -1,7 +1,7 @@
 """The default output loads with datasets' builtin loader, exactly, every time (issue 30).
 
 ``pack-shards IMAGES META -o OUT`` with nothing but ``--class-label label`` (ZIP shards, each
-split cut by size) on exports shaped like real ones (tests/export_corpus.py:
+split cut by size) on exports shaped like real ones (tests/support/export_corpus.py:
 splits of very different sizes, columns null, empty or absent throughout one split, mixed file
 types), pushed with ``shardkit push`` to the loopback Hub-API server, then read back with a plain
 ``datasets.load_dataset(folder or repo, split=...)`` (no script, no trust_remote_code) by every
@@ -34,11 +34,13 @@ from typing import Any
 import pytest
 
 from shardkit.plan import DEFAULT_MAX_SHARD_BYTES, default_target
-from tests import export_corpus
 from tests.hub_server import run_hub_server
-from tests.readback import DS36_PYTHON, run_reader, split_problems
+from tests.support import export_corpus
+from tests.support.readback import DS36_PYTHON, run_reader, split_problems
 from tests.test_compat import DS40_PYTHON
 from tests.test_splits_labels import hub_env, pack_cli, push_cli
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s
 
 READER = Path(__file__).with_name("any_modality_reader.py")
 MODALITIES = ("image", "audio")
@@ -187,7 +189,7 @@ def test_the_pack_does_not_warn_that_datasets_would_refuse_the_output(published:
 
 
 def test_the_corpora_hold_the_shapes_that_broke_loaders(published: Published) -> None:
-    """The traps are in the input, each throughout a whole split (see tests/export_corpus.py)."""
+    """The traps are in the input, each throughout a whole split (see tests/support/export_corpus.py)."""
     image = published.rows["image"]
     by_split = {s: [r for r in image if r["split"] == s] for s in SPLITS["image"]}
     assert {s: len(rows) for s, rows in by_split.items()} == export_corpus.IMAGE_SPLITS

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
-from tests.readme_blocks import fenced_blocks, output_of, output_problem
+import pytest
+
+from tests.support.corpus import REPO_ROOT
+from tests.support.readme_blocks import fenced_blocks, output_of, output_problem
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s
 
 #: README's picture of the demo's output shows the clone as this folder.
 SHOWN_ROOT = "/path/to/shardkit/"

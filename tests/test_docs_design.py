@@ -13,7 +13,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
+from tests.support.corpus import REPO_ROOT
 
 SRC = REPO_ROOT / "src" / "shardkit"
 DESIGN = REPO_ROOT / "docs" / "design.md"

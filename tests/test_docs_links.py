@@ -19,7 +19,7 @@ from pathlib import Path
 import markdown
 from mkdocs.config import load_config
 
-from tests.conftest import REPO_ROOT
+from tests.support.corpus import REPO_ROOT
 
 
 def build_site(config: Path, site: Path) -> subprocess.CompletedProcess[str]:

@@ -12,11 +12,14 @@ import fsspec
 import pytest
 from datasets import Image, load_dataset
 
-from tests.conftest import EXAMPLE_DIR, pack_example
+from tests.support.corpus import EXAMPLE_DIR
+from tests.support.packing import pack_example
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]], dict[str, bytes]]:
+def packed_example_and_input(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, dict[str, Any]], dict[str, bytes]]:
     """Pack the shipped example with `pack-shards`; return OUT_DIR and the input by key."""
     out = tmp_path_factory.mktemp("e2e") / "yfcc-mini"
     result = pack_example(out, "--json", "--jobs", "2")
@@ -49,29 +52,31 @@ def _check_rows(rows: list[dict[str, Any]], by_key: dict[str, dict[str, Any]], f
     assert seen == set(by_key)
 
 
-def test_streaming_load_gives_every_row_and_byte(packed: Any) -> None:
-    out, by_key, files = packed
+@pytest.mark.slow
+def test_streaming_load_gives_every_row_and_byte(packed_example_and_input: Any) -> None:
+    out, by_key, files = packed_example_and_input
     ds = load_dataset(str(out), split="train", streaming=True)
     assert set(ds.features) == {"image", *next(iter(by_key.values())).keys()} - {"file_name"}
     assert ds.features["latitude"].dtype == "float64"  # null in early rows, a number later: declared
     _check_rows(list(ds.cast_column("image", Image(decode=False))), by_key, files)
 
 
-def test_streaming_decodes_images(packed: Any) -> None:
-    out, _, _ = packed
+@pytest.mark.slow
+def test_streaming_decodes_images(packed_example_and_input: Any) -> None:
+    out, _, _ = packed_example_and_input
     first = next(iter(load_dataset(str(out), split="train", streaming=True)))
     assert first["image"].size[0] > 0 and first["image"].format == "JPEG"
 
 
-def test_non_streaming_load_gives_every_row_and_byte(packed: Any, tmp_path: Path) -> None:
-    out, by_key, files = packed
+def test_non_streaming_load_gives_every_row_and_byte(packed_example_and_input: Any, tmp_path: Path) -> None:
+    out, by_key, files = packed_example_and_input
     ds = load_dataset(str(out), split="train", cache_dir=str(tmp_path / "cache"))
     assert len(ds) == 300
     _check_rows(list(ds.cast_column("image", Image(decode=False))), by_key, files)
 
 
-def test_packed_repo_copied_elsewhere_still_loads(packed: Any, tmp_path: Path) -> None:
-    out, by_key, _ = packed
+def test_packed_repo_copied_elsewhere_still_loads(packed_example_and_input: Any, tmp_path: Path) -> None:
+    out, by_key, _ = packed_example_and_input
     copy = tmp_path / "copy"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns(".shardkit"))
     assert not os.path.exists(copy / ".shardkit")

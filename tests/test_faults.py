@@ -26,12 +26,15 @@ import s3fs
 
 import shardkit
 from shardkit.errors import ShardkitError
-from tests.conftest import REPO_ROOT, pack_example, s3_env, tree_bytes
 from tests.fault_proxy import Fault, FaultProxy, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import HubServer, run_hub_server
-from tests.readback import expected_rows
+from tests.support.corpus import REPO_ROOT, tree_bytes
+from tests.support.packing import pack_example, s3_env
+from tests.support.readback import expected_rows
 from tests.test_push import hub_env, local_files, remote_files
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
 SCRIPTS = Path(sys.executable).parent
 TIMEOUT = "2"  # SHARDKIT_NETWORK_TIMEOUT for the tests, in seconds
@@ -47,7 +50,7 @@ READ_FAULTS = [
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def packed_example_each_format(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The example dataset packed once in each format."""
     root = tmp_path_factory.mktemp("packed")
     out = {}
@@ -59,7 +62,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def read_all(source: str) -> dict[str, Any]:
-    """Every row of ``shardkit.stream(source)`` as tests/readback.py digests them, or the error
+    """Every row of ``shardkit.stream(source)`` as tests/support/readback.py digests them, or the error
     that stopped the read and how many rows came before it."""
     rows = []
     try:
@@ -101,19 +104,21 @@ def check_read_faults(proxy: FaultProxy, read: Any, shard_url: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_stream_from_a_url_that_stalls_or_cuts_fails_with_one_line_naming_the_shard(
-    fmt: str, packed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    fmt: str, packed_example_each_format: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SHARDKIT_NETWORK_TIMEOUT", TIMEOUT)
-    with serve_directory(packed[fmt]) as (base, _), run_fault_proxy(base) as proxy:
+    with serve_directory(packed_example_each_format[fmt]) as (base, _), run_fault_proxy(base) as proxy:
         check_read_faults(proxy, lambda: read_all(proxy.url + "/"), f"{proxy.url}/data/")
 
 
 @pytest.fixture(scope="module")
-def hub_with_every_format(packed: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
+def hub_with_every_format(
+    packed_example_each_format: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HubServer]:
     """A Hub server holding the packed example in each format, as tester/faults-<format>."""
     root = tmp_path_factory.mktemp("hub")
     with run_hub_server(root / "state") as hub:
-        for folder in packed.values():
+        for folder in packed_example_each_format.values():
             copy = root / folder.name
             shutil.copytree(folder, copy)
             result = shardkit_cli("push", str(copy), "--repo", f"tester/{folder.name}", env=hub_env(hub.url, root))
@@ -174,9 +179,9 @@ def faulty_hub(tmp_path: Path) -> Iterator[tuple[HubServer, FaultProxy, dict[str
 
 
 @pytest.fixture
-def repo(packed: dict[str, Path], tmp_path: Path) -> Path:
+def repo(packed_example_each_format: dict[str, Path], tmp_path: Path) -> Path:
     dst = tmp_path / "faults-zip"
-    shutil.copytree(packed["zip"], dst)
+    shutil.copytree(packed_example_each_format["zip"], dst)
     return dst
 
 
@@ -314,8 +319,8 @@ def test_a_commit_answer_cut_mid_body_is_one_line_and_a_rerun_completes(
 # --- verify and pack with an OUT_DIR URL -------------------------------------------------------------
 
 
-def test_verify_of_a_url_that_stalls_is_one_line_naming_the_shard(packed: dict[str, Path]) -> None:
-    with serve_directory(packed["zip"]) as (base, _), run_fault_proxy(base) as proxy:
+def test_verify_of_a_url_that_stalls_is_one_line_naming_the_shard(packed_example_each_format: dict[str, Path]) -> None:
+    with serve_directory(packed_example_each_format["zip"]) as (base, _), run_fault_proxy(base) as proxy:
         env = {**os.environ, "SHARDKIT_NETWORK_TIMEOUT": TIMEOUT}
         ok = shardkit_cli("verify", proxy.url + "/", "-q", env=env)
         assert ok.returncode == 0, ok.stderr
@@ -337,7 +342,7 @@ def test_verify_of_a_url_that_stalls_is_one_line_naming_the_shard(packed: dict[s
 
 
 def test_pack_to_a_bucket_that_stops_answering_fails_with_one_line_and_a_rerun_resumes(
-    s3_endpoint: str, packed: dict[str, Path], tmp_path: Path
+    s3_endpoint: str, packed_example_each_format: dict[str, Path], tmp_path: Path
 ) -> None:
     fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=s3_endpoint, skip_instance_cache=True)
     if not fs.exists("faults"):
@@ -367,13 +372,17 @@ def test_pack_to_a_bucket_that_stops_answering_fails_with_one_line_and_a_rerun_r
         assert summary["resumed_shards"] >= 1 and summary["resumed_shards"] + summary["written_shards"] == 16
     fs.invalidate_cache()
     prefix = url[len("s3://") :]
-    assert {p[len(prefix) + 1 :]: fs.cat_file(p) for p in fs.find(prefix)} == tree_bytes(packed["zip"])
+    assert {p[len(prefix) + 1 :]: fs.cat_file(p) for p in fs.find(prefix)} == tree_bytes(
+        packed_example_each_format["zip"]
+    )
 
 
-def test_remux_from_a_url_that_stalls_is_one_line_naming_it(packed: dict[str, Path], tmp_path: Path) -> None:
+def test_remux_from_a_url_that_stalls_is_one_line_naming_it(
+    packed_example_each_format: dict[str, Path], tmp_path: Path
+) -> None:
     """A stalled manifest is a timeout, not "this source has no data files"; a stalled shard too."""
     env = {**os.environ, "SHARDKIT_NETWORK_TIMEOUT": TIMEOUT, "PYTHONPATH": str(REPO_ROOT)}
-    with serve_directory(packed["zip"]) as (base, _), run_fault_proxy(base) as proxy:
+    with serve_directory(packed_example_each_format["zip"]) as (base, _), run_fault_proxy(base) as proxy:
         for fault, where in [
             (Fault("stall", path=r"/shards\.json"), f"{proxy.url}/shards.json"),
             (Fault("stall", path=r"/data/3\.zip"), f"{proxy.url}/data/3.zip"),

@@ -31,8 +31,8 @@ from shardkit.formats.parquet import encode_metadata_table
 from shardkit.location import Location
 from shardkit.manifest import Manifest, ManifestShard, Options
 from shardkit.rowcheck import DatasetRows
-from shardkit.verify import _Check, _ShardResult
-from tests.conftest import tiny_image
+from shardkit.verify import walk_shard
+from tests.support.corpus import tiny_image
 
 FEATURES = [
     {"name": "image", "dtype": "image"},
@@ -129,12 +129,11 @@ def _written(fmt: ShardFormat, folder: Path) -> tuple[ManifestShard, _Rows]:
 
 
 def _verified(fmt: ShardFormat, folder: Path, shard: ManifestShard) -> tuple[list[str], Any]:
-    result = _ShardResult()
     # The shard's rows are held to a manifest naming it alone (by prefix "a": its keys' first digit).
     manifest = Manifest(Options(1, fmt.max_bytes, fmt.max_bytes, fmt.name), "", "image", FEATURES, [shard], layout=4)
     rows_check = DatasetRows(manifest).shard(shard.file, shard.file)
-    walk = fmt.verify_shard(_Check(Location(str(folder), "folder"), shard, fmt, rows_check, True, result, FEATURES))
-    return [p.format() for p in result.problems], walk
+    walk, problems = walk_shard(Location(str(folder), "folder"), shard, fmt, rows_check, FEATURES)
+    return [p.format() for p in problems], walk
 
 
 @pytest.mark.parametrize("name", FORMAT_NAMES)

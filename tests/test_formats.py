@@ -24,8 +24,9 @@ import yaml
 import shardkit
 from shardkit.formats import PARQUET, TAR
 from shardkit.formats.tar import TarFormatError, TarWriter, iter_tar_members, member_header
-from tests.conftest import Corpus, pack_example, tiny_image, tree_bytes
-from tests.readback import DS36_PYTHON, expected_rows, read_with
+from tests.support.corpus import Corpus, tiny_image, tree_bytes
+from tests.support.packing import pack_example
+from tests.support.readback import DS36_PYTHON, expected_rows, read_with
 from tests.test_streaming import digest_rows
 
 FILE_COLUMN = {"tar": "jpg", "parquet": "image"}
@@ -79,9 +80,12 @@ def test_tar_reader_refuses_a_bad_header_and_a_truncated_stream() -> None:
 # --- each format read back by its consumers ----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
-def test_datasets_5_and_3_6_read_every_row_and_byte(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
-    folder = packed[fmt]
+def test_datasets_5_and_3_6_read_every_row_and_byte(
+    packed_example_tar_parquet: dict[str, Path], fmt: str, tmp_path: Path
+) -> None:
+    folder = packed_example_tar_parquet[fmt]
     assert sorted(p.name for p in (folder / "data").iterdir()) == [f"{c}.{fmt}" for c in "0123456789abcdef"]
     assert card(folder)["configs"][0]["data_files"][0]["path"] == f"data/*.{fmt}"
     column = FILE_COLUMN[fmt]
@@ -92,10 +96,11 @@ def test_datasets_5_and_3_6_read_every_row_and_byte(packed: dict[str, Path], fmt
     assert got["version"] == "3.6.0" and got["rows"] == expected_rows()
 
 
-def test_tar_is_the_webdataset_layout_the_webdataset_library_reads(packed: dict[str, Path]) -> None:
+@pytest.mark.slow
+def test_tar_is_the_webdataset_layout_the_webdataset_library_reads(packed_example_tar_parquet: dict[str, Path]) -> None:
     import webdataset as wds
 
-    folder = packed["tar"]
+    folder = packed_example_tar_parquet["tar"]
     with tarfile.open(folder / "data" / "0.tar") as tf:
         names = tf.getnames()
     assert names[0::2] == [n.replace(".jpg", ".json") for n in names[1::2]]  # <key>.json, then <key>.jpg
@@ -109,8 +114,9 @@ def test_tar_is_the_webdataset_layout_the_webdataset_library_reads(packed: dict[
     assert features[1]["struct"][:2] == [{"name": "file_name", "dtype": "string"}, {"name": "key", "dtype": "string"}]
 
 
-def test_parquet_columns_are_typed_as_the_card_declares(packed: dict[str, Path]) -> None:
-    folder = packed["parquet"]
+@pytest.mark.slow
+def test_parquet_columns_are_typed_as_the_card_declares(packed_example_tar_parquet: dict[str, Path]) -> None:
+    folder = packed_example_tar_parquet["parquet"]
     parquet = pq.ParquetFile(folder / "data" / "0.parquet")
     schema = parquet.schema_arrow
     features = card(folder)["dataset_info"]["features"]
@@ -124,14 +130,15 @@ def test_parquet_columns_are_typed_as_the_card_declares(packed: dict[str, Path])
     assert column.path_in_schema == "image.bytes" and column.compression == "UNCOMPRESSED"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
-def test_shardkit_stream_gives_the_same_rows_as_for_zip(packed: dict[str, Path], fmt: str) -> None:
+def test_shardkit_stream_gives_the_same_rows_as_for_zip(packed_example_tar_parquet: dict[str, Path], fmt: str) -> None:
     from tests.http_server import serve_directory
 
-    ds = shardkit.stream(str(packed[fmt]))
+    ds = shardkit.stream(str(packed_example_tar_parquet[fmt]))
     assert ds.n_shards == 16 and list(ds.features)[:2] == ["image", "key"]
     assert digest_rows(ds) == expected_rows()
-    with serve_directory(packed[fmt]) as (base, log):
+    with serve_directory(packed_example_tar_parquet[fmt]) as (base, log):
         assert digest_rows(shardkit.stream(base)) == expected_rows()
         shard_requests = [e for e in log.entries if e[1].endswith(f".{fmt}")]
     if fmt == "tar":  # front to back: one plain GET per shard
@@ -141,6 +148,7 @@ def test_shardkit_stream_gives_the_same_rows_as_for_zip(packed: dict[str, Path],
 # --- the shared machinery: sizes, verify, resume, errors -------------------------------------------
 
 
+@pytest.mark.slow
 def test_planned_sizes_hold_exact_for_tar_and_as_an_upper_bound_for_parquet(make_corpus: Any, tmp_path: Path) -> None:
     corpus: Corpus = make_corpus(300)
     sizes = {}
@@ -163,9 +171,11 @@ def test_planned_sizes_hold_exact_for_tar_and_as_an_upper_bound_for_parquet(make
 
 
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
-def test_verify_passes_then_names_the_damage(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
+def test_verify_passes_then_names_the_damage(
+    packed_example_tar_parquet: dict[str, Path], fmt: str, tmp_path: Path
+) -> None:
     folder = tmp_path / "copy"
-    shutil.copytree(packed[fmt], folder)
+    shutil.copytree(packed_example_tar_parquet[fmt], folder)
     ok = shardkit_cli("verify", str(folder), "--deep", "-q")
     assert ok.returncode == 0 and "300 files decoded" in ok.stdout and "OK" in ok.stdout
 
@@ -191,9 +201,11 @@ def test_verify_passes_then_names_the_damage(packed: dict[str, Path], fmt: str, 
 
 
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
-def test_a_lost_shard_is_rewritten_byte_for_byte(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
+def test_a_lost_shard_is_rewritten_byte_for_byte(
+    packed_example_tar_parquet: dict[str, Path], fmt: str, tmp_path: Path
+) -> None:
     folder = tmp_path / "copy"
-    shutil.copytree(packed[fmt], folder)
+    shutil.copytree(packed_example_tar_parquet[fmt], folder)
     before = tree_bytes(folder)
     (folder / "data" / f"a.{fmt}").unlink()
     result = pack_example(folder, "--format", fmt)
@@ -202,6 +214,7 @@ def test_a_lost_shard_is_rewritten_byte_for_byte(packed: dict[str, Path], fmt: s
     assert tree_bytes(folder) == before
 
 
+@pytest.mark.slow
 def test_changing_the_format_needs_force_and_then_replaces_the_shards(packed_template: Path, tmp_path: Path) -> None:
     folder = tmp_path / "repo"
     shutil.copytree(packed_template, folder, ignore=shutil.ignore_patterns("lock"))
@@ -243,12 +256,15 @@ def _pack(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["tar", "parquet"])
-def test_pushed_to_the_hub_both_datasets_versions_read_main(packed: dict[str, Path], fmt: str, tmp_path: Path) -> None:
+def test_pushed_to_the_hub_both_datasets_versions_read_main(
+    packed_example_tar_parquet: dict[str, Path], fmt: str, tmp_path: Path
+) -> None:
     from tests.test_push import REPO, hub_env, local_files, pushed_copy, remote_files
 
-    with pushed_copy(packed[fmt], tmp_path) as (hub, summary):
-        assert remote_files(hub, repo=REPO) == local_files(tmp_path / packed[fmt].name)
+    with pushed_copy(packed_example_tar_parquet[fmt], tmp_path) as (hub, summary):
+        assert remote_files(hub, repo=REPO) == local_files(tmp_path / packed_example_tar_parquet[fmt].name)
         assert summary["script_branch"] is None and "script" not in hub.refs(REPO)  # builtin builders suffice
         env = hub_env(hub.url, tmp_path / "reader-home", token=None)
         column = FILE_COLUMN[fmt]

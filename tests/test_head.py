@@ -31,11 +31,14 @@ import pytest
 import soundfile
 from PIL import Image
 
-from tests.conftest import pack_example, write_jsonl
 from tests.fault_proxy import Fault, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import WRITE_TOKEN, HubServer, run_hub_server
+from tests.support.corpus import write_jsonl
+from tests.support.packing import pack_example
 from tests.test_splits_labels import hub_env, pack_cli, push_cli
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
 SCRIPTS = Path(sys.executable).parent
 FORMATS = ("zip", "tar", "parquet")
@@ -118,7 +121,7 @@ def pack(images: Path, meta: Path, out: Path, *options: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Packed:
+def packed_head_corpus(tmp_path_factory: pytest.TempPathFactory) -> Packed:
     root = tmp_path_factory.mktemp("head")
     images = root / "images"
     rows = corpus_rows()
@@ -194,20 +197,21 @@ def split_keys(folder: Path, split: str) -> list[tuple[str, str]]:
 # --- JSON: every value as the input has it ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_json_rows_are_the_input_rows_with_their_types_and_image_headers(packed: Packed, fmt: str) -> None:
-    folder = packed.folders[fmt]
+def test_json_rows_are_the_input_rows_with_their_types_and_image_headers(packed_head_corpus: Packed, fmt: str) -> None:
+    folder = packed_head_corpus.folders[fmt]
     for split, count in (("train", 7), ("test", 6)):
         got = json_rows(head(str(folder), "--json", "-n", str(count), "--split", split))
         assert [r["key"] for r in got] == [k for _, k in split_keys(folder, split)][:count]
         for row in got:
-            given = packed.rows[row["source_path"]]
+            given = packed_head_corpus.rows[row["source_path"]]
             assert given["split"] == split
             expected = {k: v for k, v in given.items() if k not in ("file_name", "split")}
             expected["label"] = -1 if given["label"] is None else NAMES.index(given["label"])
             fields = {k: v for k, v in row.items() if k not in ("image", "key", "source_path")}
             assert same_typed(fields, expected), (fields, expected)
-            data = packed.input_file(row["source_path"]).read_bytes()
+            data = packed_head_corpus.input_file(row["source_path"]).read_bytes()
             with Image.open(io.BytesIO(data)) as img:
                 want = {"width": img.width, "height": img.height, "mode": img.mode, "format": img.format.lower()}
                 orientation = img.getexif().get(0x0112)
@@ -221,9 +225,9 @@ def test_json_rows_are_the_input_rows_with_their_types_and_image_headers(packed:
     assert [r["source_path"] for r in every if r["image"].get("orientation") == 6] == ["d0/img_00.jpg"]
 
 
-def test_the_columns_come_in_the_order_of_the_features(packed: Packed) -> None:
-    manifest = json.loads((packed.folders["zip"] / "shards.json").read_text())
-    [row] = json_rows(head(str(packed.folders["zip"]), "--json", "-n", "1"))
+def test_the_columns_come_in_the_order_of_the_features(packed_head_corpus: Packed) -> None:
+    manifest = json.loads((packed_head_corpus.folders["zip"] / "shards.json").read_text())
+    [row] = json_rows(head(str(packed_head_corpus.folders["zip"]), "--json", "-n", "1"))
     assert list(row) == [f["name"] for f in manifest["features"]]
 
 
@@ -242,8 +246,8 @@ def blocks(text: str) -> tuple[list[str], list[dict[str, str]]]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_text_names_every_column_and_each_image_size_and_mode(packed: Packed, fmt: str) -> None:
-    folder = packed.folders[fmt]
+def test_text_names_every_column_and_each_image_size_and_mode(packed_head_corpus: Packed, fmt: str) -> None:
+    folder = packed_head_corpus.folders[fmt]
     result = head(str(folder), "-n", "6")
     assert result.returncode == 0 and result.stderr == "", result.stderr
     header, rows = blocks(result.stdout)
@@ -261,8 +265,8 @@ def test_text_names_every_column_and_each_image_size_and_mode(packed: Packed, fm
     for shown in rows:
         assert sorted(shown) == sorted(columns)
         source = json.loads(shown["source_path"])
-        given = packed.rows[source]
-        with Image.open(packed.input_file(source)) as img:
+        given = packed_head_corpus.rows[source]
+        with Image.open(packed_head_corpus.input_file(source)) as img:
             assert shown["image"].startswith(f"<image {img.width}x{img.height} {img.mode} {img.format.lower()} ")
         label = given["label"]
         assert shown["label"] == ("-1 (no label)" if label is None else f"{NAMES.index(label)} ({label})")
@@ -279,15 +283,15 @@ def test_text_names_every_column_and_each_image_size_and_mode(packed: Packed, fm
         )
 
 
-def test_text_of_audio_gives_duration_rate_and_channels(packed: Packed) -> None:
-    folder = packed.folders["audio"]
+def test_text_of_audio_gives_duration_rate_and_channels(packed_head_corpus: Packed) -> None:
+    folder = packed_head_corpus.folders["audio"]
     result = head(str(folder), "-n", "10")
     header, rows = blocks(result.stdout)
     assert result.returncode == 0 and header[0].startswith(f"{folder}: zip shards, split train: 6 of 6 rows shown")
     assert len(rows) == 6
     for shown in rows:
         source = json.loads(shown["source_path"])
-        info = soundfile.info(str(packed.input_file(source, audio=True)))
+        info = soundfile.info(str(packed_head_corpus.input_file(source, audio=True)))
         assert shown["audio"].startswith(
             f"<audio {info.duration:.1f} s {info.samplerate} Hz {info.channels} ch {info.format.lower()} "
         )
@@ -295,16 +299,16 @@ def test_text_of_audio_gives_duration_rate_and_channels(packed: Packed) -> None:
     got = json_rows(head(str(folder), "--json"))
     assert len(got) == 5
     for row in got:
-        data = packed.input_file(row["source_path"], audio=True).read_bytes()
+        data = packed_head_corpus.input_file(row["source_path"], audio=True).read_bytes()
         info = soundfile.info(io.BytesIO(data))
         assert row["audio"]["seconds"] == info.duration and row["audio"]["sample_rate"] == info.samplerate
         assert row["audio"]["channels"] == info.channels and row["audio"]["sha256"] == hashlib.sha256(data).hexdigest()
-        assert same_typed(row["n"], packed.audio_rows[row["source_path"]]["n"])
+        assert same_typed(row["n"], packed_head_corpus.audio_rows[row["source_path"]]["n"])
     assert {r["audio"]["channels"] for r in got} == {1, 2}
 
 
-def test_more_rows_than_the_split_holds_shows_them_all_and_zero_shows_the_header(packed: Packed) -> None:
-    folder = packed.folders["tar"]
+def test_more_rows_than_the_split_holds_shows_them_all_and_zero_shows_the_header(packed_head_corpus: Packed) -> None:
+    folder = packed_head_corpus.folders["tar"]
     result = head(str(folder), "--split", "test", "-n", "1000")
     header, rows = blocks(result.stdout)
     assert header[0].startswith(f"{folder}: tar shards, split test: 6 of 6 rows shown")
@@ -318,28 +322,30 @@ def test_more_rows_than_the_split_holds_shows_them_all_and_zero_shows_the_header
 # --- --save-images ------------------------------------------------------------------------------
 
 
-def test_saved_files_are_the_input_files_and_a_rerun_keeps_them(packed: Packed, tmp_path: Path) -> None:
+def test_saved_files_are_the_input_files_and_a_rerun_keeps_them(packed_head_corpus: Packed, tmp_path: Path) -> None:
     for fmt in FORMATS:
         folder = tmp_path / f"saved-{fmt}"
-        result = head(str(packed.folders[fmt]), "--json", "-n", "8", "--save-images", str(folder))
+        result = head(str(packed_head_corpus.folders[fmt]), "--json", "-n", "8", "--save-images", str(folder))
         rows = json_rows(result)
         assert result.stderr.strip() == f"saved 8 files in {folder}"
         assert sorted(os.listdir(folder)) == sorted(r["key"] + Path(r["source_path"]).suffix for r in rows)
         for row in rows:
             saved = (folder / (row["key"] + Path(row["source_path"]).suffix)).read_bytes()
-            assert saved == packed.input_file(row["source_path"]).read_bytes()
+            assert saved == packed_head_corpus.input_file(row["source_path"]).read_bytes()
             assert hashlib.sha256(saved).hexdigest() == row["image"]["sha256"]
-        again = head(str(packed.folders[fmt]), "-n", "8", "--save-images", str(folder))
+        again = head(str(packed_head_corpus.folders[fmt]), "-n", "8", "--save-images", str(folder))
         assert again.returncode == 0 and len(os.listdir(folder)) == 8  # the same bytes: left as they are
     audio = tmp_path / "clips"
-    rows = json_rows(head(str(packed.folders["audio"]), "--json", "-n", "6", "--save-images", str(audio)))
+    rows = json_rows(head(str(packed_head_corpus.folders["audio"]), "--json", "-n", "6", "--save-images", str(audio)))
     for row in rows:
         saved = (audio / (row["key"] + Path(row["source_path"]).suffix)).read_bytes()
-        assert saved == packed.input_file(row["source_path"], audio=True).read_bytes()
+        assert saved == packed_head_corpus.input_file(row["source_path"], audio=True).read_bytes()
 
 
-def test_an_other_file_in_the_way_is_refused_and_the_folder_left_as_it_was(packed: Packed, tmp_path: Path) -> None:
-    folder = packed.folders["zip"]
+def test_an_other_file_in_the_way_is_refused_and_the_folder_left_as_it_was(
+    packed_head_corpus: Packed, tmp_path: Path
+) -> None:
+    folder = packed_head_corpus.folders["zip"]
     *_, third = json_rows(head(str(folder), "--json", "-n", "3"))
     out = tmp_path / "out"
     out.mkdir()
@@ -360,8 +366,10 @@ def test_an_other_file_in_the_way_is_refused_and_the_folder_left_as_it_was(packe
     assert not (tmp_path / "elsewhere").exists() and blocked.is_symlink()
 
 
-def test_a_save_folder_whose_parent_is_missing_or_that_is_a_file_is_one_line(packed: Packed, tmp_path: Path) -> None:
-    folder = str(packed.folders["zip"])
+def test_a_save_folder_whose_parent_is_missing_or_that_is_a_file_is_one_line(
+    packed_head_corpus: Packed, tmp_path: Path
+) -> None:
+    folder = str(packed_head_corpus.folders["zip"])
     missing = tmp_path / "no" / "such"
     line = one_error_line(head(folder, "--save-images", str(missing)), 2)
     assert line == (
@@ -384,8 +392,10 @@ def first_shards(folder: Path, split: str, count: int) -> set[str]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_url_gives_what_the_folder_gives_reading_only_the_manifest_and_first_shards(packed: Packed, fmt: str) -> None:
-    folder = packed.folders[fmt]
+def test_a_url_gives_what_the_folder_gives_reading_only_the_manifest_and_first_shards(
+    packed_head_corpus: Packed, fmt: str
+) -> None:
+    folder = packed_head_corpus.folders[fmt]
     local = head(str(folder), "--json", "-n", "4").stdout
     assert len(first_shards(folder, "train", 4)) < len(first_shards(folder, "train", 24))  # a real test of it
     with serve_directory(folder) as (url, log):
@@ -398,19 +408,22 @@ def test_a_url_gives_what_the_folder_gives_reading_only_the_manifest_and_first_s
 
 
 @pytest.fixture(scope="module")
-def hub(packed: Packed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HubServer, dict[str, str]]]:
+def pushed_head_corpus(
+    packed_head_corpus: Packed, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[HubServer, dict[str, str]]]:
     root = tmp_path_factory.mktemp("hub")
     with run_hub_server(root / "state") as server:
-        push_cli(packed.folders["zip"], "tester/photos", hub_env(server.url, root / "home"))
-        push_cli(packed.folders["audio"], "tester/sounds", hub_env(server.url, root / "home"))
+        push_cli(packed_head_corpus.folders["zip"], "tester/photos", hub_env(server.url, root / "home"))
+        push_cli(packed_head_corpus.folders["audio"], "tester/sounds", hub_env(server.url, root / "home"))
         yield server, hub_env(server.url, root / "reader", token=WRITE_TOKEN)
 
 
+@pytest.mark.slow
 def test_a_hub_id_gives_what_the_folder_gives_fetching_only_the_manifest_and_first_shards(
-    packed: Packed, hub: tuple[HubServer, dict[str, str]]
+    packed_head_corpus: Packed, pushed_head_corpus: tuple[HubServer, dict[str, str]]
 ) -> None:
-    server, env = hub
-    folder = packed.folders["zip"]
+    server, env = pushed_head_corpus
+    folder = packed_head_corpus.folders["zip"]
     local = head(str(folder), "--json", "-n", "4", "--split", "test").stdout
     for target in ("tester/photos", "hf://datasets/tester/photos", "hf://datasets/tester/photos@main"):
         server.log.clear()
@@ -423,8 +436,10 @@ def test_a_hub_id_gives_what_the_folder_gives_fetching_only_the_manifest_and_fir
     assert text.stdout.count("<audio ") == 2
 
 
-def test_a_hub_repo_or_revision_that_is_not_there_is_one_line(hub: tuple[HubServer, dict[str, str]]) -> None:
-    _, env = hub
+def test_a_hub_repo_or_revision_that_is_not_there_is_one_line(
+    pushed_head_corpus: tuple[HubServer, dict[str, str]],
+) -> None:
+    _, env = pushed_head_corpus
     line = one_error_line(head("tester/nothing-here", env=env), 2)
     assert line.startswith("error: ") and "tester/nothing-here" in line and "shards.json" in line
 
@@ -432,8 +447,8 @@ def test_a_hub_repo_or_revision_that_is_not_there_is_one_line(hub: tuple[HubServ
 # --- bad targets and options ----------------------------------------------------------------------
 
 
-def test_bad_targets_splits_and_options_are_one_line(packed: Packed, tmp_path: Path) -> None:
-    folder = str(packed.folders["zip"])
+def test_bad_targets_splits_and_options_are_one_line(packed_head_corpus: Packed, tmp_path: Path) -> None:
+    folder = str(packed_head_corpus.folders["zip"])
     line = one_error_line(head(str(tmp_path / "missing")), 2)
     assert str(tmp_path / "missing") in line and "is not a folder" in line
     (tmp_path / "plain").mkdir()
@@ -449,11 +464,11 @@ def test_bad_targets_splits_and_options_are_one_line(packed: Packed, tmp_path: P
     assert head(folder, "-n", "-1").returncode == 2
 
 
-def test_a_damaged_shard_is_one_line_naming_it(packed: Packed, tmp_path: Path) -> None:
+def test_a_damaged_shard_is_one_line_naming_it(packed_head_corpus: Packed, tmp_path: Path) -> None:
     import shutil
 
     copy = tmp_path / "copy"
-    shutil.copytree(packed.folders["tar"], copy)
+    shutil.copytree(packed_head_corpus.folders["tar"], copy)
     shard = sorted((copy / "data" / "train").glob("*.tar"))[0]
     data = bytearray(shard.read_bytes())
     data[600] ^= 0xFF  # inside the first member's bytes
@@ -462,10 +477,11 @@ def test_a_damaged_shard_is_one_line_naming_it(packed: Packed, tmp_path: Path) -
     assert line.startswith("error: ") and str(shard) in line
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_a_shard_is_read_is_one_line_exit_130_and_the_saved_files_removed(
-    packed: Packed, tmp_path: Path
+    packed_head_corpus: Packed, tmp_path: Path
 ) -> None:
-    folder = packed.folders["zip"]
+    folder = packed_head_corpus.folders["zip"]
     keys = split_keys(folder, "train")
     stalled = next(shard for shard, _ in keys if shard != keys[0][0])  # the second shard
     out = tmp_path / "saved"
@@ -489,6 +505,7 @@ def test_ctrl_c_while_a_shard_is_read_is_one_line_exit_130_and_the_saved_files_r
     assert not out.exists()  # the folder it made, and the file saved in it, are gone
 
 
+@pytest.mark.slow
 def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_escaped(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
@@ -525,6 +542,7 @@ def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_es
     }
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_reading_ends_it_quietly(tmp_path: Path) -> None:
     out = tmp_path / "yfcc-mini"
     assert pack_example(out, "-q").returncode == 0

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.rowrules import MAX_LINE_BYTES
-from tests.conftest import tiny_image
+from tests.support.corpus import tiny_image
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 GOOD = b'{"file_name": "a.jpg", "n": 1}\n'
@@ -101,6 +101,7 @@ CASES: list[tuple[str, bytes, Callable[[Path], None], str]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("line", "make", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_hostile_input_is_refused_in_one_line_naming_file_and_line(
     tmp_path: Path, line: bytes, make: Callable[[Path], None], expected: str
@@ -125,6 +126,7 @@ def test_hostile_input_is_refused_in_one_line_naming_file_and_line(
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_folders_whose_names_are_not_utf8_pack_and_verify(tmp_path: Path) -> None:
     """IMAGES_DIR and OUT_DIR named in bytes that are not UTF-8 (Latin-1 systems, old archives)."""
     root = os.fsencode(tmp_path)
@@ -144,6 +146,7 @@ def test_folders_whose_names_are_not_utf8_pack_and_verify(tmp_path: Path) -> Non
     assert "# d\ufffdj\ufffd" in card  # the title: what is not UTF-8 replaced, the card stays text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["zip", "tar", "parquet"])
 def test_line_separators_inside_values_pack_verify_and_read_back(tmp_path: Path, fmt: str) -> None:
     """U+2028, U+0085 and a form feed are text JSON leaves unescaped: a reader that split

@@ -31,9 +31,9 @@ import shardkit
 from shardkit import manifest as manifest_module
 from shardkit.cli import main
 from shardkit.errors import ManifestError, ShardkitError
-from tests.conftest import REPO_ROOT, tiny_image
 from tests.http_server import serve_directory
 from tests.hub_server import run_hub_server
+from tests.support.corpus import REPO_ROOT, tiny_image
 from tests.test_hostile_shards import script_outcomes
 from tests.test_splits_labels import hub_env, push_cli
 
@@ -361,6 +361,7 @@ def assert_remux_refuses(repo: Path, out: Path, says: str, file: str = "shards.j
     assert not (out / "shards.json").exists() and not list(out.glob("data/*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_hostile_manifest_is_refused_by_verify_and_stream(packed_template: Path, tmp_path: Path, case: str) -> None:
     repo = hostile_copy(packed_template, tmp_path, case)
@@ -371,6 +372,7 @@ def test_a_hostile_manifest_is_refused_by_verify_and_stream(packed_template: Pat
     assert (repo / "shards.json").read_bytes() == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
     [
@@ -398,6 +400,7 @@ def test_a_hostile_manifest_is_refused_by_remux_and_push(packed_template: Path, 
         assert hub.state.load("dataset", "tester/hostile") is None  # nothing was published, not even the repo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["truncated", "modality a path", "shard file out of data/"])
 def test_a_hostile_manifest_at_a_url_is_refused_by_verify_stream_and_remux(
     packed_template: Path, tmp_path: Path, case: str
@@ -469,6 +472,7 @@ def test_verify_refuses_a_file_linked_out_of_the_dataset(packed_template: Path, 
     assert_verify_refuses(repo, LINK_WORDS.format(outside=outside, repo=repo), rel)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", ["data/3.zip", "shards.json"])
 def test_stream_and_remux_refuse_a_file_linked_out_of_the_dataset(
     packed_template: Path, tmp_path: Path, rel: str
@@ -489,6 +493,7 @@ def test_push_refuses_a_file_linked_out_of_the_dataset(packed_template: Path, tm
         assert hub.state.load("dataset", "tester/linked") is None
 
 
+@pytest.mark.slow
 def test_a_link_inside_the_dataset_is_followed(packed_template: Path, tmp_path: Path) -> None:
     """A link to a file that stays inside the folder reads as the file (only links out are refused)."""
     repo = tmp_path / "yfcc-mini"
@@ -501,6 +506,7 @@ def test_a_link_inside_the_dataset_is_followed(packed_template: Path, tmp_path: 
     assert sum(1 for _ in shardkit.stream(str(repo))) == 300
 
 
+@pytest.mark.slow
 def test_remux_refuses_a_source_file_linked_out_of_its_folder(tmp_path: Path) -> None:
     """An imagefolder source whose b.jpg is a link to ../secret.jpg: the row is named, nothing is
     published, and the secret's bytes are nowhere in the output."""
@@ -554,6 +560,7 @@ def snapshot(packed_template: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return folder
 
 
+@pytest.mark.slow
 def test_a_hub_cache_snapshot_stays_readable(snapshot: Path, packed_template: Path) -> None:
     result = CliRunner().invoke(main, ["verify", str(snapshot), "--deep", "-q"], catch_exceptions=False)
     assert result.exit_code == 0 and result.stdout.rstrip().endswith(": OK"), result.output
@@ -567,6 +574,7 @@ def file_bytes(folder: Path) -> dict[str, bytes]:
     return {row["key"]: row["image"]["bytes"] for row in ds}
 
 
+@pytest.mark.slow
 def test_a_snapshot_link_out_of_its_repo_cache_is_refused(snapshot: Path, tmp_path: Path) -> None:
     """A snapshot's file linking to another repo's blob (outside the folder holding snapshots/ and
     blobs/) is a link out like any other."""
@@ -606,6 +614,7 @@ def script_results(
     return {case: (outcomes[case], *folders[case]) for case in outcomes}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_hostile_manifest_is_refused_by_the_loading_script_in_datasets_3_6(
     script_results: dict[str, tuple[dict[str, Any], Path, str]], case: str
@@ -616,6 +625,7 @@ def test_a_hostile_manifest_is_refused_by_the_loading_script_in_datasets_3_6(
     assert error.startswith(f"ValueError: {folder}/{file}: ") and "\n" not in error, error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", SCRIPT_LINKS)
 def test_the_loading_script_refuses_a_file_linked_out_of_the_dataset(
     script_results: dict[str, tuple[dict[str, Any], Path, str]], rel: str
@@ -627,6 +637,7 @@ def test_the_loading_script_refuses_a_file_linked_out_of_the_dataset(
     assert outcome["rows"] == []  # refused before the first shard is read
 
 
+@pytest.mark.slow
 def test_the_loading_script_reads_a_hub_cache_snapshot(
     script_results: dict[str, tuple[dict[str, Any], Path, str]],
 ) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.conftest import REPO_ROOT, Corpus, tree_bytes
+from tests.support.corpus import REPO_ROOT, Corpus, tree_bytes
 
 BIN = Path(sys.executable).parent
 PACK_SHARDS = str(BIN / "pack-shards")
@@ -194,6 +194,7 @@ def bomb_corpus(request: pytest.FixtureRequest, make_corpus: Callable[..., Corpu
     return corpus
 
 
+@pytest.mark.slow
 def test_check_images_refuses_a_decompression_bomb_naming_file_and_line(bomb_corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = run(PACK_SHARDS, bomb_corpus.images, bomb_corpus.meta, "-o", out, "--check-images", "-q", "-j", "1")
@@ -205,6 +206,7 @@ def test_check_images_refuses_a_decompression_bomb_naming_file_and_line(bomb_cor
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_check_images_with_skip_rejects_the_bomb_and_packs_the_rest(bomb_corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = run(
@@ -217,6 +219,7 @@ def test_check_images_with_skip_rejects_the_bomb_and_packs_the_rest(bomb_corpus:
     assert [(r["line"], "decompression bomb" in r["reason"]) for r in rejects] == [(4, True)]
 
 
+@pytest.mark.slow
 def test_verify_deep_refuses_a_decompression_bomb_naming_shard_and_member(bomb_corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
     packed = run(PACK_SHARDS, bomb_corpus.images, bomb_corpus.meta, "-o", out, "-q", "-j", "1")  # not decoded
@@ -228,6 +231,7 @@ def test_verify_deep_refuses_a_decompression_bomb_naming_shard_and_member(bomb_c
     assert ".png: is refused as a decompression bomb: " in problems[0]
 
 
+@pytest.mark.slow
 def test_remux_refuses_an_image_over_the_warning_limit(tmp_path: Path) -> None:
     from tests.test_remux_hostile import image_parquet
 
@@ -330,6 +334,7 @@ def _left_only_own_state(out: Path, reference: Path) -> None:
 
 
 # Disk sizes that fill during the check (staging runs), the merge, the tables and the shards.
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["64k", "700k", "1310k", "1400k", "1600k", "2400k"])
 def test_a_full_disk_anywhere_in_a_pack_names_the_file_and_the_rerun_completes(
     weighty: tuple[Path, Path], weighty_packed: Path, small_disk: Callable[[str], Path], size: str
@@ -365,6 +370,7 @@ def test_a_full_disk_in_the_check_phase_leaves_nothing(
     assert list(disk.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_an_update_names_the_file_and_the_rerun_completes(
     weighty: tuple[Path, Path], tmp_path: Path, small_disk: Callable[[str], Path]
 ) -> None:
@@ -387,6 +393,7 @@ def test_a_full_disk_during_an_update_names_the_file_and_the_rerun_completes(
     assert tree_bytes(out) == tree_bytes(reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["1000k", "2500k"])  # the transformed files; the metadata they make
 def test_a_full_disk_during_a_remux_names_the_file_and_the_rerun_completes(
     weighty_packed: Path, weighty_remuxed: Path, small_disk: Callable[[str], Path], size: str
@@ -421,6 +428,7 @@ def test_a_full_disk_under_the_rejects_file_names_it(
 # --- Ctrl-C while the worker pool starts ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["forkserver", "worker"])
 def test_ctrl_c_while_the_pool_starts_is_one_line_and_the_rerun_completes(
     make_corpus: Callable[..., Corpus], tmp_path: Path, where: str
@@ -475,6 +483,7 @@ FINISH_WRITES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at", FINISH_WRITES)
 def test_a_disk_full_in_the_last_steps_names_the_file_and_the_rerun_completes(
     make_corpus: Callable[..., Corpus], tmp_path: Path, small_disk: Callable[[str], Path], at: str

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT
 from tests.hub_server import run_hub_server
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
 from tests.test_push import REPO, hub_env
 
 SCRIPTS = Path(sys.executable).parent
@@ -156,6 +156,7 @@ def test_push_refuses_a_metadata_file_that_is_a_link_into_git_even_with_the_righ
     assert snapshot(out) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["metadata", "data"])
 def test_push_and_pack_refuse_a_shard_folder_that_is_a_link_out(
     out: Path, outside: Path, tmp_path: Path, folder: str
@@ -241,6 +242,7 @@ def test_pack_copies_in_no_card_that_is_a_link_out(out: Path, outside: Path, opt
     assert snapshot(out) == before and snapshot(outside) == before_outside
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["data", ".shardkit", "shards.json", "metadata.parquet"])
 @pytest.mark.parametrize("options", [("--update",), ("--force",), ()])
 def test_pack_writes_nothing_through_a_link_out(out: Path, outside: Path, name: str, options: tuple[str, ...]) -> None:

@@ -28,7 +28,7 @@ import pytest
 import shardkit
 from shardkit.errors import ShardkitError
 from shardkit.formats.parquet import arrow_schema
-from tests.conftest import Corpus, adding_up
+from tests.support.corpus import Corpus, adding_up
 
 SCRIPTS = Path(sys.executable).parent
 HUGE = 1_500_000_000  # bytes a bomb decompresses to: what a 52 KB shard of the issue held
@@ -279,7 +279,7 @@ def huge_value(column: str, page_type: int, size: int = HUGE) -> PageEdit:
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def packed_parquet_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = Corpus(tmp_path_factory.mktemp("in") / "in", 24)
     out = tmp_path_factory.mktemp("out") / "ds"
     result = subprocess.run(
@@ -295,8 +295,8 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Dataset:
     """A copy of the packed dataset, and its largest shard to replace."""
 
-    def __init__(self, packed: Path, folder: Path) -> None:
-        shutil.copytree(packed, folder)
+    def __init__(self, packed_parquet_corpus: Path, folder: Path) -> None:
+        shutil.copytree(packed_parquet_corpus, folder)
         self.folder = folder
         self.manifest = json.loads((folder / "shards.json").read_text())
         record = max(self.manifest["shards"], key=lambda s: s["rows"])
@@ -356,8 +356,8 @@ class Dataset:
 
 
 @pytest.fixture
-def ds(packed: Path, tmp_path: Path) -> Dataset:
-    return Dataset(packed, tmp_path / "ds")
+def ds(packed_parquet_corpus: Path, tmp_path: Path) -> Dataset:
+    return Dataset(packed_parquet_corpus, tmp_path / "ds")
 
 
 def refused(ds: Dataset, expected: str) -> None:
@@ -474,11 +474,13 @@ BOMBS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BOMBS)
 def test_a_bomb_is_refused_with_the_shard_named(ds: Dataset, case: str) -> None:
     refused(ds, BOMBS[case](ds))
 
 
+@pytest.mark.slow
 def test_a_bomb_is_refused_in_bounded_memory(ds: Dataset) -> None:
     """The 1.5 GB string in a 47 KB page, read by stream in a process of its own: refused before
     anything is decompressed (pyarrow alone took 5.9 GB)."""
@@ -570,6 +572,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", DAMAGE)
 def test_a_damaged_page_is_refused_never_passed_on(ds: Dataset, case: str) -> None:
     refused(ds, DAMAGE[case](ds))

@@ -29,10 +29,11 @@ import shardkit
 from shardkit.errors import ShardkitError, redact, redact_log_records, server_text
 from shardkit.location import MAX_API_BODY_BYTES
 from shardkit.manifest import MAX_MANIFEST_BYTES
-from tests.conftest import REPO_ROOT, pack_example
 from tests.fault_proxy import ECHO, Fault, FaultProxy, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import TOKENS, HubServer, run_hub_server
+from tests.support.corpus import REPO_ROOT
+from tests.support.packing import pack_example
 from tests.test_push import hub_env
 
 TOKEN = "hf_" + string.ascii_letters[:34]  # shaped as the Hub's tokens are
@@ -187,7 +188,7 @@ def test_a_shardkit_error_is_redacted_and_one_line_as_it_is_made_a_list_one_line
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def packed_example_zip_parquet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hostile")
     out = {}
     for fmt in ("zip", "parquet"):
@@ -205,7 +206,7 @@ def real_looking_token() -> Iterator[None]:
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[tuple[HubServer, FaultProxy, dict[str, str]]]:
+def proxied_hub(tmp_path: Path) -> Iterator[tuple[HubServer, FaultProxy, dict[str, str]]]:
     """A fresh Hub server behind the proxy, and the environment of a push to it with TOKEN."""
     with run_hub_server(tmp_path / "hub") as server, run_fault_proxy(server.url) as proxy:
         server.url = proxy.url  # the links it hands out (LFS uploads) go through the proxy too
@@ -213,8 +214,8 @@ def hub(tmp_path: Path) -> Iterator[tuple[HubServer, FaultProxy, dict[str, str]]
 
 
 @pytest.fixture
-def repo(packed: dict[str, Path], tmp_path: Path) -> Path:
-    return Path(shutil.copytree(packed["zip"], tmp_path / "hostile-zip"))
+def repo(packed_example_zip_parquet: dict[str, Path], tmp_path: Path) -> Path:
+    return Path(shutil.copytree(packed_example_zip_parquet["zip"], tmp_path / "hostile-zip"))
 
 
 WAIT_AN_HOUR = {"Retry-After": "3600"}
@@ -282,11 +283,12 @@ PUSH_FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(PUSH_FAULTS))
 def test_a_push_to_a_hostile_hub_ends_in_one_line_naming_the_url_without_waiting(
-    case: str, hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
+    case: str, proxied_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:
-    server, proxy, env = hub
+    server, proxy, env = proxied_hub
     fault, said = PUSH_FAULTS[case]
     proxy.set(fault)
     result = run("push", str(repo), "--repo", REPO, "--json", env=env)
@@ -303,11 +305,12 @@ def test_a_push_to_a_hostile_hub_ends_in_one_line_naming_the_url_without_waiting
     assert server.counters.commits == 0
 
 
+@pytest.mark.slow
 def test_a_push_waits_out_a_short_retry_after_and_completes(
-    hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
+    proxied_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:
     """A wait the timeout allows is honoured (huggingface_hub retries after it)."""
-    server, proxy, env = hub
+    server, proxy, env = proxied_hub
     [fault] = proxy.set(
         Fault("status", method="POST", path="/preupload/", status=503, headers={"Retry-After": "1"}, times=2)
     )
@@ -317,6 +320,7 @@ def test_a_push_waits_out_a_short_retry_after_and_completes(
     assert TOKEN not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_hub_endpoint_with_a_password_is_never_printed(tmp_path: Path, repo: Path) -> None:
     with run_hub_server(tmp_path / "hub") as server:
         env = hub_env(with_password(server.url), tmp_path / "home", token=TOKEN)
@@ -329,10 +333,12 @@ def test_a_hub_endpoint_with_a_password_is_never_printed(tmp_path: Path, repo: P
 
 
 @pytest.fixture(scope="module")
-def hub_with_parquet(packed: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
+def hub_with_parquet(
+    packed_example_zip_parquet: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HubServer]:
     root = tmp_path_factory.mktemp("hub")
     with run_hub_server(root / "state") as server:
-        copy = Path(shutil.copytree(packed["parquet"], root / "hostile-parquet"))
+        copy = Path(shutil.copytree(packed_example_zip_parquet["parquet"], root / "hostile-parquet"))
         pushed = run("push", str(copy), "--repo", REPO, "-q", env=hub_env(server.url, root / "home", token=TOKEN))
         assert pushed.returncode == 0, pushed.stderr[-2000:]
         yield server
@@ -358,6 +364,7 @@ VERIFY_HUB_FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(VERIFY_HUB_FAULTS))
 def test_verify_of_a_hostile_hub_ends_in_one_line_naming_the_url(
     case: str, hub_with_parquet: HubServer, tmp_path: Path
@@ -382,12 +389,13 @@ def test_verify_of_a_hostile_hub_ends_in_one_line_naming_the_url(
 
 
 @pytest.fixture
-def url_server(packed: dict[str, Path]) -> Iterator[tuple[FaultProxy, str]]:
+def url_server(packed_example_zip_parquet: dict[str, Path]) -> Iterator[tuple[FaultProxy, str]]:
     """The Parquet pack served over HTTP behind the proxy; its URL with a password in it."""
-    with serve_directory(packed["parquet"]) as (base, _), run_fault_proxy(base) as proxy:
+    with serve_directory(packed_example_zip_parquet["parquet"]) as (base, _), run_fault_proxy(base) as proxy:
         yield proxy, with_password(proxy.url) + "/"
 
 
+@pytest.mark.slow
 def test_a_429_on_a_parquet_shard_is_not_a_missing_shard(url_server: tuple[FaultProxy, str]) -> None:
     proxy, url = url_server
     for headers in ({}, WAIT_AN_HOUR):
@@ -407,6 +415,7 @@ def test_a_429_on_a_parquet_shard_is_not_a_missing_shard(url_server: tuple[Fault
     assert PASSWORD not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_stream_of_a_parquet_shard_answering_429_is_one_line_naming_it(
     url_server: tuple[FaultProxy, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -447,6 +456,7 @@ URL_FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(URL_FAULTS))
 def test_verify_of_a_hostile_url_ends_in_one_line_naming_it(case: str, url_server: tuple[FaultProxy, str]) -> None:
     proxy, url = url_server
@@ -464,12 +474,13 @@ def test_verify_of_a_hostile_url_ends_in_one_line_naming_it(case: str, url_serve
         assert result.peak_mb - baseline.peak_mb < 3 * MAX_MANIFEST_BYTES / 2**20, (result.peak_mb, baseline.peak_mb)
 
 
+@pytest.mark.slow
 def test_a_push_reads_the_published_manifest_only_up_to_its_bound(
-    hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
+    proxied_hub: tuple[HubServer, FaultProxy, dict[str, str]], repo: Path
 ) -> None:
     """The repo's own shards.json (what a push may delete) is read whole, never more than a
     manifest; one that is not JSON deletes nothing."""
-    server, proxy, env = hub
+    server, proxy, env = proxied_hub
     first = run("push", str(repo), "--repo", REPO, "-q", env=env)
     assert first.returncode == 0, first.stderr[-2000:]
     published = server.files(REPO)
@@ -528,12 +539,12 @@ STREAM_FAULTS = {
 
 @pytest.mark.parametrize("case", list(STREAM_FAULTS))
 def test_a_stream_from_a_hostile_url_is_one_line_naming_it(
-    case: str, packed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    case: str, packed_example_zip_parquet: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """shardkit.stream reads a ZIP pack with one GET per file (huggingface_hub's client, not fsspec's)."""
     fault, said = STREAM_FAULTS[case]
     monkeypatch.setenv("SHARDKIT_NETWORK_TIMEOUT", TIMEOUT)
-    with serve_directory(packed["zip"]) as (base, _), run_fault_proxy(base) as proxy:
+    with serve_directory(packed_example_zip_parquet["zip"]) as (base, _), run_fault_proxy(base) as proxy:
         url = with_password(proxy.url) + "/"
         proxy.set(fault)
         with pytest.raises(ShardkitError) as raised:

@@ -35,8 +35,9 @@ from shardkit.errors import ShardkitError
 from shardkit.formats.parquet import encode_table, metadata_lines_table, read_metadata_table
 from shardkit.formats.tar import crc_record, iter_tar_members, member_header
 from shardkit.formats.zip import central_header, end_record, iter_members, local_header
-from tests.conftest import REPO_ROOT, adding_up, pack_example
-from tests.readback import DS36_PYTHON, expected_rows
+from tests.support.corpus import REPO_ROOT, adding_up
+from tests.support.packing import pack_example
+from tests.support.readback import DS36_PYTHON, expected_rows
 
 SCRIPTS = Path(sys.executable).parent
 Members = list[tuple[bytes, bytes]]  # (raw name, data), in shard order
@@ -583,6 +584,7 @@ def assert_stream_refuses(repo: Path, shard: str, member: str | None, words: str
     assert member is None or member in message, message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ZIP_CASES))
 def test_hostile_zip_is_refused_by_verify_and_stream(packed_template: Path, tmp_path: Path, case: str) -> None:
     craft, expect = ZIP_CASES[case]
@@ -592,6 +594,7 @@ def test_hostile_zip_is_refused_by_verify_and_stream(packed_template: Path, tmp_
     assert_stream_refuses(repo, "data/3.zip", member if expect.stream_member else None, expect.stream, crafted)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(TAR_CASES))
 def test_hostile_tar_is_refused_by_verify_and_stream(packed_tar: Path, tmp_path: Path, case: str) -> None:
     craft, expect = TAR_CASES[case]
@@ -649,6 +652,7 @@ def script_outcomes(loaders: dict[str, str], cache: Path) -> dict[str, Any]:
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ZIP_CASES))
 def test_hostile_zip_is_refused_by_the_loading_script_in_datasets_3_6(
     script_results: dict[str, Any], case: str
@@ -666,6 +670,7 @@ def test_hostile_zip_is_refused_by_the_loading_script_in_datasets_3_6(
 # --- old shards, and remux ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tar_shards_from_before_crc_records_still_verify_and_read(packed_tar: Path, tmp_path: Path) -> None:
     repo = tmp_path / "yfcc-mini"
     shutil.copytree(packed_tar, repo, ignore=shutil.ignore_patterns("lock", ".shardkit"))
@@ -696,6 +701,7 @@ def test_a_crc_record_in_an_old_shard_is_refused(packed_tar: Path, tmp_path: Pat
         list(shardkit.stream(str(repo)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "case"), [("zip", "hidden member inside another's data"), ("tar", "negative size")])
 def test_remux_refuses_a_hostile_source_with_one_line(
     packed_template: Path, packed_tar: Path, tmp_path: Path, fmt: str, case: str
@@ -1024,6 +1030,7 @@ def one_line_refusal(message: str, shard: str, words: str) -> None:
     assert shard in message and re.search(words, message), message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "case"), ROW_PARAMS)
 def test_a_row_that_does_not_agree_with_the_manifest_is_refused(
     packed_kinds: dict[str, Path], tmp_path: Path, fmt: str, case: str
@@ -1072,6 +1079,7 @@ def row_script_results(packed_template: Path, tmp_path_factory: pytest.TempPathF
     return script_outcomes(loaders, root / "cache")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "case"), [p for p in ROW_PARAMS if p[0].startswith("zip")])
 def test_a_row_that_does_not_agree_with_the_manifest_is_refused_by_the_loading_script(
     row_script_results: dict[str, Any], fmt: str, case: str
@@ -1088,6 +1096,7 @@ def packed_by_size(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return packed_example(tmp_path_factory, "by-size", "--target-shard-size", "300KB")
 
 
+@pytest.mark.slow
 def test_a_key_at_the_next_shards_name_is_refused(packed_by_size: Path, tmp_path: Path) -> None:
     """A shard's range ends below the next shard's name: the last row's key made the smallest key
     at that name (its member named for it) is refused by verify and stream, naming the row."""
@@ -1113,6 +1122,7 @@ def test_a_key_at_the_next_shards_name_is_refused(packed_by_size: Path, tmp_path
     one_line_refusal(str(caught.value), f"{repo / first}: row {len(rows)} (key {key}): ", words)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["zip", "tar", "parquet"])
 def test_a_cut_piece_holds_its_rows_to_the_manifest_too(
     packed_kinds: dict[str, Path], tmp_path: Path, fmt: str

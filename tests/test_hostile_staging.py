@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import tiny_image, tree_bytes
+from tests.support.corpus import tiny_image, tree_bytes
 
 BIN = Path(sys.executable).parent
 PACK_SHARDS = str(BIN / "pack-shards")
@@ -119,6 +119,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", _CHUNKS, ids=[f"rows-{i + 2}-{i + _CHUNK + 1}" for i in _CHUNKS])
 @pytest.mark.parametrize("mode", [[], ["--dry-run"]], ids=["pack", "dry-run"])
 def test_each_hostile_row_is_one_line_naming_file_and_line_and_nothing_is_written(
@@ -142,6 +143,7 @@ def test_each_hostile_row_is_one_line_naming_file_and_line_and_nothing_is_writte
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_with_on_error_skip_hostile_rows_are_rejects_and_the_good_row_packs(tmp_path: Path) -> None:
     import shardkit
 
@@ -199,6 +201,7 @@ HOSTILE_VALUES: dict[str, Any] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["zip", "tar", "parquet"])
 def test_metadata_values_with_every_control_character_round_trip_exactly(tmp_path: Path, fmt: str) -> None:
     import shardkit
@@ -266,6 +269,7 @@ pack_shards()
 """
 
 
+@pytest.mark.slow
 def test_a_staging_folder_left_by_a_killed_run_is_redone_not_read(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
@@ -338,6 +342,7 @@ def _patterns(tree: ast.AST) -> list[tuple[int, str, bool]]:
     return found
 
 
+@pytest.mark.slow
 def test_no_pattern_anchors_a_whole_value_with_dollar() -> None:
     sources = [
         *sorted((REPO / "src" / "shardkit").rglob("*.py")),
@@ -363,9 +368,12 @@ def test_no_pattern_anchors_a_whole_value_with_dollar() -> None:
 def test_anchored_checks_refuse_a_trailing_newline() -> None:
     """The checks that took a value ending in a newline before (``$``), each given one now."""
     from shardkit import manifest, scaffold
-    from shardkit.errors import UsageError
+    from shardkit.errors import ManifestError, UsageError
+    from shardkit.formats import format_named
     from shardkit.location import Location
     from shardkit.rowrules import EXT_RE, KEY_RE
+
+    zip_format = format_named("zip")
 
     assert KEY_RE.fullmatch("deadbeef") and not KEY_RE.fullmatch("deadbeef\n")
     assert EXT_RE.fullmatch(".png") and not EXT_RE.fullmatch(".png\n")
@@ -376,13 +384,23 @@ def test_anchored_checks_refuse_a_trailing_newline() -> None:
     with pytest.raises(UsageError, match="is not a folder"):
         Location.parse("n\u00e4/name")  # (the Hub's ids are ASCII)
     assert Location.parse("hf://datasets/ns/name@v1.0").kind == "hub"
-    assert manifest._SHARD_NAME.fullmatch("data/ab.zip") and not manifest._SHARD_NAME.fullmatch("data/ab.zip\n")
+    zero = "0" * 64
+    shard = manifest.ManifestShard("data/ab.zip", "metadata/ab.jsonl", 1, 100, zero, zero, "ab000001", "ab000001")
+    options = manifest.Options(2, zip_format.max_bytes, zip_format.max_bytes, "zip")
+    features = [{"name": "image", "dtype": "image"}, {"name": "key", "dtype": "string"}]
+    one_shard = manifest.Manifest(options, zero, "image", features, [shard], layout=4)
+    written = one_shard.to_json()
+    assert manifest.parse_manifest(manifest.dump_json(written), "shards.json").shards[0].file == "data/ab.zip"
+    written["shards"][0]["file"] += "\n"
+    with pytest.raises(ManifestError, match=r"shards\[0\]\.file is 'data/ab.zip\\n', not data/"):
+        manifest.parse_manifest(manifest.dump_json(written), "shards.json")
     rules = scaffold.load_rules(scaffold.TEMPLATE_DIR)
     assert rules is not None
     assert rules.name_problems("name\n", "dataset_name")
     assert not rules.name_problems("name", "dataset_name")
 
 
+@pytest.mark.slow
 def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
@@ -406,6 +424,7 @@ def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: 
     assert len(named) == 1 and f"shards[0].file is {shard['file']!r}, not data/" in named[0], verified.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("homepage", ["https://example.org/x\n", "https://example.org/\u2028x", "example.org"])
 def test_a_homepage_with_a_line_end_is_refused_by_shardkit_new_and_by_the_templates_hook(
     tmp_path: Path, homepage: str

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT, tree_bytes
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT, tree_bytes
 
 BIN = Path(sys.executable).parent
 PACK = [str(BIN / "pack-shards"), str(EXAMPLE_DIR / "images"), str(EXAMPLE_DIR / "metadata.jsonl"), "-j", "1", "-q"]
@@ -31,7 +31,7 @@ def pack(out: Path, *options: str, env: dict[str, str] | None = None) -> subproc
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def packed_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("state") / "base"
     done = pack(out)
     assert done.returncode == 0, done.stderr
@@ -40,9 +40,9 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def copy(packed: Path, tmp_path: Path) -> Path:
+def copy(packed_base: Path, tmp_path: Path) -> Path:
     out = tmp_path / "out"
-    shutil.copytree(packed, out, symlinks=True)
+    shutil.copytree(packed_base, out, symlinks=True)
     return out
 
 
@@ -99,6 +99,7 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(STATE_DAMAGE))
 @pytest.mark.parametrize("mode", [(), ("--update",)], ids=["rerun", "update"])
 def test_damaged_state_is_refused_naming_it(copy: Path, damage: str, mode: tuple[str, ...]) -> None:
@@ -113,8 +114,9 @@ def test_damaged_state_is_refused_naming_it(copy: Path, damage: str, mode: tuple
     assert tree_bytes(copy / "data") == before  # the shards are left as they were
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [d for d in STATE_DAMAGE if d != "a folder"])
-def test_force_starts_afresh_over_damaged_state(copy: Path, packed: Path, damage: str) -> None:
+def test_force_starts_afresh_over_damaged_state(copy: Path, packed_base: Path, damage: str) -> None:
     state = copy / ".shardkit" / "state.json"
     STATE_DAMAGE[damage](state)
     result = pack(copy, "--force")
@@ -122,8 +124,8 @@ def test_force_starts_afresh_over_damaged_state(copy: Path, packed: Path, damage
     assert f"WARNING: {state}: damaged (" in result.stderr
     assert "Traceback" not in result.stderr
     assert not state.is_symlink() and state.is_file()
-    assert json.loads(state.read_text()) == json.loads((packed / ".shardkit" / "state.json").read_text())
-    assert tree_bytes(copy / "data") == tree_bytes(packed / "data")
+    assert json.loads(state.read_text()) == json.loads((packed_base / ".shardkit" / "state.json").read_text())
+    assert tree_bytes(copy / "data") == tree_bytes(packed_base / "data")
     assert pack(copy).returncode == 0  # and the next re-run is an ordinary one
 
 
@@ -150,10 +152,11 @@ HASHES_DAMAGE: dict[str, Callable[[Path], None]] = {
 CACHES = {"done/data__0.zip.json": DONE_DAMAGE, "hashes.json": HASHES_DAMAGE}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "damage"), [(name, damage) for name, damages in CACHES.items() for damage in damages])
 @pytest.mark.parametrize("mode", [(), ("--update",), ("--force",)], ids=["rerun", "update", "force"])
 def test_damaged_cache_is_discarded_with_a_warning(
-    copy: Path, packed: Path, name: str, damage: str, mode: tuple[str, ...]
+    copy: Path, packed_base: Path, name: str, damage: str, mode: tuple[str, ...]
 ) -> None:
     path = copy / ".shardkit" / name
     CACHES[name][damage](path)
@@ -161,13 +164,14 @@ def test_damaged_cache_is_discarded_with_a_warning(
     assert result.returncode == 0, result.stderr
     assert f"WARNING: {path}: damaged (" in result.stderr
     assert "Traceback" not in result.stderr
-    assert tree_bytes(copy / "data") == tree_bytes(packed / "data")
-    assert (copy / "shards.json").read_bytes() == (packed / "shards.json").read_bytes()
+    assert tree_bytes(copy / "data") == tree_bytes(packed_base / "data")
+    assert (copy / "shards.json").read_bytes() == (packed_base / "shards.json").read_bytes()
     assert not path.is_symlink()
     if name == "hashes.json":  # written afresh, a plain file again
         assert set(json.loads(path.read_text())) >= {"data/0.zip"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["state.json", "done/data__0.zip.json", "hashes.json"])
 @pytest.mark.parametrize("entry", ["a FIFO", "a link"])
 @pytest.mark.parametrize("mode", [(), ("--update",), ("--force",)], ids=["rerun", "update", "force"])
@@ -242,19 +246,19 @@ CTRL_C_POINTS = {
 
 
 @pytest.mark.parametrize("name", list(CTRL_C_POINTS))
-def test_ctrl_c_before_and_after_the_library_call_is_one_line(name: str, packed: Path, tmp_path: Path) -> None:
+def test_ctrl_c_before_and_after_the_library_call_is_one_line(name: str, packed_base: Path, tmp_path: Path) -> None:
     point, which = CTRL_C_POINTS[name]
     out = tmp_path / "out"
-    command = [*PACK, "-o", str(out)] if which == "pack" else [str(BIN / "shardkit"), "verify", "-q", str(packed)]
+    command = [*PACK, "-o", str(out)] if which == "pack" else [str(BIN / "shardkit"), "verify", "-q", str(packed_base)]
     result = _interrupted_at(point, command, tmp_path)
     assert result.returncode == 130, result.stderr
     assert result.stderr == "interrupted\n"
     assert not out.exists()  # nothing written before the library call
 
 
-def test_ctrl_c_in_verify_does_not_offer_to_resume(packed: Path, tmp_path: Path) -> None:
+def test_ctrl_c_in_verify_does_not_offer_to_resume(packed_base: Path, tmp_path: Path) -> None:
     # verify reads from the start each time: its Ctrl-C says no "re-run to resume".
-    command = [str(BIN / "shardkit"), "verify", "-q", str(packed)]
+    command = [str(BIN / "shardkit"), "verify", "-q", str(packed_base)]
     result = _interrupted_at("shardkit.verify:_check_whole", command, tmp_path)
     assert result.returncode == 130
     assert _one_line(result.stderr) == "interrupted"
@@ -288,8 +292,9 @@ def remux(source: Path, out: Path, *options: str) -> subprocess.CompletedProcess
     return subprocess.run([*command, *map_fn, *options], capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["garbage", "a list"])
-def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed: Path, tmp_path: Path, damage: str) -> None:
+def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed_base: Path, tmp_path: Path, damage: str) -> None:
     out = tmp_path / "out"
     state = out / ".shardkit" / "remux" / "state.json"
     (state.parent / "parts").mkdir(parents=True)
@@ -298,11 +303,11 @@ def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed: Path, tm
         "garbage": lambda p: p.write_text("{"),
         "a list": lambda p: p.write_text("[]"),
     }[damage](state)
-    refused = remux(packed, out)
+    refused = remux(packed_base, out)
     assert refused.returncode == 1
     assert _one_line(refused.stderr).startswith(f"error: {state}: damaged (")
     (state.parent / "parts" / "stale.done").write_text("{}")  # of the run before: gone with --force
-    forced = remux(packed, out, "--force")
+    forced = remux(packed_base, out, "--force")
     assert forced.returncode == 0, forced.stderr
     assert f"WARNING: {state}: damaged (" in forced.stderr
     assert json.loads((out / "shards.json").read_text())["shards"]

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from shardkit.cli import pack_shards
 from shardkit.pack import PackConfig, pack
-from tests.conftest import Corpus, shard_files
+from tests.support.corpus import Corpus, shard_files
 
 #: More problems than any earlier cap (1,000 kept problems, 20 shown).
 MANY = 1299

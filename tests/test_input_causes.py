@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardkit import metadata
-from shardkit.check import _close_split_names, split_warnings
-from tests.conftest import tiny_image, write_jsonl
+from shardkit.check import split_warnings
+from tests.support.corpus import tiny_image, write_jsonl
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 YFCC = Path(__file__).resolve().parent.parent / "example_datasets" / "yfcc-mini"
@@ -139,6 +139,7 @@ def _zip() -> bytes:
     return sink.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "make", "words", "fix"), [c[1:] for c in NOT_JSON_LINES], ids=[c[0] for c in NOT_JSON_LINES]
 )
@@ -186,6 +187,7 @@ def test_a_csv_checked_in_ranges_by_workers_is_one_line(
     assert proc.stderr.startswith(f"error: {meta}: looks like CSV")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "first",
     ['{"file_name": "x.jpg",', "file_name,caption", "[1, 2"],
@@ -221,7 +223,7 @@ def test_a_first_row_longer_than_the_part_looked_at_packs(
     ids=["a pipe's first write", "an array's first bytes", "a long first line"],
 )
 def test_the_start_of_a_line_is_not_judged(head: bytes) -> None:
-    assert metadata._not_json_lines(head[: metadata._HEAD_BYTES], "IN > OUT") is None
+    assert metadata.not_json_lines(head[: metadata.HEAD_BYTES], "IN > OUT") is None
 
 
 def test_json_lines_of_arrays_is_one_line(tmp_path: Path) -> None:
@@ -233,6 +235,7 @@ def test_json_lines_of_arrays_is_one_line(tmp_path: Path) -> None:
     assert line.startswith(f"error: {meta}: no line is a JSON object (2 of 2 rows); line 1: line is not a JSON object")
 
 
+@pytest.mark.slow
 def test_semicolon_csv_is_csv(yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
     images, rows = yfcc
     meta = tmp_path / "meta.csv"
@@ -244,6 +247,7 @@ def test_semicolon_csv_is_csv(yfcc: tuple[Path, list[dict[str, Any]]], tmp_path:
     assert_types_kept(rows, tmp_path / "meta.jsonl")
 
 
+@pytest.mark.slow
 def test_csv_fix_infers_types_per_column_leading_zeros_included(
     yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
@@ -295,6 +299,7 @@ def _renamed(rows: list[dict[str, Any]], column: str, prefix: str = "") -> list[
     return [{column: prefix + r["file_name"], **{k: v for k, v in r.items() if k != "file_name"}} for r in rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "column", ["path", "image", "file", "filename", "filepath", "img", "image_path", "file_path", "audio", "src_rel"]
 )
@@ -408,6 +413,7 @@ NON_FINITE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("value", "words"), [c[1:] for c in NON_FINITE], ids=[c[0] for c in NON_FINITE])
 def test_nan_and_infinity_name_the_column_and_line(
     yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path, value: str, words: str
@@ -432,6 +438,7 @@ def _split_rows(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, 
     return [dict(r, split=name) for r, name in zip(rows, names, strict=True)]
 
 
+@pytest.mark.slow
 def test_a_split_close_to_another_is_a_warning_and_the_pack_goes_on(tmp_path: Path) -> None:
     corpus_rows, images = _many_images(tmp_path, 40)
     names = ["train"] * 30 + ["validation"] * 8 + ["valid"] + ["trian"]
@@ -449,6 +456,7 @@ def test_a_split_close_to_another_is_a_warning_and_the_pack_goes_on(tmp_path: Pa
     assert {s["split"] for s in manifest["shards"]} == {"train", "validation", "valid", "trian"}
 
 
+@pytest.mark.slow
 def test_a_split_of_very_few_rows_is_a_warning(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
@@ -483,8 +491,12 @@ def test_close_split_names() -> None:
         ("validaton", "validation"),
     ]
     apart = [("train", "test"), ("train1", "train2"), ("fold_0", "fold_1"), ("val", "test"), ("a", "b"), ("cat", "car")]
-    assert all(_close_split_names(a, b) and _close_split_names(b, a) for a, b in close)
-    assert not any(_close_split_names(a, b) for a, b in apart)
+
+    def warned(smaller: str, larger: str) -> bool:  # neither has few rows: a warning says they are close
+        return split_warnings({smaller: 50, larger: 60}, {smaller: 1, larger: 2}) != []
+
+    assert all(warned(a, b) and warned(b, a) for a, b in close)
+    assert not any(warned(a, b) for a, b in apart)
 
 
 def test_split_warnings_name_the_smaller_split_once() -> None:
@@ -564,6 +576,7 @@ def test_bzip2_csv_is_still_named_by_its_compression(yfcc: tuple[Path, list[dict
     assert ": bzip2-compressed data, not JSON lines" in refused(images, meta)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("off", ["parent given", "file_names start with the folder's name"])
 def test_images_dir_one_level_off_is_one_line_naming_the_folder_to_give(
     yfcc: tuple[Path, list[dict[str, Any]]], tmp_path: Path, off: str

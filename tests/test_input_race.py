@@ -21,15 +21,12 @@ import pytest
 import shardkit.pack
 from shardkit import readahead
 from shardkit.inputfile import OutsideImagesDir, SourceChanged, open_inside
-from shardkit.pack import PackConfig, pack
+from shardkit.pack import pack
 from shardkit.staging import StagedRow
-from tests.conftest import Corpus
+from tests.support.corpus import Corpus
+from tests.support.packing import config_for
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
-
-
-def config_for(corpus: Corpus, out: Path, **kw: Any) -> PackConfig:
-    return PackConfig(images_dir=str(corpus.images), metadata_path=str(corpus.meta), out_dir=str(out), **kw)
 
 
 def after_the_check(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> None:
@@ -114,6 +111,7 @@ def test_a_file_changed_after_the_check_is_refused_and_nothing_is_published(
     assert_nothing_published(out, key)
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_in_one_line_and_a_rerun_packs_the_file_as_it_is_now(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:

@@ -44,10 +44,12 @@ from shardkit.card import (
     update_loaders,
 )
 from shardkit.formats.zip import ZipWriter, iter_members
-from tests.conftest import REPO_ROOT, adding_up, write_jsonl
 from tests.http_server import serve_directory
-from tests.readback import DS36_PYTHON
+from tests.support.corpus import REPO_ROOT, adding_up, write_jsonl
+from tests.support.readback import DS36_PYTHON
 from tests.test_splits_labels import SPLITS, expected_splits, pack_cli, read_cells, write_corpus
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
 NAME = "pets-l4"
 SCRIPT = "pets_l4_loader.py"
@@ -209,7 +211,7 @@ def _cell(cell_id: str, script: Path, streaming: bool, splits: list[str], **more
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
+def packed_script_corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
     assert Path(DS36_PYTHON).exists(), f"{DS36_PYTHON} missing: scripts/test.sh builds it"
     root = tmp_path_factory.mktemp("script")
     images, meta, rows = corpus(root / "in")
@@ -240,24 +242,27 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
     yield sets
 
 
-def _exactly(packed: Packed, cell: str) -> list[str]:
+def _exactly(packed_script_corpus: Packed, cell: str) -> list[str]:
     """What differs between each split a cell read and its input rows (bytes, values, types)."""
     problems = []
-    folder = packed.folders[cell.split("/")[0]]
+    folder = packed_script_corpus.folders[cell.split("/")[0]]
     for split in SPLITS:
-        got, expected = packed.got(cell, split), packed.expected[split]
+        got, expected = packed_script_corpus.got(cell, split), packed_script_corpus.expected[split]
         if got["rows"] != expected:
             differ = sorted(k for k in set(got["rows"]) | set(expected) if got["rows"].get(k) != expected.get(k))
             problems.append(f"{cell} {split}: {len(differ)} rows differ, e.g. {differ[0]}")
-        if got["repeats"] or got["names"] != {"label": sorted({r["label"] for r in packed.rows if r["label"]})}:
+        if got["repeats"] or got["names"] != {
+            "label": sorted({r["label"] for r in packed_script_corpus.rows if r["label"]})
+        }:
             problems.append(f"{cell} {split}: {got['repeats']} repeats, class names {got['names']}")
         if cell.endswith(("streaming", "http")) and got["n_shards"] != len(shard_names(folder, split)):
             problems.append(f"{cell} {split}: n_shards {got['n_shards']}, {len(shard_names(folder, split))} shards")
     return problems
 
 
-def test_the_pack_has_layout_4_shards_with_the_new_names(packed: Packed) -> None:
-    new = packed.folders["new"]
+@pytest.mark.slow
+def test_the_pack_has_layout_4_shards_with_the_new_names(packed_script_corpus: Packed) -> None:
+    new = packed_script_corpus.folders["new"]
     manifest = json.loads((new / "shards.json").read_text(encoding="utf-8"))
     assert manifest["layout"] == 4 and manifest["metadata_member"] == "metadata.parquet"
     for split in SPLITS:
@@ -269,56 +274,58 @@ def test_the_pack_has_layout_4_shards_with_the_new_names(packed: Packed) -> None
 
 
 @pytest.mark.parametrize("mode", ["map", "streaming"])
-def test_the_script_reads_every_split_of_a_layout_4_pack_exactly(packed: Packed, mode: str) -> None:
-    assert packed.result["version"] == "3.6.0"
-    assert _exactly(packed, f"new/{mode}") == []
+def test_the_script_reads_every_split_of_a_layout_4_pack_exactly(packed_script_corpus: Packed, mode: str) -> None:
+    assert packed_script_corpus.result["version"] == "3.6.0"
+    assert _exactly(packed_script_corpus, f"new/{mode}") == []
 
 
-def test_the_script_streams_a_layout_4_pack_over_http_reading_each_metadata_file(packed: Packed) -> None:
-    assert _exactly(packed, "new/http") == []
-    manifest = json.loads((packed.folders["new"] / "shards.json").read_text(encoding="utf-8"))
+def test_the_script_streams_a_layout_4_pack_over_http_reading_each_metadata_file(packed_script_corpus: Packed) -> None:
+    assert _exactly(packed_script_corpus, "new/http") == []
+    manifest = json.loads((packed_script_corpus.folders["new"] / "shards.json").read_text(encoding="utf-8"))
     shards = len(manifest["shards"])
     # Each shard's rows come from its metadata/ file: a few requests each, never one per row.
-    assert shards <= packed.http_requests["metadata"] <= 4 * shards
-    assert shards <= packed.http_requests["data"] <= 4 * shards
+    assert shards <= packed_script_corpus.http_requests["metadata"] <= 4 * shards
+    assert shards <= packed_script_corpus.http_requests["data"] <= 4 * shards
 
 
 @pytest.mark.parametrize("mode", ["map", "streaming"])
-def test_the_script_still_reads_layout_2_shards_without_their_metadata_files(packed: Packed, mode: str) -> None:
-    folder = packed.folders["layout 2"]
+def test_the_script_still_reads_layout_2_shards_without_their_metadata_files(
+    packed_script_corpus: Packed, mode: str
+) -> None:
+    folder = packed_script_corpus.folders["layout 2"]
     assert not (folder / "metadata").exists()
     with open(folder / shard_names(folder, "train")[0], "rb") as f:
         assert next(iter_members(f)).name == "metadata.jsonl"
-    assert _exactly(packed, f"layout 2/{mode}") == []
+    assert _exactly(packed_script_corpus, f"layout 2/{mode}") == []
 
 
 @pytest.mark.parametrize("case", sorted(DAMAGES))
-def test_the_script_refuses_a_damaged_pack_in_one_line(packed: Packed, case: str) -> None:
+def test_the_script_refuses_a_damaged_pack_in_one_line(packed_script_corpus: Packed, case: str) -> None:
     split, says = DAMAGES[case]
-    got = packed.result["cells"][f"damaged/{case}"][split]
+    got = packed_script_corpus.result["cells"][f"damaged/{case}"][split]
     assert "error" in got, f"{case}: read {len(got['rows'])} rows"
     assert got["error"].startswith("ValueError: ") and "\n" not in got["error"].rstrip("\n")
     assert says in got["error"], got["error"]
 
 
-def test_a_pack_brings_the_previous_templates_script_up_to_date(packed: Packed) -> None:
-    old = packed.old_script
+def test_a_pack_brings_the_previous_templates_script_up_to_date(packed_script_corpus: Packed) -> None:
+    old = packed_script_corpus.old_script
     assert PRETTY_NAME in (reader_code(old) or "")  # the old template put it there
-    text = (packed.folders["upgraded"] / SCRIPT).read_text(encoding="utf-8")
+    text = (packed_script_corpus.folders["upgraded"] / SCRIPT).read_text(encoding="utf-8")
     assert reader_code(text) == template_reader()
     assert header(text) == header(old)  # the maintainer's part: docstring, description, license...
     assert '"name": "label"' in text[text.index(FEATURES_BEGIN) : text.index(FEATURES_END)]
-    assert "reader code" not in packed.stderr["upgraded"]  # no warning
-    assert _exactly(packed, "upgraded/streaming") == []
+    assert "reader code" not in packed_script_corpus.stderr["upgraded"]  # no warning
+    assert _exactly(packed_script_corpus, "upgraded/streaming") == []
 
 
-def test_a_new_scaffold_keeps_the_templates_reader_code(packed: Packed) -> None:
-    text = (packed.folders["new"] / SCRIPT).read_text(encoding="utf-8")
+def test_a_new_scaffold_keeps_the_templates_reader_code(packed_script_corpus: Packed) -> None:
+    text = (packed_script_corpus.folders["new"] / SCRIPT).read_text(encoding="utf-8")
     assert reader_code(text) == template_reader()
-    assert "reader code" not in packed.stderr["new"]
+    assert "reader code" not in packed_script_corpus.stderr["new"]
 
 
-def test_an_edited_script_is_left_as_it_is_with_one_warning(packed: Packed, tmp_path: Path) -> None:
+def test_an_edited_script_is_left_as_it_is_with_one_warning(packed_script_corpus: Packed, tmp_path: Path) -> None:
     out = scaffold(tmp_path, PREVIOUS_LOADER)
     script = out / SCRIPT
     text = script.read_text(encoding="utf-8")
@@ -326,7 +333,7 @@ def test_an_edited_script_is_left_as_it_is_with_one_warning(packed: Packed, tmp_
     assert edited != text
     script.write_text(edited, encoding="utf-8")
     before = script.read_bytes()
-    result = pack_cli(packed.images, packed.meta, out, *PACK_OPTIONS)
+    result = pack_cli(packed_script_corpus.images, packed_script_corpus.meta, out, *PACK_OPTIONS)
     assert result.returncode == 0, result.stderr
     assert script.read_bytes() == before
     warned = [line for line in result.stderr.splitlines() if "reader code" in line]

@@ -23,7 +23,7 @@ from shardkit.head import open_head
 from shardkit.location import Folder, Location, register
 from shardkit.shardrows import iter_shard, read_manifest_from
 from shardkit.verify import verify
-from tests.conftest import Corpus
+from tests.support.corpus import Corpus
 from tests.test_location import check_file_operations
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")

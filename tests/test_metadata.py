@@ -19,16 +19,16 @@ from hypothesis import strategies as st
 
 from shardkit import localdisk, metadata
 from shardkit.errors import InputProblem
-from shardkit.metadata import SourceRecord, _check_path, _check_row, read_metadata
+from shardkit.metadata import SourceRecord, check_path, check_row, read_metadata
 from shardkit.rowrules import EXT_RE
-from shardkit.staging import _normal_path
-from tests.conftest import write_jsonl
+from shardkit.staging import normal_path
+from tests.support.corpus import write_jsonl
 
 ROOT = "/data/images/"
 
 
 def _plain_check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
-    """_check_path as first written, with os.path and a regex per row: the reference."""
+    """check_path as first written, with os.path and a regex per row: the reference."""
     control = [c for c in file_name if unicodedata.category(c) == "Cc" or c in "\u2028\u2029"]
     if control:
         return (
@@ -53,22 +53,22 @@ path_text = st.text(alphabet="a./\\:C\x00j\n\t\r\x85\u2028\u2029\x7f٣ｐ", min_
 
 @given(path_text)
 def test_check_path_decides_as_the_plain_code(file_name: str) -> None:
-    assert _check_path(ROOT, file_name) == _plain_check_path(ROOT, file_name)
+    assert check_path(ROOT, file_name) == _plain_check_path(ROOT, file_name)
 
 
 @given(st.text(alphabet="a./", min_size=1, max_size=12).filter(lambda s: not s.startswith("/")))
 def test_normal_path_is_normpath(name: str) -> None:
-    assert _normal_path(name) == posixpath.normpath(name)
+    assert normal_path(name) == posixpath.normpath(name)
 
 
 def test_column_checks_are_remembered_only_for_good_columns() -> None:
     good = {"file_name": "a.jpg", "caption": "x"}
-    assert _check_row(good) == ("a.jpg", None, {"caption": "x"})
-    assert _check_row(dict(good)) == ("a.jpg", None, {"caption": "x"})  # the remembered column set
+    assert check_row(good) == ("a.jpg", None, {"caption": "x"})
+    assert check_row(dict(good)) == ("a.jpg", None, {"caption": "x"})  # the remembered column set
     bad = {"file_name": "a.jpg", "image": "x"}
     for _ in range(2):  # refused every time, not remembered as good
-        assert "reserved" in str(_check_row(bad))
-    assert "second file column" in str(_check_row({"file_name": "a.jpg", "thumb_file_name": "t.jpg"}))
+        assert "reserved" in str(check_row(bad))
+    assert "second file column" in str(check_row({"file_name": "a.jpg", "thumb_file_name": "t.jpg"}))
 
 
 # --- checks in any order, with or without keys: the same results in input order ----------------
@@ -106,7 +106,7 @@ def test_checks_finishing_out_of_order_give_the_same_results_in_input_order(
     later_checked = threading.Event()
     real_lstat = os.lstat
 
-    batch = metadata._BATCH
+    batch = metadata.BATCH
     third, first_end = f"{2 * batch + 22:05d}.jpg", f"{batch:05d}.jpg"
 
     def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:

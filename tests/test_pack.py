@@ -18,17 +18,14 @@ from shardkit.formats.parquet import encode_metadata_table, read_metadata_table
 from shardkit.formats.zip import iter_members, member_name
 from shardkit.inputfile import SourceChanged
 from shardkit.metadata import SourceRecord
-from shardkit.pack import PackConfig, pack
+from shardkit.pack import pack
 from shardkit.plan import ShardPlan
 from shardkit.staging import StagedRow
 from shardkit.writer import ShardJob, write_shard
-from tests.conftest import Corpus, shard_files, tree_bytes
+from tests.support.corpus import Corpus, shard_files, tree_bytes
+from tests.support.packing import config_for
 
 _KEY_ONLY = [{"name": "key", "dtype": "string"}]
-
-
-def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:
-    return PackConfig(images_dir=str(corpus.images), metadata_path=str(corpus.meta), out_dir=str(out), **kw)  # type: ignore[arg-type]
 
 
 def test_layout_zip_members_metadata_and_manifest(corpus: Corpus, tmp_path: Path) -> None:

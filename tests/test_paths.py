@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, Corpus, pack_example
 from tests.hub_server import WRITE_TOKEN
+from tests.support.corpus import REPO_ROOT, Corpus
+from tests.support.packing import pack_example
 from tests.test_push import REPO, hub_env, pushed_copy
 from tests.test_url_output import objects, s3  # noqa: F401 - the fixture, found here by name
 
@@ -108,6 +109,7 @@ def test_images_dir_inside_out_dir_is_refused(user: Path) -> None:
     assert tree(user) == before
 
 
+@pytest.mark.slow
 def test_the_readme_find_one_liner_no_longer_packs_the_preview(user: Path) -> None:
     """The issue's case: `-o images/out`, then README's `find` one-liner, then the pack again,
     packed the dataset's own preview.jpg as a row of a class "out". Now the first pack is refused;
@@ -119,6 +121,7 @@ def test_the_readme_find_one_liner_no_longer_packs_the_preview(user: Path) -> No
     assert "preview" not in found.stdout and len(found.stdout.split()) == 40
 
 
+@pytest.mark.slow
 def test_a_sibling_whose_name_starts_like_images_dir_is_fine(user: Path) -> None:
     ok = cli("pack-shards", "images", "meta.jsonl", "-o", "images-dataset", "-j", "1", "-q", cwd=user)
     assert ok.returncode == 0, ok.stderr
@@ -150,6 +153,7 @@ def test_remux_refuses_an_out_dir_inside_its_local_source_folder(packed_template
 # --- no chain of parents ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_missing_parent_of_out_dir_is_named_and_nothing_is_created(user: Path) -> None:
     for extra in ((), ("--dry-run",)):
         line = one_error_line(cli("pack-shards", "images", "meta.jsonl", "-o", "no/such/out", *extra, cwd=user))
@@ -179,6 +183,7 @@ def test_a_parent_that_is_a_file_is_named(user: Path) -> None:
     assert line == f"error: OUT_DIR '{out}': '{parent}' is not a folder; choose another OUT_DIR"
 
 
+@pytest.mark.slow
 def test_missing_parents_of_every_folder_a_command_makes(user: Path, packed_template: Path) -> None:
     """shardkit new -o, --work-dir (pack and push), remux's OUT_DIR and --rejects' folder: each
     names the missing folder, exit code 2, nothing created."""
@@ -217,6 +222,7 @@ def test_missing_parents_of_every_folder_a_command_makes(user: Path, packed_temp
 # --- verify NS/NAME ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_verify_reads_a_bare_hub_id_from_the_hub_and_a_local_folder_of_that_name_wins(
     packed_template: Path, tmp_path: Path
 ) -> None:
@@ -289,6 +295,7 @@ def shards_of(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((out / "data").glob("*.zip"))}
 
 
+@pytest.mark.slow
 def test_verify_says_how_to_repair_and_the_re_run_pack_does_it(user: Path) -> None:
     pack: list[Any] = ["pack-shards", "images", "meta.jsonl", "-o", "out", "--target-shard-size", "2KB", "-j", "1"]
     assert cli(*pack, "-q", cwd=user).returncode == 0
@@ -329,6 +336,7 @@ def test_verify_says_how_to_repair_and_the_re_run_pack_does_it(user: Path) -> No
     assert ok.returncode == 0 and ok.stdout.strip().endswith(": OK") and "to repair" not in ok.stdout
 
 
+@pytest.mark.slow
 def test_verify_advice_for_files_the_manifest_does_not_name(user: Path) -> None:
     assert cli("pack-shards", "images", "meta.jsonl", "-o", "out", "-j", "1", "-q", cwd=user).returncode == 0
     (user / "out" / "data" / "notes.csv").write_text("a,b\n")
@@ -340,6 +348,7 @@ def test_verify_advice_for_files_the_manifest_does_not_name(user: Path) -> None:
     assert cli("verify", "out", cwd=user).returncode == 0
 
 
+@pytest.mark.slow
 def test_verify_of_a_damaged_hub_dataset_says_to_push_a_local_copy_and_that_repairs_it(
     packed_template: Path, tmp_path: Path
 ) -> None:
@@ -371,6 +380,7 @@ def test_verify_of_a_damaged_hub_dataset_says_to_push_a_local_copy_and_that_repa
         assert cli("verify", REPO, cwd=tmp_path, env=env).returncode == 0
 
 
+@pytest.mark.slow
 def test_verify_of_an_out_dir_url_says_to_remove_the_damaged_objects_and_re_run_the_pack(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

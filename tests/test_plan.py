@@ -130,6 +130,7 @@ def sized_plans(draw: st.DrawFn) -> tuple[list[PlanEntry], int, int, int]:
     return entries_from(costs), cap, target, draw(st.integers(1, 500))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(sized_plans())
 def test_by_size_every_entry_is_in_the_shard_its_name_says_under_the_cap(

@@ -18,14 +18,23 @@ from shardkit import captionfont
 from shardkit.formats import ZIP
 from shardkit.location import Location
 from shardkit.pack import PackConfig, pack
-from shardkit.preview import _BACKGROUND, _CAPTION_LINES, _CELL, _LINE_PITCH, _MARGIN, _TEXT_HEIGHT, _samples, _tile
-from tests.conftest import write_jsonl
+from shardkit.preview import (
+    BACKGROUND,
+    CAPTION_LINES,
+    CELL,
+    LINE_PITCH,
+    MARGIN,
+    TEXT_HEIGHT,
+    cell_image,
+    preview_samples,
+)
+from tests.support.corpus import write_jsonl
 
 RED, GREEN, BLUE, YELLOW = (220, 30, 30), (30, 180, 30), (30, 30, 220), (230, 210, 20)
 SIZE = (96, 64)  # 3:2, fitted into a 160 x 160 cell as 160 x 107 from row 26
 #: Boxes inside each quarter of such an image, in its tile: top left, top right, bottom left, bottom right.
 QUARTERS = ((15, 36, 65, 66), (95, 36, 145, 66), (15, 94, 65, 124), (95, 94, 145, 124))
-ABOVE, BELOW = (0, 0, _CELL, 20), (0, 140, _CELL, _CELL)  # the cell's background around a landscape image
+ABOVE, BELOW = (0, 0, CELL, 20), (0, 140, CELL, CELL)  # the cell's background around a landscape image
 Colour = tuple[int, ...]
 
 
@@ -55,7 +64,7 @@ def near(got: tuple[float, ...], want: Colour, within: float = 24) -> bool:
 def assert_quarters(tile: Image.Image, want: tuple[Colour, Colour, Colour, Colour], within: float = 24) -> None:
     got = [mean(tile, box) for box in QUARTERS]
     assert all(near(g, w, within) for g, w in zip(got, want, strict=True)), (got, want)
-    assert near(mean(tile, ABOVE), _BACKGROUND, 2) and near(mean(tile, BELOW), _BACKGROUND, 2)  # landscape, upright
+    assert near(mean(tile, ABOVE), BACKGROUND, 2) and near(mean(tile, BELOW), BACKGROUND, 2)  # landscape, upright
 
 
 UPRIGHT = quarters(RED, GREEN, BLUE, YELLOW)
@@ -83,7 +92,7 @@ def exif(orientation: int) -> Image.Exif:
 def test_an_image_is_shown_upright_by_its_exif_orientation(orientation: int, fmt: str) -> None:
     stored = UPRIGHT.transpose(STORED_AS[orientation])
     options = {"quality": 95} if fmt == "JPEG" else {"lossless": True} if fmt == "WEBP" else {}
-    assert_quarters(_tile(encoded(stored, fmt, exif=exif(orientation), **options)), FOUR)
+    assert_quarters(cell_image(encoded(stored, fmt, exif=exif(orientation), **options)), FOUR)
 
 
 @pytest.mark.parametrize(
@@ -100,13 +109,13 @@ def test_an_image_with_a_damaged_exif_block_is_shown_as_stored_without_a_word(
 ) -> None:
     data = encoded(UPRIGHT, "JPEG", exif=block, quality=95)
     recwarn.clear()
-    assert_quarters(_tile(data), FOUR)
+    assert_quarters(cell_image(data), FOUR)
     assert [str(w.message) for w in recwarn.list] == []
 
 
 def test_a_tiff_is_shown_upright_by_its_orientation_tag() -> None:
     stored = UPRIGHT.transpose(STORED_AS[6])
-    assert_quarters(_tile(encoded(stored, "TIFF", tiffinfo={274: 6})), FOUR)
+    assert_quarters(cell_image(encoded(stored, "TIFF", tiffinfo={274: 6})), FOUR)
 
 
 def gradient(low: float, high: float, dtype: Any) -> np.ndarray:
@@ -117,9 +126,9 @@ def gradient(low: float, high: float, dtype: Any) -> np.ndarray:
 def assert_gradient(tile: Image.Image) -> None:
     """Black at the left to white at the right, evenly: not a blank tile, not clipped."""
     got = [mean(tile, (x - 2, 36, x + 2, 124))[0] for x in (4, 40, 80, 120, 156)]
-    want = [255 * x / _CELL for x in (4, 40, 80, 120, 156)]
+    want = [255 * x / CELL for x in (4, 40, 80, 120, 156)]
     assert all(abs(g - w) <= 12 for g, w in zip(got, want, strict=True)), (got, want)
-    assert near(mean(tile, ABOVE), _BACKGROUND, 2)
+    assert near(mean(tile, ABOVE), BACKGROUND, 2)
 
 
 HIGH_BIT_DEPTH: dict[str, Callable[[], bytes]] = {
@@ -143,19 +152,19 @@ def test_a_high_bit_depth_image_is_scaled_to_8_bits_by_its_range(make: Callable[
     data = make()
     with Image.open(io.BytesIO(data)) as img:
         assert img.mode in ("I;16", "I;16B", "I", "F")  # what a new author's files open as
-    assert_gradient(_tile(data))
+    assert_gradient(cell_image(data))
 
 
 def test_a_float_image_with_not_a_number_pixels_is_scaled_by_its_finite_values() -> None:
     values = gradient(-2.0, 2.0, np.float32)
     values[:3, :3] = np.nan
     values[-3:, -3:] = np.inf
-    assert_gradient(_tile(encoded(Image.fromarray(values), "TIFF")))
+    assert_gradient(cell_image(encoded(Image.fromarray(values), "TIFF")))
 
 
 def test_a_flat_high_bit_depth_image_is_grey() -> None:
-    tile = _tile(encoded(Image.fromarray(np.full(SIZE[::-1], 40000, np.uint16)), "PNG"))
-    assert near(mean(tile, (0, 36, _CELL, 124)), (128, 128, 128), 1)
+    tile = cell_image(encoded(Image.fromarray(np.full(SIZE[::-1], 40000, np.uint16)), "PNG"))
+    assert near(mean(tile, (0, 36, CELL, 124)), (128, 128, 128), 1)
 
 
 def palette_with_a_transparent_quarter() -> bytes:
@@ -169,7 +178,7 @@ def rgba_with_clear_and_half_clear_quarters() -> bytes:
 
 
 def half_clear(colour: Colour) -> Colour:
-    return tuple((c * 128 + b * 127) // 255 for c, b in zip(colour, _BACKGROUND, strict=True))
+    return tuple((c * 128 + b * 127) // 255 for c, b in zip(colour, BACKGROUND, strict=True))
 
 
 def animated_gif() -> bytes:
@@ -199,19 +208,19 @@ MODES: dict[str, tuple[Callable[[], bytes], str, tuple[Colour, Colour, Colour, C
     "LA PNG": (
         lambda: encoded(quarters((40, 255), (100, 128), (160, 255), (220, 0), mode="LA"), "PNG"),
         "LA",
-        ((40,) * 3, half_clear((100,) * 3), (160,) * 3, _BACKGROUND),
+        ((40,) * 3, half_clear((100,) * 3), (160,) * 3, BACKGROUND),
     ),
-    "P PNG with a transparent index": (palette_with_a_transparent_quarter, "P", (RED, GREEN, BLUE, _BACKGROUND)),
-    "RGBA PNG": (rgba_with_clear_and_half_clear_quarters, "RGBA", (RED, half_clear(GREEN), BLUE, _BACKGROUND)),
+    "P PNG with a transparent index": (palette_with_a_transparent_quarter, "P", (RED, GREEN, BLUE, BACKGROUND)),
+    "RGBA PNG": (rgba_with_clear_and_half_clear_quarters, "RGBA", (RED, half_clear(GREEN), BLUE, BACKGROUND)),
     "RGBA WebP": (
         lambda: encoded(
             quarters((*RED, 255), (*GREEN, 255), (*BLUE, 255), (*YELLOW, 0), mode="RGBA"), "WEBP", lossless=True
         ),
         "RGBA",
-        (RED, GREEN, BLUE, _BACKGROUND),
+        (RED, GREEN, BLUE, BACKGROUND),
     ),
     "animated GIF: its first frame": (animated_gif, "P", FOUR),
-    "GIF with a transparent index": (gif_with_a_transparent_quarter, "P", (RED, GREEN, BLUE, _BACKGROUND)),
+    "GIF with a transparent index": (gif_with_a_transparent_quarter, "P", (RED, GREEN, BLUE, BACKGROUND)),
     "animated PNG: its first frame": (
         lambda: encoded(UPRIGHT, "PNG", save_all=True, append_images=[Image.new("RGB", SIZE, GREEN)]),
         "RGB",
@@ -232,13 +241,13 @@ def test_every_mode_is_shown_in_its_colours_over_the_cell_background(
     data = make()
     with Image.open(io.BytesIO(data)) as img:
         assert img.mode == mode
-    assert_quarters(_tile(data), want)
+    assert_quarters(cell_image(data), want)
 
 
 # --- captions ----------------------------------------------------------------------------------------
 
 SIZE_PX = 12
-ROOM = _CELL - 2 * _MARGIN
+ROOM = CELL - 2 * MARGIN
 
 
 def ink_of(text: str, file: captionfont.FontFile) -> bytes:
@@ -253,7 +262,7 @@ def drawn(
 ) -> Image.Image:
     """``laid`` drawn as the sheet draws a caption, on a layer of ``canvas`` pixels from ``at``."""
     layer = Image.new("L", canvas, 0)
-    captionfont.draw_lines(ImageDraw.Draw(layer), at, laid, size=SIZE_PX, pitch=_LINE_PITCH, fill=255)
+    captionfont.draw_lines(ImageDraw.Draw(layer), at, laid, size=SIZE_PX, pitch=LINE_PITCH, fill=255)
     return layer
 
 
@@ -314,12 +323,12 @@ def text_of(laid: list[list[captionfont.Run]]) -> list[str]:
 
 
 def test_a_short_caption_is_one_line() -> None:
-    laid = captionfont.wrap("A tram on the bridge", size=SIZE_PX, room=ROOM, lines=_CAPTION_LINES)
+    laid = captionfont.wrap("A tram on the bridge", size=SIZE_PX, room=ROOM, lines=CAPTION_LINES)
     assert text_of(laid) == ["A tram on the bridge"]
 
 
 def test_a_caption_with_a_line_end_is_laid_out_as_one_text() -> None:
-    laid = captionfont.wrap("first line\nsecond line", size=SIZE_PX, room=ROOM, lines=_CAPTION_LINES)
+    laid = captionfont.wrap("first line\nsecond line", size=SIZE_PX, room=ROOM, lines=CAPTION_LINES)
     assert text_of(laid) == ["first line second line"]
 
 
@@ -335,7 +344,7 @@ def test_a_caption_with_a_line_end_is_laid_out_as_one_text() -> None:
     ids=["words", "one long word", "Japanese", "Arabic", "emoji"],
 )
 def test_a_long_caption_fills_two_lines_cut_with_an_ellipsis(caption: str) -> None:
-    laid = captionfont.wrap(caption, size=SIZE_PX, room=ROOM, lines=_CAPTION_LINES)
+    laid = captionfont.wrap(caption, size=SIZE_PX, room=ROOM, lines=CAPTION_LINES)
     lines = text_of(laid)
     assert len(lines) == 2 and lines[1].endswith("…") and not lines[0].endswith("…")
     for line in laid:
@@ -366,13 +375,13 @@ STACKED = [
 
 @pytest.mark.parametrize("caption", HOSTILE, ids=range(len(HOSTILE)))
 def test_no_ink_of_a_caption_falls_outside_its_cell(caption: str) -> None:
-    laid = captionfont.wrap(caption, size=SIZE_PX, room=ROOM, lines=_CAPTION_LINES)
-    assert 1 <= len(laid) <= _CAPTION_LINES
+    laid = captionfont.wrap(caption, size=SIZE_PX, room=ROOM, lines=CAPTION_LINES)
+    assert 1 <= len(laid) <= CAPTION_LINES
     at = (200, 200)  # on a large canvas: ink past the cell would show
-    layer = drawn(laid, canvas=(600, 500), at=(at[0] + _MARGIN, at[1] + _MARGIN))
+    layer = drawn(laid, canvas=(600, 500), at=(at[0] + MARGIN, at[1] + MARGIN))
     box = layer.getbbox()
     assert box is not None
-    assert at[0] <= box[0] and box[2] <= at[0] + _CELL and at[1] <= box[1] and box[3] <= at[1] + _TEXT_HEIGHT, box
+    assert at[0] <= box[0] and box[2] <= at[0] + CELL and at[1] <= box[1] and box[3] <= at[1] + TEXT_HEIGHT, box
 
 
 # --- the sheet a pack writes ------------------------------------------------------------------------
@@ -390,10 +399,10 @@ EXPECTED: dict[str, Callable[[Image.Image], None]] = {
     "rotated.jpg": lambda tile: assert_quarters(tile, FOUR),
     "deep.png": assert_gradient,
     "deep.tif": assert_gradient,
-    "clear.png": lambda tile: assert_quarters(tile, (RED, GREEN, BLUE, _BACKGROUND)),
+    "clear.png": lambda tile: assert_quarters(tile, (RED, GREEN, BLUE, BACKGROUND)),
     "moving.gif": lambda tile: assert_quarters(tile, FOUR),
     "print.jpg": lambda tile: assert_quarters(tile, FOUR),
-    "alpha.png": lambda tile: assert_quarters(tile, (RED, half_clear(GREEN), BLUE, _BACKGROUND)),
+    "alpha.png": lambda tile: assert_quarters(tile, (RED, half_clear(GREEN), BLUE, BACKGROUND)),
 }
 
 
@@ -409,7 +418,7 @@ def packed_sheet(tmp_path: Path, files: dict[str, tuple[bytes, str]]) -> tuple[P
     pack(PackConfig(images_dir=str(images), metadata_path=str(meta), out_dir=str(out), jobs=1))
     manifest = json.loads((out / "shards.json").read_text(encoding="utf-8"))
     shards = [s["file"] for s in manifest["shards"]]
-    return out, [caption for _, caption, _ in _samples(Location(str(out), "folder"), shards, 12, ZIP, {})]
+    return out, [caption for _, caption, _ in preview_samples(Location(str(out), "folder"), shards, 12, ZIP, {})]
 
 
 def test_the_packed_sheet_shows_each_image_right_with_its_caption_inside_its_cell(tmp_path: Path) -> None:
@@ -417,14 +426,14 @@ def test_the_packed_sheet_shows_each_image_right_with_its_caption_inside_its_cel
     by_caption = {caption: name for name, (_, caption) in CORPUS.items()}
     with Image.open(out / "preview.jpg") as sheet:
         sheet.load()
-    assert sheet.size == (4 * _CELL, 2 * (_CELL + _TEXT_HEIGHT)) and len(order) == len(CORPUS)
+    assert sheet.size == (4 * CELL, 2 * (CELL + TEXT_HEIGHT)) and len(order) == len(CORPUS)
     for i, caption in enumerate(order):
-        x, y = (i % 4) * _CELL, (i // 4) * (_CELL + _TEXT_HEIGHT)
-        EXPECTED[by_caption[caption]](sheet.crop((x, y, x + _CELL, y + _CELL)))
-        text = np.asarray(sheet.crop((x, y + _CELL, x + _CELL, y + _CELL + _TEXT_HEIGHT)).convert("L"))
+        x, y = (i % 4) * CELL, (i // 4) * (CELL + TEXT_HEIGHT)
+        EXPECTED[by_caption[caption]](sheet.crop((x, y, x + CELL, y + CELL)))
+        text = np.asarray(sheet.crop((x, y + CELL, x + CELL, y + CELL + TEXT_HEIGHT)).convert("L"))
         assert (text < 128).sum() > 20  # the caption is drawn
     # The cells of the missing last tile are white: no caption ran into them.
-    assert near(mean(sheet, (3 * _CELL, _CELL + _TEXT_HEIGHT, 4 * _CELL, sheet.height)), (255, 255, 255), 0.5)
+    assert near(mean(sheet, (3 * CELL, CELL + TEXT_HEIGHT, 4 * CELL, sheet.height)), (255, 255, 255), 0.5)
 
 
 def test_caption_ink_stays_off_the_images(tmp_path: Path) -> None:
@@ -438,8 +447,8 @@ def test_caption_ink_stays_off_the_images(tmp_path: Path) -> None:
     with Image.open(out / "preview.jpg") as sheet:
         sheet.load()
     for i in range(len(order)):
-        x, y = (i % 4) * _CELL, (i // 4) * (_CELL + _TEXT_HEIGHT)
-        tile = np.asarray(sheet.crop((x, y, x + _CELL, y + _CELL)))
+        x, y = (i % 4) * CELL, (i // 4) * (CELL + TEXT_HEIGHT)
+        tile = np.asarray(sheet.crop((x, y, x + CELL, y + CELL)))
         assert tile[..., 1].min() > 120, i  # green, with JPEG's error: no dark ink
 
 

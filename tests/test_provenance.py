@@ -31,9 +31,11 @@ import shardkit
 from shardkit.cli import main
 from shardkit.errors import SOURCE_SHOWN_CHARS, ShardkitError, source_note
 from shardkit.formats.parquet import ParquetShardWriter
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT
-from tests.readback import DS36_PYTHON
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
+from tests.support.readback import DS36_PYTHON
 from tests.test_hostile_shards import set_shard, with_field, zip_bytes, zip_members
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
 SCRIPTS = Path(sys.executable).parent
 INPUT_ROWS = [json.loads(line) for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines()]

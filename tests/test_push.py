@@ -30,9 +30,10 @@ from shardkit.errors import UsageError
 from shardkit.manifest import read_manifest
 from shardkit.outdir import unnamed_files
 from shardkit.push import LocalFile, RemoteFile, collect_files, ignore_rules, is_ignored, plan_commits
-from tests.conftest import Corpus, pack_example
 from tests.hub_server import READ_TOKEN, WRITE_TOKEN, HubServer, run_hub_server
-from tests.readback import DS36_PYTHON, expected_rows, read_with
+from tests.support.corpus import Corpus
+from tests.support.packing import pack_example
+from tests.support.readback import DS36_PYTHON, expected_rows, read_with
 
 SCRIPTS = Path(sys.executable).parent
 REPO = "tester/yfcc-mini"
@@ -42,14 +43,6 @@ REPO = "tester/yfcc-mini"
 def hub(tmp_path: Path) -> Iterator[HubServer]:
     with run_hub_server(tmp_path / "hub-state") as server:
         yield server
-
-
-@pytest.fixture
-def repo_dir(packed_template: Path, tmp_path: Path) -> Path:
-    """A private copy of the scaffolded and packed example dataset (16 shards)."""
-    dst = tmp_path / "yfcc-mini"
-    shutil.copytree(packed_template, dst, ignore=shutil.ignore_patterns("lock"))
-    return dst
 
 
 def hub_env(endpoint: str, home: Path, *, token: str | None = WRITE_TOKEN, xet: bool = False) -> dict[str, str]:
@@ -119,6 +112,7 @@ def lfs_objects(hub: HubServer, repo: str = REPO) -> int:
 # --- the whole path: pack, push, stream back with both datasets versions ---------------------------
 
 
+@pytest.mark.slow
 def test_push_then_datasets_5_and_3_6_stream_every_row_back(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
     env = hub_env(hub.url, tmp_path / "home")
     summary = push(repo_dir, env, "--files-per-commit", "10")
@@ -162,6 +156,7 @@ def test_push_then_datasets_5_and_3_6_stream_every_row_back(hub: HubServer, repo
     assert hub.unknown == []  # every request the clients made has a route
 
 
+@pytest.mark.slow
 def test_a_second_push_sends_nothing_and_makes_no_commit(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
     env = hub_env(hub.url, tmp_path / "home")
     first = push(repo_dir, env)
@@ -176,6 +171,7 @@ def test_a_second_push_sends_nothing_and_makes_no_commit(hub: HubServer, repo_di
 # --- interruptions -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_upload_failing_part_way_resumes_and_sends_only_what_was_missing(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -201,6 +197,7 @@ def test_upload_failing_part_way_resumes_and_sends_only_what_was_missing(
     assert hub.counters.lfs_uploads == lfs_objects(hub)
 
 
+@pytest.mark.slow
 def test_commit_failing_part_way_resumes_from_the_committed_batches(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -222,6 +219,7 @@ def test_commit_failing_part_way_resumes_from_the_committed_batches(
     assert uploads_before > 10
 
 
+@pytest.mark.slow
 def test_pushing_a_repacked_dataset_replaces_the_old_shards_in_the_final_commit(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -245,6 +243,7 @@ def test_pushing_a_repacked_dataset_replaces_the_old_shards_in_the_final_commit(
 # --- pack-shards --push, options -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pack_shards_push_packs_and_pushes_in_one_command(hub: HubServer, make_corpus: Any, tmp_path: Path) -> None:
     corpus: Corpus = make_corpus(30)
     out = tmp_path / "out"
@@ -288,6 +287,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "code", "says"),
     [
@@ -345,6 +345,7 @@ def test_push_errors_say_what_to_do(
     assert hub.counters.commits == 0 and hub.counters.lfs_uploads == 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_upload_stops_the_push_and_a_rerun_finishes(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -380,6 +381,7 @@ def test_ctrl_c_during_upload_stops_the_push_and_a_rerun_finishes(
     assert remote_files(hub) == local_files(repo_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["--token", "hf auth login"])
 def test_token_from_the_option_or_the_stored_login_is_used_and_never_shown(
     source: str, hub: HubServer, repo_dir: Path, tmp_path: Path
@@ -399,6 +401,7 @@ def test_token_from_the_option_or_the_stored_login_is_used_and_never_shown(
     assert remote_files(hub) == local_files(repo_dir)
 
 
+@pytest.mark.slow
 def test_without_disable_xet_the_client_asks_for_xet_and_fails_clearly(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -551,6 +554,7 @@ def test_no_gitignore_rule_nor_include_publishes_the_working_folder_or_git(repo_
     assert not [p for p in published | set(left_out) if ".shardkit" in p.split("/") or ".git" in p.split("/")]
 
 
+@pytest.mark.slow
 def test_push_with_include_and_a_bang_rule_for_the_working_folder_publishes_none_of_it(
     hub: HubServer, repo_dir: Path, tmp_path: Path
 ) -> None:
@@ -595,6 +599,7 @@ def test_layouts_over_the_hubs_advice_are_refused_before_uploading() -> None:
         check_hub_limits(many)
 
 
+@pytest.mark.slow
 def test_verify_reads_a_pushed_dataset_at_its_hf_url(packed_template: Path, tmp_path: Path) -> None:
     """`shardkit verify hf://datasets/NS/NAME` checks the pushed shards against their manifest, as
     for a folder (pack refuses an hf:// OUT_DIR; verify only reads)."""

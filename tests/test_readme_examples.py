@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from tests.hub_server import run_hub_server
-from tests.readback import expected_rows, read_with
-from tests.readme_blocks import Block, fenced_blocks, output_of, output_problem
+from tests.support.corpus import REPO_ROOT
+from tests.support.readback import expected_rows, read_with
+from tests.support.readme_blocks import Block, fenced_blocks, output_of, output_problem
 from tests.test_push import hub_env
 
 #: README.md and every page of the docs site (a new page's examples are run, or listed below);
@@ -188,6 +188,7 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
     assert {"bash", "python"} <= {b.lang for b in runnable("README.md")}  # the quick start and its read-back run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", [doc for doc in DOCS if runnable(doc)])  # pages with no example start no server
 def test_examples_run_as_written(doc: str, tmp_path: Path) -> None:
     cwd = tmp_path / "me"

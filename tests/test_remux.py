@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from PIL import Image
 
 import shardkit
-from tests.conftest import REPO_ROOT, Corpus, tree_bytes, write_jsonl
-from tests.readback import expected_rows
 from tests.remux_functions import SIZE
+from tests.support.corpus import REPO_ROOT, Corpus, tree_bytes, write_jsonl
+from tests.support.readback import expected_rows
 
 SCRIPTS = Path(sys.executable).parent
 RESIZE = "tests.remux_functions:resize_and_flip"
@@ -56,6 +57,7 @@ def read_rows(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@pytest.mark.slow
 def test_remux_from_disk_resizes_every_image_and_keeps_keys_and_fields(packed_template: Path, tmp_path: Path) -> None:
     out = tmp_path / "small"
     summary = remux(packed_template, out, "--map", RESIZE, "--batch-size", "16", "-j", "2")
@@ -77,6 +79,7 @@ def test_remux_from_disk_resizes_every_image_and_keeps_keys_and_fields(packed_te
     assert not (out / ".shardkit" / "remux").exists()  # the staged files are gone once packed
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_bytes_and_another_seed_other_flips(packed_template: Path, tmp_path: Path) -> None:
     first = tmp_path / "a" / "out"  # one name: the card's title is the folder's
     remux(packed_template, first, "--map", RESIZE, "--seed", "7", "-j", "2")
@@ -89,6 +92,7 @@ def test_same_seed_gives_the_same_bytes_and_another_seed_other_flips(packed_temp
     assert flips[first] != flips[other] and flips[first].keys() == flips[other].keys()
 
 
+@pytest.mark.slow
 def test_remux_from_the_loopback_hub(packed_template: Path, tmp_path: Path) -> None:
     from tests.test_push import hub_env, pushed_copy
 
@@ -106,6 +110,7 @@ def _local_remux(source: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_plain_dataset_source_and_a_function_that_changes_rows_and_columns(make_corpus: Any, tmp_path: Path) -> None:
     corpus: Corpus = make_corpus(30)
     # An imagefolder: metadata.jsonl beside the images, read with datasets (not shardkit).
@@ -119,6 +124,7 @@ def test_plain_dataset_source_and_a_function_that_changes_rows_and_columns(make_
     assert sorted(r["label"] for r in rows) == sorted(2 * [row["label"] for row in corpus.rows])
 
 
+@pytest.mark.slow
 def test_killed_part_way_resumes_to_the_same_bytes(packed_template: Path, tmp_path: Path) -> None:
     slow = "tests.remux_functions:slow_identity"
     plain = tmp_path / "plain" / "out"
@@ -142,6 +148,7 @@ def test_killed_part_way_resumes_to_the_same_bytes(packed_template: Path, tmp_pa
     assert tree_bytes(out) == tree_bytes(plain)  # as a run never interrupted
 
 
+@pytest.mark.slow
 def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -> None:
     missing = remux(packed_template, tmp_path / "a", "--map", "no_such_module:fn", check=False)
     assert missing.returncode == 2 and "cannot import no_such_module" in missing.stderr
@@ -179,6 +186,7 @@ def _peak_rss_mb(cmd: list[str], env: dict[str, str]) -> float:
     return peak / 1e6
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_as_the_source_grows(make_corpus: Any, tmp_path: Path) -> None:
     peaks = {}
     for n in (200, 2000):
@@ -200,6 +208,7 @@ def test_memory_stays_flat_as_the_source_grows(make_corpus: Any, tmp_path: Path)
     assert peaks[2000] < peaks[200] * 1.15 + 10, peaks
 
 
+@pytest.mark.slow
 def test_python_api_takes_a_callable(packed_template: Path, tmp_path: Path) -> None:
     from shardkit import RemuxConfig
     from shardkit.remux import remux as remux_api
@@ -214,10 +223,11 @@ def test_python_api_takes_a_callable(packed_template: Path, tmp_path: Path) -> N
     assert all(r["image"].size[0] > r["image"].size[1] for r in rows)
 
 
+@pytest.mark.slow
 def test_data_files_and_a_plain_hub_dataset_are_sources_too(tmp_path: Path) -> None:
     """Parquet files named by a glob, and a Hub repo of Parquet files with no shards.json: datasets reads both."""
-    from tests.conftest import pack_example
     from tests.hub_server import run_hub_server
+    from tests.support.packing import pack_example
     from tests.test_push import hub_env
 
     parquet = tmp_path / "parquet"

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from tests.conftest import REPO_ROOT, tiny_image
+from tests.support.corpus import REPO_ROOT, tiny_image
 
 SHARDKIT = str(Path(sys.executable).parent / "shardkit")
 _FILE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -98,6 +98,7 @@ CASES: list[tuple[str, Callable[[Path], Path], str]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("make", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_damaged_or_hostile_source_is_one_line_and_nothing_is_published(
     tmp_path: Path, make: Callable[[Path], Path], expected: str
@@ -122,6 +123,7 @@ def test_a_damaged_or_hostile_source_is_one_line_and_nothing_is_published(
     assert not (out / "shards.json").exists() and not list(out.glob("data/*"))
 
 
+@pytest.mark.slow
 def test_a_folder_whose_files_are_symlinks_elsewhere_is_a_source(tmp_path: Path) -> None:
     """The Hub cache's layout: snapshots/<sha>/ holds links into blobs/. The folder is the user's
     own: its files are read wherever the links lead; only paths a row names must stay inside."""

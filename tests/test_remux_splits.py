@@ -25,9 +25,11 @@ import shardkit
 from shardkit.card import set_front_matter_keys, split_front_matter
 from shardkit.pack import PackConfig, pack
 from shardkit.schema import class_label_names
-from tests.conftest import tiny_image, tree_bytes, write_jsonl
 from tests.remux_functions import SIZE
+from tests.support.corpus import tiny_image, tree_bytes, write_jsonl
 from tests.test_remux import RESIZE, remux
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
 IDENTITY = ("--map", "tests.remux_functions:identity", "--no-decode")
 SPLITS = ["train", "validation", "test"]

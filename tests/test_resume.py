@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
-from tests.conftest import Corpus, tree_bytes
+from tests.support.corpus import Corpus, tree_bytes
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 # 600 small images with a 40 KB cap: 16 prefix groups of ~45 KB, most split in two -> about 30 shards.
@@ -53,6 +54,7 @@ def kill_points(out: Path, shards: int) -> list[tuple[str, Callable[[], bool]]]:
     return points
 
 
+@pytest.mark.slow
 def test_sigkill_at_many_points_then_resume_gives_identical_output(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:
@@ -141,6 +143,7 @@ pack_shards()
 """
 
 
+@pytest.mark.slow
 def test_disk_full_is_one_clear_error_and_the_rerun_completes(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:
@@ -177,6 +180,7 @@ def test_disk_full_is_one_clear_error_and_the_rerun_completes(
     assert tree_bytes(out) == tree_bytes(reference)
 
 
+@pytest.mark.slow
 def test_a_second_packer_is_refused_and_the_first_finishes_unharmed(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:

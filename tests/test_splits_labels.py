@@ -36,9 +36,11 @@ import yaml
 from cookiecutter.main import cookiecutter
 
 from tests.compat_reader import file_bytes, typed
-from tests.conftest import REPO_ROOT, tiny_image, tree_bytes, write_jsonl
 from tests.hub_server import WRITE_TOKEN, run_hub_server
-from tests.readback import DS36_PYTHON, run_reader, split_problems
+from tests.support.corpus import REPO_ROOT, tiny_image, tree_bytes, write_jsonl
+from tests.support.readback import DS36_PYTHON, run_reader, split_problems
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
 SCRIPTS = Path(sys.executable).parent
 READER = Path(__file__).with_name("splits_reader.py")
@@ -175,7 +177,7 @@ class Packed:
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
+def packed_splits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
     root = tmp_path_factory.mktemp("splits")
     images, meta, rows = write_corpus(root / "in")
     with run_hub_server(root / "hub") as hub:
@@ -203,15 +205,15 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
         yield sets
 
 
-def _cells(packed: Packed, venv: str) -> list[dict[str, Any]]:
+def _cells(packed_splits: Packed, venv: str) -> list[dict[str, Any]]:
     """Every reader of this venv over every format it reads, from the folder and the Hub server."""
     cells = []
     for fmt in FORMATS:
-        folder = packed.folders[fmt]
+        folder = packed_splits.folders[fmt]
         readers = ["shardkit", "builtin"] if venv == "5.x" else ["shardkit", "script"] if fmt == "zip" else []
         for reader in readers:
             for where in ("local", "hub"):
-                path = str(folder) if where == "local" else packed.repo(fmt)
+                path = str(folder) if where == "local" else packed_splits.repo(fmt)
                 revision = None
                 if reader == "script":  # the script from the folder, or the Hub's script branch
                     path = str(folder / "pets_splits_loader.py") if where == "local" else path
@@ -231,39 +233,46 @@ def _cells(packed: Packed, venv: str) -> list[dict[str, Any]]:
     return cells
 
 
-def _read(packed: Packed, venv: str) -> dict[str, Any]:
+def _read(packed_splits: Packed, venv: str) -> dict[str, Any]:
     """The venv's reads of every cell (run once per module: both tests of a venv look at them)."""
-    if venv not in packed.reads:
+    if venv not in packed_splits.reads:
         python = {"3.6": DS36_PYTHON, "5.x": sys.executable}[venv]
-        cells = _cells(packed, venv)
-        for where, path in (("local", str(packed.folders["zip"])), ("hub", packed.repo("zip"))):
+        cells = _cells(packed_splits, venv)
+        for where, path in (("local", str(packed_splits.folders["zip"])), ("hub", packed_splits.repo("zip"))):
             unknown = {"id": f"unknown/{where}", "reader": "shardkit", "path": path, "streaming": True}
             cells.append({**unknown, "splits": ["valid"]})  # a split the dataset does not have
-        packed.reads[venv] = {"cells": cells, "result": read_cells(python, cells, packed.reader_env())}
-    return packed.reads[venv]
+        packed_splits.reads[venv] = {"cells": cells, "result": read_cells(python, cells, packed_splits.reader_env())}
+    return packed_splits.reads[venv]
 
 
-def test_the_corpus_is_what_it_claims(packed: Packed) -> None:
+@pytest.mark.slow
+def test_the_corpus_is_what_it_claims(packed_splits: Packed) -> None:
     """The traps are in the input: sorted class order differs from first-seen order, splits are
     uneven, one label is null, images differ in size and type."""
-    labels = [r["label"] for r in packed.rows if r["label"] is not None]
+    labels = [r["label"] for r in packed_splits.rows if r["label"] is not None]
     first_seen = list(dict.fromkeys(labels))
     assert first_seen != sorted(first_seen) and sorted(first_seen) == NAMES
-    assert [len(packed.expected[s]) for s in SPLITS] == [42, 12, 6]
-    assert sum(r["label"] is None for r in packed.rows) == 1
-    assert {Path(r["file_name"]).suffix for r in packed.rows} == {".jpg", ".png"}
-    assert len({hashlib.sha256((packed.images / r["file_name"]).read_bytes()).digest() for r in packed.rows}) == 60
+    assert [len(packed_splits.expected[s]) for s in SPLITS] == [42, 12, 6]
+    assert sum(r["label"] is None for r in packed_splits.rows) == 1
+    assert {Path(r["file_name"]).suffix for r in packed_splits.rows} == {".jpg", ".png"}
+    assert (
+        len({hashlib.sha256((packed_splits.images / r["file_name"]).read_bytes()).digest() for r in packed_splits.rows})
+        == 60
+    )
     for fmt in FORMATS:
-        assert all(packed.shards[fmt, s] >= 2 for s in SPLITS), fmt
+        assert all(packed_splits.shards[fmt, s] >= 2 for s in SPLITS), fmt
     # What datasets' folder builder needs of a dataset with splits (see corpus_rows).
-    metadata = sorted((packed.folders["zip"] / "metadata").rglob("*.jsonl"))
+    metadata = sorted((packed_splits.folders["zip"] / "metadata").rglob("*.jsonl"))
     schemas = {paj.read_json(path).schema.to_string() for path in metadata}
     assert len(metadata) > 10 and len(schemas) == 1, schemas
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("venv", ["5.x", "3.6"])
-def test_every_reader_gives_each_split_exactly_its_rows_labels_and_source_paths(packed: Packed, venv: str) -> None:
-    read = _read(packed, venv)
+def test_every_reader_gives_each_split_exactly_its_rows_labels_and_source_paths(
+    packed_splits: Packed, venv: str
+) -> None:
+    read = _read(packed_splits, venv)
     result = read["result"]
     assert result["version"].startswith({"5.x": "5.", "3.6": "3.6."}[venv])
     problems = []
@@ -277,20 +286,20 @@ def test_every_reader_gives_each_split_exactly_its_rows_labels_and_source_paths(
             if "error" in got:
                 problems.append(f"{where}: {got['error']}\n{got['traceback']}")
                 continue
-            found = split_problems(where, got, packed.expected[split], {"label": NAMES})
+            found = split_problems(where, got, packed_splits.expected[split], {"label": NAMES})
             problems += found
             if any(": rows differ:" in p for p in found):
                 continue
             one_per_file = not (reader == "builtin" and fmt == "zip")  # imagefolder reports one (docs/reference.md)
-            if cell["streaming"] and one_per_file and got["n_shards"] != packed.shards[fmt, split]:
-                problems.append(f"{where}: n_shards {got['n_shards']}, expected {packed.shards[fmt, split]}")
+            if cell["streaming"] and one_per_file and got["n_shards"] != packed_splits.shards[fmt, split]:
+                problems.append(f"{where}: n_shards {got['n_shards']}, expected {packed_splits.shards[fmt, split]}")
     if problems:
         pytest.fail(f"{len(problems)} problem(s):\n" + "\n".join(problems), pytrace=False)
 
 
 @pytest.mark.parametrize("venv", ["5.x", "3.6"])
-def test_an_unknown_split_is_one_error_naming_the_splits_there_are(packed: Packed, venv: str) -> None:
-    result = _read(packed, venv)["result"]
+def test_an_unknown_split_is_one_error_naming_the_splits_there_are(packed_splits: Packed, venv: str) -> None:
+    result = _read(packed_splits, venv)["result"]
     for where in ("local", "hub"):
         got = result["cells"][f"unknown/{where}"]["valid"]
         assert got.get("error") == (
@@ -298,12 +307,12 @@ def test_an_unknown_split_is_one_error_naming_the_splits_there_are(packed: Packe
         ), (where, got)
 
 
-def test_the_card_and_manifest_describe_each_split_and_the_class_names(packed: Packed) -> None:
+def test_the_card_and_manifest_describe_each_split_and_the_class_names(packed_splits: Packed) -> None:
     for fmt in FORMATS:
-        folder = packed.folders[fmt]
+        folder = packed_splits.folders[fmt]
         manifest = json.loads((folder / "shards.json").read_text(encoding="utf-8"))
         assert list(manifest["splits"]) == list(SPLITS)
-        assert {s: manifest["splits"][s]["rows"] for s in SPLITS} == {s: len(packed.expected[s]) for s in SPLITS}
+        assert {s: manifest["splits"][s]["rows"] for s in SPLITS} == {s: len(packed_splits.expected[s]) for s in SPLITS}
         for shard in manifest["shards"]:
             assert shard["file"].startswith(f"data/{shard['split']}/")
             assert shard["metadata"].startswith(f"metadata/{shard['split']}/")
@@ -313,7 +322,7 @@ def test_the_card_and_manifest_describe_each_split_and_the_class_names(packed: P
         ]
         info = card["dataset_info"]
         assert [(s["name"], s["num_examples"]) for s in info["splits"]] == [
-            (s, len(packed.expected[s])) for s in SPLITS
+            (s, len(packed_splits.expected[s])) for s in SPLITS
         ]
         assert all(s["num_bytes"] > 0 for s in info["splits"])
         assert info["download_size"] == manifest["totals"]["bytes"]
@@ -321,39 +330,41 @@ def test_the_card_and_manifest_describe_each_split_and_the_class_names(packed: P
         assert json.dumps({"names": {str(i): n for i, n in enumerate(NAMES)}}) in text, fmt
 
 
-def test_split_rows_are_in_their_own_shards_and_metadata_files(packed: Packed) -> None:
+def test_split_rows_are_in_their_own_shards_and_metadata_files(packed_splits: Packed) -> None:
     """data/<split>/ and metadata/<split>/ hold exactly the split's rows: no row leaks across."""
     for fmt in FORMATS:
-        folder = packed.folders[fmt]
+        folder = packed_splits.folders[fmt]
         for split in SPLITS:
             lines = [
                 json.loads(line)
                 for path in sorted((folder / "metadata" / split).glob("*.jsonl"))
                 for line in path.read_text(encoding="utf-8").splitlines()
             ]
-            assert sorted(r["source_path"] for r in lines) == sorted(packed.expected[split]), (fmt, split)
+            assert sorted(r["source_path"] for r in lines) == sorted(packed_splits.expected[split]), (fmt, split)
             assert all("split" not in r for r in lines)
 
 
 # --- the CLI: a dry run shows the schema; bad splits and labels are refused --------------------------
 
 
-def test_dry_run_prints_the_class_names_and_each_splits_rows(packed: Packed, tmp_path: Path) -> None:
+def test_dry_run_prints_the_class_names_and_each_splits_rows(packed_splits: Packed, tmp_path: Path) -> None:
     out = tmp_path / "never"
-    result = pack_cli(packed.images, packed.meta, out, "--class-label", "label", "--keep-source-path", "--dry-run")
+    result = pack_cli(
+        packed_splits.images, packed_splits.meta, out, "--class-label", "label", "--keep-source-path", "--dry-run"
+    )
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert "  label                    ClassLabel: 0=ant, 1=cat, 2=dog, 3=mouse, 4=zebra\n" in text
     assert "  source_path              string\n" in text
     for split in SPLITS:
-        assert f"  split {split}: {len(packed.expected[split])} rows, " in text
+        assert f"  split {split}: {len(packed_splits.expected[split])} rows, " in text
     assert "dry run: nothing written" in text
     assert not out.exists()
 
-    as_json = pack_cli(packed.images, packed.meta, out, "--class-label", "label", "--dry-run", "--json")
+    as_json = pack_cli(packed_splits.images, packed_splits.meta, out, "--class-label", "label", "--dry-run", "--json")
     assert as_json.returncode == 0, as_json.stderr
     summary = json.loads(as_json.stdout)
-    assert [(s["name"], s["rows"]) for s in summary["splits"]] == [(s, len(packed.expected[s])) for s in SPLITS]
+    assert [(s["name"], s["rows"]) for s in summary["splits"]] == [(s, len(packed_splits.expected[s])) for s in SPLITS]
     label = next(f for f in summary["features"] if f["name"] == "label")
     assert label == {"name": "label", "dtype": {"class_label": {"names": {str(i): n for i, n in enumerate(NAMES)}}}}
     assert not out.exists()
@@ -404,14 +415,16 @@ def _bad_rows(case: str, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any
         "a number among class names",
     ],
 )
-def test_a_bad_split_or_label_is_one_line_naming_the_file_and_line(packed: Packed, case: str, tmp_path: Path) -> None:
-    rows, line, says, options = _bad_rows(case, packed.rows)
+def test_a_bad_split_or_label_is_one_line_naming_the_file_and_line(
+    packed_splits: Packed, case: str, tmp_path: Path
+) -> None:
+    rows, line, says, options = _bad_rows(case, packed_splits.rows)
     meta = write_jsonl(tmp_path / "bad.jsonl", rows)
     out = tmp_path / NAME  # a packed dataset: a refused run leaves it as it was
-    shutil.copytree(packed.folders["zip"], out, ignore=shutil.ignore_patterns("lock"))
+    shutil.copytree(packed_splits.folders["zip"], out, ignore=shutil.ignore_patterns("lock"))
     before = tree_bytes(out)
     work_before = _work_files(out)
-    result = pack_cli(packed.images, meta, out, "--keep-source-path", *options)
+    result = pack_cli(packed_splits.images, meta, out, "--keep-source-path", *options)
     assert result.returncode == 1, (result.stdout, result.stderr)
     named = [text for text in result.stderr.splitlines() if text.startswith(f"{meta}:")]
     assert len(named) == 1, result.stderr
@@ -504,33 +517,35 @@ def test_an_unlabelled_test_split_is_published_as_minus_one_and_datasets_reads_e
         assert all(type(v) is int for v in got.values())
 
 
-def test_split_names_that_differ_only_in_case_are_refused(packed: Packed, tmp_path: Path) -> None:
+def test_split_names_that_differ_only_in_case_are_refused(packed_splits: Packed, tmp_path: Path) -> None:
     """data/Train/ and data/train/ are one folder on macOS, Windows and in a clone of the repo."""
-    rows = [dict(r) for r in packed.rows]
+    rows = [dict(r) for r in packed_splits.rows]
     first_train = next(i for i, r in enumerate(rows) if r["split"] == "train")
     later_train = next(i for i, r in enumerate(rows) if r["split"] == "train" and i > first_train)
     rows[later_train]["split"] = "Train"
     meta = write_jsonl(tmp_path / "case.jsonl", rows)
     out = tmp_path / "out"
-    result = pack_cli(packed.images, meta, out, "--class-label", "label")
+    result = pack_cli(packed_splits.images, meta, out, "--class-label", "label")
     assert result.returncode == 2, result.stderr
     says = f"line {later_train + 1} has split 'Train' and line {first_train + 1} 'train': split names that differ"
     assert says in result.stderr and "Traceback" not in result.stderr
     assert not out.exists()
 
 
-def test_rows_left_out_add_no_class_name_and_a_leak_between_splits_is_named(packed: Packed, tmp_path: Path) -> None:
+def test_rows_left_out_add_no_class_name_and_a_leak_between_splits_is_named(
+    packed_splits: Packed, tmp_path: Path
+) -> None:
     """A skipped duplicate's label (scraped copies often carry another one) is no class; a copy of
     a train image in test is reported as a leak between the splits."""
-    rows = [dict(r) for r in packed.rows]
+    rows = [dict(r) for r in packed_splits.rows]
     source = next(r for r in rows if r["split"] == "train")
     copy = {**source, "key": source["key"], "label": "aaa_dup", "split": "test"}
     meta = write_jsonl(tmp_path / "dup.jsonl", [*rows, copy])
-    refused = pack_cli(packed.images, meta, tmp_path / "refused", "--class-label", "label")
+    refused = pack_cli(packed_splits.images, meta, tmp_path / "refused", "--class-label", "label")
     assert refused.returncode == 1
     assert f"(split 'test'; line {rows.index(source) + 1} is in 'train': a leak between splits)" in refused.stderr
     out = tmp_path / "out"
-    result = pack_cli(packed.images, meta, out, "--class-label", "label", "--on-duplicate", "skip", "--json")
+    result = pack_cli(packed_splits.images, meta, out, "--class-label", "label", "--on-duplicate", "skip", "--json")
     assert result.returncode == 0, result.stderr
     label = next(f for f in json.loads(result.stdout)["features"] if f["name"] == "label")
     assert list(label["dtype"]["class_label"]["names"].values()) == NAMES
@@ -541,7 +556,7 @@ def test_the_preview_captions_images_with_class_names_not_numbers(tmp_path: Path
     a ClassLabel caption is the class's name, not its number."""
     from shardkit.formats import ZIP
     from shardkit.location import Location
-    from shardkit.preview import _samples
+    from shardkit.preview import preview_samples
 
     example = REPO_ROOT / "example_datasets" / "shapes-mini"
     out = tmp_path / "shapes"
@@ -550,6 +565,6 @@ def test_the_preview_captions_images_with_class_names_not_numbers(tmp_path: Path
     manifest = json.loads((out / "shards.json").read_text(encoding="utf-8"))
     names = ["circle", "square", "triangle"]
     shards = [s["file"] for s in manifest["shards"]]
-    captions = [c for _, c, _ in _samples(Location(str(out), "folder"), shards, 12, ZIP, {"label": names})]
+    captions = [c for _, c, _ in preview_samples(Location(str(out), "folder"), shards, 12, ZIP, {"label": names})]
     assert len(captions) == 12 and set(captions) <= set(names)
     assert (out / "preview.jpg").stat().st_size > 0

@@ -20,11 +20,11 @@ from shardkit.staging import (
     StagedEntries,
     StagedRow,
     UnstageableRow,
-    _normal_path,
     iter_published_lines,
     iter_staged,
     json_string,
     merge_runs,
+    normal_path,
     regroup,
     repeated_files,
     rows_sha256,
@@ -296,7 +296,7 @@ def test_every_reader_of_staged_files_gets_each_row_back_whatever_its_text(
             refs.add(FileRef.line_of(record, line))
         # A row naming a file an earlier row names (the same normalized name) is a repeat, by line.
         first_named: dict[str, int] = {}
-        repeats = {r.line for r in records if first_named.setdefault(_normal_path(r.source), r.line) != r.line}
+        repeats = {r.line for r in records if first_named.setdefault(normal_path(r.source), r.line) != r.line}
         reported: list[InputProblem] = []
         assert repeated_files(refs.finish(), report=reported.append) == repeats
         assert sorted(p.line for p in reported) == sorted(repeats)  # each repeat reported once

@@ -20,11 +20,11 @@ import shardkit
 from shardkit.formats.base import ShardRecord
 from shardkit.formats.zip import ZIP, ZipFormatError, ZipWriter
 from tests.http_server import serve_directory
-from tests.readback import expected_rows
+from tests.support.readback import expected_rows
 
 
 def digest_rows(ds: Any) -> list[list[str]]:
-    """Rows as tests/readback.py reports them: key, sha256 of the file bytes, the other fields."""
+    """Rows as tests/support/readback.py reports them: key, sha256 of the file bytes, the other fields."""
     rows = []
     for row in ds.cast_column("image", datasets.Image(decode=False)):
         data = row.pop("image")["bytes"]
@@ -165,6 +165,7 @@ print(json.dumps({"n_shards": ds.n_shards, "rows": sorted(rows)}))
 """
 
 
+@pytest.mark.slow
 def test_from_the_hub_by_id_and_by_hf_url(packed_template: Path, tmp_path: Path) -> None:
     from tests.hub_server import WRITE_TOKEN
     from tests.test_push import hub_env, pushed_copy

@@ -16,9 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import write_jsonl
+import pytest
+
+from tests.support.corpus import write_jsonl
 from tests.test_splits_labels import pack_cli
 from tests.test_update import KILLED_AT, SHARDS, Corpus
+
+pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
 RATE = re.compile(r"\d MB/s")
 #: A dry run's line for one shard: "    rewrite data/7.zip   4 rows  1.2 KB  1 row more (3 -> 4)".

@@ -23,15 +23,11 @@ import shardkit.packstage
 import shardkit.packwrite
 from shardkit.check import plan_ranges
 from shardkit.errors import ShardkitError
-from shardkit.pack import PackConfig, pack
+from shardkit.pack import pack
 from shardkit.tasks import LocalPool, run_tasks, task_executor
-from tests.conftest import Corpus
+from tests.support.packing import config_for
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:
-    return PackConfig(images_dir=str(corpus.images), metadata_path=str(corpus.meta), out_dir=str(out), **kw)  # type: ignore[arg-type]
 
 
 def pool_workers() -> list[psutil.Process]:
@@ -162,6 +158,7 @@ def mark_and_wait(task: tuple[str, int]) -> None:
             f.write(f"cleaned {n}\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM to the worker"])
 def test_a_stopped_worker_cleans_up_and_starts_no_queued_task(tmp_path: Path, how: str) -> None:
     log = tmp_path / "log"
@@ -264,6 +261,7 @@ def _pack_cli(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.slow
 def test_a_tmpdir_too_long_for_the_forkserver_packs_with_spawned_workers(tmp_path: Path) -> None:
     """The forkserver listens on a Unix socket under TMPDIR, whose path has a 107-byte limit; a
     longer TMPDIR (common for cluster jobs) packs all the same, byte for byte."""

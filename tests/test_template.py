@@ -27,9 +27,9 @@ from huggingface_hub import DatasetCard
 from shardkit.card import GITATTRIBUTES_LINES, card_repo, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
 from shardkit.formats.zip import iter_members
-from tests.conftest import tree_bytes
 from tests.http_server import serve_directory
-from tests.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
+from tests.support.corpus import tree_bytes
+from tests.support.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
 from tests.test_hostile_shards import zip_bytes
 
 SCRIPTS = Path(sys.executable).parent
@@ -103,6 +103,7 @@ BAD_NAMES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BAD_NAMES))
 def test_bad_names_are_refused_with_the_reason(tmp_path: Path, name: str) -> None:
     config = tmp_path / "cookiecutter.yaml"  # keeps a user's ~/.cookiecutterrc out of the test
@@ -173,6 +174,7 @@ ANSWER_PROBLEMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer", sorted(ANSWER_PROBLEMS))
 def test_wrong_answers_are_one_clear_line_each_and_nothing_is_created(tmp_path: Path, answer: str) -> None:
     out = tmp_path / "out"
@@ -280,6 +282,7 @@ def test_card_and_loader_kept_true_after_packing(packed_template: Path) -> None:
     assert "](preview.jpg)" in (packed_template / "README.md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "not-streaming"])
 def test_datasets_5_without_script_reads_every_row_and_byte(
     packed_template: Path, streaming: bool, tmp_path: Path
@@ -289,6 +292,7 @@ def test_datasets_5_without_script_reads_every_row_and_byte(
     assert got["rows"] == expected_rows()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "not-streaming"])
 def test_datasets_3_6_through_the_loading_script_reads_the_same(
     packed_template: Path, streaming: bool, tmp_path: Path
@@ -308,6 +312,7 @@ def test_datasets_5_refuses_nothing_in_the_generated_repo(packed_template: Path)
     assert next(iter(ds))["image"].size[0] > 0
 
 
+@pytest.mark.slow
 def test_script_over_http_makes_requests_per_shard_not_per_image(packed_template: Path, tmp_path: Path) -> None:
     manifest = json.loads((packed_template / "shards.json").read_text())
     shards, images = manifest["totals"]["shards"], manifest["totals"]["rows"]
@@ -348,6 +353,7 @@ def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
     return repo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("damage", "message"),
     [

@@ -30,11 +30,11 @@ from shardkit.formats.base import ShardRecord
 from shardkit.formats.zip import ZipFormatError
 from shardkit.location import Location
 from shardkit.shardrows import iter_shard
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT
 from tests.http_server import RequestLog, serve_directory
 from tests.hub_server import run_hub_server
-from tests.readback import DS36_PYTHON
 from tests.stream_resume import row_digest
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
+from tests.support.readback import DS36_PYTHON
 from tests.test_push import hub_env, push
 
 FORMATS = ("zip", "tar", "parquet")
@@ -42,9 +42,9 @@ ROWS = 300  # the example dataset: 300 rows in 16 shards
 
 
 @pytest.fixture(scope="module")
-def folders(packed_template: Path, packed: dict[str, Path]) -> dict[str, Path]:
+def folders(packed_template: Path, packed_example_tar_parquet: dict[str, Path]) -> dict[str, Path]:
     """The example packed in each format (16 shards each)."""
-    return {"zip": packed_template, **packed}
+    return {"zip": packed_template, **packed_example_tar_parquet}
 
 
 def input_digests() -> list[list[Any]]:
@@ -74,6 +74,7 @@ def shard_of(key: str) -> str:
 # --- the order --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_seeded_order_is_every_row_once_and_a_function_of_seed_and_epoch(folders: dict[str, Path]) -> None:
     expected = input_digests()
     source = str(folders["zip"])
@@ -253,6 +254,7 @@ def served(
         yield {fmt: f"tester/{fmt}" for fmt in sources}, env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["folder", "url", "hub"])
 def test_killed_and_resumed_in_a_new_process_reads_exactly_the_rest(
     folders: dict[str, Path], kind: str, tmp_path: Path
@@ -263,6 +265,7 @@ def test_killed_and_resumed_in_a_new_process_reads_exactly_the_rest(
     assert_resumed_exactly(got, cases)
 
 
+@pytest.mark.slow
 def test_resumed_inside_dataloader_workers(folders: dict[str, Path], tmp_path: Path) -> None:
     """torchdata's StatefulDataLoader, 2 workers: its state holds each worker's dataset state."""
     cases = resume_cases({fmt: str(folders[fmt]) for fmt in ("zip", "parquet")}, loader=2)
@@ -332,9 +335,9 @@ def zip_shard(path: Path, lines: list[dict[str, Any]], members: list[str]) -> Sh
 
 def cut_read(path: Path, record: ShardRecord, start: int, stop: int | None) -> list[tuple[str, int]]:
     from shardkit.formats import ZIP
-    from shardkit.shardrows import _ShardAt
+    from shardkit.shardrows import ShardAt
 
-    shard = _ShardAt(Location(str(path.parent), "folder"), path.name)
+    shard = ShardAt(Location(str(path.parent), "folder"), path.name)
     return [(row["image"]["path"], row["n"]) for row in ZIP.read_piece(shard, record, start, stop)]
 
 
@@ -352,6 +355,7 @@ def test_a_cut_zip_piece_is_held_to_what_a_whole_read_is(tmp_path: Path) -> None
         cut_read(tmp_path / "extra-line.zip", extra_line, 2, None)
 
 
+@pytest.mark.slow
 def test_a_manifest_whose_shard_has_no_rows_is_refused_not_read_around(
     folders: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -373,6 +377,7 @@ def pixels(image: Any) -> str:
     return hashlib.sha256(np.asarray(image).tobytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_decode_threads_give_the_same_images_and_resume_exactly(folders: dict[str, Path]) -> None:
     source = str(folders["zip"])
     one = [(row["key"], pixels(row["image"])) for row in shardkit.stream(source, shuffle_seed=2)]
@@ -458,6 +463,7 @@ print(json.dumps({"ranks": ranks, "full": full, "resumed": head + rest, "epoch0"
 """
 
 
+@pytest.mark.slow
 def test_datasets_36_reads_the_same_rows_resumes_and_splits(folders: dict[str, Path]) -> None:
     result = subprocess.run(
         [DS36_PYTHON, "-c", DS36_SCRIPT, str(folders["zip"])], capture_output=True, text=True, timeout=600

@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.compat_reader import typed
-from tests.conftest import tiny_image, tree_bytes, write_jsonl
 from tests.hub_server import HubServer, run_hub_server
+from tests.support.corpus import tiny_image, tree_bytes, write_jsonl
 from tests.test_splits_labels import FIRST_SEEN, NAMES, hub_env, pack_cli, read_cells, write_corpus
 
 SCRIPTS = Path(sys.executable).parent
@@ -181,6 +181,7 @@ def assert_reads(cells: dict[str, Any], expected: dict[str, dict[str, Any]], nam
 # --- add 3 rows, remove 2, --update, push ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_update_rewrites_and_pushes_only_the_shards_whose_rows_changed(hub: HubServer, tmp_path: Path) -> None:
     corpus = Corpus(tmp_path / "in", 80)  # 5 rows a shard
     out = tmp_path / "update-zip"
@@ -255,6 +256,7 @@ def test_update_rewrites_and_pushes_only_the_shards_whose_rows_changed(hub: HubS
     assert (nothing["uploaded_files"], nothing["deleted_files"], nothing["commits"]) == (0, 0, 0)
 
 
+@pytest.mark.slow
 def test_an_update_with_splits_and_new_class_names_keeps_the_published_label_numbers(
     hub: HubServer, tmp_path: Path
 ) -> None:
@@ -362,6 +364,7 @@ def packed_small(tmp_path: Path) -> tuple[Corpus, Path, Path]:
     return corpus, corpus.write(), out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "says"),
     [
@@ -389,6 +392,7 @@ def test_changed_input_is_refused_without_update_and_update_only_keeps_same_opti
 # --- a column that only added rows have ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_new_column_rewrites_every_shard_and_a_new_class_name_only_the_touched(tmp_path: Path) -> None:
     """Parquet files carry the schema, and so does each ZIP's metadata.parquet (since layout 4:
     one schema for every shard, or datasets refuses the splits), so a new column changes every
@@ -486,6 +490,7 @@ pack_shards()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "point",
     [
@@ -525,6 +530,7 @@ def test_an_update_killed_at_any_step_resumes_to_the_output_of_one_that_was_not(
     assert tree_bytes(out) == tree_bytes(folders["reference"])
 
 
+@pytest.mark.slow
 def test_a_class_left_without_rows_keeps_its_number_with_a_warning_and_force_numbers_afresh(tmp_path: Path) -> None:
     """A typo'd class fixed in the metadata: --update keeps the published numbers (the typo's
     class stays, without rows, and the warning names it and the way out); --force numbers the
@@ -554,6 +560,7 @@ def test_a_class_left_without_rows_keeps_its_number_with_a_warning_and_force_num
     assert set(published_labels(out).values()) == {0, 1}
 
 
+@pytest.mark.slow
 def test_a_copy_without_its_work_folder_re_runs_keeping_every_shard(tmp_path: Path) -> None:
     """A clone of a packed repo (no .shardkit/): the same input keeps every shard (each checked
     against the manifest's sha256 and its rows' hash), and --update after a change keeps the
@@ -572,6 +579,7 @@ def test_a_copy_without_its_work_folder_re_runs_keeping_every_shard(tmp_path: Pa
     assert updated["written_shards"] == 1 and updated["kept_shards"] == len(before) - 1
 
 
+@pytest.mark.slow
 def test_a_dry_run_says_what_an_update_would_keep_or_that_the_run_would_be_refused(tmp_path: Path) -> None:
     """--dry-run reconciles with OUT_DIR as the run would, and changes nothing in it: the same
     refusal (exit 2) for changed input without --update, and with --update the shards it would
@@ -591,6 +599,7 @@ def test_a_dry_run_says_what_an_update_would_keep_or_that_the_run_would_be_refus
     assert (real["written_shards"], real["kept_shards"]) == (dry["written_shards"], dry["kept_shards"])
 
 
+@pytest.mark.slow
 def test_an_update_of_shards_cut_by_size_keeps_their_names_and_rewrites_only_the_one_that_grew(
     tmp_path: Path,
 ) -> None:

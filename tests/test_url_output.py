@@ -18,10 +18,11 @@ import pytest
 import s3fs
 from cookiecutter.main import cookiecutter
 
-from tests.conftest import REPO_ROOT, pack_example, packed_example_bytes, s3_env, tree_bytes
-from tests.dask_cluster import DaskCluster
 from tests.hub_server import run_hub_server
-from tests.readback import expected_rows, read_with
+from tests.support.corpus import REPO_ROOT, tree_bytes
+from tests.support.dask_cluster import DaskCluster
+from tests.support.packing import pack_example, packed_example_bytes, s3_env
+from tests.support.readback import expected_rows, read_with
 from tests.test_push import REPO, hub_env, remote_files
 from tests.test_remux import RESIZE
 from tests.test_remux import remux as remux_cli
@@ -57,6 +58,7 @@ def local_yfcc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     return packed_example_bytes(tmp_path_factory, "yfcc-mini")
 
 
+@pytest.mark.slow
 def test_pack_to_s3_is_a_local_pack_byte_for_byte_resumes_verifies_and_streams(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], local_yfcc: dict[str, bytes], tmp_path: Path
 ) -> None:
@@ -116,6 +118,7 @@ def test_pack_to_s3_is_a_local_pack_byte_for_byte_resumes_verifies_and_streams(
     assert not (work / "shards.json").exists()
 
 
+@pytest.mark.slow
 def test_a_template_repo_in_a_bucket_is_packed_in_place_then_pushed_from_there(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -170,6 +173,7 @@ def test_a_template_repo_in_a_bucket_is_packed_in_place_then_pushed_from_there(
         assert json.loads(again.stdout)["uploaded_files"] == 0 and json.loads(again.stdout)["commits"] == 0
 
 
+@pytest.mark.slow
 def test_pack_to_s3_on_a_dask_cluster(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], local_yfcc: dict[str, bytes], tmp_path: Path
 ) -> None:
@@ -241,6 +245,7 @@ def test_url_mistakes_are_refused_before_any_work(
     assert fs.find("bkt") == []
 
 
+@pytest.mark.slow
 def test_remux_into_a_bucket_gives_the_bytes_of_a_local_remux(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], packed_template: Path, tmp_path: Path
 ) -> None:
@@ -253,6 +258,7 @@ def test_remux_into_a_bucket_gives_the_bytes_of_a_local_remux(
     assert not (tmp_path / "w" / ".shardkit" / "remux").exists()  # the staged files are gone once packed
 
 
+@pytest.mark.slow
 def test_a_filesystem_with_folders_gets_each_file_by_upload_then_move(
     local_yfcc: dict[str, bytes], tmp_path: Path
 ) -> None:
@@ -273,6 +279,7 @@ def test_a_filesystem_with_folders_gets_each_file_by_upload_then_move(
     ]
 
 
+@pytest.mark.slow
 def test_a_bucket_without_credentials_is_one_line_naming_the_url(
     s3: tuple[s3fs.S3FileSystem, dict[str, str]], tmp_path: Path
 ) -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from shardkit.card import split_front_matter
-from tests.conftest import EXAMPLE_DIR, adding_up, pack_example, tree_bytes, write_jsonl
 from tests.hub_server import run_hub_server
+from tests.support.corpus import EXAMPLE_DIR, adding_up, tree_bytes, write_jsonl
+from tests.support.packing import pack_example
 from tests.test_push import REPO, hub_env, push, remote_files
 
 SCRIPTS = Path(sys.executable).parent
@@ -69,6 +70,7 @@ def test_a_card_that_only_mentions_shardkits_marker_is_not_a_shardkit_repo(tmp_p
     assert tree_bytes(repo) == before and not (repo / ".shardkit").exists()
 
 
+@pytest.mark.slow
 def test_adopt_keeps_the_users_text_and_files_and_push_publishes_only_shardkits(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     mine = _user_repo(repo)
@@ -154,6 +156,7 @@ def test_a_wrong_images_dir_is_named_as_the_likely_cause(tmp_path: Path) -> None
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_a_field_named_shard_packs_and_out_of_range_integers_are_input_problems(tmp_path: Path) -> None:
     """A user's `shard` field is theirs (the table's column is `__shard__`, reserved); integers
     that no int64 or float64 column can hold are refused with their line, before anything is written."""
@@ -231,6 +234,7 @@ def test_adopt_keeps_crlf_line_ends(tmp_path: Path) -> None:
     assert attributes.count(b"\r\n") == attributes.count(b"\n")
 
 
+@pytest.mark.slow
 def test_refusals_leave_no_staging_and_no_parent_folders(tmp_path: Path) -> None:
     nested = tmp_path / "a" / "b" / "out"
     assert pack_example(nested, "--dry-run", "-q").returncode == 2  # no chain of parents (tests/test_paths.py)
@@ -309,6 +313,7 @@ def test_a_work_dir_for_a_url_keeps_the_users_files(tmp_path: Path) -> None:
     assert not any(name.endswith("important.csv") for name in published)
 
 
+@pytest.mark.slow
 def test_adopt_with_a_bom_quoted_keys_or_shardkits_file_names_in_the_way(tmp_path: Path) -> None:
     bom = tmp_path / "bom"
     bom.mkdir()
@@ -458,6 +463,7 @@ def test_stream_refuses_a_parquet_row_whose_file_path_leaves_the_dataset(tmp_pat
         list(shardkit.stream(str(out)))
 
 
+@pytest.mark.slow
 def test_push_never_publishes_partial_files_and_refuses_a_name_that_is_not_utf8(tmp_path: Path) -> None:
     """A run killed at its finish by an older shardkit left README.md.partial beside the card:
     never published, even with --include '*'. A file named in bytes that are not UTF-8 cannot be

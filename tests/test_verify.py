@@ -13,17 +13,10 @@ from click.testing import CliRunner
 from shardkit.cli import main
 from shardkit.formats.parquet import encode_metadata_table
 from shardkit.formats.zip import ZipWriter, iter_members
-from tests.conftest import adding_up
+from tests.support.corpus import adding_up
 from tests.test_hostile_shards import zip_bytes
 
 Members = list[tuple[str, bytes]]
-
-
-@pytest.fixture
-def repo_dir(packed_template: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "yfcc-mini"
-    shutil.copytree(packed_template, dst, ignore=shutil.ignore_patterns("lock"))
-    return dst
 
 
 def verify(out_dir: Path, *args: str) -> tuple[int, str]:

@@ -9,12 +9,8 @@ import pytest
 
 import shardkit.pack
 from shardkit.inputfile import SourceChanged
-from shardkit.pack import PackConfig, pack
-from tests.conftest import Corpus
-
-
-def config_for(corpus: Corpus, out: Path, **kw: object) -> PackConfig:
-    return PackConfig(images_dir=str(corpus.images), metadata_path=str(corpus.meta), out_dir=str(out), **kw)  # type: ignore[arg-type]
+from shardkit.pack import pack
+from tests.support.packing import config_for
 
 
 def test_file_changed_during_a_parallel_run_is_an_error_naming_it(

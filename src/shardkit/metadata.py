@@ -117,7 +117,7 @@ def open_metadata(path: str, start: int = 0) -> Iterator[IO[bytes]]:
     padding (tar and tape writers add it; gzip -t and zcat accept it), not data; other trailing bytes
     are refused.
     """
-    with open(path, "rb", buffering=_HEAD_BYTES) as raw:
+    with open(path, "rb", buffering=HEAD_BYTES) as raw:
         assert isinstance(raw, io.BufferedReader)  # (what a buffered binary open makes; typeshed says BinaryIO)
         if start:
             raw.seek(start)
@@ -125,12 +125,12 @@ def open_metadata(path: str, start: int = 0) -> Iterator[IO[bytes]]:
             _refuse_misnamed(path, raw.peek(_MAGIC_BYTES)[:_MAGIC_BYTES])
         if not path.endswith(".gz"):
             if not start:
-                _refuse_not_json_lines(path, raw.peek(_HEAD_BYTES)[:_HEAD_BYTES])
+                _refuse_not_json_lines(path, raw.peek(HEAD_BYTES)[:HEAD_BYTES])
             yield raw
             return
         with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
             try:
-                head = stream.peek(_HEAD_BYTES)[:_HEAD_BYTES]
+                head = stream.peek(HEAD_BYTES)[:HEAD_BYTES]
             except (EOFError, OSError, zlib.error) as exc:
                 raise _read_problem(path, 1, exc) from None
             _refuse_not_json_lines(path, head)
@@ -154,7 +154,7 @@ def _refuse_misnamed(path: str, head: bytes) -> None:
 
 
 #: How much of the file's start :func:`_refuse_not_json_lines` looks at (at least its first two lines, mostly).
-_HEAD_BYTES = 1 << 16
+HEAD_BYTES = 1 << 16
 
 
 def _refuse_not_json_lines(path: str, head: bytes) -> None:
@@ -168,7 +168,7 @@ def _refuse_not_json_lines(path: str, head: bytes) -> None:
     out = stem + ".jsonl" if stem + ".jsonl" != given else stem + ".converted.jsonl"
     # A gzip file goes to the fix uncompressed (bash and zsh's process substitution).
     read = f"<(zcat {shlex.quote(path)})" if given != path else shlex.quote(path)
-    if problem := _not_json_lines(head, f"{read} > {shlex.quote(out)}"):
+    if problem := not_json_lines(head, f"{read} > {shlex.quote(out)}"):
         raise ShardkitError(f"{path}: {problem}")
 
 
@@ -179,9 +179,10 @@ _JSON_TO_JSONL = (
 )
 
 
-def _not_json_lines(head: bytes, io: str) -> str | None:
+def not_json_lines(head: bytes, io: str) -> str | None:
     """What the file whose first bytes are ``head`` is instead of JSON Lines, with the fix (None:
-    it may be JSON Lines); ``io`` is the fix's input and output (``in.csv > in.jsonl``)."""
+    it may be JSON Lines); ``io`` is the fix's input and output (``in.csv > in.jsonl``). Public as
+    the seam its tests hold a head cut anywhere to (tests/test_input_causes.py)."""
     if not head:
         return "the file is empty: no rows to pack"
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 1 and (head[0] == 0) != (head[1] == 0)):
@@ -423,8 +424,9 @@ def _lone_surrogate(value: Any, where: str = "the line") -> str | None:
     return None
 
 
-def _check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | str:
-    """Check a row's columns; return (file_name, key or None, other fields) or a problem."""
+def check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | str:
+    """Check a row's columns; return (file_name, key or None, other fields) or a problem. Public,
+    with :func:`check_path`, as the seam tests/test_metadata.py holds these fast paths to."""
     file_name = obj.get("file_name")
     if not isinstance(file_name, str) or not file_name:
         return "missing or empty 'file_name' (the file's path relative to IMAGES_DIR)"
@@ -462,7 +464,7 @@ def _column_problem(columns: tuple[str, ...]) -> str | None:
     return None
 
 
-def _check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
+def check_path(images_root: str, file_name: str) -> str | tuple[str, str]:
     """Return (path, ext) for a safe relative path, or a problem.
 
     ``images_root`` is absolute and ends in a separator.
@@ -627,7 +629,7 @@ class _FileChecker:
 
 #: Rows per thread-pool task: the hand-off to a thread costs more than the cached stat most rows
 #: need, so it is paid once per batch (the figures: docs/performance.md).
-_BATCH = 256
+BATCH = 256
 
 
 def read_metadata(
@@ -670,7 +672,7 @@ def read_metadata(
         lines = _bounded_lines(stream, None if end is None else end - start, metadata_path, first_line)
         for row in _parse_rows(lines, first_line):
             batch.append(_pending_or_problem(row, images_root))
-            if len(batch) < _BATCH:
+            if len(batch) < BATCH:
                 continue
             window.append(submit(batch))
             if len(window) > threads * 2:
@@ -716,11 +718,11 @@ def _pending_or_problem(row: _Row, images_root: str) -> _Pending | InputProblem:
         return InputProblem(row.line, row.problem or "not a JSON object", row.raw, row.kind)
     if not isinstance(row.obj.get("file_name"), str) or not row.obj["file_name"]:
         return _no_file_name(row, row.obj, images_root)
-    checked = _check_row(row.obj)
+    checked = check_row(row.obj)
     if isinstance(checked, str):
         return InputProblem(row.line, checked, _dump(row.obj))
     file_name, key, fields = checked
-    located = _check_path(images_root, file_name)
+    located = check_path(images_root, file_name)
     if isinstance(located, str):
         if file_name.startswith(images_root):  # an absolute path into IMAGES_DIR: say what to give
             located += f": {file_name[len(images_root) :]!r}"

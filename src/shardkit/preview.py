@@ -31,14 +31,16 @@ log = logging.getLogger(__name__)
 
 PREVIEW_NAME = "preview.jpg"
 CAPTION_COLUMNS = ("caption", "title", "text", "description", "label", "class", "category")
-_CELL = 160
+# The sheet's geometry, public with cell_image and preview_samples: the seam the preview tests
+# hold each cell's pixels and captions to (tests/test_preview.py).
+CELL = 160
 _COLUMNS = 4
-_BACKGROUND = (240, 240, 240)  # around an image that does not fill its cell, and under its transparency
+BACKGROUND = (240, 240, 240)  # around an image that does not fill its cell, and under its transparency
 _CAPTION_SIZE = 12  # pixels per em
-_CAPTION_LINES = 2
-_LINE_PITCH = 16  # Noto Sans's ascent and descent at 12 px, with CJK and emoji glyphs inside them
-_MARGIN = 4
-_TEXT_HEIGHT = _MARGIN + _CAPTION_LINES * _LINE_PITCH + _MARGIN
+CAPTION_LINES = 2
+LINE_PITCH = 16  # Noto Sans's ascent and descent at 12 px, with CJK and emoji glyphs inside them
+MARGIN = 4
+TEXT_HEIGHT = MARGIN + CAPTION_LINES * LINE_PITCH + MARGIN
 _HIGH_BIT_DEPTH = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")
 _ALPHA = ("RGBA", "LA", "PA", "RGBa")
 
@@ -57,7 +59,7 @@ def caption_of(row: dict[str, Any]) -> str:
     return str(row.get("key", ""))[:12]
 
 
-def _samples(
+def preview_samples(
     source: Location,
     shard_files: list[str],
     limit: int,
@@ -104,9 +106,9 @@ def write_preview(
 
     source = shards_at or Location(os.path.abspath(out_dir), "folder")
     tiles: list[tuple[Image.Image, str]] = []
-    for data, caption, where in _samples(source, shard_files, count, fmt, labels or {}, manifest):
+    for data, caption, where in preview_samples(source, shard_files, count, fmt, labels or {}, manifest):
         try:
-            tile = _tile(data)
+            tile = cell_image(data)
         except Exception as e:  # not an image Pillow knows (a check at pack time is optional): left out
             log.info("%s is left out of %s: %s", where, PREVIEW_NAME, e)
             continue
@@ -115,24 +117,24 @@ def write_preview(
         return None
     columns = min(_COLUMNS, len(tiles))
     rows = (len(tiles) + columns - 1) // columns
-    sheet = Image.new("RGB", (columns * _CELL, rows * (_CELL + _TEXT_HEIGHT)), (255, 255, 255))
+    sheet = Image.new("RGB", (columns * CELL, rows * (CELL + TEXT_HEIGHT)), (255, 255, 255))
     for i, (tile, caption) in enumerate(tiles):
-        x, y = (i % columns) * _CELL, (i // columns) * (_CELL + _TEXT_HEIGHT)
+        x, y = (i % columns) * CELL, (i // columns) * (CELL + TEXT_HEIGHT)
         sheet.paste(tile, (x, y))
         # Drawn on a layer of the caption's cell: no glyph reaches past it, however tall.
-        ink = Image.new("L", (_CELL, _TEXT_HEIGHT), 0)
-        laid = captionfont.wrap(caption, size=_CAPTION_SIZE, room=_CELL - 2 * _MARGIN, lines=_CAPTION_LINES)
+        ink = Image.new("L", (CELL, TEXT_HEIGHT), 0)
+        laid = captionfont.wrap(caption, size=_CAPTION_SIZE, room=CELL - 2 * MARGIN, lines=CAPTION_LINES)
         captionfont.draw_lines(
-            ImageDraw.Draw(ink), (_MARGIN, _MARGIN), laid, size=_CAPTION_SIZE, pitch=_LINE_PITCH, fill=255
+            ImageDraw.Draw(ink), (MARGIN, MARGIN), laid, size=_CAPTION_SIZE, pitch=LINE_PITCH, fill=255
         )
-        sheet.paste((30, 30, 30), (x, y + _CELL, x + _CELL, y + _CELL + _TEXT_HEIGHT), mask=ink)
+        sheet.paste((30, 30, 30), (x, y + CELL, x + CELL, y + CELL + TEXT_HEIGHT), mask=ink)
     encoded = io.BytesIO()
     sheet.save(encoded, format="JPEG", quality=85)
     write_atomic(os.path.join(out_dir, PREVIEW_NAME), encoded.getvalue())
     return PREVIEW_NAME
 
 
-def _tile(data: bytes) -> Image.Image:
+def cell_image(data: bytes) -> Image.Image:
     """``data`` as a viewer shows it, fitted to a cell: the first frame, upright by its EXIF
     orientation, in 8-bit RGB over the cell's background."""
     from PIL import Image, ImageOps
@@ -142,14 +144,14 @@ def _tile(data: bytes) -> Image.Image:
         img = Image.open(io.BytesIO(data))
         # A JPEG decodes at 1/2 to 1/8 scale where that still fills a cell (draft mode).
         with img:
-            img.draft("RGB", (_CELL, _CELL))
+            img.draft("RGB", (CELL, CELL))
             upright = ImageOps.exif_transpose(img)
     if upright.mode in _HIGH_BIT_DEPTH:  # as floats: Pillow resizes I;16B's bytes as if little-endian
-        upright = _eight_bit(ImageOps.contain(upright.convert("F"), (_CELL, _CELL)))
+        upright = _eight_bit(ImageOps.contain(upright.convert("F"), (CELL, CELL)))
     if upright.mode in _ALPHA or "transparency" in upright.info:
-        over = Image.new("RGBA", upright.size, (*_BACKGROUND, 255))
+        over = Image.new("RGBA", upright.size, (*BACKGROUND, 255))
         upright = Image.alpha_composite(over, upright.convert("RGBA"))
-    return ImageOps.pad(upright.convert("RGB"), (_CELL, _CELL), color=_BACKGROUND)
+    return ImageOps.pad(upright.convert("RGB"), (CELL, CELL), color=BACKGROUND)
 
 
 def _eight_bit(img: Image.Image) -> Image.Image:

@@ -27,8 +27,9 @@ def read_manifest_from(location: Location) -> Manifest:
     return manifest
 
 
-class _ShardAt:
-    """One shard of a :class:`Location`, as a format reads it (:class:`.formats.base.ShardSource`)."""
+class ShardAt:
+    """One shard of a :class:`Location`, as a format reads it (:class:`.formats.base.ShardSource`):
+    also the seam through which tests read a piece of a shard file with a format's read_piece."""
 
     def __init__(self, location: Location, shard: str) -> None:
         self.location = location
@@ -84,7 +85,7 @@ def _checked_rows(
     """The piece's rows as its format reads them, each held to the manifest (:mod:`.rowcheck`):
     the one place every row ``shardkit.stream``, remux and the preview get passes through."""
     check = dataset_rows(manifest).shard(shard, record.where, file_column=record.file_column)
-    rows = fmt.read_piece(_ShardAt(source, shard), record, start, stop)
+    rows = fmt.read_piece(ShardAt(source, shard), record, start, stop)
     try:
         yield from check.rows(rows, start)
     finally:

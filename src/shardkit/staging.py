@@ -309,7 +309,7 @@ def _duplicate(row: StagedRow, first: StagedRow) -> InputProblem:
         leak = f" (split {row.split!r}; line {first.line} is in {first.split!r}: a leak between splits)"
     if row.content_keyed:  # the key is the hash of the file's bytes: the user gave no keys
         name = row.source
-        if _normal_path(name) == _normal_path(first.source):
+        if normal_path(name) == normal_path(first.source):
             message = f"file_name {name!r} is named again (first on line {first.line}){leak}"
         else:
             message = f"file_name {name!r} has the same bytes as {first.source!r} on line {first.line}{leak}"
@@ -348,7 +348,7 @@ class FileRef:
         if not _plain(row.key):
             raise UnstageableRow(f"key {row.key!r}")
         source = json_string(row.source)
-        normal = _normal_path(row.source)
+        normal = normal_path(row.source)
         path = source if normal == row.source else json_string(normal)
         return f"{path}\t{row.line:012d}\t{row.key}\t{source}\t{metadata_line}\n"
 
@@ -363,8 +363,9 @@ class FileRef:
         return text.split("\t", 4)
 
 
-def _normal_path(name: str) -> str:
-    """``posixpath.normpath(name)``, skipped for the usual name it would leave as is."""
+def normal_path(name: str) -> str:
+    """``posixpath.normpath(name)``, skipped for the usual name it would leave as is (public for
+    tests/test_metadata.py, which holds it to normpath)."""
     if "//" in name or "/." in name or name.startswith(".") or name.endswith("/"):
         return posixpath.normpath(name)
     return name

@@ -53,7 +53,7 @@ from typing import IO, Any
 from .decode import can_decode, decode_problem
 from .errors import UsageError, listed, source_note
 from .formats import ShardFormat
-from .formats.base import source_of_row
+from .formats.base import Walk, source_of_row
 from .hashing import sha256_stream
 from .location import (
     MAX_METADATA_FILE_BYTES,
@@ -228,6 +228,22 @@ def _read_metadata_file(location: Location, rel: str) -> bytes:
     (a server may send an endless one). FileNotFoundError when it is not there."""
     with location.open_random(rel) as f:
         return read_bounded(f, MAX_METADATA_FILE_BYTES, location.where(rel))
+
+
+def walk_shard(
+    location: Location,
+    shard: ManifestShard,
+    fmt: ShardFormat,
+    rows_check: ShardRowCheck,
+    features: list[dict[str, Any]],
+    *,
+    deep: bool = True,
+) -> tuple[Walk, list[Problem]]:
+    """``fmt.verify_shard`` on one shard at ``location`` as verify runs it, without verify's
+    checks of the walk against the manifest: the walk and the problems found on the way. The
+    seam through which a format's author tests its verify_shard (tests/test_format_interface.py)."""
+    result = _ShardResult()
+    return fmt.verify_shard(_Check(location, shard, fmt, rows_check, deep, result, features)), result.problems
 
 
 def _check_shard(

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import EXAMPLE_DIR, REPO_ROOT
+from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
 
 DS36_PYTHON = os.environ.get("SHARDKIT_DS36_PYTHON", str(REPO_ROOT / ".venv-ds36" / "bin" / "python"))
 

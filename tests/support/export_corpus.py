@@ -27,9 +27,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.compat_corpus import _clip
 from tests.compat_reader import typed
-from tests.conftest import tiny_image, write_jsonl
+from tests.support.compat_corpus import clip
+from tests.support.corpus import tiny_image, write_jsonl
 
 #: Rows per split, in the order the metadata file lists them (interleaved, as exports are).
 IMAGE_SPLITS = {"train": 140, "validation": 20, "test": 8}
@@ -128,7 +128,7 @@ def build(root: Path, modality: str) -> tuple[Path, Path, list[dict[str, Any]]]:
         if modality == "image":
             path.write_bytes(tiny_image(i, kind.upper(), (10 + i % 7 * 3, 8 + i % 5 * 2)))
         else:
-            path.write_bytes(_clip(i, kind))
+            path.write_bytes(clip(i, kind))
     return files, write_jsonl(root / "meta.jsonl", rows), rows
 
 

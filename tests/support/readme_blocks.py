@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tests.conftest import REPO_ROOT
+from tests.support.corpus import REPO_ROOT
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 

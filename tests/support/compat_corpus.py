@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.compat_reader import typed
-from tests.conftest import tiny_image, write_jsonl
+from tests.support.corpus import tiny_image, write_jsonl
 
 #: Shard (first key digit) -> image formats of its rows, in order.
 IMAGE_SHARDS = {
@@ -40,7 +40,7 @@ _EXT = {"JPEG": ".jpg", "PNG": ".png", "WEBP": ".webp", "wav16": ".wav", "wavf32
 FIELD_TYPES = {"caption": str, "score": float, "note": str, "big": int, "tags": list, "flag": bool}
 
 
-def _clip(seed: int, kind: str) -> bytes:
+def clip(seed: int, kind: str) -> bytes:
     """A short mono clip whose samples differ per seed."""
     import numpy as np
     import soundfile
@@ -82,7 +82,7 @@ def build(
             name = f"{kind.lower()}/item_{n:03d}{_EXT[kind]}"
             path = files / name
             path.parent.mkdir(exist_ok=True)
-            path.write_bytes(tiny_image(n, kind, image_size) if modality == "image" else _clip(n, kind))
+            path.write_bytes(tiny_image(n, kind, image_size) if modality == "image" else clip(n, kind))
             rows.append({"file_name": name, **_row(shard, i, n)})
             n += 1
     return files, write_jsonl(root / "meta.jsonl", rows)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO_ROOT
+from tests.support.corpus import REPO_ROOT
 
 DASK = str(Path(sys.executable).parent / "dask")
 START_TIMEOUT_S = 60
