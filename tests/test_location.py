@@ -20,7 +20,11 @@ def test_parse_tells_folders_urls_and_hub_datasets_apart(tmp_path: Path) -> None
     assert Location.parse("memory://bucket/ds").kind == "fsspec"
     hub = Location.parse("hf://datasets/ns/name@v1.0")
     assert hub.kind == "hub" and hub.url.endswith("/datasets/ns/name/resolve/v1.0")
-    assert hub.has_revisions and not hub.repaired_in_place and not Location.parse("https://example.org/ds").repaired_in_place
+    assert (
+        hub.has_revisions
+        and not hub.repaired_in_place
+        and not Location.parse("https://example.org/ds").repaired_in_place
+    )
     assert not Location.parse(str(tmp_path)).has_revisions and Location.parse("memory://bucket/ds").repaired_in_place
     assert Location.parse("ns/name", revision="dev").url.endswith("/datasets/ns/name/resolve/dev")
     with pytest.raises(UsageError, match="is not a folder, an http"):
