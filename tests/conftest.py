@@ -14,6 +14,7 @@ from cookiecutter.main import cookiecutter
 
 from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT, Corpus
 from tests.support.packing import pack_example
+from tests.support.readback import missing_old_datasets
 
 # A shell without job control starts a background job (`bash .ci/run &`) with SIGINT ignored,
 # and every process the tests start inherits that: the Ctrl-C tests then meet a packer that
@@ -21,6 +22,16 @@ from tests.support.packing import pack_example
 # foreground job has it (a handled signal is reset to the default in a child, not ignored).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say, under the results, when the older datasets' venvs are missing: the tests that read
+    with them fail (a plain `python -m pytest` in a fresh clone); scripts/test.sh makes them."""
+    for python in missing_old_datasets():
+        terminalreporter.write_line(
+            f"{python} missing: the tests reading with that datasets fail; `bash scripts/test.sh` makes it"
+            " (or set SHARDKIT_DS36_PYTHON / SHARDKIT_DS40_PYTHON)"
+        )
 
 
 @pytest.fixture

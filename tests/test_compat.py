@@ -32,11 +32,10 @@ from tests.compat_reader import file_bytes, typed
 from tests.hub_server import WRITE_TOKEN, run_hub_server
 from tests.support import compat_corpus
 from tests.support.corpus import REPO_ROOT, write_jsonl
-from tests.support.readback import DS36_PYTHON, run_reader
+from tests.support.readback import DS36_PYTHON, DS40_PYTHON, run_reader
 
 pytestmark = pytest.mark.slow  # every test here takes over about 3 s
 
-DS40_PYTHON = os.environ.get("SHARDKIT_DS40_PYTHON", str(REPO_ROOT / ".venv-ds40" / "bin" / "python"))
 SCRIPTS = Path(sys.executable).parent
 READER = Path(__file__).with_name("compat_reader.py")
 FORMATS = ("zip", "tar", "parquet")
