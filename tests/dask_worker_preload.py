@@ -17,7 +17,7 @@ from shardkit import check, writer
 
 _check_range = check.check_range
 _write_shard = writer.write_shard
-_fsync_close = writer._fsync_close
+fsync_close = writer.fsync_close
 
 
 def _log(line: str) -> None:
@@ -39,12 +39,12 @@ def check_range(job: Any) -> Any:
 
 def slow_fsync_close(f: Any, fsync: bool) -> None:
     time.sleep(float(os.environ.get("SLOW_SHARD_SECONDS", "0")))
-    _fsync_close(f, fsync)
+    fsync_close(f, fsync)
 
 
 check.check_range = check_range
 writer.write_shard = write_shard
-writer._fsync_close = slow_fsync_close
+writer.fsync_close = slow_fsync_close
 
 
 def dask_setup(worker: Any) -> None:  # the hook dask calls for a preload module

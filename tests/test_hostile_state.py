@@ -259,7 +259,7 @@ def test_ctrl_c_before_and_after_the_library_call_is_one_line(name: str, packed_
 def test_ctrl_c_in_verify_does_not_offer_to_resume(packed_base: Path, tmp_path: Path) -> None:
     # verify reads from the start each time: its Ctrl-C says no "re-run to resume".
     command = [str(BIN / "shardkit"), "verify", "-q", str(packed_base)]
-    result = _interrupted_at("shardkit.verify:_check_whole", command, tmp_path)
+    result = _interrupted_at("shardkit.verify:check_whole", command, tmp_path)
     assert result.returncode == 130
     assert _one_line(result.stderr) == "interrupted"
 

@@ -77,7 +77,7 @@ def cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
         return real(fd, buffers, offset)
 
     monkeypatch.setattr(os, "preadv", preadv)
-    monkeypatch.setattr(readahead, "_NOWAIT", 8)  # as on Linux, also where the system has no such flag
+    monkeypatch.setattr(readahead, "NOWAIT", 8)  # as on Linux, also where the system has no such flag
     monkeypatch.setattr(readahead, "tries_in_memory_first", lambda images_dir: True)  # a local disk
     return str(request.param)
 
@@ -201,7 +201,7 @@ def test_a_filesystem_that_refuses_the_flag_is_asked_once(tmp_path: Path, monkey
         return real(fd, buffers, offset, flags)
 
     monkeypatch.setattr(os, "preadv", preadv)
-    monkeypatch.setattr(readahead, "_NOWAIT", 8)
+    monkeypatch.setattr(readahead, "NOWAIT", 8)
     monkeypatch.setattr(readahead, "tries_in_memory_first", lambda images_dir: True)
     rows = make_rows(tmp_path / "files", [100] * 192)
     assert read_all(rows, tmp_path / "files") == expected(rows, tmp_path / "files")
@@ -223,7 +223,7 @@ def test_files_on_other_filesystems_are_read_on_the_threads_only(
         return real(fd, buffers, offset, flags)
 
     monkeypatch.setattr(os, "preadv", preadv)
-    monkeypatch.setattr(readahead, "_NOWAIT", 8)
+    monkeypatch.setattr(readahead, "NOWAIT", 8)
     monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: filesystem)
     rows = make_rows(tmp_path / "files", [100] * 96)
     assert read_all(rows, tmp_path / "files") == expected(rows, tmp_path / "files")
@@ -232,11 +232,11 @@ def test_files_on_other_filesystems_are_read_on_the_threads_only(
 
 
 def test_files_on_a_local_disk_are_tried_in_memory_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(readahead, "_NOWAIT", 8)
+    monkeypatch.setattr(readahead, "NOWAIT", 8)
     for filesystem in ("ext4", "xfs", "btrfs", "f2fs"):
         monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder, fs=filesystem: fs)
         assert readahead.tries_in_memory_first(str(tmp_path))
-    monkeypatch.setattr(readahead, "_NOWAIT", None)  # not Linux
+    monkeypatch.setattr(readahead, "NOWAIT", None)  # not Linux
     assert not readahead.tries_in_memory_first(str(tmp_path))
 
 

@@ -57,8 +57,8 @@ def test_a_refused_direct_write_falls_back_to_buffered(tmp_path: Path, monkeypat
     """Some filesystems take O_DIRECT at open and refuse the write (EINVAL): the chunk is written
     again the buffered way, and so are the rest."""
     monkeypatch.setattr(shardfile, "direct_io_for", lambda folder: True)
-    monkeypatch.setattr(shardfile, "_O_DIRECT", 0)  # so the open succeeds on any filesystem
-    real = ShardFile._pwrite_all
+    monkeypatch.setattr(shardfile, "O_DIRECT", 0)  # so the open succeeds on any filesystem
+    real = ShardFile.pwrite_all
     refused: list[int] = []
 
     def pwrite_all(self: ShardFile, data: memoryview, offset: int) -> None:
@@ -67,7 +67,7 @@ def test_a_refused_direct_write_falls_back_to_buffered(tmp_path: Path, monkeypat
             raise OSError(errno.EINVAL, "Invalid argument")
         real(self, data, offset)
 
-    monkeypatch.setattr(ShardFile, "_pwrite_all", pwrite_all)
+    monkeypatch.setattr(ShardFile, "pwrite_all", pwrite_all)
     data = random.Random(1).randbytes(2 * BIG + 5)
     path = tmp_path / "shard"
     f = ShardFile(str(path), fsync=True)
@@ -122,8 +122,7 @@ def test_a_write_error_reaches_the_caller() -> None:
         f.close()
     assert caught.value.errno == errno.ENOSPC
     f.abort()
-    assert f._fd == -1  # closed exactly once, thread gone
-    assert not any(thread.is_alive() for thread in f._threads)
+    assert f.stopped  # closed, threads gone
 
 
 def test_chunks_are_reused_after_an_aborted_file(tmp_path: Path) -> None:
@@ -166,6 +165,6 @@ def test_direct_io_only_on_local_block_filesystems(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: "nfs4")
     assert not shardfile.direct_io_for("/anywhere")
     monkeypatch.setattr(localdisk, "filesystem_type_here", lambda folder: "xfs")
-    assert shardfile.direct_io_for("/anywhere") == bool(shardfile._O_DIRECT)
+    assert shardfile.direct_io_for("/anywhere") == bool(shardfile.O_DIRECT)
     monkeypatch.setenv("SHARDKIT_NO_DIRECT_IO", "1")
     assert not shardfile.direct_io_for("/anywhere")

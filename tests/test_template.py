@@ -385,18 +385,18 @@ def test_loading_script_refuses_damaged_shards_instead_of_yielding_bad_bytes(
 def test_the_loaders_bytecode_copied_from_an_installed_template_is_dropped(tmp_path: Path) -> None:
     """pip byte-compiles the installed template's loading script; cookiecutter copies that cache
     into every new repo. shardkit new removes it, and nothing else of a __pycache__."""
-    from shardkit.cli import _drop_template_bytecode
+    from shardkit.cli import drop_template_bytecode
 
     only_ours = tmp_path / "a"
     (only_ours / "__pycache__").mkdir(parents=True)
     (only_ours / "__pycache__" / "pets_loader.cpython-311.pyc").write_bytes(b"x")
-    _drop_template_bytecode(str(only_ours))
+    drop_template_bytecode(str(only_ours))
     assert not (only_ours / "__pycache__").exists()
     theirs = tmp_path / "b"
     (theirs / "__pycache__").mkdir(parents=True)
     (theirs / "__pycache__" / "pets_loader.cpython-311.pyc").write_bytes(b"x")
     (theirs / "__pycache__" / "tools.cpython-311.pyc").write_bytes(b"y")
-    _drop_template_bytecode(str(theirs))
+    drop_template_bytecode(str(theirs))
     assert [p.name for p in (theirs / "__pycache__").iterdir()] == ["tools.cpython-311.pyc"]
 
 

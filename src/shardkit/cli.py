@@ -984,7 +984,7 @@ def new_cmd(
         rerun=rerun,
         into_it=into_it,
     )
-    _drop_template_bytecode(path)
+    drop_template_bytecode(path)
     click.echo(path)
     if rerun:
         click.echo(f"to make this repo again without the questions:\n  {rerun}", err=True)
@@ -1127,7 +1127,7 @@ def _ask(question: Question) -> str:
         raise KeyboardInterrupt from None
 
 
-def _drop_template_bytecode(path: str) -> None:
+def drop_template_bytecode(path: str) -> None:
     """Remove the loading script's ``.pyc`` that cookiecutter copied along: pip byte-compiles the
     installed template's script, and that cache is not part of the repo (only files named after
     the loader go; anything else in ``__pycache__`` is the user's)."""

@@ -40,7 +40,8 @@ from .streamio import crc32
 from .threads import interruptible_pool
 
 #: Linux's flag for a read that returns at once with what the page cache holds (None elsewhere).
-_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
+#: Tests set it (a documented seam) to run the other system's path.
+NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
 COPY_CHUNK = 4 << 20  # read size for a file too big for the ring
 #: Files are read ahead in batches of consecutive rows: one thread-pool task per batch, not per
 #: file (a task per 100 KB file cost more CPU in thread hand-offs than the reading itself).
@@ -204,7 +205,7 @@ class NoWaitRefused(Exception):
 def tries_in_memory_first(images_dir: str) -> bool:
     """Whether files under ``images_dir`` are first tried on the writer's thread (see the module
     docstring): on Linux, on a local disk."""
-    return _NOWAIT is not None and on_local_disk(images_dir)
+    return NOWAIT is not None and on_local_disk(images_dir)
 
 
 def read_if_in_memory(row: StagedRow, path: str, inside: str, region: memoryview) -> int | None:
@@ -212,10 +213,10 @@ def read_if_in_memory(row: StagedRow, path: str, inside: str, region: memoryview
     (not in memory, or anything unexpected: :func:`read_file` then reads it, and names whatever
     is wrong). Opened and checked as :func:`read_file` opens and checks. Raises
     :class:`NoWaitRefused` where the filesystem does not take the flag."""
-    assert _NOWAIT is not None
+    assert NOWAIT is not None
     fd = _opened(row, path, inside)
     try:
-        n = os.preadv(fd, [region, bytearray(1)], 0, _NOWAIT)
+        n = os.preadv(fd, [region, bytearray(1)], 0, NOWAIT)
     except BlockingIOError:
         return None  # the read would wait for the disk
     except OSError as exc:

@@ -36,14 +36,15 @@ DIRECT_CHUNK = (2 << 20, 3)  # bytes per chunk, chunks: one being filled, one ha
 CACHED_CHUNK = (256 << 10, 8)
 WRITEBACK_BYTES = 32 << 20  # page cache only: how often write-back is started (as the writer always did)
 _ALIGN = 4096  # O_DIRECT needs offsets, lengths and addresses aligned to the device's block size
-_O_DIRECT = getattr(os, "O_DIRECT", 0)
+#: The flag that bypasses the page cache (0 where the system has none; tests set it: a seam).
+O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 _local = threading.local()
 
 
 def direct_io_for(folder: str) -> bool:
     """Whether shard files in ``folder`` are written with O_DIRECT."""
-    if not _O_DIRECT or os.environ.get("SHARDKIT_NO_DIRECT_IO"):
+    if not O_DIRECT or os.environ.get("SHARDKIT_NO_DIRECT_IO"):
         return False
     return on_local_disk(folder)
 
@@ -72,7 +73,7 @@ class ShardFile:
         self._fd = -1
         if self.direct:
             try:
-                self._fd = os.open(path, flags | _O_DIRECT, 0o644)
+                self._fd = os.open(path, flags | O_DIRECT, 0o644)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
@@ -155,20 +156,21 @@ class ShardFile:
         if self.direct:
             padded = -(-length // _ALIGN) * _ALIGN  # the last chunk: padding, truncated at close
             try:
-                self._pwrite_all(chunk[:padded], offset)
+                self.pwrite_all(chunk[:padded], offset)
                 return
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 self._stop_direct()  # the filesystem took the open but not the write: go buffered
-        self._pwrite_all(chunk[:length], offset)
+        self.pwrite_all(chunk[:length], offset)
         end = offset + length
         if self.fsync and end - self._advised >= WRITEBACK_BYTES and hasattr(os, "posix_fadvise"):
             # Start the write-back of what was written since the last call (not all at the fsync).
             os.posix_fadvise(self._fd, self._advised, end - self._advised, os.POSIX_FADV_DONTNEED)
             self._advised = end
 
-    def _pwrite_all(self, data: memoryview, offset: int) -> None:
+    def pwrite_all(self, data: memoryview, offset: int) -> None:
+        """Write all of ``data`` at ``offset`` (the writer thread's one write; a test's seam)."""
         while data:
             written = os.pwrite(self._fd, data, offset)
             data = data[written:]
@@ -177,7 +179,7 @@ class ShardFile:
     def _stop_direct(self) -> None:
         import fcntl
 
-        fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~_O_DIRECT)
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~O_DIRECT)
         self.direct = False
 
     def close(self) -> str:
@@ -212,6 +214,11 @@ class ShardFile:
         """Stop the threads and close the file (what was written stays for the caller to remove)."""
         self._finish_threads()
         self._close_fd()
+
+    @property
+    def stopped(self) -> bool:
+        """The file is closed and its threads have ended (after :meth:`close` or :meth:`abort`)."""
+        return self._fd < 0 and not any(thread.is_alive() for thread in self._threads)
 
     def _close_fd(self) -> None:
         if self._fd >= 0:

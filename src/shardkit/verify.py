@@ -290,7 +290,8 @@ def _check_shard(
     return result
 
 
-def _check_whole(location: Location, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
+def check_whole(location: Location, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
+    """The checks of the dataset as a whole, after every shard's (a seam: a test stops verify here)."""
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
     present = [rel for sub in ("data", "metadata") for rel in location.files_under(sub)]
     report.problems.extend(Problem(rel, f"not named in {MANIFEST_NAME}") for rel in unnamed_files(present, named))
@@ -364,7 +365,7 @@ def _verify(
             report.problems.extend(result.problems)
             progress.advance(shard.bytes, rows=result.rows, shards=len(results))
     progress.finish()
-    _check_whole(location, manifest, results, report)
+    check_whole(location, manifest, results, report)
     report.advice = repair_advice(location, manifest, report.problems)
     report.seconds = time.perf_counter() - started
     return report

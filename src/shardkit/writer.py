@@ -68,7 +68,8 @@ def metadata_path_for(plan: ShardPlan) -> str:
     return f"metadata/{plan.name.removeprefix('data/').rsplit('.', 1)[0]}.jsonl"
 
 
-def _fsync_close(f: BinaryIO, fsync: bool) -> None:
+def fsync_close(f: BinaryIO, fsync: bool) -> None:
+    """Flush, fsync when asked, close (a seam: a test's Dask worker slows it to stop a task there)."""
     f.flush()
     if fsync:
         os.fsync(f.fileno())
@@ -169,7 +170,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
                 shard_sha256 = out.close()
             finally:
                 out.abort()  # a no-op after close
-            _fsync_close(meta_out, job.fsync)
+            fsync_close(meta_out, job.fsync)
         except OSError as exc:  # a buffered file's error (disk full) does not name the file
             raise naming(exc, tmp_meta) from None
         finally:
