@@ -14,6 +14,10 @@ echo "== docs"
 # The docs site (mkdocs.yml, into build/site/): --strict fails on a link to a missing page or heading.
 mkdocs build --strict
 echo "== pytest"
+# The tests start hundreds of Python processes (the CLI, other venvs' readers); where the
+# environment sets PYTHONDONTWRITEBYTECODE, each would compile shardkit's modules again. Compiled
+# once here instead; never the template, whose folder cookiecutter copies into new repos.
+python -m compileall -q -x '/templates/' src/shardkit tests > /dev/null
 # Two processes (pytest-xdist), as CI has two cores: a test spends much of its time waiting on
 # the processes and servers it starts, and the other process's tests run meanwhile. Options given
 # to this script come after and win (`-n 0` runs the tests in this one process, as plain pytest does).
