@@ -9,7 +9,7 @@ one picklable argument, run by :func:`task_executor`'s choice:
 * ``--jobs N``: :class:`LocalPool`, N worker processes on this machine (a
   :class:`concurrent.futures.ProcessPoolExecutor`);
 * ``--executor dask``: :class:`DaskExecutor`, tasks on a Dask cluster
-  (``distributed.Client.get_executor()``), after :meth:`Cluster.check_workers`.
+  (each task a ``distributed.Client.submit``: :class:`DaskExecutor`), after :meth:`Cluster.check_workers`.
 
 Whatever runs them, the caller (the machine running ``pack`` or ``remux``) keeps what needs the
 whole input at once: merging the sorted runs, finding duplicate keys, planning the shards, and
@@ -68,6 +68,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -443,27 +444,57 @@ def _import_distributed() -> Any:
 
 
 class DaskExecutor(TaskExecutor):
-    """Tasks on a Dask cluster: ``client.get_executor()``, with a window of tasks submitted
-    ahead of the workers (twice their threads) and the error of a task every worker died of."""
+    """Tasks on a Dask cluster, each a ``Client.submit`` seen as a ``concurrent.futures`` future,
+    with a window of tasks submitted ahead of the workers (twice their threads) and the error of
+    a task every worker died of.
+
+    Not ``Client.get_executor()``: its futures read the Dask future's status after its result,
+    and when the worker holding a finished task's result dies in between, the status is no longer
+    "finished" and the result is taken for an error tuple (a TypeError), though the task had
+    succeeded. Here a task's outcome is what ``result()`` gives (which waits for a result lost
+    with its worker to be computed again)."""
 
     def __init__(self, client: Any) -> None:
         self._distributed = _import_distributed()
-        self._executor = client.get_executor(pure=False)
+        self._client = client
+        self._futures: weakref.WeakSet[Any] = weakref.WeakSet()  # Dask's, while a caller holds them
         self.in_flight = max(2 * sum(client.nthreads().values()), MIN_TASK_WINDOW)
         self._run = secrets.token_hex(4)  # keys of another run's tasks, still held, are never reused
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
-        future: Future[R] = self._executor.submit(fn, *args, **kwargs)
-        return future
+        return self._outcome(self._client.submit(fn, *args, pure=False, **kwargs))
 
     def submit_task(self, fn: Callable[[T], R], item: T, name: str, what: str) -> Future[R]:
         # The key is what the dashboard shows: "shardkit-write-<run>-data/3f.zip".
-        future: Future[R] = self._executor.submit(fn, item, key=f"shardkit-{what}-{self._run}-{name}")
-        return future
+        return self._outcome(self._client.submit(fn, item, key=f"shardkit-{what}-{self._run}-{name}", pure=False))
+
+    def _outcome(self, task: Any) -> Future[Any]:
+        """A future that gets ``task``'s result or error; cancelling it cancels the task."""
+        self._futures.add(task)
+        outcome: Future[Any] = Future()
+
+        def cancel_task(f: Future[Any]) -> None:
+            if f.cancelled():
+                task.cancel()
+
+        def settle(done: Any) -> None:  # on Dask's callback thread
+            if not outcome.set_running_or_notify_cancel():
+                return  # cancelled by the caller
+            try:
+                outcome.set_result(done.result())
+            except BaseException as exc:  # the task's error (or its cancellation) is the outcome's
+                outcome.set_exception(exc)
+
+        outcome.add_done_callback(cancel_task)
+        task.add_done_callback(settle)
+        return outcome
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        # Without waiting, the cluster's executor cancels every task it has not finished.
-        self._executor.shutdown(wait=wait and not cancel_futures)
+        tasks = list(self._futures)
+        if wait and not cancel_futures:
+            self._distributed.wait(tasks)
+        else:  # every task not finished is cancelled
+            self._client.cancel(tasks)
 
     def task_error(self, exc: BaseException, future: Future[Any], names: dict[Future[Any], str]) -> BaseException:
         if isinstance(exc, self._distributed.KilledWorker):
