@@ -307,6 +307,35 @@ def test_an_unknown_split_is_one_error_naming_the_splits_there_are(packed_splits
         ), (where, got)
 
 
+def test_push_hints_a_stream_call_that_reads_a_split(packed_splits: Packed) -> None:
+    """A stream reads one split: push's hint names one, and the call it prints reads that split."""
+    out, repo = packed_splits.folders["tar"], packed_splits.repo("tar")
+    pushed = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "push", str(out), "--repo", repo],
+        capture_output=True,
+        text=True,
+        env=hub_env(packed_splits.hub_url, packed_splits.root / "home"),
+        timeout=300,
+        check=False,
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    hint = f"  or, one datasets shard per shard file: shardkit.stream(\"{repo}\", split='train')"
+    assert hint in pushed.stdout.splitlines(), pushed.stdout
+    call = hint.split(": ", 1)[1]
+    script = f"import shardkit; print(sorted(row['source_path'] for row in {call}.decode(False)))"
+    read = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=packed_splits.reader_env(),
+        timeout=300,
+        check=False,
+    )
+    assert read.returncode == 0, read.stderr
+    expected = sorted(r["file_name"] for r in packed_splits.rows if r["split"] == "train")
+    assert read.stdout.strip() == repr(expected)
+
+
 def test_the_card_and_manifest_describe_each_split_and_the_class_names(packed_splits: Packed) -> None:
     for fmt in FORMATS:
         folder = packed_splits.folders[fmt]

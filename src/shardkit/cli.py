@@ -473,7 +473,9 @@ def _print_push(summary: PushSummary) -> None:
         click.echo(f"{summary.url} is up to date ({summary.skipped_files} files already there)")
     click.echo(f"commit: {summary.commit} ({summary.revision})")
     click.echo(f'stream it: load_dataset("{summary.repo_id}", streaming=True)')
-    click.echo(f'  or, one datasets shard per shard file: shardkit.stream("{summary.repo_id}")')
+    # A stream reads one split: with several, the hint names the first, as the card's usage does.
+    split = f", split={summary.splits[0]!r}" if len(summary.splits) > 1 else ""
+    click.echo(f'  or, one datasets shard per shard file: shardkit.stream("{summary.repo_id}"{split})')
     if summary.script_branch:
         click.echo(
             f'datasets 3.x: load_dataset("{summary.repo_id}", revision="{summary.script_branch}",'

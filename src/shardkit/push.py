@@ -130,6 +130,7 @@ class PushSummary:
     created_repo: bool
     seconds: float
     not_published: list[str] = field(default_factory=list)  # the folder's other files, left out
+    splits: list[str] = field(default_factory=list)  # the dataset's splits, as the manifest orders them
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -749,6 +750,7 @@ def _push_locked(
         created_repo=created,
         seconds=time.perf_counter() - started,
         not_published=left_out,
+        splits=[split.name for split in manifest.splits()],
     )
 
 
