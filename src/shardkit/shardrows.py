@@ -69,6 +69,8 @@ def iter_shard(
         max_bytes=manifest.options.max_shard_bytes,
         bytes=recorded.bytes if recorded is not None else None,
         rows=recorded.rows if recorded is not None else None,
+        row_offsets_every=recorded.row_offsets_every if recorded is not None else 0,
+        row_offsets=recorded.row_offsets if recorded is not None else (),
     )
     return _checked_rows(fmt, source, shard, record, manifest, start, stop)
 

@@ -1,6 +1,7 @@
 """``--format parquet``: rows as Parquet, the file's bytes in a ``{bytes, path}`` column.
 
-One row per file, the metadata fields as typed columns, row groups of at most 100 rows.
+One row per file, the metadata fields as typed columns, row groups of at most 100 rows and
+about 1/64 of the shard.
 datasets' parquet builder reads it. Parquet encodes as it goes, so a shard's size is estimated
 (an upper bound, checked after writing), not exact. This module holds the container code, the
 format's size cost and member names, and its writer, reader and verifier parts
@@ -11,8 +12,10 @@ row by :mod:`.schema`), so datasets' parquet builder decodes the image (or audio
 types every field as the card says. The file column is stored without compression,
 dictionary or statistics (images are compressed already, and min/max of JPEG bytes is
 useless); the other columns use zstd. Row groups hold at most
-:data:`PARQUET_ROWS_PER_GROUP` rows and about 32 MiB of files, so a reader
-holds about one group at a time and so does the writer. Every page carries a CRC-32 of its bytes
+:data:`PARQUET_ROWS_PER_GROUP` rows, about 32 MiB of files and (since layout 5) about 1/64 of
+the shard, 64 KiB at least (:func:`group_bytes`): a reader holds about one group at a time and
+so does the writer, and a cut piece of a shard (a rank's share) reads only the groups that hold
+its rows. Every page carries a CRC-32 of its bytes
 (``write_page_checksum``), the Parquet shard's equivalent of a ZIP member's CRC.
 
 Reading (:func:`open_parquet_shard`, the one place shardkit opens a Parquet shard: stream,
@@ -39,6 +42,7 @@ from ..errors import ShardkitError
 from ..rowrules import MAX_LINE_BYTES, SOURCE_PATH_COLUMN
 from ..streamio import Output, jsonl_lines
 from .base import (
+    INDEX_POINTS,
     MAX_ZIP_BYTES,
     MAX_ZIP_MEMBERS,
     HashingReader,
@@ -62,6 +66,19 @@ if TYPE_CHECKING:
 PARQUET_ROWS_PER_GROUP = 100
 #: Row groups are also cut before they pass this many bytes of file data.
 PARQUET_GROUP_BYTES = 32 << 20
+#: ... and once they hold 1 / INDEX_POINTS of the shard's planned bytes (since layout 5), so that
+#: a cut piece of a shard (a rank's share) fetches at most about that much beyond its rows at
+#: each end, but never under this: each group costs about 250 bytes per column in the footer
+#: and page headers (measured), a few percent of a group this small.
+PARQUET_MIN_GROUP_BYTES = 64 << 10
+
+
+def group_bytes(planned_bytes: int) -> int:
+    """Where a row group of a shard planned at ``planned_bytes`` is cut (it also closes at
+    PARQUET_ROWS_PER_GROUP rows): 1 / INDEX_POINTS of the shard, from PARQUET_MIN_GROUP_BYTES to
+    PARQUET_GROUP_BYTES."""
+    return min(max(planned_bytes // INDEX_POINTS, PARQUET_MIN_GROUP_BYTES), PARQUET_GROUP_BYTES)
+
 
 _SCALARS = {"string": "string", "int64": "int64", "float64": "float64", "bool": "bool_", "binary": "binary"}
 
@@ -235,7 +252,7 @@ class _Sink:
 class ParquetShardWriter:
     """Collects rows into row groups and writes them; :meth:`close` returns the file's size."""
 
-    def __init__(self, out: Output, features: list[dict[str, Any]]) -> None:
+    def __init__(self, out: Output, features: list[dict[str, Any]], planned_bytes: int | None = None) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -255,6 +272,8 @@ class ParquetShardWriter:
         )
         self._rows: list[dict[str, Any]] = []
         self._bytes = 0
+        # (No planned size: groups as before layout 5, cut by rows and PARQUET_GROUP_BYTES only.)
+        self._group_bytes = PARQUET_GROUP_BYTES if planned_bytes is None else group_bytes(planned_bytes)
 
     def add(self, metadata_line: str, data: bytes) -> None:
         row = json.loads(metadata_line)
@@ -263,7 +282,7 @@ class ParquetShardWriter:
         # A group is cut by what it decodes to, which readers bound (decoded_limit): the file's
         # bytes, and at most LINE_DECODE_FACTOR bytes per byte of its metadata line.
         self._bytes += len(data) + LINE_DECODE_FACTOR * len(metadata_line)
-        if len(self._rows) >= PARQUET_ROWS_PER_GROUP or self._bytes >= PARQUET_GROUP_BYTES:
+        if len(self._rows) >= PARQUET_ROWS_PER_GROUP or self._bytes >= self._group_bytes:
             self._flush()
 
     def _flush(self) -> None:
@@ -795,7 +814,7 @@ class ParquetFormat(ShardFormat):
     def write(self, out: Output, rows: ShardRows) -> int:
         if not rows.features:
             raise ShardkitError(f"internal error: no features to type {rows.name}'s columns")
-        pw = ParquetShardWriter(out, rows.features)
+        pw = ParquetShardWriter(out, rows.features, rows.planned_bytes)
         with rows.files() as files:
             for row in files:
                 pw.add(row.metadata_line, row.read_all())
@@ -908,4 +927,5 @@ PARQUET = ParquetFormat(
     max_bytes=MAX_ZIP_BYTES,
     member_template="{key}{ext} (the path in the file column)",
     random_access=True,
+    layout_version=5,  # row groups of about 1/64 of the shard (packresume.LAYOUT_CHANGES)
 )
