@@ -254,3 +254,37 @@ def test_a_tar_rank_over_the_hub_fetches_about_its_share(
     assert len(keys) in (72, 73)  # 218 rows / 3
     own = sum(export[1][key] for key in keys)
     assert own < asked <= 1.2 * own, (asked, own)
+
+
+def small_export(folder: Path, keys: list[str]) -> tuple[str, str]:
+    images = folder / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, key in enumerate(keys):
+        (images / f"{key}.jpg").write_bytes(key.encode() * (50 + i))
+        lines.append({"file_name": f"{key}.jpg", "key": key})
+    (folder / "m.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(images), str(folder / "m.jsonl")
+
+
+def test_an_update_keeps_an_unchanged_tar_shards_index_and_indexes_the_rewritten(tmp_path: Path) -> None:
+    keys = [f"a{i:07x}" for i in range(80)] + [f"b{i:07x}" for i in range(30)]
+    out = tmp_path / "out"
+    pack(PackConfig(*small_export(tmp_path / "in", keys), str(out), prefix_length=1, format="tar", jobs=1))
+    before = {s["file"]: s for s in json.loads((out / "shards.json").read_text())["shards"]}
+    assert before["data/a.tar"]["row_offsets_every"] == 2 and len(before["data/a.tar"]["row_offsets"]) == 40
+    summary = pack(
+        PackConfig(
+            *small_export(tmp_path / "in2", [*keys, "b1000000"]),
+            str(out),
+            prefix_length=1,
+            format="tar",
+            jobs=1,
+            update=True,
+        )
+    )
+    assert summary.kept_shards == 1
+    after = {s["file"]: s for s in json.loads((out / "shards.json").read_text())["shards"]}
+    assert after["data/a.tar"] == before["data/a.tar"]  # kept, with its index
+    assert after["data/b.tar"]["rows"] == 31 and len(after["data/b.tar"]["row_offsets"]) == 31
+    assert verify(str(out)).ok

@@ -20,9 +20,10 @@ For every ZIP shard the manifest names, in one front-to-back read of the file:
 A tar shard gets the same checks in its terms: ustar headers exactly as shardkit writes them,
 each member's CRC record matching its bytes (shards from before CRC records have none), nothing
 after the end blocks, each ``<key>.json`` followed by the file its ``file_name`` names, the .json
-members' bytes equal to ``metadata/<stem>.jsonl``. A Parquet shard is read row group by row
-group: each row's path and typed fields must equal its line in ``metadata/<stem>.jsonl``, keys
-as above.
+members' bytes equal to ``metadata/<stem>.jsonl``, and the manifest's index of the shard (its
+``row_offsets``, where a cut piece is read from) at the rows' real first headers. A Parquet
+shard is read row group by row group: each row's path and typed fields must equal its line in
+``metadata/<stem>.jsonl``, keys as above.
 
 And for the whole: shards' keys as read do not overlap, ``data/`` and ``metadata/`` hold
 nothing the manifest does not name, and ``metadata.parquet`` holds every shard's rows, in order,
