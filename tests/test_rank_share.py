@@ -108,8 +108,8 @@ def test_every_rank_fetches_within_1_2x_of_its_rows_bytes(
                 assert counts[-1] - counts[0] <= 1, counts  # floor or ceil of rows / world
                 assert sorted(row for part in parts for row in part) == expected  # disjoint and covering
     worst = max(ratios, key=ratios.__getitem__)
-    assert ratios[worst] <= 1.2, (worst, ratios[worst])
     print(f"{fmt}: fetched/own bytes per rank from {min(ratios.values()):.3f} to {ratios[worst]:.3f}")
+    assert ratios[worst] <= 1.2, (worst, ratios[worst])
 
 
 def ranges_of(log: RequestLog, suffix: str) -> list[str | None]:

@@ -519,6 +519,7 @@ class ParquetShard:
             raise ParquetShardError(f"{self.size} bytes: too short for a Parquet file")
         self.limit = decoded_limit(self.size)
         self._checksums: set[bool] = set()  # whether the pages seen so far carry checksums
+        self._held: tuple[int, bytes] = (self.size, b"")  # the file's end as read already, from where
         tail_start = max(self.size - _TAIL_BYTES, 0)
         tail = self._read(tail_start, self.size - tail_start)
         if tail[-4:] != _MAGIC:
@@ -530,6 +531,7 @@ class ParquetShard:
         if self._footer_start < tail_start:
             tail = self._read(self._footer_start, self.size - self._footer_start)
             tail_start = self._footer_start
+        self._held = (tail_start, tail)
         walk = _Compact(
             tail,
             self._footer_start - tail_start,
@@ -575,6 +577,15 @@ class ParquetShard:
         self.num_rows = rows
 
     def _read(self, start: int, n: int) -> bytes:
+        """Bytes ``start`` to ``start + n`` of the file; what of them the tail read holds is not
+        asked for again (a small shard's last row groups are in its 64 KiB tail, or all of them)."""
+        held_start, held = self._held
+        if start + n <= held_start:
+            return self._fetch(start, n)
+        head = self._fetch(start, held_start - start) if start < held_start else b""
+        return head + held[max(start - held_start, 0) : start + n - held_start]
+
+    def _fetch(self, start: int, n: int) -> bytes:
         self._raw.seek(start)
         data = self._raw.read(n)
         if len(data) != n:
