@@ -288,3 +288,24 @@ def test_an_update_keeps_an_unchanged_tar_shards_index_and_indexes_the_rewritten
     assert after["data/a.tar"] == before["data/a.tar"]  # kept, with its index
     assert after["data/b.tar"]["rows"] == 31 and len(after["data/b.tar"]["row_offsets"]) == 31
     assert verify(str(out)).ok
+
+
+@pytest.mark.parametrize(
+    ("fmt", "change", "words"),
+    [
+        ("parquet", {"row_offsets_every": 1, "row_offsets": [0]}, "has row_offsets, which shardkit writes for tar"),
+        ("tar", {"row_offsets_every": 2}, r"row_offsets is a list of 23, not a list of 12 offsets \(one per 2 rows\)"),
+        ("tar", {"row_offsets_every": 0}, "row_offsets_every is 0, not a whole number from 1 to"),
+        ("tar", {"row_offsets": None}, r"row_offsets is null, not a list of \d+ offsets"),
+    ],
+)
+def test_a_manifest_index_shardkit_would_not_write_is_refused(
+    packed: dict[str, Path], tmp_path: Path, fmt: str, change: dict[str, Any], words: str
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(packed[fmt], copy, ignore=shutil.ignore_patterns("lock"))
+    manifest = json.loads((copy / "shards.json").read_text())
+    manifest["shards"][0].update(change)
+    (copy / "shards.json").write_text(json.dumps(manifest, indent=1))
+    with pytest.raises(ShardkitError, match=rf"shards\.json: shard '{manifest['shards'][0]['file']}'.*{words}"):
+        shardkit.stream(str(copy))
