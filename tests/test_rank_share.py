@@ -309,3 +309,26 @@ def test_a_manifest_index_shardkit_would_not_write_is_refused(
     (copy / "shards.json").write_text(json.dumps(manifest, indent=1))
     with pytest.raises(ShardkitError, match=rf"shards\.json: shard '{manifest['shards'][0]['file']}'.*{words}"):
         shardkit.stream(str(copy))
+
+
+def test_parquet_groups_hold_about_a_64th_of_their_shard_and_older_layouts_still_read(
+    packed: dict[str, Path], tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    root = packed["parquet"]
+    manifest = json.loads((root / "shards.json").read_text())
+    assert manifest["layout"] == 5
+    for shard in manifest["shards"]:  # groups close at 64 KiB here (over 1/64 of these shards)
+        metadata = pq.ParquetFile(root / shard["file"]).metadata
+        groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+        assert sum(groups) == shard["rows"] and max(groups) <= 2, groups  # files of 50-100 KB
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("lock"))
+    manifest["layout"] = 4  # a Parquet dataset of layout 4 (groups of 100 rows) is read as before
+    (copy / "shards.json").write_text(json.dumps(manifest, indent=1))
+    assert len(list(shardkit.stream(str(copy), rank=1, world_size=2).decode(False))) == 109
+    manifest["layout"] = 6
+    (copy / "shards.json").write_text(json.dumps(manifest, indent=1))
+    with pytest.raises(ShardkitError, match=r"shards\.json: layout is 6, not 4 or 5, the layouts shardkit reads$"):
+        shardkit.stream(str(copy))
