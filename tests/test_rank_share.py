@@ -332,3 +332,14 @@ def test_parquet_groups_hold_about_a_64th_of_their_shard_and_older_layouts_still
     (copy / "shards.json").write_text(json.dumps(manifest, indent=1))
     with pytest.raises(ShardkitError, match=r"shards\.json: layout is 6, not 4 or 5, the layouts shardkit reads$"):
         shardkit.stream(str(copy))
+
+
+def test_a_server_that_ignores_range_still_gives_each_tar_rank_its_rows(packed: dict[str, Path]) -> None:
+    expected = expected_rows(packed["tar"])
+    with serve_directory(packed["tar"], honour_range=False) as (base, log):
+        parts = [
+            [row_digest(row) for row in shardkit.stream(base, shuffle_seed=4, rank=r, world_size=3).decode(False)]
+            for r in range(3)
+        ]
+        assert any(byte_range for _, _, byte_range in log.entries)  # ranges were asked for, and ignored
+    assert sorted(row for part in parts for row in part) == expected
