@@ -90,6 +90,8 @@ class _Rows:
             line = json.dumps({"file_name": fmt.member_name(key, ".jpg"), "key": key, "caption": f"c{i}"})
             self.files_.append(_File(key, tiny_image(i), line))
         self.recorded = b""
+        self.planned_bytes = 1 << 20
+        self.index: tuple[int, list[int]] | None = None
 
     def published_lines(self) -> Iterator[bytes]:
         return iter([f.metadata_line.encode() + b"\n" for f in self.files_])
@@ -100,6 +102,9 @@ class _Rows:
 
     def record_line(self, line: bytes) -> None:
         self.recorded += line
+
+    def record_row_offsets(self, every: int, offsets: list[int]) -> None:
+        self.index = (every, offsets)
 
     def metadata_table(self) -> bytes:
         return encode_metadata_table(b"".join(self.published_lines()), FEATURES)

@@ -169,6 +169,9 @@ def set_shard(repo: Path, shard: str, data: bytes, rows: bytes | None = None) ->
     manifest = json.loads((repo / "shards.json").read_text())
     entry = next(s for s in manifest["shards"] if s["file"] == shard)
     entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    # A crafted tar shard's rows are not where the writer's index put them: the record is one of
+    # a shard packed before the index (read from its front), as verify would otherwise say.
+    entry.pop("row_offsets", None), entry.pop("row_offsets_every", None)
     if rows is not None:
         (repo / entry["metadata"]).write_bytes(rows)
         entry["metadata_sha256"] = hashlib.sha256(rows).hexdigest()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -34,6 +35,8 @@ from .rowrules import KEY_RE, MAX_COLUMN_NAME_CHARS, column_name_problem
 from .table import TABLE_NAME
 
 MANIFEST_NAME = "shards.json"
+#: The first layout a manifest records (those before record none).
+RECORDED_LAYOUT = 4
 
 
 @dataclass(frozen=True)
@@ -52,9 +55,18 @@ class ManifestShard:
     #: sha256 of the rows it was written from (keys, file sizes and names, published lines; for
     #: Parquet the features too): ``pack --update`` keeps a shard whose rows did not change.
     input_sha256: str = ""
+    #: The shard's index (formats whose ``row_index`` is set: tar), absent from shards packed
+    #: before it was recorded: row ``i * row_offsets_every`` begins at byte ``row_offsets[i]``.
+    row_offsets_every: int = 0
+    row_offsets: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.row_offsets:  # no index: the record as shardkit wrote it before indexes
+            del data["row_offsets_every"], data["row_offsets"]
+        else:
+            data["row_offsets"] = list(self.row_offsets)
+        return data
 
 
 @dataclass(frozen=True)
@@ -162,7 +174,7 @@ class Manifest:
             "features": self.features,
             **({"metadata_table": self.metadata_table} if self.metadata_table else {}),
             **({"metadata_table_sha256": self.metadata_table_sha256} if self.metadata_table_sha256 else {}),
-            "shards": [asdict(s) for s in self.shards],
+            "shards": [s.to_json() for s in self.shards],
         }
 
     @classmethod
@@ -173,7 +185,8 @@ class Manifest:
 
 # --- reading a manifest: checked as a whole before any reader uses it ----------------------------
 
-#: The largest ``shards.json`` a reader takes (about 400,000 shards). It is read whole and parsed
+#: The largest ``shards.json`` a reader takes (about 400,000 shards; 170,000 tar shards of 64
+#: indexed rows, whose index of row offsets costs about 1 KB each). It is read whole and parsed
 #: in memory, from a folder, a URL or the Hub: a larger one is refused before it is parsed.
 MAX_MANIFEST_BYTES = 256 << 20
 #: The most columns (at any level) and class names a manifest may declare.
@@ -355,9 +368,11 @@ def checked_manifest(data: Any) -> Manifest:
         tags = ", ".join(f.manifest_format for f in FORMATS.values())
         raise ValueError(f"format is {_shown(tag)}, not one shardkit writes ({tags})")
     layout = data.get("layout")
-    # Recorded from layout 4 on: the format's one layout (a manifest without it is older).
-    if layout is not None and (type(layout) is not int or layout != fmt.layout_version):
-        raise ValueError(f"layout is {_shown(layout)}, not {fmt.layout_version}, the layout shardkit writes")
+    # Recorded from layout 4 on: one the format has had (a manifest without it is older).
+    if layout is not None and (type(layout) is not int or not RECORDED_LAYOUT <= layout <= fmt.layout_version):
+        known = " or ".join(map(str, range(RECORDED_LAYOUT, fmt.layout_version + 1)))
+        words = "the layout shardkit writes" if fmt.layout_version == RECORDED_LAYOUT else "the layouts shardkit reads"
+        raise ValueError(f"layout is {_shown(layout)}, not {known}, {words}")
     _written_as(data, "key_scheme", KEY_SCHEME)
     _written_as(data, "member_template", fmt.member_template)
     # A ZIP shard's first member: its typed table from layout 4 on, its JSON lines before.
@@ -436,14 +451,54 @@ def _checked_shards(value: Any, fmt: ShardFormat, cap: int) -> list[ManifestShar
         input_sha256 = entry.get("input_sha256", "")
         if input_sha256 != "":
             _sha256(input_sha256, f"{at}: input_sha256")
+        every, offsets = _checked_index(entry, fmt, at, rows, size)
         shards.append(
             ManifestShard(
-                file, entry["metadata"], rows, size, sha256, metadata_sha256, first, last, split, input_sha256
+                file,
+                entry["metadata"],
+                rows,
+                size,
+                sha256,
+                metadata_sha256,
+                first,
+                last,
+                split,
+                input_sha256,
+                every,
+                offsets,
             )
         )
     if len(folders) > 1:
         raise ValueError("some shards are in a split's folder and some are not")
     return shards
+
+
+def _checked_index(
+    entry: dict[str, Any], fmt: ShardFormat, at: str, rows: int, size: int
+) -> tuple[int, tuple[int, ...]]:
+    """A shard's index (``row_offsets_every``, ``row_offsets``), both or neither, only for a
+    format that has one: offsets of rows 0, every, 2 * every..., from 0, ascending, within the
+    shard. Whether each is where its row begins is verify's to check (and a reader's header
+    check refuses one that is not a member's first header)."""
+    if "row_offsets" not in entry and "row_offsets_every" not in entry:
+        return 0, ()
+    if not fmt.row_index:
+        name = "row_offsets" if "row_offsets" in entry else "row_offsets_every"
+        raise ValueError(f"{at} has {name}, which shardkit writes for tar shards only")
+    every = _whole(entry.get("row_offsets_every"), f"{at}: row_offsets_every", 1, rows)
+    offsets = entry.get("row_offsets")
+    count = -(-rows // every)
+    if not isinstance(offsets, list) or len(offsets) != count:
+        shown = f"a list of {len(offsets)}" if isinstance(offsets, list) else _kind(offsets)
+        raise ValueError(f"{at}: row_offsets is {shown}, not a list of {count} offsets (one per {every} rows)")
+    # (One pass over every offset in C: a manifest of 20,000 tar shards holds over a million.)
+    ints = all(type(offset) is int for offset in offsets)
+    if not (ints and offsets[0] == 0 and offsets[-1] < size and all(map(operator.lt, offsets, offsets[1:]))):
+        last = -1  # find the first offset that is wrong, for the message
+        for i, offset in enumerate(offsets):
+            _whole(offset, f"{at}: row_offsets[{i}]", 0 if i == 0 else last + 1, 0 if i == 0 else size - 1)
+            last = offset
+    return every, tuple(offsets)
 
 
 def _checked_splits(data: dict[str, Any], shards: list[ManifestShard], prefix_length: int) -> dict[str, int]:

@@ -49,6 +49,8 @@ LAYOUT_CHANGES = {
     3: "tar members carry a CRC-32 record and Parquet pages a checksum, so readers refuse damaged rows",
     4: "splits are cut into shards near the target size, named by where their keys start, and ZIP shards hold"
     " their rows as a typed metadata.parquet",
+    5: "Parquet row groups hold about 1/64 of their shard, so a rank reading part of a shard fetches little more"
+    " than its rows",
 }
 
 

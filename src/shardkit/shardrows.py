@@ -1,6 +1,8 @@
 """A packed dataset's parts, from wherever it is (a folder, a URL, the Hub): its manifest, and the
 rows of one shard as its format reads them. What ``shardkit.stream``, remux and the card's
-preview share; one shard is read front to back in one request (Parquet: footer, then ranges).
+preview share; one shard is read front to back in one request (Parquet: footer, then ranges), a
+cut piece of one by its format's ranged reads (ZIP: its directory; tar: the manifest's index of
+row offsets; Parquet: the row groups that hold it).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def iter_shard(
         max_bytes=manifest.options.max_shard_bytes,
         bytes=recorded.bytes if recorded is not None else None,
         rows=recorded.rows if recorded is not None else None,
+        row_offsets_every=recorded.row_offsets_every if recorded is not None else 0,
+        row_offsets=recorded.row_offsets if recorded is not None else (),
     )
     return _checked_rows(fmt, source, shard, record, manifest, start, stop)
 

@@ -20,9 +20,10 @@ For every ZIP shard the manifest names, in one front-to-back read of the file:
 A tar shard gets the same checks in its terms: ustar headers exactly as shardkit writes them,
 each member's CRC record matching its bytes (shards from before CRC records have none), nothing
 after the end blocks, each ``<key>.json`` followed by the file its ``file_name`` names, the .json
-members' bytes equal to ``metadata/<stem>.jsonl``. A Parquet shard is read row group by row
-group: each row's path and typed fields must equal its line in ``metadata/<stem>.jsonl``, keys
-as above.
+members' bytes equal to ``metadata/<stem>.jsonl``, and the manifest's index of the shard (its
+``row_offsets``, where a cut piece is read from) at the rows' real first headers. A Parquet
+shard is read row group by row group: each row's path and typed fields must equal its line in
+``metadata/<stem>.jsonl``, keys as above.
 
 And for the whole: shards' keys as read do not overlap, ``data/`` and ``metadata/`` hold
 nothing the manifest does not name, and ``metadata.parquet`` holds every shard's rows, in order,
@@ -269,6 +270,9 @@ def _check_shard(
     result.rows = walk.members
     if result.rows != shard.rows:
         problems.append(Problem(shard.file, f"{result.rows} members, the manifest says {shard.rows} rows"))
+    index_problem = _index_problem(shard, walk.row_starts) if walk.row_starts is not None else None
+    if index_problem is not None:
+        problems.append(Problem(shard.file, index_problem))
     if walk.keys:
         result.keys = (walk.keys[0], walk.keys[-1])
         if result.keys != (shard.first_key, shard.last_key):
@@ -288,6 +292,21 @@ def _check_shard(
     except FileNotFoundError:
         problems.append(Problem(shard.metadata, "missing"))
     return result
+
+
+def _index_problem(shard: ManifestShard, row_starts: list[int]) -> str | None:
+    """Where the manifest's index of a shard (``row_offsets``) differs from where its rows begin,
+    as walked; None where it has none."""
+    if not shard.row_offsets:
+        return None
+    indexed = row_starts[:: shard.row_offsets_every]
+    for point, (recorded, real) in enumerate(zip(shard.row_offsets, indexed, strict=False)):
+        if recorded != real:
+            row = point * shard.row_offsets_every
+            return f"the manifest's row_offsets put row {row} at byte {recorded}; it begins at byte {real}"
+    if len(indexed) != len(shard.row_offsets):
+        return f"the manifest's row_offsets index {len(shard.row_offsets)} rows; the shard's rows make {len(indexed)}"
+    return None
 
 
 def check_whole(location: Location, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:

@@ -103,8 +103,11 @@ class _ShardRows:
         self.job = job
         self.name = job.plan.name
         self.features = job.features
+        self.planned_bytes = job.plan.bytes
         self._meta = meta
         self.digest = hashlib.sha256()
+        self.row_offsets_every = 0
+        self.row_offsets: tuple[int, ...] = ()
 
     def published_lines(self) -> Iterator[bytes]:
         return iter_published_lines(self.job.staging_path, self.job.plan.offset, self.job.plan.rows)
@@ -123,6 +126,9 @@ class _ShardRows:
     def record_line(self, line: bytes) -> None:
         self._meta.write(line)
         self.digest.update(line)
+
+    def record_row_offsets(self, every: int, offsets: list[int]) -> None:
+        self.row_offsets_every, self.row_offsets = every, tuple(offsets)
 
     def metadata_table(self) -> bytes:
         if self.job.table is not None:
@@ -209,4 +215,6 @@ def write_shard(job: ShardJob) -> ManifestShard:
         last_key=plan.last_key,
         split=plan.split,
         input_sha256=plan.input_sha256,
+        row_offsets_every=rows.row_offsets_every,
+        row_offsets=rows.row_offsets,
     )

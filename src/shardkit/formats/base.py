@@ -35,6 +35,12 @@ from ..streamio import Output
 MAX_ZIP_BYTES = 0xFFFFFFFF
 MAX_ZIP_MEMBERS = 0xFFFF
 
+#: About how many places in a shard a ranged read of part of it can start at: a tar shard's
+#: index records the offset of every ceil(rows / INDEX_POINTS)-th row (:class:`ShardRecord`), a
+#: Parquet shard's row groups hold about 1 / INDEX_POINTS of it. A cut piece then fetches at
+#: most about 1 / INDEX_POINTS of its shard (and a row) at each end beyond its own rows.
+INDEX_POINTS = 64
+
 #: A ZIP shard's first member before layout 4: every row's metadata line, before any file.
 METADATA_MEMBER = "metadata.jsonl"
 #: A ZIP shard's first member since layout 4: the rows' metadata as a table typed by the card's
@@ -76,6 +82,8 @@ class ShardRows(Protocol):
     def name(self) -> str: ...  # the shard's name, "data/3f.zip", for messages
     @property
     def features(self) -> list[dict[str, Any]] | None: ...  # the card's features (what types Parquet's columns)
+    @property
+    def planned_bytes(self) -> int: ...  # the shard's size as planned (Parquet: an estimate)
 
     def published_lines(self) -> Iterator[bytes]:
         """The rows' metadata lines (UTF-8, each with its newline), read again at each call."""
@@ -89,6 +97,10 @@ class ShardRows(Protocol):
     def metadata_table(self) -> bytes:
         """The rows' metadata as a typed table (formats whose ``metadata_table`` is set): encoded
         by the packer before the shard's size is planned, so that size is exact."""
+
+    def record_row_offsets(self, every: int, offsets: list[int]) -> None:
+        """Record the shard's index (formats whose ``row_index`` is set): ``offsets[i]`` is where
+        row ``i * every`` begins, the manifest's ``row_offsets`` (:class:`ShardRecord`)."""
 
 
 # --- what the stream reader gives a format ----------------------------------------------------
@@ -104,6 +116,26 @@ class ShardRecord:
     max_bytes: int | None = None  # the manifest's cap
     bytes: int | None = None  # what the manifest records of this shard (None: not recorded)
     rows: int | None = None
+    #: The shard's index, where its manifest record has one (formats whose ``row_index`` is set,
+    #: packed since shardkit recorded it): row ``i * row_offsets_every`` begins at byte
+    #: ``row_offsets[i]``, so a cut piece is read from the index point at or before its first row.
+    row_offsets_every: int = 0
+    row_offsets: tuple[int, ...] = ()
+
+    def index_point(self, row: int) -> tuple[int, int]:
+        """The indexed row at or before ``row`` and its offset: ``(0, 0)`` without an index."""
+        if not self.row_offsets:
+            return 0, 0
+        point = min(row // self.row_offsets_every, len(self.row_offsets) - 1)
+        return point * self.row_offsets_every, self.row_offsets[point]
+
+    def index_end(self, stop: int) -> int | None:
+        """Where the indexed row at or after ``stop`` begins (a ranged read of rows before
+        ``stop`` may end there); None when no indexed row is at or after it (or no index)."""
+        if not self.row_offsets:
+            return None
+        point = -(-stop // self.row_offsets_every)
+        return self.row_offsets[point] if point < len(self.row_offsets) else None
 
 
 class ShardSource(Protocol):
@@ -157,6 +189,9 @@ class Walk:
     members: int  # file members (rows' files) met
     keys: list[str]  # every row's key, sorted
     metadata: bytes | None  # the metadata lines the shard holds, to compare with metadata/; None: compared already
+    #: Where each row begins in the shard, as walked (formats whose ``row_index`` is set; None: the
+    #: walk did not get through the shard): what verify holds the manifest's ``row_offsets`` to.
+    row_starts: list[int] | None = None
 
 
 class HashingReader:
@@ -204,6 +239,9 @@ class ShardFormat(abc.ABC):
     loading_script: bool = False
     #: Read with ranged reads of a seekable file (its footer first), not front to back in one read.
     random_access: bool = False
+    #: The writer records an index of where rows begin (:meth:`ShardRows.record_row_offsets`),
+    #: which the manifest keeps and a cut piece is read from (:attr:`ShardRecord.row_offsets`).
+    row_index: bool = False
     #: What a pack publishes in this format, beyond the input and options: a new layout rewrites
     #: unchanged input (with --force). packresume.py's LAYOUT_CHANGES says what each number changed.
     layout_version: int = 4

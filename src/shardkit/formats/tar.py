@@ -22,6 +22,13 @@ is a PAX header, every member must have its CRC record and its bytes must match 
 plain member, no member may have one (such shards have no data check; ``verify`` still compares
 the whole file's sha256 with the manifest's).
 
+A shard's manifest record holds an index (shards packed before shardkit recorded it have none,
+and are read from their front): ``row_offsets[i]``, where row ``i * row_offsets_every``
+begins (its ``.json`` member's CRC record), for every ceil(rows / 64)-th row. A cut piece of the
+shard (``shardkit.stream`` with ranks) is one ranged read from the index point at or before its
+first row; every member is checked as in a whole read, so an offset that is not a row's first
+header is an error, and ``verify`` compares every recorded offset with the walk's.
+
 :func:`iter_tar_members` walks an archive front to back from a forward-only stream, as the
 webdataset builder of datasets does, and accepts only what :class:`TarWriter` writes: every
 header byte for byte as the writer makes it for that name and size (so valid octal fields, the
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -40,6 +47,7 @@ from ..errors import no_note, source_note
 from ..rowrules import SOURCE_PATH_COLUMN
 from ..streamio import CountingOutput, Output, crc32, decode_member_name, read_exact
 from .base import (
+    INDEX_POINTS,
     MAX_ZIP_BYTES,
     MAX_ZIP_MEMBERS,
     HashingReader,
@@ -48,7 +56,9 @@ from .base import (
     ShardFormatError,
     ShardRecord,
     ShardRows,
+    ShardSource,
     Walk,
+    rows_between,
     source_of_row,
 )
 
@@ -154,6 +164,11 @@ class TarWriter(CountingOutput):
     _pending: int = 0
     _padding: int = 0
 
+    @property
+    def offset(self) -> int:
+        """Where the next member's blocks begin (its CRC record)."""
+        return self._offset
+
     def start_member(self, name: str, size: int, crc: int) -> None:
         """Start a member of ``size`` bytes whose CRC-32 is ``crc``; its data follows in :meth:`write_data`."""
         if self._pending:
@@ -192,6 +207,7 @@ class TarMember:
     size: int
     data: bytes
     crc: int | None = None  # what its CRC record gives; None in shards from before CRC records
+    start: int = 0  # of its first block: its CRC record's header (its own header without one)
 
 
 def _read_exact(stream: BinaryIO, n: int, what: str) -> bytes:
@@ -254,9 +270,11 @@ def _crc_of(stream: BinaryIO, header: bytes, offset: int) -> int:
 
 
 def iter_tar_members(
-    stream: BinaryIO, *, check_crc: bool = True, note: Callable[[str], str] = no_note
+    stream: BinaryIO, *, check_crc: bool = True, note: Callable[[str], str] = no_note, base: int = 0
 ) -> Iterator[TarMember]:
     """Walk a shard front to back, yielding each regular-file member; checks what follows the end blocks.
+    ``stream`` begins at byte ``base`` of the shard (a member's first block: a ranged read from
+    an index point), which every offset and message counts from.
 
     Refuses anything :class:`TarWriter` would not write (see the module doc): a bad header
     checksum, any member type but a regular file, unsafe or repeated names, a missing or extra
@@ -265,7 +283,7 @@ def iter_tar_members(
     ``note(name)`` follows a member's (checked) name in a message about it: the caller, who read
     the row before it, knows its source (:func:`.errors.source_note`); it is asked only on failure.
     """
-    offset = 0
+    offset = base
     with_crc: bool | None = None  # the first header tells: a shard from before CRC records has none
     names: set[str] = set()
     while True:
@@ -299,7 +317,7 @@ def iter_tar_members(
             raise TarFormatError(f"member {name!r}{note(name)} at offset {offset}: its padding holds data")
         if check_crc and crc is not None and crc32(data) != crc:
             raise TarFormatError(f"CRC mismatch in member {name!r}{note(name)} at offset {offset}")
-        yield TarMember(name=name, offset=offset, size=size, data=data, crc=crc)
+        yield TarMember(name=name, offset=offset, size=size, data=data, crc=crc, start=start)
         offset += BLOCK + padded(size)
 
 
@@ -333,23 +351,56 @@ class TarFormat(ShardFormat):
     def write(self, out: Output, rows: ShardRows) -> int:
         """``<key>.json`` (the row's metadata line) then ``<key><ext>``, per row."""
         tw = TarWriter(out)
+        starts = []  # where each row begins: its .json member's CRC record
         with rows.files() as files:
             for row in files:
+                starts.append(tw.offset)
                 line = row.metadata_line.encode("utf-8")
                 tw.add(f"{row.key}.json", line)
                 rows.record_line(line + b"\n")
                 tw.start_member(self.member_name(row.key, row.ext), row.size, row.crc)
                 row.copy_to(tw.write_data)
+        every = max(-(-len(starts) // INDEX_POINTS), 1)
+        rows.record_row_offsets(every, starts[::every])
         return tw.close()
 
     def read_rows(self, f: BinaryIO, record: ShardRecord) -> Iterator[dict[str, Any]]:
+        return self._rows(f, record)
+
+    def read_piece(
+        self, shard: ShardSource, record: ShardRecord, start: int = 0, stop: int | None = None
+    ) -> Generator[dict[str, Any], None, None]:
+        """A whole shard, or one without an index (packed before shardkit recorded one): read from
+        its front (the default). A cut piece of an indexed shard: one ranged read from the index
+        point at or before its first row (:attr:`.ShardRecord.row_offsets`) to the indexed row at
+        or after its last (to the shard's end when there is none), each member checked as in a
+        whole read; the rows before ``start`` are passed over. A wrong offset is an error naming
+        the shard: what is there is not a member's first header (``verify`` compares every
+        recorded offset with the members' own)."""
+        to_end = stop is None or stop == record.rows
+        if not record.row_offsets or record.bytes is None or (start == 0 and to_end):
+            yield from super().read_piece(shard, record, start, stop)
+            return
+        if stop is not None and start >= stop:
+            return
+        first, begin = record.index_point(start)
+        indexed_end = None if to_end or stop is None else record.index_end(stop)
+        end = record.bytes if indexed_end is None else indexed_end
+        f = shard.open_range(begin, end)
+        try:
+            yield from rows_between(self._rows(f, record, begin), record, start, stop, first=first)
+        finally:
+            f.close()
+
+    def _rows(self, f: BinaryIO, record: ShardRecord, base: int = 0) -> Iterator[dict[str, Any]]:
+        """The rows of ``f``, which begins at byte ``base`` of the shard, at a row's first block."""
         row: dict[str, Any] | None = None  # the row its .json member gave, until its file comes
 
         def note(name: str) -> str:
             return source_note(row.get(SOURCE_PATH_COLUMN)) if row is not None and row.get("file_name") == name else ""
 
         try:
-            for member in iter_tar_members(f, note=note):
+            for member in iter_tar_members(f, note=note, base=base):
                 if row is None:
                     if not member.name.endswith(".json"):
                         raise TarFormatError(f"member {member.name!r} has no .json before it")
@@ -376,6 +427,7 @@ class TarFormat(ShardFormat):
     def verify_shard(self, check: ShardCheck) -> Walk:
         """``<key>.json`` then ``<key><ext>`` per row, the json naming the file that follows it."""
         lines: list[bytes] = []
+        starts: list[int] = []  # where each row begins (its .json member's first block)
         files = 0
         expected: str | None = None  # the file_name the last .json announced
         source: str | None = None  # and its source_path
@@ -400,6 +452,7 @@ class TarFormat(ShardFormat):
                             files += 1
                             continue
                         lines.append(member.data)
+                        starts.append(member.start)
                         try:
                             row = json.loads(member.data.decode("utf-8"))  # (bytes: json would take UTF-16 too)
                             expected, source = str(row["file_name"]), source_of_row(row, SOURCE_PATH_COLUMN)
@@ -426,7 +479,7 @@ class TarFormat(ShardFormat):
         if not reader.sound:  # the rows read are only some: their keys and lines say nothing more
             return Walk(reader.sha256.hexdigest(), files, [], None)
         metadata = b"".join(line + b"\n" for line in lines)
-        return Walk(reader.sha256.hexdigest(), files, keys, metadata)
+        return Walk(reader.sha256.hexdigest(), files, keys, metadata, row_starts=starts)
 
 
 TAR = TarFormat(
@@ -436,4 +489,5 @@ TAR = TarFormat(
     max_rows=MAX_ZIP_MEMBERS - 1,  # the same row cap and largest shard as ZIP's
     max_bytes=MAX_ZIP_BYTES,
     member_template="{key}.json, then {key}{ext.lower()}",
+    row_index=True,
 )
