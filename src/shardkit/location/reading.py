@@ -336,7 +336,8 @@ class HttpRandomFile:
     ranged GET through :class:`HttpReader`, so a read that fails is retried and resumed as a
     stream's is, and a file that changes between reads (another ETag) is one line.
 
-    Its size comes from a first ranged GET of one byte (its Content-Range). ``block``: the least
+    Its size comes from a first ranged GET of one byte (its Content-Range, or a 200's
+    Content-Length); where the server says neither, it is read front to back only. ``block``: the least
     each request asks for, kept for the reads after it (read-ahead for a reader of small reads,
     e.g. a ZIP walked member by member); 0: each read asks for exactly its bytes. A missing file
     raises FileNotFoundError.
@@ -347,16 +348,18 @@ class HttpRandomFile:
         self._headers = headers
         self._block = block
         with HttpReader(url, headers, byte_range=(0, 1)) as probe:
-            size, self._etag = probe.size, probe.etag
-        if size is None:
-            raise NetworkError(f"cannot read {url}: the server does not say its size (no Content-Range nor Length)")
-        self.size = size
+            self.size, self._etag = probe.size, probe.etag
+        # A server that neither honours Range nor says the length: the file is read front to back only.
+        self._whole = HttpReader(url, headers, etag=self._etag) if self.size is None else None
+        self._whole_position = 0
         self._position = 0
         self._kept_at = 0
         self._kept = b""
         self.closed = False
 
     def read(self, n: int | None = -1) -> bytes:
+        if self.size is None:
+            return self._read_whole(-1 if n is None else n)
         end = self.size if n is None or n < 0 else min(self.size, self._position + n)
         if end <= self._position:
             return b""
@@ -370,6 +373,19 @@ class HttpRandomFile:
         self._position += len(data)
         return data
 
+    def _read_whole(self, n: int) -> bytes:
+        if self._whole is None or self._position != self._whole_position:
+            raise self._unsized()
+        data = self._whole.read(n)
+        self._position += len(data)
+        self._whole_position = self._position
+        return data
+
+    def _unsized(self) -> NetworkError:
+        return NetworkError(
+            f"cannot read {self._url} out of order: the server does not say its size (no Content-Range nor Length)"
+        )
+
     def _fetch(self, start: int, end: int) -> bytes:
         with HttpReader(self._url, self._headers, byte_range=(start, end), etag=self._etag) as f:
             data = read_upto(f, end - start)
@@ -381,7 +397,9 @@ class HttpRandomFile:
         return data
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._position, 2: self.size}[whence]
+        if whence == 2 and self.size is None:
+            raise self._unsized()
+        base = {0: 0, 1: self._position, 2: self.size or 0}[whence]
         if base + offset < 0:
             raise ValueError(f"negative seek position {base + offset}")
         self._position = base + offset
@@ -398,6 +416,8 @@ class HttpRandomFile:
 
     def close(self) -> None:
         self._kept = b""
+        if self._whole is not None:
+            self._whole.close()
         self.closed = True
 
     def __enter__(self) -> HttpRandomFile:
