@@ -32,7 +32,7 @@ from tests.http_server import serve_directory
 from tests.hub_server import run_hub_server
 from tests.stream_resume import row_digest
 from tests.support.corpus import REPO_ROOT
-from tests.test_faults import error_line
+from tests.test_faults import error_line, shardkit_cli
 from tests.test_push import hub_env, push
 
 FORMATS = ("zip", "tar", "parquet")
@@ -140,13 +140,6 @@ def test_a_stream_from_the_hub_through_faults_gives_the_rows_of_a_clean_read(
 # --- after the budget: one line ---------------------------------------------------------------------
 
 
-def shardkit_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    shardkit_script = Path(sys.executable).parent / "shardkit"
-    return subprocess.run(
-        [str(shardkit_script), *args], capture_output=True, text=True, env=env, timeout=GUARD, check=False
-    )
-
-
 BUDGET = {**FAST, "SHARDKIT_NETWORK_RETRIES": "2"}
 
 
@@ -217,3 +210,14 @@ def test_ctrl_c_during_a_retry_wait_stops_at_once(folders: dict[str, Path]) -> N
     assert proc.returncode != 0 and fault.hits == 1
     assert stopped_in < 10, stopped_in  # a guard far below the wait, not a measure
     assert "Traceback" not in err
+
+
+def test_a_retry_setting_that_is_not_a_number_is_a_usage_error(folders: dict[str, Path]) -> None:
+    with serve_directory(folders["zip"]) as (base, _):
+        for name, value, rule in [
+            ("SHARDKIT_NETWORK_RETRIES", "many", "is not a whole number of retries, 0 or more (e.g. 8)"),
+            ("SHARDKIT_RETRY_WAIT", "-1", "is not a number of seconds 0 or more (e.g. 0.5)"),
+        ]:
+            result = shardkit_cli("head", base + "/", env={**os.environ, name: value})
+            assert result.returncode == 2
+            assert error_line(result.stderr) == f"error: {name}={value!r} {rule}"

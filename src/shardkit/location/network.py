@@ -49,15 +49,21 @@ def network_timeout() -> float:
     Read from the environment, not passed as an argument: readers run in DataLoader workers and
     Dask workers that a call cannot reach, and each of them inherits or sets its environment.
     """
-    raw = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    return _seconds_setting(TIMEOUT_VARIABLE, DEFAULT_NETWORK_TIMEOUT, "above 0 (e.g. 60)")
+
+
+def _seconds_setting(variable: str, default: float, rule: str) -> float:
+    """A number of seconds from the environment (``default`` when unset): finite, and above 0
+    (``rule`` "above 0...") or 0 or more; else a UsageError saying ``rule``."""
+    raw = os.environ.get(variable, "").strip()
     if not raw:
-        return DEFAULT_NETWORK_TIMEOUT
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise UsageError(f"{TIMEOUT_VARIABLE}={raw!r} is not a number of seconds above 0 (e.g. 60)")
+    if not (math.isfinite(value) and (value > 0 if rule.startswith("above") else value >= 0)):
+        raise UsageError(f"{variable}={raw!r} is not a number of seconds {rule}")
     return value
 
 
@@ -75,31 +81,16 @@ def network_retries() -> int:
 
 def first_retry_wait() -> float:
     """Seconds before the first retry (``SHARDKIT_RETRY_WAIT``, default 0.5)."""
-    raw = os.environ.get(RETRY_WAIT_VARIABLE, "").strip()
-    if not raw:
-        return DEFAULT_RETRY_WAIT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (value >= 0 and math.isfinite(value)):
-        raise UsageError(f"{RETRY_WAIT_VARIABLE}={raw!r} is not a number of seconds, 0 or more (e.g. 0.5)")
-    return value
+    return _seconds_setting(RETRY_WAIT_VARIABLE, DEFAULT_RETRY_WAIT, "0 or more (e.g. 0.5)")
 
 
-def retry_wait(failures: int, asked: float | None) -> float:
-    """Seconds to wait after ``failures`` failures in a row (1, 2...): the first wait doubled
+def retry_wait(failures: int, asked: float | None, first: float) -> float:
+    """Seconds to wait after ``failures`` failures in a row (1, 2...): the ``first`` wait doubled
     each time up to :data:`MAX_RETRY_WAIT`, between half and all of it at random (so that many
     readers a server turned away do not come back at once), or the wait the server asked for
     (``Retry-After``) if longer. The caller refuses an asked wait over :func:`network_timeout`."""
-    wait: float = min(first_retry_wait() * 2.0 ** (failures - 1), MAX_RETRY_WAIT)
+    wait: float = min(first * 2.0 ** (failures - 1), MAX_RETRY_WAIT)
     return max(wait * random.uniform(0.5, 1.0), float(asked or 0))
-
-
-def worst_case_retry_wait(retries: int, first: float = DEFAULT_RETRY_WAIT) -> float:
-    """The longest a read waits between its attempts, over ``retries`` failures in a row without
-    progress, when the server asks for no wait (each attempt may also take up to :func:`network_timeout`)."""
-    return float(sum(min(first * 2**k, MAX_RETRY_WAIT) for k in range(retries)))
 
 
 def asked_wait(response: Any) -> int | None:

@@ -25,6 +25,7 @@ from .network import (
     TRANSIENT_STATUSES,
     answered,
     asked_wait,
+    first_retry_wait,
     is_timeout,
     is_transient,
     network_failure,
@@ -162,6 +163,7 @@ class HttpReader:
         self._headers = headers
         self._timeout = network_timeout()
         self._retries = network_retries()
+        self._first_wait = first_retry_wait()  # read now: a wrong setting is said before anything fails
         self._fetched = byte_range[0] if byte_range else 0  # the absolute position of the next byte to take
         self._end = byte_range[1] if byte_range else None  # past the last byte to give; None: the file's end
         #: The first answer's ETag (or the one the caller expects): a later one that differs is another file.
@@ -258,7 +260,7 @@ class HttpReader:
             if failure is not None:
                 raise failure from None
             raise exc
-        pause = retry_wait(self._failures, wait)
+        pause = retry_wait(self._failures, wait, self._first_wait)
         log.warning(
             "%s failed at byte %d (%s); asking again from there in %.1f s (failure %d of %d in a row)",
             self._url,
