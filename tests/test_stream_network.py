@@ -221,3 +221,32 @@ def test_a_retry_setting_that_is_not_a_number_is_a_usage_error(folders: dict[str
             result = shardkit_cli("head", base + "/", env={**os.environ, name: value})
             assert result.returncode == 2
             assert error_line(result.stderr) == f"error: {name}={value!r} {rule}"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ({"ETag": '"another"', "Content-Range": "bytes 1000-1000/100000"}, r"the file changed while it was read"),
+        ({"Content-Range": "bytes 0-0/100000"}, r"asked for the bytes from 1000, the server sent them from 0"),
+    ],
+    ids=["another-etag", "another-start"],
+)
+def test_a_resumed_read_that_is_not_the_continuation_is_one_line(
+    answer: dict[str, str], said: str, hub_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hub server's files have an ETag: read here as an http(s) URL of the repo's resolve folder."""
+    for name, value in FAST.items():
+        monkeypatch.setenv(name, value)
+    with run_fault_proxy(hub_url) as proxy:
+        shard = r"/data/0\.zip$"
+        faults = proxy.set(
+            Fault("cut_body", path=shard, after=1000, times=1),
+            Fault("status", path=shard, status=206, headers=answer, body=b"x", times=1),
+        )
+        url = f"{proxy.url}/datasets/tester/net-zip/resolve/main/"
+        with pytest.raises(shardkit.ShardkitError) as raised:
+            read(url)
+    message = str(raised.value)
+    assert [f.hits for f in faults] == [1, 1]
+    assert re.fullmatch(rf"reading {re.escape(url)}data/0\.zip(: | at byte 1000: ){said}.*", message), message
+    assert "\n" not in message
