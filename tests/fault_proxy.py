@@ -20,7 +20,10 @@ whole (or, for a stalled upload, in part), then either passed on or broken as th
   sent, with no length, until the client hangs up; ``sent`` counts the bytes it took.
 
 A fault breaks ``times`` matching requests (None: all) and counts them in ``hits``, so a test can
-check that the fault it set up really happened. A stalled connection stays open until the
+check that the fault it set up really happened. ``every``: only each ``every``-th request it
+matches (``seen`` counts them; the others go on to the next fault), so that faults recur by
+count, deterministically: a soak test. ``after=RANDOM``: a stall or cut at a point of the body
+drawn from ``random.Random(seed)``. A stalled connection stays open until the
 client gives up or the proxy stops. Every connection carries one request (the answer says
 ``Connection: close``), so a fault meets exactly the request it matched. ``Expect:
 100-continue`` is answered by the proxy itself, as a reverse proxy in front of a server does.
@@ -29,6 +32,7 @@ client gives up or the proxy stops. Every connection carries one request (the an
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import socket
 import socketserver
@@ -41,6 +45,7 @@ from urllib.parse import urlsplit
 
 MODES = ("stall", "stall_upload", "stall_body", "cut_body", "status", "redirect", "endless")
 ECHO = b"<echo>"  # a status fault's body that echoes the request's head
+RANDOM = -1  # a fault's ``after``: a point of the body drawn at random (from its ``seed``)
 
 
 @dataclass
@@ -48,7 +53,7 @@ class Fault:
     mode: str
     method: str | None = None  # None: any method
     path: str = ""  # a regular expression searched in the request's path
-    after: int = 0  # body bytes passed before a stall or a cut
+    after: int = 0  # body bytes passed before a stall or a cut (RANDOM: drawn from ``seed``)
     status: int = 503
     times: int | None = None  # how many matching requests to break; None: all
     headers: dict[str, str] = field(default_factory=dict)  # more headers of a status, redirect or endless answer
@@ -58,20 +63,31 @@ class Fault:
     fill: bytes = b"["
     hits: int = 0
     sent: int = 0  # bytes of an endless answer the client took
+    every: int = 1  # break each ``every``-th matching request only
+    seed: int = 0  # of the points a RANDOM cut or stall is drawn at
+    seen: int = 0  # matching requests, broken or not
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown fault mode {self.mode!r}")
+        self._random = random.Random(self.seed)
 
     def matches(self, method: str, path: str) -> bool:
         if self.times is not None and self.hits >= self.times:
             return False
         return (self.method is None or self.method == method) and re.search(self.path, path) is not None
 
+    def body_bytes(self, length: int | None) -> int:
+        """Bytes of a body of ``length`` passed before the stall or cut."""
+        if self.after != RANDOM:
+            return self.after
+        return self._random.randrange(length or 1 << 16)
+
 
 @dataclass
 class ProxyLog:
     entries: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, fault mode
+    ranges: list[tuple[str, str | None]] = field(default_factory=list)  # path, Range header of each request
 
     def faulted(self) -> list[tuple[str, str, str | None]]:
         return [e for e in self.entries if e[2] is not None]
@@ -112,12 +128,18 @@ class FaultProxy:
             self.faults = list(faults)
         return list(faults)
 
-    def _pick(self, method: str, path: str) -> Fault | None:
+    def _pick(self, method: str, path: str, byte_range: str | None = None) -> Fault | None:
         with self.lock:
-            fault = next((f for f in self.faults if f.matches(method, path)), None)
-            if fault is not None:
-                fault.hits += 1
+            fault = None
+            for candidate in self.faults:
+                if candidate.matches(method, path):
+                    candidate.seen += 1
+                    if candidate.seen % candidate.every == 0:
+                        fault = candidate
+                        fault.hits += 1
+                        break
             self.log.entries.append((method, path, fault.mode if fault else None))
+            self.log.ranges.append((path, byte_range))
             return fault
 
     def start(self) -> None:
@@ -171,7 +193,7 @@ class FaultProxy:
         request_line, headers = head
         method, target = request_line.split(" ", 2)[:2]
         path = urlsplit(target).path
-        fault = self._pick(method, path)
+        fault = self._pick(method, path, _header(headers, "range"))
         if (_header(headers, "expect") or "").lower() == "100-continue":
             # Answered here, as a reverse proxy (nginx) in front of a server does: the client
             # (botocore) sends the body only then, and the server is asked without it.
@@ -224,7 +246,11 @@ class FaultProxy:
         status_line, *lines = raw_head.decode("latin-1").split("\r\n")
         headers = [(n.strip(), v.strip()) for n, _, v in (line.partition(":") for line in lines)]
         conn.sendall(_head_bytes(status_line, headers))
-        limit = fault.after if fault is not None and fault.mode in ("stall_body", "cut_body") else None
+        limit = None
+        if fault is not None and fault.mode in ("stall_body", "cut_body"):
+            length = _header(headers, "content-length")
+            with self.lock:  # requests are handled on threads: one draw at a time
+                limit = fault.body_bytes(int(length) if length and length.isdigit() else None)
         sent = 0
         while True:
             if limit is not None and sent + len(rest) >= limit:

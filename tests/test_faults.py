@@ -49,6 +49,13 @@ READ_FAULTS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def no_read_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SHARDKIT_NETWORK_RETRIES=0: these tests check what a read says of a failure at once (each
+    fault here breaks every matching request); reads that retry are tests/test_stream_network.py's."""
+    monkeypatch.setenv("SHARDKIT_NETWORK_RETRIES", "0")
+
+
 @pytest.fixture(scope="module")
 def packed_example_each_format(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The example dataset packed once in each format."""

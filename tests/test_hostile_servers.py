@@ -55,6 +55,13 @@ finally:
 """
 
 
+@pytest.fixture(autouse=True)
+def no_read_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SHARDKIT_NETWORK_RETRIES=0: these tests check what a read says of a failure at once (each
+    fault here breaks every matching request); reads that retry are tests/test_stream_network.py's."""
+    monkeypatch.setenv("SHARDKIT_NETWORK_RETRIES", "0")
+
+
 class Run:
     """A finished CLI run: exit code, stdout, stderr (without the memory line) and peak memory."""
 

@@ -150,7 +150,8 @@ def filesystem_for(url: str) -> tuple[Any, str]:
 
 def http_filesystem(headers: dict[str, str]) -> Any:
     """fsspec's http(s) filesystem sending ``headers``, its waits bounded and failures named as
-    :func:`filesystem_for`'s (for ranged reads of Parquet shards at a URL or on the Hub)."""
+    :func:`filesystem_for`'s: the sizes and listings of an http(s) URL (its files are read with
+    :class:`.reading.HttpReader` and :class:`.reading.HttpRandomFile`)."""
     import fsspec
 
     timeout = network_timeout()

@@ -12,26 +12,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import NetworkError, ShardkitError, server_text
-from .network import TIMEOUT_VARIABLE, answered
+from .network import TIMEOUT_VARIABLE, TRANSIENT_STATUSES, answered, asked_wait
 from .reading import MAX_API_BODY_BYTES, MAX_ERROR_BODY_BYTES
 
-#: The statuses huggingface_hub's ``http_backoff`` retries, after the wait the answer asks for.
-_RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-
-
-def _asked_wait(response: Any) -> int | None:
-    """Seconds an answer asks the client to wait before it retries, as huggingface_hub reads
-    them (``Retry-After`` in seconds; a 429's ``RateLimit`` reset), or None."""
-    from huggingface_hub.utils import parse_ratelimit_headers  # type: ignore[attr-defined]
-
-    waits = []
-    retry_after = response.headers.get("retry-after", "").strip()
-    if retry_after.isdigit():
-        waits.append(int(retry_after))
-    limits = parse_ratelimit_headers(response.headers) if response.status_code == 429 else None
-    if limits is not None and limits.remaining == 0:
-        waits.append(int(limits.reset_in_seconds))
-    return max(waits, default=None)
+#: The statuses huggingface_hub's ``http_backoff`` retries (shardkit's reads retry the same).
+_RETRIED_STATUSES = TRANSIENT_STATUSES
 
 
 def _body_limit(response: Any) -> int | None:
@@ -155,7 +140,7 @@ def _refusal(response: Any, timeout: float, replayable: bool) -> NetworkError | 
     request = response.request
     url = str(request.url)
     what = answered(response.status_code, response.reason_phrase)
-    wait = _asked_wait(response) if response.status_code in _RETRIED_STATUSES else None
+    wait = asked_wait(response) if response.status_code in _RETRIED_STATUSES else None
     if wait is not None and wait > timeout:
         return NetworkError(
             f"{request.method} {url}: {what} and asked to wait {wait} s before trying again, longer than"

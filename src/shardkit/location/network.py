@@ -9,12 +9,20 @@ Continue`` and a body the server stops reading; Ctrl-C still ends them.
 
 What a server answers is held to the same rule: only a 404 means a file is missing (any other
 error answer, and a redirect loop, is one line naming the URL).
+
+A read over http(s) or the Hub survives transient failures (:func:`is_transient`: a refused,
+reset or cut connection, a timeout, an answer 408, 429, 500, 502, 503 or 504): it waits
+(:func:`retry_wait`) and asks again from the next byte it has not given. At most
+:func:`network_retries` failures in a row without a byte of progress between them
+(``SHARDKIT_NETWORK_RETRIES``, default 8; 0: none), then one line.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import random
+from typing import Any
 
 from ..errors import NetworkError, UsageError, server_text
 
@@ -23,6 +31,17 @@ TIMEOUT_VARIABLE = "SHARDKIT_NETWORK_TIMEOUT"
 DEFAULT_NETWORK_TIMEOUT = 60.0
 RESUME = "Try again: pack and push resume where they stopped."
 
+#: The one setting for retries of a read: failures in a row, without a byte of progress, before it fails.
+RETRIES_VARIABLE = "SHARDKIT_NETWORK_RETRIES"
+DEFAULT_NETWORK_RETRIES = 8
+#: The first wait before a retry, in seconds (doubled after each failure in a row, up to
+#: :data:`MAX_RETRY_WAIT`); a setting so that tests need not wait.
+RETRY_WAIT_VARIABLE = "SHARDKIT_RETRY_WAIT"
+DEFAULT_RETRY_WAIT = 0.5
+MAX_RETRY_WAIT = 30.0
+#: The answers a retry may cure: the server is busy, restarting, or asks to slow down.
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
 
 def network_timeout() -> float:
     """Seconds a network read, write or connect may wait without progress (``SHARDKIT_NETWORK_TIMEOUT``).
@@ -30,16 +49,76 @@ def network_timeout() -> float:
     Read from the environment, not passed as an argument: readers run in DataLoader workers and
     Dask workers that a call cannot reach, and each of them inherits or sets its environment.
     """
-    raw = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    return _seconds_setting(TIMEOUT_VARIABLE, DEFAULT_NETWORK_TIMEOUT, "above 0 (e.g. 60)")
+
+
+def _seconds_setting(variable: str, default: float, rule: str) -> float:
+    """A number of seconds from the environment (``default`` when unset): finite, and above 0
+    (``rule`` "above 0...") or 0 or more; else a UsageError saying ``rule``."""
+    raw = os.environ.get(variable, "").strip()
     if not raw:
-        return DEFAULT_NETWORK_TIMEOUT
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise UsageError(f"{TIMEOUT_VARIABLE}={raw!r} is not a number of seconds above 0 (e.g. 60)")
+    if not (math.isfinite(value) and (value > 0 if rule.startswith("above") else value >= 0)):
+        raise UsageError(f"{variable}={raw!r} is not a number of seconds {rule}")
     return value
+
+
+def network_retries() -> int:
+    """Failures of a read in a row, without a byte of progress between them, that are retried
+    (``SHARDKIT_NETWORK_RETRIES``, default 8; 0: none). Read from the environment, as
+    :func:`network_timeout` is."""
+    raw = os.environ.get(RETRIES_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_NETWORK_RETRIES
+    if not raw.isdigit():
+        raise UsageError(f"{RETRIES_VARIABLE}={raw!r} is not a whole number of retries, 0 or more (e.g. 8)")
+    return int(raw)
+
+
+def first_retry_wait() -> float:
+    """Seconds before the first retry (``SHARDKIT_RETRY_WAIT``, default 0.5)."""
+    return _seconds_setting(RETRY_WAIT_VARIABLE, DEFAULT_RETRY_WAIT, "0 or more (e.g. 0.5)")
+
+
+def retry_wait(failures: int, asked: float | None, first: float) -> float:
+    """Seconds to wait after ``failures`` failures in a row (1, 2...): the ``first`` wait doubled
+    each time up to :data:`MAX_RETRY_WAIT`, between half and all of it at random (so that many
+    readers a server turned away do not come back at once), or the wait the server asked for
+    (``Retry-After``) if longer. The caller refuses an asked wait over :func:`network_timeout`."""
+    wait: float = min(first * 2.0 ** (failures - 1), MAX_RETRY_WAIT)
+    return max(wait * random.uniform(0.5, 1.0), float(asked or 0))
+
+
+def asked_wait(response: Any) -> int | None:
+    """Seconds an answer asks the client to wait before it retries, as huggingface_hub reads
+    them (``Retry-After`` in seconds; a 429's ``RateLimit`` reset), or None."""
+    from huggingface_hub.utils import parse_ratelimit_headers  # type: ignore[attr-defined]
+
+    waits = []
+    retry_after = response.headers.get("retry-after", "").strip()
+    if retry_after.isdigit():
+        waits.append(int(retry_after))
+    limits = parse_ratelimit_headers(response.headers) if response.status_code == 429 else None
+    if limits is not None and limits.remaining == 0:
+        waits.append(int(limits.reset_in_seconds))
+    return max(waits, default=None)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed read may succeed if asked again: a timeout, a refused, reset or cut
+    connection, or an answer in :data:`TRANSIENT_STATUSES` (not a 404, 401, 403, 416, another
+    4xx, a redirect loop, nor a URL httpx cannot send)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"TooManyRedirects", "UnsupportedProtocol", "LocalProtocolError", "InvalidURL"}:
+        return False
+    if is_timeout(exc) or is_network_error(exc):
+        return True
+    answer = _answer(exc)
+    return answer is not None and answer[0] in TRANSIENT_STATUSES
 
 
 def is_timeout(exc: BaseException) -> bool:

@@ -1,20 +1,40 @@
-"""Reading bytes from a place: bounded reads, a window on a file, and http(s) reading (one GET).
+"""Reading bytes from a place: bounded reads, a window on a file, and http(s) reading.
 
 A body read whole is read up to a bound per kind (``MAX_*_BYTES`` below): a broken or hostile
-server may send an endless one. :class:`HttpReader` is the forward-only file over one streaming
+server may send an endless one. :class:`HttpReader` is the forward-only file over a streaming
 GET (optionally ranged) that a front-to-back read of a shard at an http(s) URL or on the Hub
-uses; :class:`Window` is the same ranged read over a file that seeks (on disk, through fsspec).
+uses; it survives transient failures, asking again from the next byte (see
+:mod:`.network`). :class:`HttpRandomFile` is the seekable file there (a Parquet shard, a ZIP's
+directory): each read one ranged :class:`HttpReader`. :class:`Window` is the ranged read over a
+file that seeks (on disk, through fsspec).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
+import logging
+import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import NetworkError, ShardkitError
-from .network import answered, network_failure, network_timeout
+from ..errors import NetworkError, ShardkitError, server_text
+from .network import (
+    RETRIES_VARIABLE,
+    TIMEOUT_VARIABLE,
+    TRANSIENT_STATUSES,
+    answered,
+    asked_wait,
+    first_retry_wait,
+    is_timeout,
+    is_transient,
+    network_failure,
+    network_retries,
+    network_timeout,
+    retry_wait,
+)
+
+log = logging.getLogger(__name__)
 
 # The most of each kind of body shardkit holds in memory, whatever the server sends (a broken or
 # hostile one may send an endless body): each is far above what shardkit itself writes
@@ -92,82 +112,191 @@ class Window:
         self.close()
 
 
+class _Answered(Exception):
+    """An error answer a retry may cure (:data:`.network.TRANSIENT_STATUSES`), shaped as
+    :func:`.network.network_failure` reads one (``status``, ``message``), with the wait it asks for."""
+
+    def __init__(self, status: int, message: str, wait: int | None) -> None:
+        super().__init__(f"{status} {message}")
+        self.status = status
+        self.message = message
+        self.wait = wait
+
+
+def _range_start_and_total(content_range: str | None) -> tuple[int | None, int | None]:
+    """The first byte and the file's size in a ``Content-Range`` (``bytes 10-19/100``, ``bytes */100``)."""
+    match = re.fullmatch(r"bytes (?:(\d+)-\d+|\*)/(\d+|\*)", (content_range or "").strip())
+    if match is None:
+        return None, None
+    start, total = match.groups()
+    return (int(start) if start else None), (int(total) if total != "*" else None)
+
+
 class HttpReader:
-    """A forward-only file over one streaming GET: what a front-to-back read needs, one request.
+    """A forward-only file over a streaming GET: what a front-to-back read needs, one request
+    while nothing fails.
 
     Kept rather than fsspec's HTTPStreamFile (also one GET): that one hops to fsspec's event-loop
     thread on every read and reports an HTTP error or a cut body without the server's status;
     this one reads in the caller's thread on huggingface_hub's session (its headers, redirects to
     the Hub's storage, and a timeout per read). Its waits are bounded by :func:`network_timeout`
-    (a read that brings no byte for that long fails, however long the whole shard takes), and
-    every failure is one line naming the URL: a stalled or cut connection must not pass for a
-    short shard or hang a training job.
+    (a read that brings no byte for that long fails, however long the whole shard takes).
+
+    A transient failure (:func:`.network.is_transient`: a cut or refused connection, a timeout,
+    a 429 or 5xx), of the opening request or mid-body, is retried after a wait
+    (:func:`.network.retry_wait`) with ``Range: bytes=<next byte>-``: the answer must continue
+    where the last one broke (a 206 from that byte; a 200, the whole file, is passed over up to
+    it; another ETag than the first answer's is a file that changed, one line). No byte is given
+    twice or skipped. After :func:`.network.network_retries` failures in a row without a byte of
+    progress, or at once for any other failure, one line names the URL, the byte and the failure.
     """
 
-    def __init__(self, url: str, headers: dict[str, str], *, byte_range: tuple[int, int] | None = None) -> None:
-        from huggingface_hub.utils import get_session  # type: ignore[attr-defined]
-
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        *,
+        byte_range: tuple[int, int] | None = None,
+        etag: str | None = None,
+    ) -> None:
         self._url = url
+        self._headers = headers
         self._timeout = network_timeout()
-        self._received = 0
-        if byte_range is not None:
-            headers = {**headers, "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
-        self._context = get_session().stream("GET", url, headers=headers, timeout=self._timeout)
-        with self._named_errors():
-            response = self._context.__enter__()
-        if response.is_error:  # its status says it all: the body (the server's, any length) is not read
-            self._context.__exit__(None, None, None)
-            if response.status_code == 404:
-                raise FileNotFoundError(errno.ENOENT, "the server answered 404 Not Found", url)
-            raise NetworkError(f"cannot read {url}: {answered(response.status_code, response.reason_phrase)}")
-        # Chunks as they arrive: httpx re-cuts them to a given size by copying, on this thread.
-        self._chunks = response.iter_bytes()
+        self._retries = network_retries()
+        self._first_wait = first_retry_wait()  # read now: a wrong setting is said before anything fails
+        self._fetched = byte_range[0] if byte_range else 0  # the absolute position of the next byte to take
+        self._end = byte_range[1] if byte_range else None  # past the last byte to give; None: the file's end
+        #: The first answer's ETag (or the one the caller expects): a later one that differs is another file.
+        self.etag = etag
+        #: The file's size, as the first answer says it (Content-Range's total, or a 200's Content-Length).
+        self.size: int | None = None
+        self._failures = 0  # in a row, without a byte of progress between them
+        self._context: Any = None
+        self._chunks: Iterator[bytes] | None = None
+        self._discard = 0  # bytes of the current answer to pass over (a 200 to a request from a later byte)
         self._buffer = b""
         self._position = 0
-        self._left = -1  # bytes still to give (a ranged read); -1: up to the end of the body
-        if byte_range is not None:
-            if response.status_code != 206:  # a server that ignores Range sends the whole file
-                try:
-                    self._skip(byte_range[0])
-                except BaseException:
-                    self.close()
-                    raise
-            self._left = byte_range[1] - byte_range[0]
+        while True:
+            try:
+                self._connect()
+                return
+            except Exception as exc:
+                self._failed(exc)
 
-    @contextlib.contextmanager
-    def _named_errors(self) -> Iterator[None]:
+    def _connect(self) -> None:
+        """Ask for the bytes from the next one not yet taken; check the answer continues the file."""
+        from huggingface_hub.utils import get_session  # type: ignore[attr-defined]
+
+        headers = self._headers
+        if self._fetched or self._end is not None:
+            last = "" if self._end is None else str(self._end - 1)
+            headers = {**headers, "Range": f"bytes={self._fetched}-{last}"}
+        context = get_session().stream("GET", self._url, headers=headers, timeout=self._timeout)
+        response = context.__enter__()
         try:
-            yield
-        except Exception as exc:
-            doing = f"reading {self._url}" + (f" after {self._received} bytes" if self._received else "")
-            failure = network_failure(exc, doing, self._timeout, "Try again: the shard is read again from its start.")
+            self._check(response)
+        except BaseException:
+            context.__exit__(None, None, None)
+            raise
+        self._context = context
+        self._chunks = response.iter_bytes()  # chunks as they arrive, read on this thread
+
+    def _check(self, response: Any) -> None:
+        """Refuse an answer that is not the next bytes of the same file; its body is not read."""
+        status = response.status_code
+        start, total = _range_start_and_total(response.headers.get("content-range"))
+        if status == 416 and total is not None and self._fetched >= total:  # asked from the end: nothing left
+            self.size, self._end = total, self._fetched
+            return
+        if response.is_error:  # its status says it all: the body (the server's, any length) is not read
+            if status == 404:
+                raise FileNotFoundError(errno.ENOENT, "the server answered 404 Not Found", self._url)
+            if status in TRANSIENT_STATUSES:
+                raise _Answered(status, response.reason_phrase, asked_wait(response))
+            raise NetworkError(f"cannot read {self._url}: {answered(status, response.reason_phrase)}")
+        etag = response.headers.get("etag")
+        if self.etag is None:
+            self.etag = etag
+        elif etag is not None and etag != self.etag:
+            raise NetworkError(
+                f"reading {self._url} at byte {self._fetched}: the file changed while it was read (its ETag"
+                f" was {server_text(self.etag)}, now {server_text(etag)}). Read it again from its start."
+            )
+        self._discard = 0
+        if status == 206:
+            if start is not None and start != self._fetched:
+                raise NetworkError(
+                    f"reading {self._url}: asked for the bytes from {self._fetched}, the server sent them from"
+                    f" {start} (a broken server or proxy)"
+                )
+        elif self._fetched:  # the server ignored Range and sends the whole file
+            self._discard = self._fetched
+        if self.size is None:
+            length = response.headers.get("content-length")
+            plain = status == 200 and response.headers.get("content-encoding", "identity") == "identity"
+            self.size = total if total is not None else int(length) if plain and (length or "").isdigit() else None
+
+    def _failed(self, exc: Exception) -> None:
+        """After a failure: wait, when it may be retried, and return (the caller asks again);
+        else raise its one line (or the failure itself, when it is not the network's)."""
+        self.close()
+        self._chunks = None
+        if isinstance(exc, (ShardkitError, FileNotFoundError)):  # already one line, or a missing file
+            raise exc
+        wait = exc.wait if isinstance(exc, _Answered) else None
+        if isinstance(exc, _Answered) and wait is not None and wait > self._timeout:
+            raise NetworkError(
+                f"reading {self._url}: {answered(exc.status, exc.message)} and asked to wait {wait} s before"
+                f" trying again, longer than {TIMEOUT_VARIABLE}={self._timeout:g} allows. Try again later."
+            ) from None
+        self._failures += 1
+        if not is_transient(exc) or self._failures > self._retries:
+            attempts = f" after {self._failures} attempts" if self._failures > 1 else ""
+            doing = f"reading {self._url}" + (f" at byte {self._fetched}" if self._fetched else "") + attempts
+            again = "the shard is read again from its start."
+            then = f"Try again later, or raise {RETRIES_VARIABLE} (now {self._retries}): {again}"
+            then = then if attempts else f"Try again: {again}"
+            failure = network_failure(exc, doing, self._timeout, then)
             if failure is not None:
                 raise failure from None
-            raise
+            raise exc
+        pause = retry_wait(self._failures, wait, self._first_wait)
+        log.warning(
+            "%s failed at byte %d (%s); asking again from there in %.1f s (failure %d of %d in a row)",
+            self._url,
+            self._fetched,
+            _what_failed(exc, self._timeout),
+            pause,
+            self._failures,
+            self._retries,
+        )
+        time.sleep(pause)  # Ctrl-C ends it at once
 
     def _next_chunk(self) -> bytes | None:
-        with self._named_errors():
-            chunk: bytes | None = next(self._chunks, None)
-        self._received += len(chunk or b"")
-        return chunk
-
-    def _skip(self, n: int) -> None:
-        """Pass over ``n`` bytes, a chunk at a time (never all of them in memory at once)."""
-        while n > 0:
-            skipped = len(self._read(min(n, CHUNK)))
-            if not skipped:
-                return  # a short file: the reader finds fewer bytes than it expects, and says so
-            n -= skipped
+        while True:
+            if self._end is not None and self._fetched >= self._end:
+                return None
+            try:
+                if self._chunks is None:
+                    self._connect()
+                chunk: bytes | None = next(self._chunks, None)  # type: ignore[arg-type]
+            except Exception as exc:
+                self._failed(exc)
+                continue
+            if chunk is None:
+                return None
+            if self._discard:
+                passed = min(self._discard, len(chunk))
+                self._discard -= passed
+                chunk = chunk[passed:]
+            if self._end is not None and self._fetched + len(chunk) > self._end:  # a 200 to a ranged request
+                chunk = chunk[: self._end - self._fetched]
+            if chunk:
+                self._fetched += len(chunk)
+                self._failures = 0
+                return chunk
 
     def read(self, n: int = -1) -> bytes:
-        if self._left >= 0:
-            n = self._left if n < 0 else min(n, self._left)
-            data = self._read(n)
-            self._left -= len(data)
-            return data
-        return self._read(n)
-
-    def _read(self, n: int) -> bytes:
         available = len(self._buffer) - self._position
         if n < 0 or available < n:  # top up: one copy of what is left, plus new chunks
             parts = [self._buffer[self._position :]]
@@ -184,9 +313,116 @@ class HttpReader:
         return data
 
     def close(self) -> None:
-        self._context.__exit__(None, None, None)
+        if self._context is not None:
+            context, self._context = self._context, None
+            context.__exit__(None, None, None)
 
     def __enter__(self) -> HttpReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _what_failed(exc: Exception, timeout: float) -> str:
+    """A failure in a few words, for the line that logs a retry."""
+    if isinstance(exc, _Answered):
+        return answered(exc.status, exc.message)
+    if is_timeout(exc):
+        return f"nothing from the server for {timeout:g} s"
+    return f"{type(exc).__name__}: {server_text(str(exc))}"
+
+
+class HttpRandomFile:
+    """A seekable file at an http(s) URL (a Parquet shard, a ZIP's directory): each read one
+    ranged GET through :class:`HttpReader`, so a read that fails is retried and resumed as a
+    stream's is, and a file that changes between reads (another ETag) is one line.
+
+    Its size comes from a first ranged GET of one byte (its Content-Range, or a 200's
+    Content-Length); where the server says neither, it is read front to back only. ``block``: the least
+    each request asks for, kept for the reads after it (read-ahead for a reader of small reads,
+    e.g. a ZIP walked member by member); 0: each read asks for exactly its bytes. A missing file
+    raises FileNotFoundError.
+    """
+
+    def __init__(self, url: str, headers: dict[str, str], *, block: int = 0) -> None:
+        self._url = url
+        self._headers = headers
+        self._block = block
+        with HttpReader(url, headers, byte_range=(0, 1)) as probe:
+            self.size, self._etag = probe.size, probe.etag
+        # A server that neither honours Range nor says the length: the file is read front to back only.
+        self._whole = HttpReader(url, headers, etag=self._etag) if self.size is None else None
+        self._whole_position = 0
+        self._position = 0
+        self._kept_at = 0
+        self._kept = b""
+        self.closed = False
+
+    def read(self, n: int | None = -1) -> bytes:
+        if self.size is None:
+            return self._read_whole(-1 if n is None else n)
+        end = self.size if n is None or n < 0 else min(self.size, self._position + n)
+        if end <= self._position:
+            return b""
+        if self._kept_at <= self._position and end <= self._kept_at + len(self._kept):
+            data = self._kept[self._position - self._kept_at : end - self._kept_at]
+        else:
+            fetched = self._fetch(self._position, min(self.size, max(end, self._position + self._block)))
+            if self._block:
+                self._kept_at, self._kept = self._position, fetched
+            data = fetched[: end - self._position]
+        self._position += len(data)
+        return data
+
+    def _read_whole(self, n: int) -> bytes:
+        if self._whole is None or self._position != self._whole_position:
+            raise self._unsized()
+        data = self._whole.read(n)
+        self._position += len(data)
+        self._whole_position = self._position
+        return data
+
+    def _unsized(self) -> NetworkError:
+        return NetworkError(
+            f"cannot read {self._url} out of order: the server does not say its size (no Content-Range nor Length)"
+        )
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        with HttpReader(self._url, self._headers, byte_range=(start, end), etag=self._etag) as f:
+            data = read_upto(f, end - start)
+        if len(data) != end - start:
+            raise NetworkError(
+                f"reading {self._url} at byte {start}: {len(data)} bytes where {end - start} were asked for; the"
+                f" file is shorter than the {self.size} bytes the server said (it changed while read?)"
+            )
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 2 and self.size is None:
+            raise self._unsized()
+        base = {0: 0, 1: self._position, 2: self.size or 0}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._kept = b""
+        if self._whole is not None:
+            self._whole.close()
+        self.closed = True
+
+    def __enter__(self) -> HttpRandomFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
