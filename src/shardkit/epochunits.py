@@ -150,16 +150,15 @@ class StreamDataset(IterableDataset):  # type: ignore[misc]
         saved = self._starting_state_dict
         if not saved or not self.__dict__.get("_shardkit_state_unchecked"):
             return
-        identities = list(_identities_in(saved.get("examples_iterable")))
-        if not identities:
+        saved_identity = next(_identities_in(saved.get("examples_iterable")), None)
+        if saved_identity is None:
             log.warning(
                 "this state records no stream options (saved by an earlier shardkit): resuming it"
                 " as a state of this stream; its options and shards are not checked"
             )
-        current = [units.kwargs["plan"].identity for units in _units_in(self._ex_iterable)]
-        for index, identity in enumerate(current or [{}]):
-            found = identities[index] if index < len(identities) else None
-            _refuse(refusal(found, identity, saved.get("epoch"), self.epoch))
+        units = next(_units_in(self._ex_iterable), None)
+        identity = units.kwargs["plan"].identity if units is not None else {}
+        _refuse(refusal(saved_identity, identity, saved.get("epoch"), self.epoch))
         self._shardkit_state_unchecked = False
 
     def __iter__(self) -> Iterator[Any]:
