@@ -593,3 +593,75 @@ def test_a_state_of_another_stream_or_epoch_is_refused_naming_what_differs(
     # A state of an earlier shardkit (no identity recorded): resumed, with a warning.
     assert got["legacy"] == got["full"]
     assert result.stderr.count("this state records no stream options (saved by an earlier shardkit)") == 1
+
+
+@pytest.mark.slow
+def test_dataloader_workers_refuse_a_state_of_another_stream(folders: dict[str, Path]) -> None:
+    """torchdata's StatefulDataLoader hands each worker its dataset's state: the worker refuses it
+    (torch raises the worker's UsageError again in the main process, with the worker's traceback)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader(seed: int) -> Any:
+        ds = shardkit.stream(str(folders["zip"]), shuffle_seed=seed, shuffle_shards=1).select_columns(["key"])
+        return StatefulDataLoader(ds, batch_size=4, num_workers=2)
+
+    first = iter(loader_7 := loader(7))
+    for _ in range(5):
+        next(first)
+    state = loader_7.state_dict()
+    other = loader(8)
+    other.load_state_dict(state)
+    with pytest.raises(
+        UsageError, match="this state was saved by a stream with shuffle_seed=7; this one has shuffle_seed=8"
+    ):
+        next(iter(other))
+
+
+# --- several splits -------------------------------------------------------------------------------------------
+
+
+def pack_with_splits(out: Path, splits: list[str]) -> dict[str, list[list[Any]]]:
+    """The example's first rows packed with a ``split`` column (row i in ``splits[i]``), and each
+    split's input rows as digests, sorted."""
+    lines = (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines()[: len(splits)]
+    meta = out.with_suffix(".jsonl")
+    rows: dict[str, list[list[Any]]] = {}
+    with meta.open("w", encoding="utf-8") as f:
+        for line, split in zip(lines, splits, strict=True):
+            row = json.loads(line)
+            f.write(json.dumps({**row, "split": split}) + "\n")
+            row["image"] = {"bytes": (EXAMPLE_DIR / "images" / row.pop("file_name")).read_bytes()}
+            rows.setdefault(split, []).append(row_digest(row))
+    pack = Path(sys.executable).parent / "pack-shards"
+    command = [str(pack), str(EXAMPLE_DIR / "images"), str(meta), "-o", str(out), "-q", "--prefix-length", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return {split: sorted(digests) for split, digests in rows.items()}
+
+
+@pytest.mark.slow
+def test_several_splits_are_refused_without_split_and_one_split_is_read_without(tmp_path: Path) -> None:
+    uneven = ["train"] * 290 + ["validation"] * 9 + ["test"]
+    expected = pack_with_splits(tmp_path / "uneven", uneven)
+    source = str(tmp_path / "uneven")
+    message = (
+        f"{source} has 3 splits (train, validation, test): a stream reads one; pass split= to choose,"
+        " e.g. shardkit.stream(..., split='train')"
+    )
+    with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
+        shardkit.stream(source)
+    with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
+        shardkit.stream(source, shuffle_seed=1, rank=1, world_size=2)
+    for split, rows in expected.items():
+        assert sorted(read(source, split=split)) == rows, split
+        assert sorted(read(source, split=split, shuffle_seed=3)) == rows, split
+    # A state of one split does not resume another: the split and its shards differ.
+    ds = shardkit.stream(source, split="train").decode(False)
+    next(iter(ds))
+    other = shardkit.stream(source, split="validation").decode(False)
+    other.load_state_dict(ds.state_dict())
+    with pytest.raises(UsageError, match=r"^this state was saved by a stream with split='train', shards=\w+; this"):
+        iter(other)
+    # One split, whatever its name: read without split=.
+    only = pack_with_splits(tmp_path / "only", ["validation"] * 20)
+    assert sorted(read(str(tmp_path / "only"))) == only["validation"]
