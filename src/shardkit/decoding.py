@@ -11,8 +11,10 @@ state counts the rows in flight, so an exact resume stays exact), one task per
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -41,9 +43,36 @@ def _decode_all(feature: Any, values: list[Any]) -> list[Any]:
     return [feature.decode_example(value) for value in values]
 
 
+#: The decode tasks of this process (a task of datasets' async map awaiting a batch's decoding).
+_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+
 async def _decode_batch(column: str, feature: Any, threads: int, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    task = asyncio.current_task()
+    if task is not None:
+        _tasks.add(task)
     loop = asyncio.get_running_loop()
     return {column: await loop.run_in_executor(_pool(threads), _decode_all, feature, batch[column])}
+
+
+@atexit.register
+def _cancel_pending_decodes() -> None:
+    """Cancel the decode tasks a stream left pending, at exit.
+
+    datasets' async map cancels its tasks when an error ends it, not when its generator is closed
+    (a ``break``, a stream left for the interpreter's exit): up to ``N + 1`` tasks stay pending in
+    an event loop nobody runs, and asyncio prints "Task was destroyed but it is pending!" for each
+    when they are collected at exit. Cancelled here, on their loop, they end quietly."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Task[Any]]] = {}
+    for task in list(_tasks):
+        if not task.done():
+            by_loop.setdefault(task.get_loop(), []).append(task)
+    for loop, pending in by_loop.items():
+        if loop.is_running() or loop.is_closed():
+            continue  # a loop still running (on another thread) or closed: not ours to drive
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
 
 def decode_on_threads(ds: datasets.IterableDataset, column: str, threads: int) -> datasets.IterableDataset:
