@@ -16,6 +16,7 @@ rows it read as JSON and ends with every stream still open.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import subprocess
@@ -88,6 +89,7 @@ def leave_streams_open(source: str) -> None:
         read[leaving] = first_rows(rows, leaving)
         if LEAVINGS[leaving][1] != "break":
             held.append(rows)  # else dropped here, as a loop left by a break drops its iterator
+    gc.collect()  # what a dropped iteration leaves is freed now, mid-run, not only at exit
     globals()["held"] = held
     print(json.dumps(read))
 

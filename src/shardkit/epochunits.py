@@ -25,6 +25,7 @@ from typing import Any
 from datasets import IterableDataset
 from datasets.iterable_dataset import ExamplesIterable
 
+from .decoding import decodes_here, settled
 from .errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -125,14 +126,13 @@ def _identities_in(state: Any) -> Iterator[Mapping[str, Any]]:
             yield from _identities_in(value)
 
 
-def _units_in(iterable: Any) -> Iterator[EpochUnits]:
-    """The EpochUnits at the bottom of a chain of datasets' iterables (each holds the one it is
-    made from as ``ex_iterable``, or several as ``ex_iterables``: datasets' own convention)."""
-    if isinstance(iterable, EpochUnits):
-        yield iterable
+def _chain(iterable: Any) -> Iterator[Any]:
+    """A chain of datasets' examples iterables, from the top (each holds the one it is made from
+    as ``ex_iterable``, or several as ``ex_iterables``: datasets' own convention)."""
+    yield iterable
     for inner in [getattr(iterable, "ex_iterable", None), *getattr(iterable, "ex_iterables", [])]:
         if inner is not None:
-            yield from _units_in(inner)
+            yield from _chain(inner)
 
 
 class StreamDataset(IterableDataset):  # type: ignore[misc]
@@ -156,18 +156,24 @@ class StreamDataset(IterableDataset):  # type: ignore[misc]
                 "this state records no stream options (saved by an earlier shardkit): resuming it"
                 " as a state of this stream; its options and shards are not checked"
             )
-        units = next(_units_in(self._ex_iterable), None)
+        units = next((it for it in _chain(self._ex_iterable) if isinstance(it, EpochUnits)), None)
         identity = units.kwargs["plan"].identity if units is not None else {}
         _refuse(refusal(saved_identity, identity, saved.get("epoch"), self.epoch))
         self._shardkit_state_unchecked = False
 
+    def _settled(self, rows: Iterator[Any]) -> Iterator[Any]:
+        """``rows``, whose decode tasks end with it if the stream decodes on threads (:mod:`.decoding`)."""
+        if any(decodes_here(iterable) for iterable in _chain(self._ex_iterable)):
+            return settled(rows)
+        return rows
+
     def __iter__(self) -> Iterator[Any]:
         self._check_loaded_state()
-        return super().__iter__()  # type: ignore[no-any-return]
+        return self._settled(super().__iter__())
 
     def iter(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         self._check_loaded_state()
-        return super().iter(*args, **kwargs)  # type: ignore[no-any-return]
+        return self._settled(super().iter(*args, **kwargs))
 
 
 def _keeps_class(method: Callable[..., Any]) -> Callable[..., Any]:
