@@ -11,7 +11,8 @@ by name.
 * :class:`StreamDataset`: the ``IterableDataset`` ``stream`` returns, kept through datasets'
   derivations (``map``, ``decode``, ``with_format``...). When it is iterated after
   ``load_state_dict`` it checks the state first: datasets applies a state only when its epoch is
-  the dataset's, and otherwise starts the epoch over without a word.
+  the dataset's, and otherwise starts the epoch over without a word. An iteration of a stream that
+  decodes on threads is handed to :func:`.decoding.settled`, which ends its decode tasks with it.
 """
 
 from __future__ import annotations
