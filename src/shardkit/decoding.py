@@ -11,14 +11,22 @@ state counts the rows in flight, so an exact resume stays exact), one task per
 from __future__ import annotations
 
 import asyncio
+import atexit
+import logging
 import os
 import threading
+import weakref
+from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import datasets
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Rows one decode task takes.
 DECODE_BATCH_ROWS = 64
@@ -41,9 +49,75 @@ def _decode_all(feature: Any, values: list[Any]) -> list[Any]:
     return [feature.decode_example(value) for value in values]
 
 
+#: The event loops in which the iteration whose row is being read decodes (:func:`settled` sets it
+#: around each row; a decode task, made then, carries it in its context).
+_reading: ContextVar[set[asyncio.AbstractEventLoop] | None] = ContextVar("shardkit_decode_loops", default=None)
+#: The iterations :func:`settled` gave that are not closed yet.
+_open_iterations: weakref.WeakSet[Generator[Any, None, None]] = weakref.WeakSet()
+
+
 async def _decode_batch(column: str, feature: Any, threads: int, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     loop = asyncio.get_running_loop()
+    loops = _reading.get()
+    if loops is not None:
+        loops.add(loop)
     return {column: await loop.run_in_executor(_pool(threads), _decode_all, feature, batch[column])}
+
+
+def decodes_here(iterable: Any) -> bool:
+    """Whether one of datasets' examples iterables is the map :func:`decode_on_threads` made."""
+    function = getattr(iterable, "function", None)
+    return isinstance(function, partial) and function.func is _decode_batch
+
+
+def settled(rows: Iterator[T]) -> Iterator[T]:
+    """``rows``, an iteration of a dataset that decodes here, whose decode tasks are cancelled when
+    it is closed (a ``break``, an iterator dropped, the interpreter's exit).
+
+    datasets' async map cancels its tasks when an error ends it, not when its generator is closed:
+    up to ``N + 1`` tasks stayed pending in an event loop nobody runs, and asyncio printed "Task
+    was destroyed but it is pending!" for each when the garbage collector freed them. Cancelled
+    on their loop (which datasets made for that map alone), they end quietly."""
+    iteration = _settle(rows)
+    _open_iterations.add(iteration)
+    return iteration
+
+
+def _settle(rows: Iterator[T]) -> Generator[T, None, None]:
+    loops: set[asyncio.AbstractEventLoop] = set()
+    try:
+        while True:
+            reading = _reading.set(loops)
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            finally:
+                _reading.reset(reading)
+            yield row
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+        for loop in loops:
+            if loop.is_running() or loop.is_closed():
+                continue  # a loop running (on another thread) or closed: not ours to drive
+            pending = list(asyncio.all_tasks(loop))
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+
+@atexit.register
+def _close_open_iterations() -> None:
+    """At exit, before the interpreter tears its modules down (asyncio among them), close the
+    iterations :func:`settled` gave that are still open, as a ``break`` would have."""
+    for iteration in list(_open_iterations):
+        try:
+            iteration.close()
+        except Exception as exc:  # running on another thread, or a close that fails: at exit, let it be
+            log.debug("at exit, a decoded stream's iteration did not close: %s", exc)
 
 
 def decode_on_threads(ds: datasets.IterableDataset, column: str, threads: int) -> datasets.IterableDataset:

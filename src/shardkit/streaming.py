@@ -31,9 +31,14 @@ Sources: a packed folder, an ``http(s)://`` URL of one, a Hub dataset id (``ns/n
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import json
 import logging
+import weakref
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .errors import ShardkitError, UsageError
@@ -65,6 +70,24 @@ class Plan:
     world_size: int
     shuffle_shards: int
     shuffle_window: int
+
+    @cached_property
+    def identity(self) -> dict[str, Any]:
+        """What the order depends on besides the epoch, as every ``state_dict()`` records it and
+        ``load_state_dict`` checks it (:mod:`.epochunits`): the split, its shards (a sha256 over
+        each one's file, rows and sha256 as the manifest lists them: not the card, which a push
+        may change without touching a row), and the options (the shuffle's only with a seed)."""
+        shards = [[s.file, s.rows, s.sha256] for s in self.manifest.shards_of(self.split)]
+        seeded = self.seed is not None
+        return {
+            "split": self.split,
+            "shards": hashlib.sha256(json.dumps(shards).encode()).hexdigest(),
+            "shuffle_seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "shuffle_shards": self.shuffle_shards if seeded else None,
+            "shuffle_window": self.shuffle_window if seeded else None,
+        }
 
     def units(self, epoch_key: int) -> list[Unit]:
         return plan_units(
@@ -119,16 +142,44 @@ def _read_unit(plan: Plan, unit: Unit) -> Iterator[dict[str, Any]]:
             reader.close()
 
 
+#: The rows of every unit list a stream has started and not finished (:func:`_generate`).
+_open_reads: weakref.WeakSet[Generator[dict[str, Any], None, None]] = weakref.WeakSet()
+
+
 def _generate(units: list[Unit], plan: Plan) -> Iterator[dict[str, Any]]:
+    """The rows of ``units`` (what datasets iterates), kept in :data:`_open_reads` until they are
+    closed or collected."""
+    rows = _units_rows(units, plan)
+    _open_reads.add(rows)
+    return rows
+
+
+def _units_rows(units: list[Unit], plan: Plan) -> Generator[dict[str, Any], None, None]:
     for unit in units:
         yield from _read_unit(plan, unit)
+
+
+@atexit.register
+def _close_open_reads() -> None:
+    """Close every read a stream left open (``next(iter(ds))`` at the end of a script, a ``break``).
+
+    At exit, before the interpreter tears its modules down: a generator left for then closes its
+    streams while the modules that close them (logging, httpx) are already gone, and Python prints
+    an "Exception ignored" traceback for each. Closing a read runs its ``finally`` blocks, which
+    close its pieces and their streams (a read closed once is closed: closing it again does
+    nothing)."""
+    for rows in list(_open_reads):
+        try:
+            rows.close()
+        except Exception as exc:  # running on another thread, or a stream that fails to close: at exit, let it be
+            log.debug("at exit, a stream's read did not close: %s", exc)
 
 
 def stream(
     source: str,
     *,
     revision: str | None = None,
-    split: str = "train",
+    split: str | None = None,
     shuffle_seed: int | None = None,
     rank: int = 0,
     world_size: int = 1,
@@ -141,6 +192,9 @@ def stream(
     ``source``: a packed folder, an http(s) URL of one, a Hub dataset id (``ns/name``, at
     ``revision``), ``hf://datasets/ns/name[@rev]`` or another fsspec URL (``s3://...``).
 
+    ``split``: the split to read. A training stream is one split: without ``split`` a dataset of
+    one split gives that split, and a dataset of several is a UsageError naming them.
+
     ``shuffle_seed``: rows of different shards interleaved, in an order that is a pure function
     of the seed, the epoch and the dataset; ``shuffle_shards`` shards' rows are merged at a time
     and ``shuffle_window`` rows permuted together (the most rows held in memory). Both have no
@@ -149,9 +203,11 @@ def stream(
     decoded on that many threads, in batches (:mod:`.decoding`).
 
     Exact resume: ``state_dict()`` at any row; in a new process, build the same stream, call
-    ``set_epoch`` with the saved epoch on the dataset you iterate (after ``map``...), then
-    ``load_state_dict``: datasets ignores a state of another epoch without a word. In
-    DataLoader workers use torchdata's ``StatefulDataLoader``.
+    ``set_epoch`` with the saved epoch and ``load_state_dict`` on the dataset you iterate (after
+    ``map``...). The state records the split, its shards and the options the order depends on;
+    iterating after ``load_state_dict`` refuses (a UsageError naming what differs) a state of
+    other options or shards, or of another epoch (datasets would start the epoch over without a
+    word). In DataLoader workers use torchdata's ``StatefulDataLoader``.
 
     Bad options, a source that is not a packed dataset and a split that is not there (the
     message names those that are) are UsageErrors.
@@ -159,12 +215,12 @@ def stream(
     import datasets
 
     from .decoding import decode_on_threads
-    from .epochunits import EpochUnits
+    from .epochunits import EpochUnits, StreamDataset
 
     _check_options(shuffle_seed, rank, world_size, shuffle_shards, shuffle_window, decode_threads)
     where = Location.parse(source, revision=revision)
     manifest = read_manifest_from(where)
-    manifest.shards_of(split)  # a split that is not there: the UsageError naming those that are
+    split = _split_to_read(manifest, split, where)
     plan = Plan(where, manifest, split, shuffle_seed, rank, world_size, shuffle_shards, shuffle_window)
     features = datasets.Features._from_yaml_list(manifest.features) if manifest.features else None
     file_column = manifest.modality
@@ -181,9 +237,7 @@ def stream(
         split=datasets.NamedSplit(split),
     )
     inner = built._ex_iterable
-    ds = datasets.IterableDataset(
-        EpochUnits(inner.generate_examples_fn, inner.kwargs), info=built.info, split=built.split
-    )
+    ds = StreamDataset(EpochUnits(inner.generate_examples_fn, inner.kwargs), info=built.info, split=built.split)
     if shuffle_seed is not None and hasattr(ds, "_shuffling"):
         # datasets 3.x/4.0 hand the epoch to data sources only when a shuffling is configured.
         import numpy as np
@@ -193,6 +247,21 @@ def stream(
     if decode_threads is not None:
         ds = decode_on_threads(ds, file_column, decode_threads)
     return ds
+
+
+def _split_to_read(manifest: Manifest, split: str | None, where: Location) -> str:
+    """``split``, or the dataset's only one; a UsageError for a split that is not there (naming
+    those that are) and for no ``split`` in a dataset of several."""
+    if split is not None:
+        manifest.shards_of(split)
+        return split
+    names = [s.name for s in manifest.splits()]
+    if len(names) < 2:
+        return names[0] if names else "train"  # no shards: "train" is refused as before, naming none
+    raise UsageError(
+        f"{where.url} has {len(names)} splits ({', '.join(names)}): a stream reads one;"
+        f" pass split= to choose, e.g. shardkit.stream(..., split={names[0]!r})"
+    )
 
 
 def _whole(value: object) -> bool:
