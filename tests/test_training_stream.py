@@ -516,6 +516,7 @@ for name, source, epoch, options in [
     ("shuffle_window", zip_source, 3, {**BASE, "shuffle_window": 100}),
     ("no seed", zip_source, 3, {"rank": 0, "world_size": 2}),
     ("shards", tar_source, 3, BASE),
+    ("decoded on threads", zip_source, 3, {**BASE, "decode_threads": 2}),
     ("epoch", zip_source, 0, BASE),
     ("world_size and epoch", zip_source, 0, {**BASE, "world_size": 4}),
 ]:
@@ -553,6 +554,9 @@ REFUSALS = {
     "shuffle_window": "this state was saved by a stream with shuffle_window=1024; this one has shuffle_window=100",
     "no seed": f"this state was saved by a stream with {SEEDED}; this one has {UNSEEDED}",
     "shards": "this state was saved by a stream with shards={}; this one has shards={}",
+    "decoded on threads": (
+        "this state was saved by a stream with decoded_on_threads=False; this one has decoded_on_threads=True"
+    ),
     "world_size and epoch": (
         "this state was saved by a stream with world_size=2, epoch=3; this one has world_size=4, epoch=0"
     ),

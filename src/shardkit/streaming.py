@@ -70,6 +70,9 @@ class Plan:
     world_size: int
     shuffle_shards: int
     shuffle_window: int
+    #: Whether the file column is decoded on threads: datasets' state of such a stream has another
+    #: shape (its async ``map``), which datasets cannot load into the other kind.
+    decoded_on_threads: bool = False
 
     @cached_property
     def identity(self) -> dict[str, Any]:
@@ -87,6 +90,7 @@ class Plan:
             "world_size": self.world_size,
             "shuffle_shards": self.shuffle_shards if seeded else None,
             "shuffle_window": self.shuffle_window if seeded else None,
+            "decoded_on_threads": self.decoded_on_threads,
         }
 
     def units(self, epoch_key: int) -> list[Unit]:
@@ -221,7 +225,8 @@ def stream(
     where = Location.parse(source, revision=revision)
     manifest = read_manifest_from(where)
     split = _split_to_read(manifest, split, where)
-    plan = Plan(where, manifest, split, shuffle_seed, rank, world_size, shuffle_shards, shuffle_window)
+    threads = decode_threads is not None
+    plan = Plan(where, manifest, split, shuffle_seed, rank, world_size, shuffle_shards, shuffle_window, threads)
     features = datasets.Features._from_yaml_list(manifest.features) if manifest.features else None
     file_column = manifest.modality
     if features is not None and file_column == "audio" and not _audio_feature_usable(datasets):
