@@ -13,8 +13,8 @@ error answer, and a redirect loop, is one line naming the URL).
 A read over http(s) or the Hub survives transient failures (:func:`is_transient`: a refused,
 reset or cut connection, a timeout, an answer 408, 429, 500, 502, 503 or 504): it waits
 (:func:`retry_wait`) and asks again from the next byte it has not given. At most
-:func:`network_retries` failures in a row without a byte of progress between them
-(``SHARDKIT_NETWORK_RETRIES``, default 8; 0: none), then one line.
+:func:`network_retries` failures in a row with less than :data:`PROGRESS_BYTES` read between
+them (``SHARDKIT_NETWORK_RETRIES``, default 8; 0: none), then one line.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ TIMEOUT_VARIABLE = "SHARDKIT_NETWORK_TIMEOUT"
 DEFAULT_NETWORK_TIMEOUT = 60.0
 RESUME = "Try again: pack and push resume where they stopped."
 
-#: The one setting for retries of a read: failures in a row, without a byte of progress, before it fails.
+#: The one setting for retries of a read: failures in a row, without PROGRESS_BYTES read, before it fails.
 RETRIES_VARIABLE = "SHARDKIT_NETWORK_RETRIES"
 DEFAULT_NETWORK_RETRIES = 8
 #: The first wait before a retry, in seconds (doubled after each failure in a row, up to
@@ -39,6 +39,12 @@ DEFAULT_NETWORK_RETRIES = 8
 RETRY_WAIT_VARIABLE = "SHARDKIT_RETRY_WAIT"
 DEFAULT_RETRY_WAIT = 0.5
 MAX_RETRY_WAIT = 30.0
+#: The longest wait a server's ``Retry-After`` (or a 429's ``RateLimit`` reset) is honoured for: a
+#: longer one is cut to this (a read answered 429 again counts one more failure of its budget).
+MAX_ASKED_WAIT = 60.0
+#: Bytes a read must take between two failures for the second to start a new count: a server
+#: that sends a few bytes and cuts every time must not keep a read alive for ever.
+PROGRESS_BYTES = 1 << 20
 #: The answers a retry may cure: the server is busy, restarting, or asks to slow down.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -49,12 +55,12 @@ def network_timeout() -> float:
     Read from the environment, not passed as an argument: readers run in DataLoader workers and
     Dask workers that a call cannot reach, and each of them inherits or sets its environment.
     """
-    return _seconds_setting(TIMEOUT_VARIABLE, DEFAULT_NETWORK_TIMEOUT, "above 0 (e.g. 60)")
+    return _seconds_setting(TIMEOUT_VARIABLE, DEFAULT_NETWORK_TIMEOUT, "above 0 (e.g. 60)", zero=False)
 
 
-def _seconds_setting(variable: str, default: float, rule: str) -> float:
-    """A number of seconds from the environment (``default`` when unset): finite, and above 0
-    (``rule`` "above 0...") or 0 or more; else a UsageError saying ``rule``."""
+def _seconds_setting(variable: str, default: float, rule: str, *, zero: bool) -> float:
+    """A number of seconds from the environment (``default`` when unset): finite, 0 or more
+    (``zero``) or above 0; else a UsageError saying ``rule``."""
     raw = os.environ.get(variable, "").strip()
     if not raw:
         return default
@@ -62,13 +68,13 @@ def _seconds_setting(variable: str, default: float, rule: str) -> float:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and (value > 0 if rule.startswith("above") else value >= 0)):
+    if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
         raise UsageError(f"{variable}={raw!r} is not a number of seconds {rule}")
     return value
 
 
 def network_retries() -> int:
-    """Failures of a read in a row, without a byte of progress between them, that are retried
+    """Failures of a read in a row, with less than :data:`PROGRESS_BYTES` read between them, that are retried
     (``SHARDKIT_NETWORK_RETRIES``, default 8; 0: none). Read from the environment, as
     :func:`network_timeout` is."""
     raw = os.environ.get(RETRIES_VARIABLE, "").strip()
@@ -81,16 +87,16 @@ def network_retries() -> int:
 
 def first_retry_wait() -> float:
     """Seconds before the first retry (``SHARDKIT_RETRY_WAIT``, default 0.5)."""
-    return _seconds_setting(RETRY_WAIT_VARIABLE, DEFAULT_RETRY_WAIT, "0 or more (e.g. 0.5)")
+    return _seconds_setting(RETRY_WAIT_VARIABLE, DEFAULT_RETRY_WAIT, "0 or more (e.g. 0.5)", zero=True)
 
 
 def retry_wait(failures: int, asked: float | None, first: float) -> float:
     """Seconds to wait after ``failures`` failures in a row (1, 2...): the ``first`` wait doubled
     each time up to :data:`MAX_RETRY_WAIT`, between half and all of it at random (so that many
     readers a server turned away do not come back at once), or the wait the server asked for
-    (``Retry-After``) if longer. The caller refuses an asked wait over :func:`network_timeout`."""
+    (``Retry-After``) if longer, up to :data:`MAX_ASKED_WAIT`."""
     wait: float = min(first * 2.0 ** (failures - 1), MAX_RETRY_WAIT)
-    return max(wait * random.uniform(0.5, 1.0), float(asked or 0))
+    return max(wait * random.uniform(0.5, 1.0), min(float(asked or 0), MAX_ASKED_WAIT))
 
 
 def asked_wait(response: Any) -> int | None:
@@ -190,6 +196,9 @@ def network_failure(exc: BaseException, doing: str, timeout: float, then: str = 
     if is_network_error(failed):
         said = server_text(str(failed))
         return NetworkError(f"the connection failed {doing} ({type(failed).__name__}: {said}). {then}")
+    if any(cls.__name__ == "DecodingError" for cls in type(failed).__mro__):  # httpx: a body that does not decode
+        said = server_text(str(failed))
+        return NetworkError(f"{doing}: the server's answer does not decode ({said}). {then}")
     return None
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..errors import NetworkError, ShardkitError, server_text
 from .network import (
+    PROGRESS_BYTES,
     RETRIES_VARIABLE,
-    TIMEOUT_VARIABLE,
     TRANSIENT_STATUSES,
     answered,
     asked_wait,
@@ -123,6 +123,11 @@ class _Answered(Exception):
         self.wait = wait
 
 
+class BodyEndedEarly(ConnectionError):
+    """A body that ended, without an error, before the bytes the server said it would send (a
+    chunked body closed early, a short ranged answer): a cut connection, retried as one."""
+
+
 def _range_start_and_total(content_range: str | None) -> tuple[int | None, int | None]:
     """The first byte and the file's size in a ``Content-Range`` (``bytes 10-19/100``, ``bytes */100``)."""
     match = re.fullmatch(r"bytes (?:(\d+)-\d+|\*)/(\d+|\*)", (content_range or "").strip())
@@ -147,8 +152,9 @@ class HttpReader:
     (:func:`.network.retry_wait`) with ``Range: bytes=<next byte>-``: the answer must continue
     where the last one broke (a 206 from that byte; a 200, the whole file, is passed over up to
     it; another ETag than the first answer's is a file that changed, one line). No byte is given
-    twice or skipped. After :func:`.network.network_retries` failures in a row without a byte of
-    progress, or at once for any other failure, one line names the URL, the byte and the failure.
+    twice or skipped. After :func:`.network.network_retries` failures in a row with less than
+    :data:`.network.PROGRESS_BYTES` read between them, or at once for any other failure, one line
+    names the URL, the byte and the failure.
     """
 
     def __init__(
@@ -158,6 +164,7 @@ class HttpReader:
         *,
         byte_range: tuple[int, int] | None = None,
         etag: str | None = None,
+        modified: str | None = None,
     ) -> None:
         self._url = url
         self._headers = headers
@@ -170,7 +177,13 @@ class HttpReader:
         self.etag = etag
         #: The file's size, as the first answer says it (Content-Range's total, or a 200's Content-Length).
         self.size: int | None = None
-        self._failures = 0  # in a row, without a byte of progress between them
+        #: Whether the last answer was a part of the file (206), as a ranged request asked.
+        self.ranged = False
+        #: The first answer's Last-Modified (or the caller's): compared where there is no ETag.
+        self.modified = modified
+        self._validated = etag is not None or modified is not None  # the file's validators are known
+        self._failures = 0  # in a row, without PROGRESS_BYTES read between them
+        self._failed_at = self._fetched  # where the last failure left the read
         self._context: Any = None
         self._chunks: Iterator[bytes] | None = None
         self._discard = 0  # bytes of the current answer to pass over (a 200 to a request from a later byte)
@@ -181,16 +194,19 @@ class HttpReader:
                 self._connect()
                 return
             except Exception as exc:
-                self._failed(exc)
+                failure = exc
+            self._failed(failure)  # out of the except: a Ctrl-C in the wait is not chained to the failure
 
     def _connect(self) -> None:
         """Ask for the bytes from the next one not yet taken; check the answer continues the file."""
         from huggingface_hub.utils import get_session  # type: ignore[attr-defined]
 
-        headers = self._headers
+        # Byte positions are the file's: a body the server compresses on the fly (gzip) would count
+        # other bytes, and its ETag is another (weak) one. The Hub API client asks the same.
+        headers = {**self._headers, "Accept-Encoding": "identity"}
         if self._fetched or self._end is not None:
             last = "" if self._end is None else str(self._end - 1)
-            headers = {**headers, "Range": f"bytes={self._fetched}-{last}"}
+            headers["Range"] = f"bytes={self._fetched}-{last}"
         context = get_session().stream("GET", self._url, headers=headers, timeout=self._timeout)
         response = context.__enter__()
         try:
@@ -214,27 +230,42 @@ class HttpReader:
             if status in TRANSIENT_STATUSES:
                 raise _Answered(status, response.reason_phrase, asked_wait(response))
             raise NetworkError(f"cannot read {self._url}: {answered(status, response.reason_phrase)}")
-        etag = response.headers.get("etag")
-        if self.etag is None:
-            self.etag = etag
-        elif etag is not None and etag != self.etag:
-            raise NetworkError(
-                f"reading {self._url} at byte {self._fetched}: the file changed while it was read (its ETag"
-                f" was {server_text(self.etag)}, now {server_text(etag)}). Read it again from its start."
-            )
+        self._same_file(response.headers.get("etag"), response.headers.get("last-modified"))
+        length = response.headers.get("content-length")
+        plain = status == 200 and response.headers.get("content-encoding", "identity") == "identity"
+        size = total if status == 206 else int(length) if plain and (length or "").isdigit() else None
         self._discard = 0
+        self.ranged = status == 206
         if status == 206:
-            if start is not None and start != self._fetched:
+            if start != self._fetched:  # no Content-Range, or another start: not the bytes asked for
                 raise NetworkError(
-                    f"reading {self._url}: asked for the bytes from {self._fetched}, the server sent them from"
-                    f" {start} (a broken server or proxy)"
+                    f"reading {self._url}: asked for the bytes from {self._fetched}, the server sent"
+                    f" {'them from ' + str(start) if start is not None else 'a part without saying which'}"
+                    " (a broken server or proxy)"
                 )
         elif self._fetched:  # the server ignored Range and sends the whole file
             self._discard = self._fetched
+        if self.size is not None and size is not None and size != self.size:
+            self._changed(f"{self.size} bytes, now {size}")
         if self.size is None:
-            length = response.headers.get("content-length")
-            plain = status == 200 and response.headers.get("content-encoding", "identity") == "identity"
-            self.size = total if total is not None else int(length) if plain and (length or "").isdigit() else None
+            self.size = size
+
+    def _same_file(self, etag: str | None, modified: str | None) -> None:
+        """Refuse an answer of another version of the file than the first answer's (or the one the
+        caller knows): another ETag or, without one, another Last-Modified."""
+        if not self._validated:
+            self.etag, self.modified, self._validated = etag, modified, True
+            return
+        if self.etag is not None and etag is not None and etag != self.etag:
+            self._changed(f"its ETag was {server_text(self.etag)}, now {server_text(etag)}")
+        if self.etag is None and self.modified is not None and modified is not None and modified != self.modified:
+            self._changed(f"last modified {server_text(self.modified)}, now {server_text(modified)}")
+
+    def _changed(self, how: str) -> None:
+        raise NetworkError(
+            f"reading {self._url} at byte {self._fetched}: the file changed while it was read ({how})."
+            " Read it again from its start."
+        )
 
     def _failed(self, exc: Exception) -> None:
         """After a failure: wait, when it may be retried, and return (the caller asks again);
@@ -244,25 +275,21 @@ class HttpReader:
         if isinstance(exc, (ShardkitError, FileNotFoundError)):  # already one line, or a missing file
             raise exc
         wait = exc.wait if isinstance(exc, _Answered) else None
-        if isinstance(exc, _Answered) and wait is not None and wait > self._timeout:
-            raise NetworkError(
-                f"reading {self._url}: {answered(exc.status, exc.message)} and asked to wait {wait} s before"
-                f" trying again, longer than {TIMEOUT_VARIABLE}={self._timeout:g} allows. Try again later."
-            ) from None
+        if self._fetched - self._failed_at >= PROGRESS_BYTES:  # a read that moves on starts a new count
+            self._failures = 0
         self._failures += 1
+        self._failed_at = self._fetched
         if not is_transient(exc) or self._failures > self._retries:
             attempts = f" after {self._failures} attempts" if self._failures > 1 else ""
             doing = f"reading {self._url}" + (f" at byte {self._fetched}" if self._fetched else "") + attempts
-            again = "the shard is read again from its start."
-            then = f"Try again later, or raise {RETRIES_VARIABLE} (now {self._retries}): {again}"
-            then = then if attempts else f"Try again: {again}"
+            then = f"Try again later, or raise {RETRIES_VARIABLE} (now {self._retries})." if attempts else "Try again."
             failure = network_failure(exc, doing, self._timeout, then)
             if failure is not None:
                 raise failure from None
             raise exc
         pause = retry_wait(self._failures, wait, self._first_wait)
         log.warning(
-            "%s failed at byte %d (%s); asking again from there in %.1f s (failure %d of %d in a row)",
+            "shardkit: %s failed at byte %d (%s); asking again from there in %.1f s (failure %d of %d in a row)",
             self._url,
             self._fetched,
             _what_failed(exc, self._timeout),
@@ -276,15 +303,22 @@ class HttpReader:
         while True:
             if self._end is not None and self._fetched >= self._end:
                 return None
+            failure: Exception | None = None
             try:
                 if self._chunks is None:
                     self._connect()
                 chunk: bytes | None = next(self._chunks, None)  # type: ignore[arg-type]
             except Exception as exc:
-                self._failed(exc)
+                failure = exc
+            if failure is not None:
+                self._failed(failure)  # out of the except: a Ctrl-C in the wait is not chained to the failure
                 continue
             if chunk is None:
-                return None
+                expected = self._end if self._end is not None else self.size
+                if expected is None or self._fetched >= expected:
+                    return None
+                self._failed(BodyEndedEarly(f"the body ended at byte {self._fetched} of {expected}"))
+                continue
             if self._discard:
                 passed = min(self._discard, len(chunk))
                 self._discard -= passed
@@ -293,7 +327,6 @@ class HttpReader:
                 chunk = chunk[: self._end - self._fetched]
             if chunk:
                 self._fetched += len(chunk)
-                self._failures = 0
                 return chunk
 
     def read(self, n: int = -1) -> bytes:
@@ -339,7 +372,8 @@ class HttpRandomFile:
     stream's is, and a file that changes between reads (another ETag) is one line.
 
     Its size comes from a first ranged GET of one byte (its Content-Range, or a 200's
-    Content-Length); where the server says neither, it is read front to back only. ``block``: the least
+    Content-Length); where the server does not answer ranged requests, it is read front to back
+    only, in one GET. ``block``: the least
     each request asks for, kept for the reads after it (read-ahead for a reader of small reads,
     e.g. a ZIP walked member by member); 0: each read asks for exactly its bytes. A missing file
     raises FileNotFoundError.
@@ -350,9 +384,12 @@ class HttpRandomFile:
         self._headers = headers
         self._block = block
         with HttpReader(url, headers, byte_range=(0, 1)) as probe:
-            self.size, self._etag = probe.size, probe.etag
-        # A server that neither honours Range nor says the length: the file is read front to back only.
-        self._whole = HttpReader(url, headers, etag=self._etag) if self.size is None else None
+            self.size, self._etag, self._modified = probe.size, probe.etag, probe.modified
+            ranged = probe.ranged
+        # A server that does not honour Range: the file is read front to back only, in one GET (a
+        # GET of the whole file for each read would fetch it once per row group).
+        front_to_back = not ranged or self.size is None
+        self._whole = HttpReader(url, headers, etag=self._etag, modified=self._modified) if front_to_back else None
         self._whole_position = 0
         self._position = 0
         self._kept_at = 0
@@ -360,15 +397,16 @@ class HttpRandomFile:
         self.closed = False
 
     def read(self, n: int | None = -1) -> bytes:
-        if self.size is None:
+        size = self.size
+        if self._whole is not None or size is None:
             return self._read_whole(-1 if n is None else n)
-        end = self.size if n is None or n < 0 else min(self.size, self._position + n)
+        end = size if n is None or n < 0 else min(size, self._position + n)
         if end <= self._position:
             return b""
         if self._kept_at <= self._position and end <= self._kept_at + len(self._kept):
             data = self._kept[self._position - self._kept_at : end - self._kept_at]
         else:
-            fetched = self._fetch(self._position, min(self.size, max(end, self._position + self._block)))
+            fetched = self._fetch(self._position, min(size, max(end, self._position + self._block)))
             if self._block:
                 self._kept_at, self._kept = self._position, fetched
             data = fetched[: end - self._position]
@@ -377,19 +415,21 @@ class HttpRandomFile:
 
     def _read_whole(self, n: int) -> bytes:
         if self._whole is None or self._position != self._whole_position:
-            raise self._unsized()
+            raise self._front_to_back()
         data = self._whole.read(n)
         self._position += len(data)
         self._whole_position = self._position
         return data
 
-    def _unsized(self) -> NetworkError:
+    def _front_to_back(self) -> NetworkError:
         return NetworkError(
-            f"cannot read {self._url} out of order: the server does not say its size (no Content-Range nor Length)"
+            f"cannot read {self._url} out of order: the server does not answer ranged requests (Range),"
+            " which reading part of a file needs"
         )
 
     def _fetch(self, start: int, end: int) -> bytes:
-        with HttpReader(self._url, self._headers, byte_range=(start, end), etag=self._etag) as f:
+        validators = {"etag": self._etag, "modified": self._modified}
+        with HttpReader(self._url, self._headers, byte_range=(start, end), **validators) as f:
             data = read_upto(f, end - start)
         if len(data) != end - start:
             raise NetworkError(
@@ -400,7 +440,7 @@ class HttpRandomFile:
 
     def seek(self, offset: int, whence: int = 0) -> int:
         if whence == 2 and self.size is None:
-            raise self._unsized()
+            raise self._front_to_back()
         base = {0: 0, 1: self._position, 2: self.size or 0}[whence]
         if base + offset < 0:
             raise ValueError(f"negative seek position {base + offset}")
