@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -532,6 +533,20 @@ again.load_state_dict(state)
 resumed = head + keys(again)
 again.set_epoch(4)  # a resumed run goes on to its next epoch: that one starts from its beginning
 next_epoch = keys(again)
+ended = guarded(zip_source, 3, **BASE)
+for _ in ended:
+    pass
+end_state = ended.state_dict()  # a checkpoint after the epoch's last row
+after_end = guarded(zip_source, 4, **BASE)
+after_end.load_state_dict(end_state)
+next_after_end = keys(after_end)  # the next epoch, from its start
+skipping = guarded(zip_source, 5, **BASE)
+skipping.load_state_dict(end_state)
+try:
+    iter(skipping)
+    refused["epoch after the end"] = None
+except UsageError as exc:
+    refused["epoch after the end"] = str(exc)
 legacy = guarded(zip_source, 3, **BASE)
 legacy.load_state_dict(without_identity(state))
 print(json.dumps({
@@ -540,23 +555,23 @@ print(json.dumps({
     "legacy": head + keys(legacy),
     "full": keys(guarded(zip_source, 3, **BASE)),
     "next_epoch": next_epoch,
+    "next_after_end": next_after_end,
     "epoch4": keys(guarded(zip_source, 4, **BASE)),
 }))
 """
 
-SEEDED = "shuffle_seed=7, shuffle_shards=4, shuffle_window=1024"
-UNSEEDED = "shuffle_seed=None, shuffle_shards=None, shuffle_window=None"
 REFUSALS = {
     "shuffle_seed": "this state was saved by a stream with shuffle_seed=7; this one has shuffle_seed=8",
     "rank": "this state was saved by a stream with rank=0; this one has rank=1",
     "world_size": "this state was saved by a stream with world_size=2; this one has world_size=3",
     "shuffle_shards": "this state was saved by a stream with shuffle_shards=4; this one has shuffle_shards=2",
     "shuffle_window": "this state was saved by a stream with shuffle_window=1024; this one has shuffle_window=100",
-    "no seed": f"this state was saved by a stream with {SEEDED}; this one has {UNSEEDED}",
-    "shards": "this state was saved by a stream with shards={}; this one has shards={}",
-    "decoded on threads": (
-        "this state was saved by a stream with decoded_on_threads=False; this one has decoded_on_threads=True"
+    "no seed": "this state was saved by a stream with shuffle_seed=7; this one has shuffle_seed=None",
+    "shards": (
+        "this state was saved by a stream with shards {}; this one has shards {} (other shards: another dataset,"
+        " or this one packed again since)"
     ),
+    "decoded on threads": ("this state was saved by a stream with decode_threads=None; this one has decode_threads=2"),
     "world_size and epoch": (
         "this state was saved by a stream with world_size=2, epoch=3; this one has world_size=4, epoch=0"
     ),
@@ -586,12 +601,18 @@ def test_a_state_of_another_stream_or_epoch_is_refused_naming_what_differs(
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")},  # the 4.0 venv has datasets, not shardkit
     )
     assert result.returncode == 0, result.stderr[-3000:]
     got = json.loads(result.stdout)
     shards = REFUSALS["shards"].format(shards_identity(folders["zip"]), shards_identity(folders["tar"]))
     expected = {name: message + RESUME_HINT for name, message in {**REFUSALS, "shards": shards}.items()}
-    assert got["refused"] == expected | {"epoch": EPOCH_REFUSAL}
+    after_end = (
+        "this state was saved at epoch 3 (at its end: its next epoch is 4); this stream is at epoch 5:"
+        " call set_epoch(4) first"
+    )
+    assert got["refused"] == expected | {"epoch": EPOCH_REFUSAL, "epoch after the end": after_end}
+    assert got["next_after_end"] == got["epoch4"]  # a checkpoint at an epoch's end resumes the next one whole
     assert got["resumed"] == got["full"] and len(got["full"]) == ROWS // 2  # the same stream: exactly the rest
     assert got["next_epoch"] == got["epoch4"] != got["full"]
     # A state of an earlier shardkit (no identity recorded): resumed, with a warning.
@@ -615,10 +636,14 @@ def test_dataloader_workers_refuse_a_state_of_another_stream(folders: dict[str, 
     state = loader_7.state_dict()
     other = loader(8)
     other.load_state_dict(state)
-    with pytest.raises(
-        UsageError, match="this state was saved by a stream with shuffle_seed=7; this one has shuffle_seed=8"
-    ):
+    with pytest.raises(UsageError) as raised:
         next(iter(other))
+    lines = str(raised.value).splitlines()  # the worker's traceback, readable: a line each
+    assert re.fullmatch(r"Caught UsageError in DataLoader worker process \d+\.", lines[0]) and len(lines) > 3, lines
+    assert lines[-1] == (
+        "shardkit.errors.UsageError: this state was saved by a stream with shuffle_seed=7; this one has"
+        " shuffle_seed=8 (resume with the stream the state was saved from)"
+    )
 
 
 def derivations() -> dict[str, Any]:

@@ -11,16 +11,16 @@ state counts the rows in flight, so an exact resume stays exact), one task per
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import os
 import threading
-import weakref
 from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from .closeatexit import close_at_exit
 
 if TYPE_CHECKING:
     import datasets
@@ -52,8 +52,6 @@ def _decode_all(feature: Any, values: list[Any]) -> list[Any]:
 #: The event loops in which the iteration whose row is being read decodes (:func:`settled` sets it
 #: around each row; a decode task, made then, carries it in its context).
 _reading: ContextVar[set[asyncio.AbstractEventLoop] | None] = ContextVar("shardkit_decode_loops", default=None)
-#: The iterations :func:`settled` gave that are not closed yet.
-_open_iterations: weakref.WeakSet[Generator[Any, None, None]] = weakref.WeakSet()
 
 
 async def _decode_batch(column: str, feature: Any, threads: int, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
@@ -78,9 +76,7 @@ def settled(rows: Iterator[T]) -> Iterator[T]:
     up to ``N + 1`` tasks stayed pending in an event loop nobody runs, and asyncio printed "Task
     was destroyed but it is pending!" for each when the garbage collector freed them. Cancelled
     on their loop (which datasets made for that map alone), they end quietly."""
-    iteration = _settle(rows)
-    _open_iterations.add(iteration)
-    return iteration
+    return close_at_exit(_settle(rows))
 
 
 def _settle(rows: Iterator[T]) -> Generator[T, None, None]:
@@ -107,17 +103,6 @@ def _settle(rows: Iterator[T]) -> Generator[T, None, None]:
                 task.cancel()
             if pending:
                 loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-
-
-@atexit.register
-def _close_open_iterations() -> None:
-    """At exit, before the interpreter tears its modules down (asyncio among them), close the
-    iterations :func:`settled` gave that are still open, as a ``break`` would have."""
-    for iteration in list(_open_iterations):
-        try:
-            iteration.close()
-        except Exception as exc:  # running on another thread, or a close that fails: at exit, let it be
-            log.debug("at exit, a decoded stream's iteration did not close: %s", exc)
 
 
 def decode_on_threads(ds: datasets.IterableDataset, column: str, threads: int) -> datasets.IterableDataset:

@@ -58,7 +58,11 @@ class EpochUnits(ExamplesIterable):  # type: ignore[misc]
 
     def _init_state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = super()._init_state_dict()
-        state[STATE_KEY] = dict(self.kwargs["plan"].identity)
+        units = self.kwargs["units"]
+        # Besides the identity, what tells a state at the end of its epoch (all units read): a
+        # checkpoint taken then resumes the next epoch from its start.
+        last = sum(piece.stop - piece.start for piece in units[-1].pieces) if units else 0
+        state[STATE_KEY] = {**self.kwargs["plan"].identity, "units": len(units), "last_unit_rows": last}
         return state
 
     def __iter__(self) -> Iterator[Any]:
@@ -80,32 +84,58 @@ def _kept(iterable: Any) -> Any:
 
 def _shown(name: str, value: object) -> str:
     if name == "shards" and isinstance(value, str):
-        return f"shards={value[:12]}"  # a sha256: its head tells two apart
+        return f"shards {value[:12]}"  # a sha256 of the split's shards: its head tells two apart
     return f"{name}={value!r}"
 
 
+def _differs(name: str, saved: object, now: object) -> bool:
+    if name == "decode_threads":  # on threads or not changes the state's shape; how many threads does not
+        return (saved is None) != (now is None)
+    return saved != now
+
+
+def _fields_that_differ(saved: Mapping[str, Any], identity: Mapping[str, Any]) -> list[str]:
+    """The identity's fields whose saved value differs; a field the saved state does not record is
+    not compared. The shuffle's options say nothing where one of the two has no seed."""
+    differ = [n for n in identity if n in saved and _differs(n, saved[n], identity[n])]
+    if "shuffle_seed" in differ and None in (saved["shuffle_seed"], identity["shuffle_seed"]):
+        differ = [n for n in differ if n not in ("shuffle_shards", "shuffle_window")]
+    return differ
+
+
 def refusal(
-    saved: Mapping[str, Any] | None, identity: Mapping[str, Any], saved_epoch: int | None = None, epoch: int = 0
+    saved: Mapping[str, Any] | None,
+    identity: Mapping[str, Any],
+    saved_epoch: int | None = None,
+    epoch: int = 0,
+    *,
+    epoch_done: bool = False,
 ) -> str | None:
     """Why a state saved by a stream of identity ``saved`` at ``saved_epoch`` cannot resume one of
     ``identity`` at ``epoch``, in one line naming each field that differs and both values; None if
-    it can. A field the saved state does not record is not compared (None: it records none)."""
+    it can (``epoch_done``: the state is at the end of its epoch, which the next epoch follows from
+    its start). A field the saved state does not record is not compared (None: it records none)."""
     saved = saved or {}
-    differ = [name for name in identity if name in saved and saved[name] != identity[name]]
+    differ = _fields_that_differ(saved, identity)
+    next_epoch = epoch_done and saved_epoch is not None and epoch == saved_epoch + 1
+    other_epoch = saved_epoch is not None and saved_epoch != epoch and not next_epoch
     if differ:
-        if saved_epoch is not None and saved_epoch != epoch:
+        if other_epoch:
             differ.append("epoch")
         saved = {**saved, "epoch": saved_epoch}
         identity = {**identity, "epoch": epoch}
+        shards = " (other shards: another dataset, or this one packed again since)" if "shards" in differ else ""
         return (
             f"this state was saved by a stream with {', '.join(_shown(n, saved[n]) for n in differ)};"
-            f" this one has {', '.join(_shown(n, identity[n]) for n in differ)}"
+            f" this one has {', '.join(_shown(n, identity[n]) for n in differ)}{shards}"
             " (resume with the stream the state was saved from)"
         )
-    if saved_epoch is not None and saved_epoch != epoch:
+    if other_epoch and saved_epoch is not None:
+        resume_at = saved_epoch + 1 if epoch_done else saved_epoch
+        done = f" (at its end: its next epoch is {resume_at})" if epoch_done else ""
         return (
-            f"this state was saved at epoch {saved_epoch}; this stream is at epoch {epoch}:"
-            f" call set_epoch({saved_epoch}) first"
+            f"this state was saved at epoch {saved_epoch}{done}; this stream is at epoch {epoch}:"
+            f" call set_epoch({resume_at}) first"
         )
     return None
 
@@ -115,16 +145,27 @@ def _refuse(problem: str | None) -> None:
         raise UsageError(problem)
 
 
-def _identities_in(state: Any) -> Iterator[Mapping[str, Any]]:
-    """The identities an :class:`EpochUnits` recorded in a saved state, wherever datasets nested it."""
+def _unit_states_in(state: Any) -> Iterator[Mapping[str, Any]]:
+    """The states of :class:`EpochUnits` in a saved state (those with :data:`STATE_KEY`),
+    wherever datasets nested them."""
     if isinstance(state, Mapping):
         if isinstance(state.get(STATE_KEY), Mapping):
-            yield state[STATE_KEY]
+            yield state
         for value in state.values():
-            yield from _identities_in(value)
+            yield from _unit_states_in(value)
     elif isinstance(state, list):
         for value in state:
-            yield from _identities_in(value)
+            yield from _unit_states_in(value)
+
+
+def _at_epoch_end(unit_state: Mapping[str, Any]) -> bool:
+    """Whether an :class:`EpochUnits` state has read all its units (a checkpoint after the last row)."""
+    recorded = unit_state[STATE_KEY]
+    units, last = recorded.get("units"), recorded.get("last_unit_rows")
+    if not isinstance(units, int) or not isinstance(last, int):
+        return False  # saved before these were recorded: not known
+    shard, row = unit_state.get("shard_idx", 0), unit_state.get("shard_example_idx", 0)
+    return bool(shard >= units or (shard == units - 1 and row >= last))
 
 
 def _chain(iterable: Any) -> Iterator[Any]:
@@ -151,7 +192,8 @@ class StreamDataset(IterableDataset):  # type: ignore[misc]
         saved = self._starting_state_dict
         if not saved or not self.__dict__.get("_shardkit_state_unchecked"):
             return
-        saved_identity = next(_identities_in(saved.get("examples_iterable")), None)
+        unit_states = list(_unit_states_in(saved.get("examples_iterable")))
+        saved_identity = unit_states[0][STATE_KEY] if unit_states else None
         if saved_identity is None:
             log.warning(
                 "this state records no stream options (saved by an earlier shardkit): resuming it"
@@ -159,7 +201,8 @@ class StreamDataset(IterableDataset):  # type: ignore[misc]
             )
         units = next((it for it in _chain(self._ex_iterable) if isinstance(it, EpochUnits)), None)
         identity = units.kwargs["plan"].identity if units is not None else {}
-        _refuse(refusal(saved_identity, identity, saved.get("epoch"), self.epoch))
+        done = bool(unit_states) and all(_at_epoch_end(state) for state in unit_states)
+        _refuse(refusal(saved_identity, identity, saved.get("epoch"), self.epoch, epoch_done=done))
         self._shardkit_state_unchecked = False
 
     def _settled(self, rows: Iterator[Any]) -> Iterator[Any]:

@@ -125,7 +125,17 @@ class ShardkitError(Exception):
     several lines is given as a list of them, each made one line."""
 
     def __init__(self, *args: object) -> None:
-        super().__init__(*(_shown_message(a) if isinstance(a, (str, list)) else a for a in args))
+        super().__init__(*(_shown_message(_lines_of_reraise(a)) if isinstance(a, (str, list)) else a for a in args))
+
+
+def _lines_of_reraise(message: str | list[str]) -> str | list[str]:
+    """torch's DataLoader raises a worker's error again in the main process with the class and
+    the worker's whole traceback as its one argument ("Caught UsageError in DataLoader worker
+    process 0.\nOriginal Traceback ..."): its lines, each made one line, so that the traceback
+    and our message at its end stay readable (escaped into one line, they were not)."""
+    if isinstance(message, str) and message.startswith("Caught ") and "\nOriginal Traceback" in message:
+        return message.split("\n")
+    return message
 
 
 def _shown_message(message: str | list[str]) -> str:

@@ -31,16 +31,15 @@ Sources: a packed folder, an ``http(s)://`` URL of one, a Hub dataset id (``ns/n
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import logging
-import weakref
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from .closeatexit import close_at_exit
 from .errors import ShardkitError, UsageError
 from .location import Location
 from .manifest import Manifest
@@ -70,9 +69,9 @@ class Plan:
     world_size: int
     shuffle_shards: int
     shuffle_window: int
-    #: Whether the file column is decoded on threads: datasets' state of such a stream has another
-    #: shape (its async ``map``), which datasets cannot load into the other kind.
-    decoded_on_threads: bool = False
+    #: Threads the file column is decoded on (None: not on threads): datasets' state of a stream
+    #: decoded on threads has another shape (its async ``map``), which the other kind cannot load.
+    decode_threads: int | None = None
 
     @cached_property
     def identity(self) -> dict[str, Any]:
@@ -90,7 +89,7 @@ class Plan:
             "world_size": self.world_size,
             "shuffle_shards": self.shuffle_shards if seeded else None,
             "shuffle_window": self.shuffle_window if seeded else None,
-            "decoded_on_threads": self.decoded_on_threads,
+            "decode_threads": self.decode_threads,
         }
 
     def units(self, epoch_key: int) -> list[Unit]:
@@ -146,37 +145,16 @@ def _read_unit(plan: Plan, unit: Unit) -> Iterator[dict[str, Any]]:
             reader.close()
 
 
-#: The rows of every unit list a stream has started and not finished (:func:`_generate`).
-_open_reads: weakref.WeakSet[Generator[dict[str, Any], None, None]] = weakref.WeakSet()
-
-
 def _generate(units: list[Unit], plan: Plan) -> Iterator[dict[str, Any]]:
-    """The rows of ``units`` (what datasets iterates), kept in :data:`_open_reads` until they are
-    closed or collected."""
-    rows = _units_rows(units, plan)
-    _open_reads.add(rows)
-    return rows
+    """The rows of ``units`` (what datasets iterates), closed at exit if left open
+    (:mod:`.closeatexit`: ``next(iter(ds))`` at the end of a script printed a traceback per open
+    piece at teardown)."""
+    return close_at_exit(_units_rows(units, plan))
 
 
 def _units_rows(units: list[Unit], plan: Plan) -> Generator[dict[str, Any], None, None]:
     for unit in units:
         yield from _read_unit(plan, unit)
-
-
-@atexit.register
-def _close_open_reads() -> None:
-    """Close every read a stream left open (``next(iter(ds))`` at the end of a script, a ``break``).
-
-    At exit, before the interpreter tears its modules down: a generator left for then closes its
-    streams while the modules that close them (logging, httpx) are already gone, and Python prints
-    an "Exception ignored" traceback for each. Closing a read runs its ``finally`` blocks, which
-    close its pieces and their streams (a read closed once is closed: closing it again does
-    nothing)."""
-    for rows in list(_open_reads):
-        try:
-            rows.close()
-        except Exception as exc:  # running on another thread, or a stream that fails to close: at exit, let it be
-            log.debug("at exit, a stream's read did not close: %s", exc)
 
 
 def stream(
@@ -224,9 +202,8 @@ def stream(
     _check_options(shuffle_seed, rank, world_size, shuffle_shards, shuffle_window, decode_threads)
     where = Location.parse(source, revision=revision)
     manifest = read_manifest_from(where)
-    split = _split_to_read(manifest, split, where)
-    threads = decode_threads is not None
-    plan = Plan(where, manifest, split, shuffle_seed, rank, world_size, shuffle_shards, shuffle_window, threads)
+    split = _split_to_read(manifest, split, source)
+    plan = Plan(where, manifest, split, shuffle_seed, rank, world_size, shuffle_shards, shuffle_window, decode_threads)
     features = datasets.Features._from_yaml_list(manifest.features) if manifest.features else None
     file_column = manifest.modality
     if features is not None and file_column == "audio" and not _audio_feature_usable(datasets):
@@ -254,7 +231,7 @@ def stream(
     return ds
 
 
-def _split_to_read(manifest: Manifest, split: str | None, where: Location) -> str:
+def _split_to_read(manifest: Manifest, split: str | None, source: str) -> str:
     """``split``, or the dataset's only one; a UsageError for a split that is not there (naming
     those that are) and for no ``split`` in a dataset of several."""
     if split is not None:
@@ -264,7 +241,7 @@ def _split_to_read(manifest: Manifest, split: str | None, where: Location) -> st
     if len(names) < 2:
         return names[0] if names else "train"  # no shards: "train" is refused as before, naming none
     raise UsageError(
-        f"{where.url} has {len(names)} splits ({', '.join(names)}): a stream reads one;"
+        f"{source} has {len(names)} splits ({', '.join(names)}): a stream reads one;"
         f" pass split= to choose, e.g. shardkit.stream(..., split={names[0]!r})"
     )
 
