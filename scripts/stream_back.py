@@ -7,6 +7,7 @@ the shards.json that says how many rows to expect, by default SOURCE/shards.json
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -48,7 +49,9 @@ def main(source: str, manifest_path: str) -> None:
     started = time.perf_counter()
     read("load_dataset", load_dataset(source, split="train", streaming=True), manifest, started, show=3)
     started = time.perf_counter()
-    read("shardkit.stream", shardkit.stream(source), manifest, started, show=0)
+    splits = sorted({shard.get("split", "train") for shard in manifest["shards"]})
+    rows = itertools.chain.from_iterable(shardkit.stream(source, split=split) for split in splits)  # one split each
+    read("shardkit.stream", rows, manifest, started, show=0)
 
 
 if __name__ == "__main__":

@@ -223,6 +223,13 @@ class StreamDataset(IterableDataset):  # type: ignore[misc]
 def _keeps_class(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def derive(self: StreamDataset, *args: Any, **kwargs: Any) -> Any:
+        if self.__dict__.get("_shardkit_state_unchecked") and not method.__name__.startswith("_"):
+            # datasets does not carry a loaded state to the new dataset (its inner helpers aside)
+            log.warning(
+                "a state loaded into a stream is not carried to the dataset %s() makes: it starts from its"
+                " first row; call load_state_dict on the dataset you iterate",
+                method.__name__,
+            )
         derived = method(self, *args, **kwargs)
         if type(derived) is IterableDataset:
             derived.__class__ = type(self)  # it adds no fields: the same object, checked on resume
