@@ -19,8 +19,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +250,104 @@ def test_a_resumed_read_that_is_not_the_continuation_is_one_line(
     assert [f.hits for f in faults] == [1, 1]
     assert re.fullmatch(rf"reading {re.escape(url)}data/0\.zip(: | at byte 1000: ){said}.*", message), message
     assert "\n" not in message
+
+
+# --- servers that answer otherwise -------------------------------------------------------------------
+
+
+@contextmanager
+def serve_short_ranges(root: Path, most: int) -> Iterator[tuple[str, list[str]]]:
+    """A file server on 127.0.0.1 that answers a ranged request with at most ``most`` bytes (a 206
+    whose Content-Range says so, as HTTP allows), and gzips a whole file for a client that accepts
+    it; yields its URL and the Accept-Encoding of every request."""
+    import gzip
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    encodings: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            encodings.append(self.headers.get("Accept-Encoding", ""))
+            path = root / self.path.lstrip("/")
+            if not path.is_file():
+                self.send_error(404)
+                return
+            data = path.read_bytes()
+            match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if match:
+                start = int(match.group(1))
+                end = min(int(match.group(2)) + 1 if match.group(2) else len(data), start + most, len(data))
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+                body = data[start:end]
+            else:
+                self.send_response(200)
+                body = data
+                if "gzip" in self.headers.get("Accept-Encoding", ""):
+                    body = gzip.compress(data)
+                    self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", encodings
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_short_ranged_answers_are_continued_and_bodies_are_asked_uncompressed(
+    fmt: str, folders: dict[str, Path], clean: dict[str, list[list[list[Any]]]], caplog: pytest.LogCaptureFixture
+) -> None:
+    with serve_short_ranges(folders[fmt], most=5000) as (url, encodings):
+        got = [read(url, **options) for options in READS]
+    assert got == clean[fmt]
+    assert encodings and set(encodings) == {"identity"}  # byte positions are the file's
+    assert "asking again" not in caplog.text  # a short 206 is not a failure: no wait, no retry
+
+
+def test_parquet_from_a_server_without_range_is_one_line(folders: dict[str, Path]) -> None:
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    handler = partial(SimpleHTTPRequestHandler, directory=str(folders["parquet"]))  # no Range: the whole file
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        with pytest.raises(shardkit.ShardkitError) as raised:
+            read(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(raised.value) == (
+        f"cannot read {url}data/0.parquet out of order: the server does not answer ranged requests (Range),"
+        " which reading part of a file needs"
+    )
+
+
+def test_a_server_that_sends_a_byte_and_cuts_each_time_ends_the_read(folders: dict[str, Path]) -> None:
+    """Progress of a byte does not start a new count: a read must take a MiB between failures."""
+    with serve_directory(folders["tar"]) as (base, _), run_fault_proxy(base) as proxy:
+        [trickle] = proxy.set(Fault("cut_body", path=r"/data/0\.tar", after=1))
+        result = shardkit_cli("head", proxy.url + "/", "-n", "1", env={**os.environ, **BUDGET})
+    assert result.returncode == 1 and trickle.hits == 3
+    assert error_line(result.stderr).startswith(
+        f"error: the connection failed reading {proxy.url}/data/0.tar at byte 3 after 3 attempts ("
+    )
+
+
+def test_a_wait_the_server_asks_for_is_capped() -> None:
+    from shardkit.location.network import MAX_ASKED_WAIT, retry_wait
+
+    assert retry_wait(1, 3600, 0.5) == MAX_ASKED_WAIT == 60  # honoured, but no longer than a minute
+    assert retry_wait(1, 5, 0.5) == 5
+    assert 0.25 <= retry_wait(1, None, 0.5) <= 0.5

@@ -128,13 +128,14 @@ class BodyEndedEarly(ConnectionError):
     chunked body closed early, a short ranged answer): a cut connection, retried as one."""
 
 
-def _range_start_and_total(content_range: str | None) -> tuple[int | None, int | None]:
-    """The first byte and the file's size in a ``Content-Range`` (``bytes 10-19/100``, ``bytes */100``)."""
-    match = re.fullmatch(r"bytes (?:(\d+)-\d+|\*)/(\d+|\*)", (content_range or "").strip())
+def _content_range(content_range: str | None) -> tuple[int | None, int | None, int | None]:
+    """The first byte, the byte after the last, and the file's size in a ``Content-Range``
+    (``bytes 10-19/100``, ``bytes */100``)."""
+    match = re.fullmatch(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)", (content_range or "").strip())
     if match is None:
-        return None, None
-    start, total = match.groups()
-    return (int(start) if start else None), (int(total) if total != "*" else None)
+        return None, None, None
+    start, last, total = match.groups()
+    return (int(start) if start else None), (int(last) + 1 if last else None), (int(total) if total != "*" else None)
 
 
 class HttpReader:
@@ -179,6 +180,7 @@ class HttpReader:
         self.size: int | None = None
         #: Whether the last answer was a part of the file (206), as a ranged request asked.
         self.ranged = False
+        self._answer_end: int | None = None  # the byte after the last the answer at hand says it sends
         #: The first answer's Last-Modified (or the caller's): compared where there is no ETag.
         self.modified = modified
         self._validated = etag is not None or modified is not None  # the file's validators are known
@@ -220,7 +222,7 @@ class HttpReader:
     def _check(self, response: Any) -> None:
         """Refuse an answer that is not the next bytes of the same file; its body is not read."""
         status = response.status_code
-        start, total = _range_start_and_total(response.headers.get("content-range"))
+        start, end, total = _content_range(response.headers.get("content-range"))
         if status == 416 and total is not None and self._fetched >= total:  # asked from the end: nothing left
             self.size, self._end = total, self._fetched
             return
@@ -236,6 +238,7 @@ class HttpReader:
         size = total if status == 206 else int(length) if plain and (length or "").isdigit() else None
         self._discard = 0
         self.ranged = status == 206
+        self._answer_end = end if status == 206 else size  # where this answer says its body ends
         if status == 206:
             if start != self._fetched:  # no Content-Range, or another start: not the bytes asked for
                 raise NetworkError(
@@ -317,6 +320,12 @@ class HttpReader:
                 expected = self._end if self._end is not None else self.size
                 if expected is None or self._fetched >= expected:
                     return None
+                if self._answer_end is not None and self._fetched >= self._answer_end:
+                    # All the server said it would send, short of what was asked (a 206 may be):
+                    # not a failure; the rest is asked for at once.
+                    self.close()
+                    self._chunks = None
+                    continue
                 self._failed(BodyEndedEarly(f"the body ended at byte {self._fetched} of {expected}"))
                 continue
             if self._discard:
