@@ -133,16 +133,23 @@ def _handler(root: Path, log: RequestLog, honour_range: bool) -> type[BaseHTTPRe
 
 
 @contextmanager
-def serve_directory(root: Path, *, honour_range: bool = True) -> Iterator[tuple[str, RequestLog]]:
-    """Serve ``root`` on 127.0.0.1 (a free port); yield (base URL ending in '/', request log).
-    ``honour_range=False``: answer every GET with the whole file, as a server without Range does."""
-    log = RequestLog()
-    server = QuietServer(("127.0.0.1", 0), _handler(Path(os.path.realpath(root)), log, honour_range))
+def serve_handler(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler``'s answers on 127.0.0.1 (a free port); yield the base URL, ending in '/'."""
+    server = QuietServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", log
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serve_directory(root: Path, *, honour_range: bool = True) -> Iterator[tuple[str, RequestLog]]:
+    """Serve ``root`` on 127.0.0.1 (a free port); yield (base URL ending in '/', request log).
+    ``honour_range=False``: answer every GET with the whole file, as a server without Range does."""
+    log = RequestLog()
+    with serve_handler(_handler(Path(os.path.realpath(root)), log, honour_range)) as url:
+        yield url, log

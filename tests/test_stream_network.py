@@ -19,7 +19,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +29,7 @@ import pytest
 
 import shardkit
 from tests.fault_proxy import RANDOM, Fault, FaultProxy, run_fault_proxy
-from tests.http_server import serve_directory
+from tests.http_server import serve_directory, serve_handler
 from tests.hub_server import run_hub_server
 from tests.stream_resume import row_digest
 from tests.support.corpus import REPO_ROOT
@@ -261,7 +260,7 @@ def serve_short_ranges(root: Path, most: int) -> Iterator[tuple[str, list[str]]]
     whose Content-Range says so, as HTTP allows), and gzips a whole file for a client that accepts
     it; yields its URL and the Accept-Encoding of every request."""
     import gzip
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     encodings: list[str] = []
 
@@ -293,14 +292,8 @@ def serve_short_ranges(root: Path, most: int) -> Iterator[tuple[str, list[str]]]
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", encodings
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_handler(Handler) as url:
+        yield url, encodings
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -315,19 +308,11 @@ def test_short_ranged_answers_are_continued_and_bodies_are_asked_uncompressed(
 
 
 def test_parquet_from_a_server_without_range_is_one_line(folders: dict[str, Path]) -> None:
-    from functools import partial
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    handler = partial(SimpleHTTPRequestHandler, directory=str(folders["parquet"]))  # no Range: the whole file
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/"
-        with pytest.raises(shardkit.ShardkitError) as raised:
-            read(url)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with (
+        serve_directory(folders["parquet"], honour_range=False) as (url, _),
+        pytest.raises(shardkit.ShardkitError) as raised,
+    ):
+        read(url)
     assert str(raised.value) == (
         f"cannot read {url}data/0.parquet out of order: the server does not answer ranged requests (Range),"
         " which reading part of a file needs"

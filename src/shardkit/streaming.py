@@ -191,6 +191,13 @@ def stream(
     other options or shards, or of another epoch (datasets would start the epoch over without a
     word). In DataLoader workers use torchdata's ``StatefulDataLoader``.
 
+    The network: a read over http(s) or from the Hub retries a reset, a cut, a timeout, a 408,
+    429 or 5xx from the next byte it has not given (no row repeated or lost), waiting
+    ``SHARDKIT_RETRY_WAIT`` seconds (0.5) doubled up to 30 s, at most ``SHARDKIT_NETWORK_RETRIES``
+    (8) times in a row with less than 1 MiB read between them; then a NetworkError naming the URL
+    (keep ``state_dict()`` and resume). Each retry is a WARNING of the logger
+    ``shardkit.location.reading``. ``SHARDKIT_NETWORK_TIMEOUT`` (60) bounds each wait for a byte.
+
     Bad options, a source that is not a packed dataset and a split that is not there (the
     message names those that are) are UsageErrors.
     """
