@@ -124,7 +124,8 @@ def refusal(
             differ.append("epoch")
         saved = {**saved, "epoch": saved_epoch}
         identity = {**identity, "epoch": epoch}
-        shards = " (other shards: another dataset, or this one packed again since)" if "shards" in differ else ""
+        other_data = "shards" in differ and "split" not in differ  # another split has other shards, of course
+        shards = " (other shards: another dataset, or this one packed again since)" if other_data else ""
         return (
             f"this state was saved by a stream with {', '.join(_shown(n, saved[n]) for n in differ)};"
             f" this one has {', '.join(_shown(n, identity[n]) for n in differ)}{shards}"
