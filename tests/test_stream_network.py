@@ -336,3 +336,40 @@ def test_a_wait_the_server_asks_for_is_capped() -> None:
     assert retry_wait(1, 3600, 0.5) == MAX_ASKED_WAIT == 60  # honoured, but no longer than a minute
     assert retry_wait(1, 5, 0.5) == 5
     assert 0.25 <= retry_wait(1, None, 0.5) <= 0.5
+
+
+def test_answers_of_no_byte_end_the_read_after_the_budget(folders: dict[str, Path]) -> None:
+    """A server that cuts a shard at byte 1000, then answers every resume with a 206 of no byte:
+    each such answer is a failure of the budget (not a short part to continue at once, for ever)."""
+    from http.server import BaseHTTPRequestHandler
+
+    root = folders["tar"]
+    cut: set[str] = set()  # the shards already cut once
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = (root / self.path.lstrip("/")).read_bytes()
+            match = re.fullmatch(r"bytes=(\d+)-\d*", self.headers.get("Range", ""))
+            start = int(match.group(1)) if match else 0
+            if self.path.endswith("shards.json") or self.path not in cut:
+                cut.add(self.path)
+                self.send_response(200)  # the whole file, or from the start asked for, cut at byte 1000
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data if self.path.endswith("shards.json") else data[:1000])
+            else:
+                self.send_response(206)  # then a part of no byte, however often asked
+                self.send_header("Content-Range", f"bytes {start}-{start - 1}/{len(data)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            self.close_connection = True
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with serve_handler(Handler) as url:
+        result = shardkit_cli("head", url, "-n", "1", env={**os.environ, **BUDGET})
+    assert result.returncode == 1, result.stderr[-2000:]
+    line = error_line(result.stderr)
+    said = f"error: the connection failed reading {url}data/0.tar at byte 1000 after 3 attempts ("
+    assert line.startswith(said), line

@@ -181,6 +181,7 @@ class HttpReader:
         #: Whether the last answer was a part of the file (206), as a ranged request asked.
         self.ranged = False
         self._answer_end: int | None = None  # the byte after the last the answer at hand says it sends
+        self._asked_from = self._fetched  # where the request of the answer at hand asked to start
         #: The first answer's Last-Modified (or the caller's): compared where there is no ETag.
         self.modified = modified
         self._validated = etag is not None or modified is not None  # the file's validators are known
@@ -209,6 +210,7 @@ class HttpReader:
         if self._fetched or self._end is not None:
             last = "" if self._end is None else str(self._end - 1)
             headers["Range"] = f"bytes={self._fetched}-{last}"
+        self._asked_from = self._fetched
         context = get_session().stream("GET", self._url, headers=headers, timeout=self._timeout)
         response = context.__enter__()
         try:
@@ -320,7 +322,8 @@ class HttpReader:
                 expected = self._end if self._end is not None else self.size
                 if expected is None or self._fetched >= expected:
                     return None
-                if self._answer_end is not None and self._fetched >= self._answer_end:
+                moved = self._fetched > self._asked_from  # an answer of no byte is a failure, not a short part
+                if moved and self._answer_end is not None and self._fetched >= self._answer_end:
                     # All the server said it would send, short of what was asked (a 206 may be):
                     # not a failure; the rest is asked for at once.
                     self.close()
