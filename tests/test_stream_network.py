@@ -19,7 +19,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -203,11 +202,9 @@ def test_ctrl_c_during_a_retry_wait_stops_at_once(folders: dict[str, Path]) -> N
         logged = proc.stderr.readline()  # the retry's line: the reader now waits 15 to 30 s
         assert "asking again from there in" in logged, logged
         proc.send_signal(signal.SIGINT)
-        started = time.monotonic()
         _, err = proc.communicate(timeout=GUARD)
-        stopped_in = time.monotonic() - started
-    assert proc.returncode != 0 and fault.hits == 1
-    assert stopped_in < 10, stopped_in  # a guard far below the wait, not a measure
+    # Stopped in the wait: no second request was made (a wait that ran out would have asked again).
+    assert proc.returncode == 130 and fault.hits == 1, (proc.returncode, fault.hits, err)
     assert "Traceback" not in err
 
 

@@ -241,16 +241,16 @@ def stream(
 def _split_to_read(manifest: Manifest, split: str | None, source: str) -> str:
     """``split``, or the dataset's only one; a UsageError for a split that is not there (naming
     those that are) and for no ``split`` in a dataset of several."""
-    if split is not None:
-        manifest.shards_of(split)
-        return split
-    names = [s.name for s in manifest.splits()]
-    if len(names) < 2:
-        return names[0] if names else "train"  # no shards: "train" is refused as before, naming none
-    raise UsageError(
-        f"{source} has {len(names)} splits ({', '.join(names)}): a stream reads one;"
-        f" pass split= to choose, e.g. shardkit.stream(..., split={names[0]!r})"
-    )
+    if split is None:
+        names = [s.name for s in manifest.splits()]
+        if len(names) > 1:
+            raise UsageError(
+                f"{source} has {len(names)} splits ({', '.join(names)}): a stream reads one;"
+                f" pass split= to choose, e.g. shardkit.stream(..., split={names[0]!r})"
+            )
+        split = names[0] if names else "train"
+    manifest.shards_of(split)  # a split that is not there: the UsageError naming those that are
+    return split
 
 
 def _whole(value: object) -> bool:

@@ -15,9 +15,6 @@ from ..errors import NetworkError, ShardkitError, server_text
 from .network import TIMEOUT_VARIABLE, TRANSIENT_STATUSES, answered, asked_wait
 from .reading import MAX_API_BODY_BYTES, MAX_ERROR_BODY_BYTES
 
-#: The statuses huggingface_hub's ``http_backoff`` retries (shardkit's reads retry the same).
-_RETRIED_STATUSES = TRANSIENT_STATUSES
-
 
 def _body_limit(response: Any) -> int | None:
     """How much of an answer huggingface_hub may read into memory: an error or a redirect, a bit;
@@ -140,7 +137,7 @@ def _refusal(response: Any, timeout: float, replayable: bool) -> NetworkError | 
     request = response.request
     url = str(request.url)
     what = answered(response.status_code, response.reason_phrase)
-    wait = asked_wait(response) if response.status_code in _RETRIED_STATUSES else None
+    wait = asked_wait(response) if response.status_code in TRANSIENT_STATUSES else None  # what http_backoff retries
     if wait is not None and wait > timeout:
         return NetworkError(
             f"{request.method} {url}: {what} and asked to wait {wait} s before trying again, longer than"

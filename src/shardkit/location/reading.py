@@ -385,10 +385,9 @@ class HttpRandomFile:
 
     Its size comes from a first ranged GET of one byte (its Content-Range, or a 200's
     Content-Length); where the server does not answer ranged requests, it is read front to back
-    only, in one GET. ``block``: the least
-    each request asks for, kept for the reads after it (read-ahead for a reader of small reads,
-    e.g. a ZIP walked member by member); 0: each read asks for exactly its bytes. A missing file
-    raises FileNotFoundError.
+    only, in one GET. ``block``: the least each request asks for, kept for the reads after it
+    (read-ahead for a reader of small reads, e.g. a ZIP walked member by member); 0: each read
+    asks for exactly its bytes. A missing file raises FileNotFoundError.
     """
 
     def __init__(self, url: str, headers: dict[str, str], *, block: int = 0) -> None:
