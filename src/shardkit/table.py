@@ -71,9 +71,11 @@ def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]
     import pyarrow.parquet as pq
 
     try:
-        # No pyarrow thread pool: started here, after verify's decode threads, it aborted the
-        # process at exit about one run in four ("terminate called without an active exception").
-        table = pq.ParquetFile(open_table)
+        # No pyarrow thread, of either pool: its IO pool pre-buffers by default (pre_buffer=True),
+        # reading ``open_table`` (a Python file) from a C++ thread. A read still held there when
+        # the interpreter exits aborts the process ("terminate called without an active
+        # exception", exit 134; seen in verify under load, arrow issue 34314).
+        table = pq.ParquetFile(open_table, pre_buffer=False)
         if table.num_row_groups != len(shards):
             return [f"{table.num_row_groups} row groups, the manifest has {len(shards)} shards"]
         problems = []
