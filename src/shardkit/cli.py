@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from .pack import ExecutorName, OnProblem, PackConfig, PackSummary, ShardFormatName
     from .progress import TqdmProgress
     from .push import PushSummary
-    from .remux import ImageFormatName, RemuxConfig, RemuxSummary
+    from .remux import RemuxSummary
+    from .remuxconfig import ImageFormatName, RemuxConfig
     from .scaffold import Question
     from .verify import VerifyReport
 
@@ -804,7 +805,7 @@ def remux_cmd(**options: Unpack[RemuxOptions]) -> None:
 
 def _remux_config(options: RemuxOptions) -> RemuxConfig:
     """remux's options as the library's config."""
-    from .remux import RemuxConfig
+    from .remuxconfig import RemuxConfig
 
     return RemuxConfig(
         source=options["source"],

@@ -51,11 +51,6 @@ identity. Same source, function, batch size and seed: same bytes.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
-import inspect
-import io
 import json
 import logging
 import os
@@ -63,73 +58,59 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from .check import SPLIT_COLUMN, split_problem
-from .decode import open_image
-from .errors import ManifestError, NetworkError, ShardkitError, UsageError, naming_errors
+from .check import SPLIT_COLUMN
+from .errors import ShardkitError, UsageError, naming_errors
 from .location import (
     HUB_REPO_ID,
     HUB_REVISION,
     MAX_SMALL_FILE_BYTES,
     Location,
-    OutsideDataset,
     bounded_hub_requests,
-    check_in_dataset,
-    is_network_error,
-    is_timeout,
     network_timeout,
-    open_in_dataset,
     read_bounded,
-    readable_root,
 )
-from .manifest import MANIFEST_NAME, Manifest, write_atomic
+from .manifest import write_atomic
 from .metadata import non_finite_problem
 from .outdir import check_apart, check_out_dir, check_own_entries, locked
-from .plan import DEFAULT_MAX_SHARD_BYTES
 from .progress import NullProgress, Progress
-from .rowrules import EXT_RE, KEY_RE
-from .schema import class_label_names
+from .remuxconfig import ImageFormatName, RemuxConfig
+from .remuxfn import (
+    as_class_names,
+    derived_key,
+    file_of_row,
+    json_value,
+    load_function,
+    output_rows,
+    sample_seed,
+    wants_seeds,
+    where_raised,
+)
+from .remuxsource import (
+    ClassLabelColumn,
+    SourceSplit,
+    batches,
+    data_files_builder,
+    open_source,
+    prepare_batch,
+    shardkit_manifest,
+    source_rows,
+    source_splits,
+)
+from .rowrules import KEY_RE
 from .tasks import Cluster, cluster_for, run_tasks, task_executor
 from .workstate import read_remux_done, read_remux_state
 
 if TYPE_CHECKING:  # imported where the remux packs: its transform workers never need pack
-    from .pack import ExecutorName, PackSummary, ShardFormatName
+    from .pack import PackSummary
+
+__all__ = ["ImageFormatName", "RemuxConfig", "RemuxSummary", "remux"]  # RemuxConfig: remuxconfig.py
 
 log = logging.getLogger(__name__)
 
-BatchFn = Callable[..., dict[str, list[Any]]]
 REMUX_DIR = "remux"
-_IMAGE_EXTENSIONS = {"jpeg": ".jpg", "png": ".png", "webp": ".webp"}
-ImageFormatName = Literal["jpeg", "png", "webp"]  # how returned PIL images are encoded
-
-
-@dataclass(frozen=True)
-class RemuxConfig:
-    """What :func:`remux` reads, calls and writes: ``shardkit remux``'s arguments and options, by name."""
-
-    source: str  # a shardkit folder/repo, a Hub dataset id, a local dataset folder
-    out_dir: str
-    fn: BatchFn | str  # a callable, or "module:function"
-    config_name: str | None = None
-    split: str | None = None  # None: every split of the source, each into the output split of its name
-    revision: str | None = None
-    batch_size: int = 64
-    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
-    seed: int = 0
-    decode: bool = True  # the function gets PIL images (True) or {"bytes", "path"} dicts (False)
-    image_format: ImageFormatName = "jpeg"
-    quality: int = 90
-    format: ShardFormatName = "zip"
-    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES  # as for PackConfig
-    target_shard_bytes: int | None = None  # as for PackConfig: None is half the cap
-    force: bool = False
-    adopt: bool = False  # as for PackConfig
-    executor: ExecutorName = "local"  # dask: each source shard, then each shard, a cluster task
-    scheduler: str | None = None  # as for PackConfig
-    work_dir: str | None = None  # as for PackConfig: with an OUT_DIR URL, where the staged files go
 
 
 @dataclass(frozen=True)
@@ -150,211 +131,6 @@ class RemuxSummary:
         return data
 
 
-def load_function(spec: BatchFn | str) -> BatchFn:
-    """The user's function: a callable as is, or ``"module:function"`` (a module path or a file.py)."""
-    if callable(spec):
-        return spec
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise UsageError(f"--map {spec!r}: expected MODULE:FUNCTION (e.g. my_transforms:augment)")
-    try:
-        if module_name.endswith(".py"):
-            loaded = importlib.util.spec_from_file_location("shardkit_user_map", module_name)
-            if loaded is None or loaded.loader is None:
-                raise ImportError(f"cannot load {module_name}")
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-    except (ImportError, OSError) as exc:
-        raise UsageError(f"--map {spec!r}: cannot import {module_name}: {exc}") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise UsageError(f"--map {spec!r}: {module_name} has no function {attr!r}")
-    return fn  # type: ignore[no-any-return]
-
-
-def wants_seeds(fn: BatchFn) -> bool:
-    try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-        ]
-    except (TypeError, ValueError):
-        return False
-    return len(params) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
-
-
-def sample_seed(seed: int, identity: str) -> int:
-    """A 63-bit seed for one source row: the same row and seed always give the same number."""
-    return int.from_bytes(hashlib.sha256(f"{seed}\0{identity}".encode()).digest()[:8], "big") >> 1
-
-
-def derived_key(identity: str) -> str:
-    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:32]
-
-
-# --- reading the source ----------------------------------------------------------------------------
-
-
-def _shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
-    """The source's shards.json if it has one (then shardkit.stream reads it, one shard per file)."""
-    if data_files_builder(source) is not None:
-        return None
-    if os.path.isdir(source) and not os.path.lexists(os.path.join(source, MANIFEST_NAME)):
-        return None
-    from .shardrows import read_manifest_from
-
-    location = Location.parse(source, revision=revision)
-    if location.is_local:
-        return read_manifest_from(location)  # a damaged one is an error, as before
-    try:
-        return read_manifest_from(location)
-    except (NetworkError, ManifestError):
-        # A server that does not answer, or a manifest that is not shardkit's, is not "no
-        # manifest there": say so, not that the source has no data files (which datasets would
-        # say next), and never read the source some other way.
-        raise
-    except Exception as exc:
-        if is_timeout(exc) or is_network_error(exc):
-            raise ShardkitError(f"cannot reach {source!r}: {type(exc).__name__}: {exc}") from None
-        return None
-
-
-#: Data files a source may name directly (a path, a glob or a URL), and the builder that reads them.
-DATA_FILE_BUILDERS = {".parquet": "parquet", ".tar": "webdataset", ".arrow": "arrow", ".jsonl": "json", ".csv": "csv"}
-
-
-def data_files_builder(source: str) -> str | None:
-    """The datasets builder for a source that names data files (``data/*.parquet``...), else None."""
-    return DATA_FILE_BUILDERS.get(os.path.splitext(source.split("?")[0])[1].lower())
-
-
-@dataclass(frozen=True)
-class ClassLabelColumn:
-    """A source column that is a datasets ``ClassLabel`` (or a list of them): integer i is names[i]."""
-
-    column: str
-    names: tuple[str, ...]
-    in_list: bool = False  # a list of class labels (``List(ClassLabel)``): staged as lists of names
-
-
-@dataclass(frozen=True)
-class SourceSplit:
-    """One split of the source as the remux reads it."""
-
-    name: str  # the source's
-    out: str  # the output's (a name the packer takes: the source's, other characters made "_")
-    n_shards: int
-    labels: tuple[ClassLabelColumn, ...] = ()  # in the order of the source's features
-
-
-def _labels_of_features(features: Any) -> tuple[ClassLabelColumn, ...]:
-    """The ClassLabel columns of a ``datasets.Features`` (None: none known)."""
-    import datasets
-
-    found = []
-    for name, feature in (features or {}).items():
-        inner = getattr(feature, "feature", None)  # List / Sequence of ClassLabel
-        if isinstance(feature, datasets.ClassLabel):
-            found.append(ClassLabelColumn(name, tuple(feature.names)))
-        elif isinstance(inner, datasets.ClassLabel):
-            found.append(ClassLabelColumn(name, tuple(inner.names), in_list=True))
-    return tuple(found)
-
-
-_NOT_IN_SPLIT_NAMES = re.compile(r"[^A-Za-z0-9_]")
-
-
-def _output_split_names(names: list[str], source: str) -> dict[str, str]:
-    """Each source split's name in the output: as it is, or (datasets allows ``train.clean.100``,
-    the packer does not: each split is a folder on the Hub) with other characters made ``_``."""
-    out: dict[str, str] = {}
-    for name in names:
-        new = _NOT_IN_SPLIT_NAMES.sub("_", name)[:64]
-        if problem := split_problem(new):
-            raise UsageError(f"{source!r}: its split {name!r} cannot be a split of the output: {problem}")
-        if new in out.values():
-            other = next(k for k, v in out.items() if v == new)
-            raise UsageError(
-                f"{source!r}: its splits {other!r} and {name!r} would both be the output split {new!r};"
-                " remux them one at a time with --split and different OUT_DIRs"
-            )
-        if new != name:
-            log.warning(
-                "the source split %r is the split %r of the output (a split name is letters, digits, _)", name, new
-            )
-        out[name] = new
-    return out
-
-
-def source_splits(config: RemuxConfig, manifest: Manifest | None) -> list[SourceSplit]:
-    """The splits the remux reads: every split of the source, or ``config.split``; a split that
-    is not there is a UsageError naming those that are."""
-    if manifest is not None:
-        counts = {s.name: s.shards for s in manifest.splits()}
-        if config.split is not None:
-            manifest.shards_of(config.split)  # the error naming the splits there are
-            counts = {config.split: counts[config.split]}
-        labels = tuple(
-            ClassLabelColumn(f["name"], tuple(names))
-            for f in manifest.features
-            if (names := class_label_names(f)) is not None
-        )
-        out = _output_split_names(list(counts), config.source)
-        return [SourceSplit(name, out[name], n, labels) for name, n in counts.items()]
-    opened = _datasets_splits(config)
-    out = _output_split_names(list(opened), config.source)
-    return [SourceSplit(name, out[name], ds.n_shards, _labels_of_features(ds.features)) for name, ds in opened.items()]
-
-
-def _datasets_splits(config: RemuxConfig, split: str | None = None) -> dict[str, Any]:
-    """The source's splits (``split``, else ``config.split``, else all) as streaming datasets,
-    read with ``datasets``; files not decoded yet."""
-    import datasets
-
-    split = split or config.split
-    builder = data_files_builder(config.source)
-    try:
-        if builder is not None:
-            name = split or "train"
-            files = {name: config.source}
-            return {name: datasets.load_dataset(builder, data_files=files, split=name, streaming=True)}
-        if split is not None:
-            ds = datasets.load_dataset(
-                config.source, config.config_name, split=split, revision=config.revision, streaming=True
-            )
-            return {split: ds}
-        loaded = datasets.load_dataset(config.source, config.config_name, revision=config.revision, streaming=True)
-    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
-        raise UsageError(f"cannot read {config.source!r} with datasets: {exc}") from None
-    except Exception as exc:  # a damaged source: tarfile, pyarrow, fsspec... each raise their own
-        raise ShardkitError(f"cannot read {config.source!r} with datasets: {type(exc).__name__}: {exc}") from None
-    if not isinstance(loaded, dict) or not loaded:
-        raise UsageError(f"cannot read {config.source!r} with datasets: it has no splits")
-    return dict(loaded)
-
-
-def open_source(config: RemuxConfig, shardkit_source: bool, split: str) -> Any:
-    """One split of the source as a streaming ``datasets.IterableDataset``, files not decoded yet."""
-    import datasets
-
-    if shardkit_source:
-        from .streaming import stream
-
-        ds = stream(config.source, revision=config.revision, split=split)
-    else:
-        ds = _datasets_splits(config, split)[split]
-    # Decoding happens here, in the batch, so the function sees what it asked for.
-    for name, feature in (ds.features or {}).items():
-        if isinstance(feature, datasets.Image | datasets.Audio):
-            ds = ds.cast_column(name, type(feature)(decode=False))
-    return ds
-
-
-# --- the source's card -------------------------------------------------------------------------------
-
 #: The card keys a remux keeps from its source: what the data is, under which terms. Never
 #: shardkit's own (configs, dataset_info, size_categories): those describe the output's shards.
 CARD_KEYS = (
@@ -367,6 +143,8 @@ CARD_KEYS = (
     "task_ids",
     "tags",
 )
+
+
 _HUB_SOURCE = re.compile(rf"(?:hf://datasets/)?({HUB_REPO_ID})(?:{HUB_REVISION})?/?")
 
 
@@ -461,9 +239,6 @@ def keep_card_fields(out_dir: str, fields: dict[str, Any]) -> list[str]:
     return list(values)
 
 
-# --- one source shard --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ShardTask:
     config: RemuxConfig
@@ -489,143 +264,6 @@ class ShardTask:
         return f"{self.split.out}/{self.shard:05d}"
 
 
-def _encode(value: Any, config: RemuxConfig) -> tuple[bytes, str] | None:
-    """(bytes, extension) of a file-column value, or None if it is not one."""
-    from PIL import Image
-
-    if isinstance(value, Image.Image):
-        image = value
-        fmt = config.image_format
-        if fmt == "jpeg" and image.mode not in ("RGB", "L", "CMYK"):
-            image = image.convert("RGB")
-        buf = io.BytesIO()
-        options: dict[str, Any] = {"quality": config.quality} if fmt in ("jpeg", "webp") else {}
-        image.save(buf, format=fmt.upper(), **options)
-        return buf.getvalue(), _IMAGE_EXTENSIONS[fmt]
-    if isinstance(value, dict) and isinstance(value.get("bytes"), bytes | bytearray):
-        ext = os.path.splitext(str(value.get("path") or ""))[1].lower()
-        if not EXT_RE.fullmatch(ext):  # no extension, or one no file name may carry (a source's path is data)
-            ext = _sniff(value["bytes"])
-        return bytes(value["bytes"]), ext
-    if isinstance(value, bytes | bytearray):
-        return bytes(value), _sniff(bytes(value))
-    return None
-
-
-def _sniff(data: bytes) -> str:
-    signatures = {b"\xff\xd8\xff": ".jpg", b"\x89PNG": ".png", b"RIFF": ".webp", b"GIF8": ".gif"}
-    for magic, ext in signatures.items():
-        if data.startswith(magic):
-            return ".wav" if magic == b"RIFF" and data[8:12] == b"WAVE" else ext
-    return ".bin"
-
-
-def _json_value(value: Any) -> Any:
-    """A field value as JSON: numpy scalars and arrays become Python numbers and lists."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {k: _json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    return value
-
-
-def _with_bytes(value: Any, config: RemuxConfig, where: str) -> Any:
-    """A file value as ``{"bytes", "path"}`` with its bytes (datasets gives a local folder's or a
-    Hub repo's files as a path only). A path is followed only into the source itself: a hostile
-    source naming ``/etc/passwd`` or ``../..`` must not make remux read (and publish) it."""
-    if isinstance(value, dict) and value.get("bytes") is None and value.get("path"):
-        path = str(value["path"])
-        if not _inside_source(path, config.source):
-            raise ShardkitError(
-                f"{where}: the file has no bytes, only a path outside the source ({path!r}); remux reads"
-                " only files the source holds"
-            )
-        import fsspec  # type: ignore[import-untyped]
-
-        try:
-            opened: Any = None
-            if os.path.isdir(config.source):
-                # A local source's file is read as every local dataset file is: not through a link
-                # out of the folder (b.png -> ../secret.png), by the one rule of readable_root (for
-                # a member of an archive, ``zip://b.png::/src/a.zip``, the archive's link).
-                root = readable_root(config.source)
-                check_in_dataset(_local_file(path), root)
-                if "::" not in path:
-                    opened = open_in_dataset(_local_file(path), root)
-            with opened or fsspec.open(path, "rb") as f:
-                return {"bytes": f.read(), "path": path}
-        except OutsideDataset as exc:
-            raise ShardkitError(f"{where}: {exc}") from None
-        except OSError as exc:
-            raise ShardkitError(f"{where}: cannot read its file {path!r}: {exc}") from None
-    return value
-
-
-def _local_file(path: str) -> str:
-    """The file a local source's path names (datasets may give it as ``file://...``)."""
-    return path.rsplit("::", 1)[-1].removeprefix("file://")
-
-
-def _inside_source(path: str, source: str) -> bool:
-    """Whether a file path datasets gave lies inside the source: under a local source folder,
-    or (the last link of a chained URL such as ``zip://x::hf://...``) in the source's Hub repo."""
-    last = _local_file(path)
-    if os.path.isdir(source):
-        # Compared as written, not resolved: the user's own folder may hold symlinks (a Hub
-        # cache's snapshot is links into blobs/); what is refused is a path naming elsewhere.
-        root = os.path.join(os.path.abspath(source), "")
-        return "://" not in last and os.path.normpath(os.path.abspath(last)).startswith(root)
-    repo = source.removeprefix("hf://datasets/").split("@", 1)[0].strip("/")
-    return (
-        ".." not in last.split("/")
-        and last.startswith(f"hf://datasets/{repo}")
-        and last[len(f"hf://datasets/{repo}") :][:1] in ("/", "@")
-    )
-
-
-def _has_bytes(value: Any) -> bool:
-    return isinstance(value, dict) and bool(value.get("bytes"))
-
-
-def _prepare_batch(
-    batch: dict[str, list[Any]], file_columns: list[str], config: RemuxConfig, rows: str, first: int
-) -> None:
-    """File columns as the function asked for them: PIL images, or ``{"bytes", "path"}`` dicts.
-    Messages name a row as ``f"{rows} {first + i}"``."""
-    from PIL import Image, UnidentifiedImageError
-
-    for column in file_columns:
-        values = [_with_bytes(v, config, f"{rows} {first + i}") for i, v in enumerate(batch[column])]
-        if config.decode:
-            for i, v in enumerate(values):
-                if not _has_bytes(v):
-                    continue
-                try:
-                    values[i] = open_image(io.BytesIO(v["bytes"]))
-                except UnidentifiedImageError:
-                    raise ShardkitError(
-                        f"{rows} {first + i}: column {column!r} is not an image Pillow can read"
-                    ) from None
-                except (OSError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-                    raise ShardkitError(
-                        f"{rows} {first + i}: column {column!r} does not open as an image: {type(exc).__name__}: {exc}"
-                    ) from None
-        batch[column] = values
-
-
-def _batches(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def transform_shard(task: ShardTask) -> tuple[str, int, int]:
     """Run one source shard through the function; return (its stem, rows in, rows out)."""
     config = task.config
@@ -644,7 +282,7 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
     not_labels: set[str] = set()  # ClassLabel columns the function filled with something else
     lines: list[bytes] = []
     partial = f"{part}.{secrets.token_hex(4)}.partial"  # this attempt's own (see writer.write_shard)
-    for batch_rows in _batches(_source_rows(ds, config.source, task.name), config.batch_size):
+    for batch_rows in batches(source_rows(ds, config.source, task.name), config.batch_size):
         first = rows_in
         identities = [
             str(r["key"]) if isinstance(r.get("key"), str) else f"{task.split.name}/{task.shard}/{first + i}"
@@ -652,20 +290,20 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
         ]
         rows_in += len(batch_rows)
         batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
-        _prepare_batch(batch, file_columns, config, f"{task.name}, row", first)
+        prepare_batch(batch, file_columns, config, f"{task.name}, row", first)
         seeds = [sample_seed(config.seed, identity) for identity in identities]
         try:
             out = fn(batch, seeds) if with_seeds else fn(batch)
         except Exception as exc:
             raise ShardkitError(
                 f"the map function failed on {task.name}, rows {first}..{rows_in - 1}:"
-                f" {type(exc).__name__}: {exc}{_where_raised(exc)}"
+                f" {type(exc).__name__}: {exc}{where_raised(exc)}"
             ) from exc
         where = f"{task.name}, batch from row {first}"
-        rows = _rows_of(out, where)
+        rows = output_rows(out, where)
         same_rows = len(identities) == len(rows)
         for j, row in enumerate(rows):
-            file_column, encoded = _file_of(row, config, where)
+            file_column, encoded = file_of_row(row, config, where)
             data, ext = encoded
             key = row.get("key")
             if not (isinstance(key, str) and KEY_RE.fullmatch(key)):
@@ -676,9 +314,9 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
             file_path = os.path.join(files_dir, f"{rows_out:08d}{ext}")
             with naming_errors(file_path), open(file_path, "wb") as f:
                 f.write(data)
-            fields = {k: _json_value(v) for k, v in row.items() if k not in (file_column, "key")}
+            fields = {k: json_value(v) for k, v in row.items() if k not in (file_column, "key")}
             for label in task.split.labels:
-                if label.column in fields and not _as_class_names(fields, label, where):
+                if label.column in fields and not as_class_names(fields, label, where):
                     not_labels.add(label.column)
             if task.write_split and fields.get(SPLIT_COLUMN) is None:
                 fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
@@ -703,49 +341,6 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
     return task.stem, rows_in, rows_out
 
 
-def _as_class_names(fields: dict[str, Any], label: ClassLabelColumn, where: str) -> bool:
-    """Put a ClassLabel column's class names in place of its integers (what the packer numbers
-    again, in the source's order); False if it holds something else (then it is no ClassLabel)."""
-    value = fields[label.column]
-
-    def name_of(v: Any) -> Any:
-        if not isinstance(v, int) or isinstance(v, bool):
-            return v
-        if v == -1:  # datasets' "no label"
-            return None
-        if not 0 <= v < len(label.names):
-            raise ShardkitError(
-                f"column {label.column!r} is a ClassLabel of {len(label.names)} names in the source, and the map"
-                f" function returned {v} in it ({where}); return a class's number or name, or rename the column"
-            )
-        return label.names[v]
-
-    if label.in_list:
-        if isinstance(value, list):
-            fields[label.column] = [name_of(v) for v in value]
-        return False  # the packer makes one ClassLabel, of single values: the names stay as strings
-    fields[label.column] = value = name_of(value)
-    return value is None or isinstance(value, str)
-
-
-def _source_rows(ds: Any, source: str, shard: str) -> Iterator[dict[str, Any]]:
-    """The source shard's rows; a source that cannot be read (damaged, hostile, gone) is one
-    error naming it, the shard and the row, not a traceback from deep inside datasets."""
-    rows = iter(ds)
-    n = 0
-    while True:
-        try:
-            row = next(rows)
-        except StopIteration:
-            return
-        except ShardkitError as exc:  # shardkit.stream's own, naming the shard file already
-            raise ShardkitError(f"cannot read {shard} of {source!r}: {exc}") from None
-        except Exception as exc:  # datasets, pyarrow, fsspec and the decoders raise many types
-            raise ShardkitError(f"cannot read {shard} of {source!r} at row {n}: {type(exc).__name__}: {exc}") from None
-        yield row
-        n += 1
-
-
 def _done_path(work_dir: str, stem: str) -> str:
     return os.path.join(work_dir, "parts", f"{stem}.done")
 
@@ -753,44 +348,6 @@ def _done_path(work_dir: str, stem: str) -> str:
 def _append(path: str, lines: list[bytes]) -> None:
     with naming_errors(path), open(path, "ab") as f:
         f.writelines(lines)
-
-
-def _where_raised(exc: BaseException) -> str:
-    """Where the user's code raised ``exc``: its innermost frame outside shardkit, and the
-    traceback of the user's frames (the task may have run in another process, so as text)."""
-    import traceback
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not os.path.abspath(f.filename).startswith(here)]
-    if not frames:
-        return ""
-    last = frames[-1]
-    lines = "".join(traceback.format_list(frames)).rstrip()
-    return f" (at {last.filename}:{last.lineno} in {last.name})\nTraceback of the map function:\n{lines}"
-
-
-def _rows_of(out: Any, where: str) -> list[dict[str, Any]]:
-    """The function's returned batch as rows, once checked to be a dict of equal-length lists."""
-    if not isinstance(out, dict) or not all(isinstance(v, list) for v in out.values()):
-        raise ShardkitError(f"the map function must return a dict of lists ({where}); it returned {type(out).__name__}")
-    lengths = {len(v) for v in out.values()}
-    if len(lengths) > 1:
-        raise ShardkitError(f"the map function returned columns of different lengths {sorted(lengths)} ({where})")
-    names = list(out)
-    return [{name: out[name][i] for name in names} for i in range(lengths.pop() if lengths else 0)]
-
-
-def _file_of(row: dict[str, Any], config: RemuxConfig, where: str) -> tuple[str, tuple[bytes, str]]:
-    found = [(name, enc) for name, value in row.items() if (enc := _encode(value, config)) is not None]
-    if len(found) != 1:
-        what = "no image or file column" if not found else f"{len(found)} file columns ({[n for n, _ in found]})"
-        raise ShardkitError(
-            f"each output row needs exactly one image (PIL image or bytes); the map function returned {what} ({where})"
-        )
-    return found[0]
-
-
-# --- the whole run ---------------------------------------------------------------------------------
 
 
 def _state(config: RemuxConfig, splits: list[SourceSplit]) -> dict[str, Any]:
@@ -837,7 +394,7 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     if location.is_local:  # a URL is not checked for foreign files, as in pack
         check_out_dir(out_dir, adopt=config.adopt)
     started = time.perf_counter()
-    manifest = _shardkit_manifest(config.source, config.revision)
+    manifest = shardkit_manifest(config.source, config.revision)
     shardkit_source = manifest is not None
     splits = source_splits(config, manifest)
     card_fields = source_card_fields(config)  # now: a card that cannot be read fails before the work

@@ -1,0 +1,298 @@
+"""A remux's source: its splits, its ClassLabel columns, and the rows of each piece of it, as
+the user's function gets them (files read from the source only, images decoded if asked)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .check import split_problem
+from .decode import open_image
+from .errors import ManifestError, NetworkError, ShardkitError, UsageError
+from .location import (
+    Location,
+    OutsideDataset,
+    check_in_dataset,
+    is_network_error,
+    is_timeout,
+    open_in_dataset,
+    readable_root,
+)
+from .manifest import MANIFEST_NAME, Manifest
+from .remuxconfig import RemuxConfig
+from .schema import class_label_names
+
+log = logging.getLogger(__name__)
+
+
+def shardkit_manifest(source: str, revision: str | None) -> Manifest | None:
+    """The source's shards.json if it has one (then shardkit.stream reads it, one shard per file)."""
+    if data_files_builder(source) is not None:
+        return None
+    if os.path.isdir(source) and not os.path.lexists(os.path.join(source, MANIFEST_NAME)):
+        return None
+    from .shardrows import read_manifest_from
+
+    location = Location.parse(source, revision=revision)
+    if location.is_local:
+        return read_manifest_from(location)  # a damaged one is an error, as before
+    try:
+        return read_manifest_from(location)
+    except (NetworkError, ManifestError):
+        # A server that does not answer, or a manifest that is not shardkit's, is not "no
+        # manifest there": say so, not that the source has no data files (which datasets would
+        # say next), and never read the source some other way.
+        raise
+    except Exception as exc:
+        if is_timeout(exc) or is_network_error(exc):
+            raise ShardkitError(f"cannot reach {source!r}: {type(exc).__name__}: {exc}") from None
+        return None
+
+
+#: Data files a source may name directly (a path, a glob or a URL), and the builder that reads them.
+DATA_FILE_BUILDERS = {".parquet": "parquet", ".tar": "webdataset", ".arrow": "arrow", ".jsonl": "json", ".csv": "csv"}
+
+
+def data_files_builder(source: str) -> str | None:
+    """The datasets builder for a source that names data files (``data/*.parquet``...), else None."""
+    return DATA_FILE_BUILDERS.get(os.path.splitext(source.split("?")[0])[1].lower())
+
+
+@dataclass(frozen=True)
+class ClassLabelColumn:
+    """A source column that is a datasets ``ClassLabel`` (or a list of them): integer i is names[i]."""
+
+    column: str
+    names: tuple[str, ...]
+    in_list: bool = False  # a list of class labels (``List(ClassLabel)``): staged as lists of names
+
+
+@dataclass(frozen=True)
+class SourceSplit:
+    """One split of the source as the remux reads it."""
+
+    name: str  # the source's
+    out: str  # the output's (a name the packer takes: the source's, other characters made "_")
+    n_shards: int
+    labels: tuple[ClassLabelColumn, ...] = ()  # in the order of the source's features
+
+
+def _labels_of_features(features: Any) -> tuple[ClassLabelColumn, ...]:
+    """The ClassLabel columns of a ``datasets.Features`` (None: none known)."""
+    import datasets
+
+    found = []
+    for name, feature in (features or {}).items():
+        inner = getattr(feature, "feature", None)  # List / Sequence of ClassLabel
+        if isinstance(feature, datasets.ClassLabel):
+            found.append(ClassLabelColumn(name, tuple(feature.names)))
+        elif isinstance(inner, datasets.ClassLabel):
+            found.append(ClassLabelColumn(name, tuple(inner.names), in_list=True))
+    return tuple(found)
+
+
+_NOT_IN_SPLIT_NAMES = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _output_split_names(names: list[str], source: str) -> dict[str, str]:
+    """Each source split's name in the output: as it is, or (datasets allows ``train.clean.100``,
+    the packer does not: each split is a folder on the Hub) with other characters made ``_``."""
+    out: dict[str, str] = {}
+    for name in names:
+        new = _NOT_IN_SPLIT_NAMES.sub("_", name)[:64]
+        if problem := split_problem(new):
+            raise UsageError(f"{source!r}: its split {name!r} cannot be a split of the output: {problem}")
+        if new in out.values():
+            other = next(k for k, v in out.items() if v == new)
+            raise UsageError(
+                f"{source!r}: its splits {other!r} and {name!r} would both be the output split {new!r};"
+                " remux them one at a time with --split and different OUT_DIRs"
+            )
+        if new != name:
+            log.warning(
+                "the source split %r is the split %r of the output (a split name is letters, digits, _)", name, new
+            )
+        out[name] = new
+    return out
+
+
+def source_splits(config: RemuxConfig, manifest: Manifest | None) -> list[SourceSplit]:
+    """The splits the remux reads: every split of the source, or ``config.split``; a split that
+    is not there is a UsageError naming those that are."""
+    if manifest is not None:
+        counts = {s.name: s.shards for s in manifest.splits()}
+        if config.split is not None:
+            manifest.shards_of(config.split)  # the error naming the splits there are
+            counts = {config.split: counts[config.split]}
+        labels = tuple(
+            ClassLabelColumn(f["name"], tuple(names))
+            for f in manifest.features
+            if (names := class_label_names(f)) is not None
+        )
+        out = _output_split_names(list(counts), config.source)
+        return [SourceSplit(name, out[name], n, labels) for name, n in counts.items()]
+    opened = _datasets_splits(config)
+    out = _output_split_names(list(opened), config.source)
+    return [SourceSplit(name, out[name], ds.n_shards, _labels_of_features(ds.features)) for name, ds in opened.items()]
+
+
+def _datasets_splits(config: RemuxConfig, split: str | None = None) -> dict[str, Any]:
+    """The source's splits (``split``, else ``config.split``, else all) as streaming datasets,
+    read with ``datasets``; files not decoded yet."""
+    import datasets
+
+    split = split or config.split
+    builder = data_files_builder(config.source)
+    try:
+        if builder is not None:
+            name = split or "train"
+            files = {name: config.source}
+            return {name: datasets.load_dataset(builder, data_files=files, split=name, streaming=True)}
+        if split is not None:
+            ds = datasets.load_dataset(
+                config.source, config.config_name, split=split, revision=config.revision, streaming=True
+            )
+            return {split: ds}
+        loaded = datasets.load_dataset(config.source, config.config_name, revision=config.revision, streaming=True)
+    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
+        raise UsageError(f"cannot read {config.source!r} with datasets: {exc}") from None
+    except Exception as exc:  # a damaged source: tarfile, pyarrow, fsspec... each raise their own
+        raise ShardkitError(f"cannot read {config.source!r} with datasets: {type(exc).__name__}: {exc}") from None
+    if not isinstance(loaded, dict) or not loaded:
+        raise UsageError(f"cannot read {config.source!r} with datasets: it has no splits")
+    return dict(loaded)
+
+
+def open_source(config: RemuxConfig, shardkit_source: bool, split: str) -> Any:
+    """One split of the source as a streaming ``datasets.IterableDataset``, files not decoded yet."""
+    import datasets
+
+    if shardkit_source:
+        from .streaming import stream
+
+        ds = stream(config.source, revision=config.revision, split=split)
+    else:
+        ds = _datasets_splits(config, split)[split]
+    # Decoding happens here, in the batch, so the function sees what it asked for.
+    for name, feature in (ds.features or {}).items():
+        if isinstance(feature, datasets.Image | datasets.Audio):
+            ds = ds.cast_column(name, type(feature)(decode=False))
+    return ds
+
+
+def _with_bytes(value: Any, config: RemuxConfig, where: str) -> Any:
+    """A file value as ``{"bytes", "path"}`` with its bytes (datasets gives a local folder's or a
+    Hub repo's files as a path only). A path is followed only into the source itself: a hostile
+    source naming ``/etc/passwd`` or ``../..`` must not make remux read (and publish) it."""
+    if isinstance(value, dict) and value.get("bytes") is None and value.get("path"):
+        path = str(value["path"])
+        if not _inside_source(path, config.source):
+            raise ShardkitError(
+                f"{where}: the file has no bytes, only a path outside the source ({path!r}); remux reads"
+                " only files the source holds"
+            )
+        import fsspec  # type: ignore[import-untyped]
+
+        try:
+            opened: Any = None
+            if os.path.isdir(config.source):
+                # A local source's file is read as every local dataset file is: not through a link
+                # out of the folder (b.png -> ../secret.png), by the one rule of readable_root (for
+                # a member of an archive, ``zip://b.png::/src/a.zip``, the archive's link).
+                root = readable_root(config.source)
+                check_in_dataset(_local_file(path), root)
+                if "::" not in path:
+                    opened = open_in_dataset(_local_file(path), root)
+            with opened or fsspec.open(path, "rb") as f:
+                return {"bytes": f.read(), "path": path}
+        except OutsideDataset as exc:
+            raise ShardkitError(f"{where}: {exc}") from None
+        except OSError as exc:
+            raise ShardkitError(f"{where}: cannot read its file {path!r}: {exc}") from None
+    return value
+
+
+def _local_file(path: str) -> str:
+    """The file a local source's path names (datasets may give it as ``file://...``)."""
+    return path.rsplit("::", 1)[-1].removeprefix("file://")
+
+
+def _inside_source(path: str, source: str) -> bool:
+    """Whether a file path datasets gave lies inside the source: under a local source folder,
+    or (the last link of a chained URL such as ``zip://x::hf://...``) in the source's Hub repo."""
+    last = _local_file(path)
+    if os.path.isdir(source):
+        # Compared as written, not resolved: the user's own folder may hold symlinks (a Hub
+        # cache's snapshot is links into blobs/); what is refused is a path naming elsewhere.
+        root = os.path.join(os.path.abspath(source), "")
+        return "://" not in last and os.path.normpath(os.path.abspath(last)).startswith(root)
+    repo = source.removeprefix("hf://datasets/").split("@", 1)[0].strip("/")
+    return (
+        ".." not in last.split("/")
+        and last.startswith(f"hf://datasets/{repo}")
+        and last[len(f"hf://datasets/{repo}") :][:1] in ("/", "@")
+    )
+
+
+def _has_bytes(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value.get("bytes"))
+
+
+def prepare_batch(
+    batch: dict[str, list[Any]], file_columns: list[str], config: RemuxConfig, rows: str, first: int
+) -> None:
+    """File columns as the function asked for them: PIL images, or ``{"bytes", "path"}`` dicts.
+    Messages name a row as ``f"{rows} {first + i}"``."""
+    from PIL import Image, UnidentifiedImageError
+
+    for column in file_columns:
+        values = [_with_bytes(v, config, f"{rows} {first + i}") for i, v in enumerate(batch[column])]
+        if config.decode:
+            for i, v in enumerate(values):
+                if not _has_bytes(v):
+                    continue
+                try:
+                    values[i] = open_image(io.BytesIO(v["bytes"]))
+                except UnidentifiedImageError:
+                    raise ShardkitError(
+                        f"{rows} {first + i}: column {column!r} is not an image Pillow can read"
+                    ) from None
+                except (OSError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+                    raise ShardkitError(
+                        f"{rows} {first + i}: column {column!r} does not open as an image: {type(exc).__name__}: {exc}"
+                    ) from None
+        batch[column] = values
+
+
+def batches(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def source_rows(ds: Any, source: str, shard: str) -> Iterator[dict[str, Any]]:
+    """The source shard's rows; a source that cannot be read (damaged, hostile, gone) is one
+    error naming it, the shard and the row, not a traceback from deep inside datasets."""
+    rows = iter(ds)
+    n = 0
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except ShardkitError as exc:  # shardkit.stream's own, naming the shard file already
+            raise ShardkitError(f"cannot read {shard} of {source!r}: {exc}") from None
+        except Exception as exc:  # datasets, pyarrow, fsspec and the decoders raise many types
+            raise ShardkitError(f"cannot read {shard} of {source!r} at row {n}: {type(exc).__name__}: {exc}") from None
+        yield row
+        n += 1
