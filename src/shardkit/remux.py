@@ -73,20 +73,17 @@ from .location import (
     read_bounded,
 )
 from .manifest import write_atomic
-from .metadata import non_finite_problem
 from .outdir import check_apart, check_out_dir, check_own_entries, locked
 from .progress import NullProgress, Progress
 from .remuxconfig import ImageFormatName, RemuxConfig
 from .remuxfn import (
-    as_class_names,
+    call_function,
     derived_key,
-    file_of_row,
-    json_value,
     load_function,
-    output_rows,
+    metadata_line,
+    output_row,
     sample_seed,
     wants_seeds,
-    where_raised,
 )
 from .remuxsource import (
     ClassLabelColumn,
@@ -292,44 +289,26 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
         batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
         prepare_batch(batch, file_columns, config, f"{task.name}, row", first)
         seeds = [sample_seed(config.seed, identity) for identity in identities]
-        try:
-            out = fn(batch, seeds) if with_seeds else fn(batch)
-        except Exception as exc:
-            raise ShardkitError(
-                f"the map function failed on {task.name}, rows {first}..{rows_in - 1}:"
-                f" {type(exc).__name__}: {exc}{where_raised(exc)}"
-            ) from exc
         where = f"{task.name}, batch from row {first}"
-        rows = output_rows(out, where)
+        rows = call_function(fn, with_seeds, batch, seeds, where=where, rows=f"rows {first}..{rows_in - 1}")
         same_rows = len(identities) == len(rows)
         for j, row in enumerate(rows):
-            file_column, encoded = file_of_row(row, config, where)
-            data, ext = encoded
-            key = row.get("key")
-            if not (isinstance(key, str) and KEY_RE.fullmatch(key)):
+            staged = output_row(row, config, task.split.labels, where)
+            not_labels |= staged.not_labels
+            key = staged.key
+            if key is None:
                 key = identities[j] if same_rows and KEY_RE.fullmatch(identities[j]) else None
             if key is None:
                 key = derived_key(f"{identities[0]}#{j}")
-            name = f"{task.stem}/{rows_out:08d}{ext}"
-            file_path = os.path.join(files_dir, f"{rows_out:08d}{ext}")
+            name = f"{task.stem}/{rows_out:08d}{staged.ext}"
+            file_path = os.path.join(files_dir, f"{rows_out:08d}{staged.ext}")
             with naming_errors(file_path), open(file_path, "wb") as f:
-                f.write(data)
-            fields = {k: json_value(v) for k, v in row.items() if k not in (file_column, "key")}
-            for label in task.split.labels:
-                if label.column in fields and not as_class_names(fields, label, where):
-                    not_labels.add(label.column)
+                f.write(staged.data)
+            fields = staged.fields
             if task.write_split and fields.get(SPLIT_COLUMN) is None:
                 fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
             columns.update(fields)
-            try:
-                text = json.dumps({"file_name": name, "key": key, **fields}, ensure_ascii=False, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                cause = non_finite_problem(fields) or exc
-                raise ShardkitError(
-                    f"the map function returned a value that is not JSON ({where}): {cause};"
-                    " return numbers, strings, lists or dicts besides the image"
-                ) from None
-            lines.append(text.encode("utf-8") + b"\n")
+            lines.append(metadata_line(name, key, fields, where))
             rows_out += 1
         if len(lines) > 4096:  # keep memory flat: spill to the part file as it grows
             _append(partial, lines)

@@ -9,13 +9,16 @@ import importlib
 import importlib.util
 import inspect
 import io
+import json
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ShardkitError, UsageError
+from .metadata import non_finite_problem
 from .remuxconfig import BatchFn, RemuxConfig
 from .remuxsource import ClassLabelColumn
-from .rowrules import EXT_RE
+from .rowrules import EXT_RE, KEY_RE
 
 
 def load_function(spec: BatchFn | str) -> BatchFn:
@@ -166,3 +169,53 @@ def as_class_names(fields: dict[str, Any], label: ClassLabelColumn, where: str) 
         return False  # the packer makes one ClassLabel, of single values: the names stay as strings
     fields[label.column] = value = name_of(value)
     return value is None or isinstance(value, str)
+
+
+@dataclass
+class OutputRow:
+    """One row the function returned, ready to stage: its file and its other fields."""
+
+    data: bytes
+    ext: str  # the file's extension, with its dot
+    key: str | None  # the row's own ``key`` if it returned a valid one
+    fields: dict[str, Any]  # JSON values; a source ClassLabel column's integers as class names
+    not_labels: set[str]  # source ClassLabel columns this row filled with something else
+
+
+def call_function(
+    fn: BatchFn, with_seeds: bool, batch: dict[str, list[Any]], seeds: list[int], *, where: str, rows: str
+) -> list[dict[str, Any]]:
+    """``fn``'s output for ``batch`` as rows; what it raises, or an output that is not a batch, is
+    a ShardkitError naming ``where`` (the split, source piece and batch) and ``rows``."""
+    try:
+        out = fn(batch, seeds) if with_seeds else fn(batch)
+    except Exception as exc:
+        raise ShardkitError(
+            f"the map function failed on {where.rsplit(', batch', 1)[0]}, {rows}:"
+            f" {type(exc).__name__}: {exc}{where_raised(exc)}"
+        ) from exc
+    return output_rows(out, where)
+
+
+def output_row(row: dict[str, Any], config: RemuxConfig, labels: tuple[ClassLabelColumn, ...], where: str) -> OutputRow:
+    """One returned row as staged: its one file encoded, its other fields as JSON values."""
+    file_column, (data, ext) = file_of_row(row, config, where)
+    key = row.get("key")
+    fields = {k: json_value(v) for k, v in row.items() if k not in (file_column, "key")}
+    not_labels = {
+        label.column for label in labels if label.column in fields and not as_class_names(fields, label, where)
+    }
+    return OutputRow(data, ext, key if isinstance(key, str) and KEY_RE.fullmatch(key) else None, fields, not_labels)
+
+
+def metadata_line(file_name: str, key: str, fields: dict[str, Any], where: str) -> bytes:
+    """The staged metadata line of one output row."""
+    try:
+        text = json.dumps({"file_name": file_name, "key": key, **fields}, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        cause = non_finite_problem(fields) or exc
+        raise ShardkitError(
+            f"the map function returned a value that is not JSON ({where}): {cause};"
+            " return numbers, strings, lists or dicts besides the image"
+        ) from None
+    return text.encode("utf-8") + b"\n"
