@@ -521,7 +521,7 @@ def test_remux_refuses_a_source_file_linked_out_of_its_folder(tmp_path: Path) ->
     result = run_shardkit("remux", str(source.parent), str(out), "--map", "tests.remux_functions:identity", "-q")
     assert result.returncode == 1, result.stderr[-3000:]
     line = one_error_line(result.stderr)
-    assert "source shard 0, row 1: " in line and f"b.jpg: a link to {str(secret)!r}, outside the dataset" in line
+    assert "split 'train', row 1: " in line and f"b.jpg: a link to {str(secret)!r}, outside the dataset" in line
     assert not (out / "shards.json").exists() and not list(out.glob("data/*"))
     assert all(tiny_image(99) not in p.read_bytes() for p in out.rglob("*") if p.is_file())
 

@@ -240,7 +240,7 @@ def test_remux_refuses_an_image_over_the_warning_limit(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": python_path(REPO_ROOT)}
     proc = run(SHARDKIT, "remux", source, out, "--map", "tests.remux_functions:identity", "-q", "-j", "1", env=env)
     line = one_error(proc)  # (Pillow's warning is not printed besides it)
-    assert "source shard 0, row 0: column 'image' does not open as an image: DecompressionBombWarning" in line
+    assert "split 'train', row 0: column 'image' does not open as an image: DecompressionBombWarning" in line
     assert not list(out.glob("data/*"))
 
 

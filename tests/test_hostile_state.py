@@ -306,7 +306,7 @@ def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed_base: Pat
     refused = remux(packed_base, out)
     assert refused.returncode == 1
     assert _one_line(refused.stderr).startswith(f"error: {state}: damaged (")
-    (state.parent / "parts" / "stale.done").write_text("{}")  # of the run before: gone with --force
+    (state.parent / "parts" / "stale.json").write_text("{}")  # of the run before: gone with --force
     forced = remux(packed_base, out, "--force")
     assert forced.returncode == 0, forced.stderr
     assert f"WARNING: {state}: damaged (" in forced.stderr
@@ -314,18 +314,39 @@ def test_damaged_remux_state_is_refused_and_force_starts_afresh(packed_base: Pat
     assert not (out / ".shardkit" / "remux").exists()
 
 
+_PROGRESS = {
+    "batches": 2,
+    "rows_in": 3,
+    "rows_out": 2,
+    "part_bytes": 10,
+    "position": {"shard_idx": 0},
+    "columns": ["a"],
+    "not_labels": [],
+    "finished": False,
+}
+
+
 @pytest.mark.parametrize(
-    "content", [b"{", b"[]", b'{"rows_in": "3", "rows_out": 3}', b'{"rows_in": 3}', b'{"rows_in": -1, "rows_out": 0}']
+    "content",
+    [
+        b"{",
+        b"[]",
+        json.dumps({**_PROGRESS, "rows_in": "3"}).encode(),
+        json.dumps({k: v for k, v in _PROGRESS.items() if k != "position"}).encode(),
+        json.dumps({**_PROGRESS, "rows_in": -1}).encode(),
+        json.dumps({**_PROGRESS, "finished": 1}).encode(),
+        json.dumps({**_PROGRESS, "columns": [1]}).encode(),
+    ],
 )
-def test_damaged_remux_done_file_is_discarded_with_a_warning(
+def test_damaged_remux_progress_is_discarded_with_a_warning(
     tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from shardkit.workstate import read_remux_done
+    from shardkit.workstate import read_remux_progress
 
-    done = tmp_path / "0.done"
+    done = tmp_path / "train.json"
     done.write_bytes(content)
-    assert read_remux_done(str(done)) is None
+    assert read_remux_progress(str(done)) is None
     assert f"{done}: damaged (" in caplog.text
-    assert read_remux_done(str(tmp_path / "absent.done")) is None
-    done.write_text('{"rows_in": 3, "rows_out": 2, "columns": ["a"], "not_labels": []}')
-    assert read_remux_done(str(done)) == {"rows_in": 3, "rows_out": 2, "columns": ["a"], "not_labels": []}
+    assert read_remux_progress(str(tmp_path / "absent.json")) is None
+    done.write_text(json.dumps(_PROGRESS))
+    assert read_remux_progress(str(done)) == _PROGRESS

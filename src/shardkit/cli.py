@@ -840,11 +840,7 @@ def _print_remux(summary: RemuxSummary) -> None:
         f"remuxed {summary.rows_in} rows from {summary.source_shards} source shards"
         + (f" (splits {', '.join(summary.splits)})" if len(summary.splits) > 1 else "")
         + f" into {summary.rows_out} rows in {summary.transform_seconds:.1f} s"
-        + (
-            f" ({summary.resumed_source_shards} source shards kept from an earlier run)"
-            if summary.resumed_source_shards
-            else ""
-        )
+        + (f" ({summary.resumed_rows} rows transformed by an earlier run)" if summary.resumed_rows else "")
     )
     click.echo(f"{pack_line(packed)}; manifest: {packed.manifest}")
 

@@ -6,14 +6,24 @@ are encoded and packed with the same planner, writer, manifest and card as :mod:
 
 Two phases, both resumable:
 
-1. **Transform**, one task per source shard of every split read, ``jobs`` worker processes:
-   read the shard's rows (``shardkit.stream`` for a shardkit folder or repo,
-   ``datasets.load_dataset(..., streaming=True)`` otherwise), call ``fn(batch)`` or
-   ``fn(batch, seeds)`` on each batch (a dict of lists), encode the file column (PIL images
-   re-encoded as ``image_format``/``quality``; bytes kept), and write each output row's file
-   under ``.shardkit/remux/files/<split>/<shard>/`` and its metadata line to
-   ``.shardkit/remux/parts/<split>/<shard>.jsonl``. A source shard counts as done only when its
-   part file is renamed into place, so a killed run redoes at most the shards in flight.
+1. **Transform.** This process reads the source once, in order (``shardkit.stream`` for a
+   shardkit folder or repo, ``datasets.load_dataset(..., streaming=True)`` otherwise), one split
+   after another, in batches of ``batch_size`` rows whose files are not decoded yet. Each batch is
+   a task for one of ``jobs`` worker processes (or a Dask cluster's): it decodes the images, calls
+   ``fn(batch)`` or ``fn(batch, seeds)``, encodes the file column (PIL images re-encoded as
+   ``image_format``/``quality``; bytes kept) and writes each output row's file under
+   ``.shardkit/remux/files/<split>/<batch>/``; it returns the rows' metadata lines. Work is so
+   divided by batches of rows, not by source files: a source of one large shard keeps every core
+   busy, and no worker opens the source again (listing a Hub dataset and importing datasets cost
+   each worker as much as a few hundred rows of a typical augmentation). Reading is cheap next
+   to the function, so the one reader keeps the workers fed.
+   Batches finish in any order and are committed in order: their lines appended to
+   ``parts/<split>.jsonl``, synced, then ``parts/<split>.json`` rewritten with the counts and
+   where the source was read to (datasets' ``state_dict()``). A killed run resumes after the last
+   committed batch (``load_state_dict`` skips the source's files read whole) and redoes at most
+   the batches that were in flight. Memory: the reader's (one Parquet row group of the source,
+   which datasets writes at most 100 MB) and ``jobs + 1`` batches in flight here; one batch,
+   decoded, in each worker. None of it grows with the source or its shards.
 2. **Pack** those files into OUT_DIR with :func:`shardkit.pack.pack` (which resumes by itself).
 
 Why stage on disk at all: shards are hash-prefixed (rows grouped by key over the whole
@@ -44,22 +54,25 @@ What the output keeps of its source:
   ``size_categories``) are never copied.
 
 Determinism: a row's key is its source key if it has one (and the function keeps the row count)
-or ``sha256(identity)[:32]`` where the identity is the source split and shard, the batch's
-first row and the output position; ``seeds[i]`` is derived from ``seed`` and the source row's
-identity. Same source, function, batch size and seed: same bytes.
+or ``sha256(identity)[:32]`` where the identity is the source split and row number of the
+batch's first row and the output position; ``seeds[i]`` is derived from ``seed`` and the source
+row's identity. Batches are cut by row number in the split, whatever ``jobs`` or the executor:
+same source, function, batch size and seed, same bytes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import re
-import secrets
 import shutil
 import time
+from collections.abc import Iterator
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .check import SPLIT_COLUMN
 from .errors import ShardkitError, UsageError, naming_errors
@@ -75,7 +88,7 @@ from .location import (
 from .manifest import write_atomic
 from .outdir import check_apart, check_out_dir, check_own_entries, locked
 from .progress import NullProgress, Progress
-from .remuxconfig import ImageFormatName, RemuxConfig
+from .remuxconfig import BatchFn, ImageFormatName, RemuxConfig
 from .remuxfn import (
     call_function,
     derived_key,
@@ -88,17 +101,17 @@ from .remuxfn import (
 from .remuxsource import (
     ClassLabelColumn,
     SourceSplit,
-    batches,
     data_files_builder,
+    decode_files,
+    file_columns_of,
     open_source,
-    prepare_batch,
+    read_batches,
     shardkit_manifest,
-    source_rows,
     source_splits,
 )
 from .rowrules import KEY_RE
-from .tasks import Cluster, cluster_for, run_tasks, task_executor
-from .workstate import read_remux_done, read_remux_state
+from .tasks import Cluster, cluster_for, run_tasks, start_forkserver, task_executor
+from .workstate import read_remux_progress, read_remux_state
 
 if TYPE_CHECKING:  # imported where the remux packs: its transform workers never need pack
     from .pack import PackSummary
@@ -113,7 +126,7 @@ REMUX_DIR = "remux"
 @dataclass(frozen=True)
 class RemuxSummary:
     source_shards: int
-    resumed_source_shards: int
+    resumed_rows: int  # rows an earlier run had transformed
     rows_in: int
     rows_out: int
     transform_seconds: float
@@ -237,102 +250,104 @@ def keep_card_fields(out_dir: str, fields: dict[str, Any]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class ShardTask:
-    config: RemuxConfig
-    shardkit_source: bool
-    split: SourceSplit
-    shard: int  # of the split's shards
-    work_dir: str
-    #: Stage each row's split (the output has splits other than train, or a train that is not alone).
-    write_split: bool = False
+class BatchTask:
+    """One batch of source rows for a worker: what it needs to run the function on them and
+    stage the output (pickled to the worker, so no more than that)."""
 
-    @property
-    def n_shards(self) -> int:
-        return self.split.n_shards
+    config: RemuxConfig
+    split: SourceSplit
+    write_split: bool  # stage each row's split (the output has splits other than train, or a train not alone)
+    file_columns: tuple[str, ...]
+    work_dir: str
+    number: int  # of the split's batches
+    first: int  # the split's row number of its first row
+    rows: list[dict[str, Any]]
 
     @property
     def name(self) -> str:
-        """How messages name the shard: ``split 'test', source shard 3``."""
-        return f"split {self.split.name!r}, source shard {self.shard}"
-
-    @property
-    def stem(self) -> str:
-        """Its staged files' and part's path under files/ and parts/: ``<split>/<shard>``."""
-        return f"{self.split.out}/{self.shard:05d}"
+        """How messages name the batch: ``split 'test', batch from row 64``."""
+        return f"split {self.split.name!r}, batch from row {self.first}"
 
 
-def transform_shard(task: ShardTask) -> tuple[str, int, int]:
-    """Run one source shard through the function; return (its stem, rows in, rows out)."""
+@dataclass(frozen=True)
+class BatchResult:
+    """A batch's output, staged: its files under files/, its metadata lines for the part file."""
+
+    number: int
+    rows_in: int
+    rows_out: int
+    lines: bytes
+    columns: list[str]
+    not_labels: list[str]  # ClassLabel columns the function filled with something else
+
+
+def transform_batch(task: BatchTask) -> BatchResult:
+    """Run one batch through the function; stage each output row's file under
+    ``files/<split>/<batch>/`` (written again whole by a rerun) and return its metadata lines."""
     config = task.config
-    fn = load_function(config.fn)
-    with_seeds = wants_seeds(fn)
-    ds = open_source(config, task.shardkit_source, task.split.name)
-    file_columns = [n for n, f in (ds.features or {}).items() if type(f).__name__ in ("Image", "Audio")]
-    ds = ds.shard(num_shards=task.n_shards, index=task.shard) if task.n_shards > 1 else ds
-    part = os.path.join(task.work_dir, "parts", f"{task.stem}.jsonl")
-    files_dir = os.path.join(task.work_dir, "files", task.stem)
+    fn = _loaded_function(config.fn)
+    batch_rows = task.rows
+    identities = [
+        str(r["key"]) if isinstance(r.get("key"), str) else f"{task.split.name}/{task.first + i}"
+        for i, r in enumerate(batch_rows)
+    ]
+    batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
+    decode_files(batch, list(task.file_columns), config.decode, f"split {task.split.name!r}, row", task.first)
+    seeds = [sample_seed(config.seed, identity) for identity in identities]
+    where = task.name
+    last = task.first + len(batch_rows) - 1
+    rows = call_function(fn, wants_seeds(fn), batch, seeds, where=where, rows=f"rows {task.first}..{last}")
+    folder = f"{task.split.out}/{task.number:08d}"
+    files_dir = os.path.join(task.work_dir, "files", folder)
     shutil.rmtree(files_dir, ignore_errors=True)
     os.makedirs(files_dir)
-    os.makedirs(os.path.dirname(part), exist_ok=True)
-    rows_in = rows_out = 0
     columns: set[str] = set()
-    not_labels: set[str] = set()  # ClassLabel columns the function filled with something else
-    lines: list[bytes] = []
-    partial = f"{part}.{secrets.token_hex(4)}.partial"  # this attempt's own (see writer.write_shard)
-    for batch_rows in batches(source_rows(ds, config.source, task.name), config.batch_size):
-        first = rows_in
-        identities = [
-            str(r["key"]) if isinstance(r.get("key"), str) else f"{task.split.name}/{task.shard}/{first + i}"
-            for i, r in enumerate(batch_rows)
-        ]
-        rows_in += len(batch_rows)
-        batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
-        prepare_batch(batch, file_columns, config, f"{task.name}, row", first)
-        seeds = [sample_seed(config.seed, identity) for identity in identities]
-        where = f"{task.name}, batch from row {first}"
-        rows = call_function(fn, with_seeds, batch, seeds, where=where, rows=f"rows {first}..{rows_in - 1}")
-        same_rows = len(identities) == len(rows)
-        for j, row in enumerate(rows):
-            staged = output_row(row, config, task.split.labels, where)
-            not_labels |= staged.not_labels
-            key = staged.key
-            if key is None:
-                key = identities[j] if same_rows and KEY_RE.fullmatch(identities[j]) else None
-            if key is None:
-                key = derived_key(f"{identities[0]}#{j}")
-            name = f"{task.stem}/{rows_out:08d}{staged.ext}"
-            file_path = os.path.join(files_dir, f"{rows_out:08d}{staged.ext}")
-            with naming_errors(file_path), open(file_path, "wb") as f:
-                f.write(staged.data)
-            fields = staged.fields
-            if task.write_split and fields.get(SPLIT_COLUMN) is None:
-                fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
-            columns.update(fields)
-            lines.append(metadata_line(name, key, fields, where))
-            rows_out += 1
-        if len(lines) > 4096:  # keep memory flat: spill to the part file as it grows
-            _append(partial, lines)
-            lines = []
-    _append(partial, lines)
-    os.replace(partial, part)
-    counts = {"rows_in": rows_in, "rows_out": rows_out, "columns": sorted(columns), "not_labels": sorted(not_labels)}
-    write_atomic(_done_path(task.work_dir, task.stem), json.dumps(counts).encode())  # the shard is done only now
-    return task.stem, rows_in, rows_out
+    not_labels: set[str] = set()
+    lines = []
+    for j, row in enumerate(rows):
+        staged = output_row(row, config, task.split.labels, where)
+        not_labels |= staged.not_labels
+        key = staged.key
+        if key is None and len(rows) == len(identities) and KEY_RE.fullmatch(identities[j]):
+            key = identities[j]
+        if key is None:
+            key = derived_key(f"{identities[0]}#{j}")
+        file_path = os.path.join(files_dir, f"{j:05d}{staged.ext}")
+        with naming_errors(file_path), open(file_path, "wb") as f:
+            f.write(staged.data)
+        fields = staged.fields
+        if task.write_split and fields.get(SPLIT_COLUMN) is None:
+            fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
+        columns.update(fields)
+        lines.append(metadata_line(f"{folder}/{j:05d}{staged.ext}", key, fields, where))
+    return BatchResult(task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels))
 
 
-def _done_path(work_dir: str, stem: str) -> str:
-    return os.path.join(work_dir, "parts", f"{stem}.done")
+@functools.lru_cache(maxsize=4)
+def _loaded_function(spec: BatchFn | str) -> BatchFn:
+    """The function, loaded once per worker process (a module given as a file would be run
+    again for each batch, its imports with it)."""
+    return load_function(spec)
 
 
-def _append(path: str, lines: list[bytes]) -> None:
-    with naming_errors(path), open(path, "ab") as f:
-        f.writelines(lines)
+def _progress_path(remux_dir: str, split: SourceSplit) -> str:
+    return os.path.join(remux_dir, "parts", f"{split.out}.json")
+
+
+def _part_path(remux_dir: str, split: SourceSplit) -> str:
+    return os.path.join(remux_dir, "parts", f"{split.out}.jsonl")
 
 
 def _state(config: RemuxConfig, splits: list[SourceSplit]) -> dict[str, Any]:
     """What the staged files depend on: a run with another state starts over (with --force)."""
+    import datasets
+
     fn = config.fn if isinstance(config.fn, str) else f"{config.fn.__module__}:{config.fn.__qualname__}"
     return {
+        # Batches read in one process, committed in order (parts/<split>.json); where the source
+        # was read to is datasets' state, which another datasets version may not take.
+        "layout": "batches",
+        "datasets": datasets.__version__,
         "source": config.source,
         "config_name": config.config_name,
         "split": config.split,
@@ -372,31 +387,26 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     check_own_entries(out_dir)  # as in pack: before anything there is read or written
     if location.is_local:  # a URL is not checked for foreign files, as in pack
         check_out_dir(out_dir, adopt=config.adopt)
+    if cluster is None:
+        start_forkserver(config.jobs)  # its imports run while the source is opened here
     started = time.perf_counter()
     manifest = shardkit_manifest(config.source, config.revision)
-    shardkit_source = manifest is not None
-    splits = source_splits(config, manifest)
+    splits, opened = source_splits(config, manifest)
     card_fields = source_card_fields(config)  # now: a card that cannot be read fails before the work
-    write_split = [s.out for s in splits] != ["train"]
     n_shards = sum(s.n_shards for s in splits)
     with locked(out_dir) as work_dir:
         remux_dir = os.path.join(work_dir, REMUX_DIR)
         _start_state(config, splits, out_dir, remux_dir)
-        if cluster is not None:
-            local_source = [os.path.abspath(config.source)] if os.path.isdir(config.source) else []
-            cluster.check_workers(work_dir, local_source)
-        all_tasks = [
-            ShardTask(config, shardkit_source, split, i, remux_dir, write_split)
-            for split in splits
-            for i in range(split.n_shards)
-        ]
-        resumed, counts = _transform(config, all_tasks, remux_dir, progress, cluster)
+        if cluster is not None:  # the workers stage files here; only this process reads the source
+            cluster.check_workers(work_dir, [])
+        source = _Source(config, manifest is not None, opened, remux_dir)
+        resumed_rows, counts = _transform(source, splits, progress, cluster)
         transform_seconds = time.perf_counter() - started
         rows_in = sum(c["rows_in"] for c in counts)
         rows_out = sum(c["rows_out"] for c in counts)
-        metadata = _join_parts(all_tasks, remux_dir)
+        metadata = _join_parts(splits, remux_dir)
     if rows_out == 0:
-        raise ShardkitError(f"the map function returned no rows for the {n_shards} source shards: nothing to pack")
+        raise ShardkitError(f"the map function returned no rows for the {rows_in} source rows: nothing to pack")
     label = _published_label(splits, counts)
     packed = _pack_remuxed(config, remux_dir, metadata, label, progress, cluster)
     kept = keep_card_fields(out_dir, card_fields) if card_fields else []
@@ -405,7 +415,7 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     shutil.rmtree(remux_dir, ignore_errors=True)  # packed: the staged files have served
     return RemuxSummary(
         source_shards=n_shards,
-        resumed_source_shards=len(resumed),
+        resumed_rows=resumed_rows,
         rows_in=rows_in,
         rows_out=rows_out,
         transform_seconds=transform_seconds,
@@ -434,43 +444,134 @@ def _start_state(config: RemuxConfig, splits: list[SourceSplit], out_dir: str, r
     write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
 
 
+@dataclass(frozen=True)
+class _Source:
+    """The source as this run reads it, and where it stages what it makes of it."""
+
+    config: RemuxConfig
+    shardkit_source: bool
+    opened: dict[str, Any]  # a datasets source's splits, as source_splits opened them
+    remux_dir: str
+
+
 def _transform(
-    config: RemuxConfig, all_tasks: list[ShardTask], remux_dir: str, progress: Progress, cluster: Cluster | None
-) -> tuple[set[str], list[dict[str, Any]]]:
-    """Transform every source shard an earlier run did not finish, one task each; the stems of
-    those it had finished, and every task's counts (its done file), in task order."""
-    for dirpath, _, names in os.walk(os.path.join(remux_dir, "parts")):
-        for name in names:
-            if name.endswith(".partial"):
-                os.unlink(os.path.join(dirpath, name))
-    done_counts = {t.stem: read_remux_done(_done_path(remux_dir, t.stem)) for t in all_tasks}
-    resumed = {stem for stem, counts in done_counts.items() if counts is not None}
-    tasks = [t for t in all_tasks if t.stem not in resumed]
-    progress.start("transforming source shards", total=len(all_tasks), unit="shards")
-    progress.advance(len(resumed))
-    rows_so_far = 0
-    with task_executor(config.jobs, cluster, len(tasks)) as executor:
-        names = [t.stem for t in tasks]
-        for _, _, shard_out in run_tasks(transform_shard, tasks, names=names, executor=executor, what="transform"):
-            rows_so_far += shard_out
-            progress.advance(1, rows=rows_so_far)
-    progress.finish()
+    source: _Source, splits: list[SourceSplit], progress: Progress, cluster: Cluster | None
+) -> tuple[int, list[dict[str, Any]]]:
+    """Transform every split, its batches on one pool of workers; the rows an earlier run had
+    transformed, and each split's counts (its progress record), in split order."""
+    config = source.config
+    write_split = [s.out for s in splits] != ["train"]
+    records = [read_remux_progress(_progress_path(source.remux_dir, s)) for s in splits]
+    resumed_rows = sum(r["rows_in"] for r in records if r is not None)
+    known = [s.rows for s in splits]
+    total = sum(r for r in known if r is not None) if None not in known else None
+    progress.start("transforming", total=total, unit="rows")
+    progress.advance(resumed_rows)
     counts = []
-    for task in all_tasks:
-        done_path = _done_path(remux_dir, task.stem)
-        task_counts = done_counts[task.stem] or read_remux_done(done_path)
-        if task_counts is None:  # written by the task just run: gone only if something else removed it
-            raise ShardkitError(f"{done_path}: missing once its source shard was transformed; re-run to redo it")
-        counts.append(task_counts)
-    return resumed, counts
+    # Tasks are made as the source is read (a generator): their number is not known before.
+    with task_executor(config.jobs, cluster, 2**31) as executor:
+        for split, record in zip(splits, records, strict=True):
+            if record is None or not record["finished"]:
+                record = _transform_split(source, split, record, write_split, executor, progress)
+            counts.append(record)
+    progress.finish()
+    return resumed_rows, counts
 
 
-def _join_parts(all_tasks: list[ShardTask], remux_dir: str) -> str:
-    """The tasks' metadata parts, in task order, as one metadata file for pack; its path."""
+def _transform_split(
+    source: _Source,
+    split: SourceSplit,
+    record: dict[str, Any] | None,
+    write_split: bool,
+    executor: Executor | None,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Transform one split from where ``record`` (its progress, None: its start) says an earlier
+    run stopped; return its finished record.
+
+    Batches are read here, in order, and transformed by the workers in any order; each is
+    committed in order (its metadata lines appended to the split's part file, which is synced,
+    then the progress record rewritten), so a run killed at any point resumes after the last
+    committed batch and redoes at most those that were in flight."""
+    config = source.config
+    record = record or _fresh_record()
+    part = _part_path(source.remux_dir, split)
+    with naming_errors(part), open(part, "ab") as f:  # lines after the last commit were never counted
+        if os.fstat(f.fileno()).st_size < record["part_bytes"]:  # shorter than recorded: damaged, start over
+            log.warning("%s: shorter than its record says; its split is transformed again from its start", part)
+            record = _fresh_record()
+        f.truncate(record["part_bytes"])
+    ds = open_source(config, source.shardkit_source, split.name, source.opened.get(split.name))
+    file_columns = tuple(file_columns_of(ds))
+    positions: dict[int, Any] = {}
+
+    def tasks() -> Iterator[BatchTask]:
+        for batch in read_batches(
+            config,
+            ds,
+            split.name,
+            batches_done=record["batches"],
+            rows_done=record["rows_in"],
+            position=record["position"],
+        ):
+            positions[batch.number] = batch.position
+            yield BatchTask(
+                config, split, write_split, file_columns, source.remux_dir, batch.number, batch.first, batch.rows
+            )
+
+    finished: dict[int, BatchResult] = {}
+    progress_path = _progress_path(source.remux_dir, split)
+    with naming_errors(part), open(part, "ab") as out:
+        for result in run_tasks(transform_batch, tasks(), names=_task_name, executor=executor, what="transform"):
+            finished[result.number] = result
+            progress.advance(result.rows_in, rows=result.rows_out)
+            while record["batches"] in finished:
+                _commit(finished.pop(record["batches"]), record, positions, out, progress_path)
+    record["finished"] = True
+    write_atomic(progress_path, json.dumps(record).encode())
+    return record
+
+
+def _fresh_record() -> dict[str, Any]:
+    """A split's progress record before its first batch (:func:`.workstate.read_remux_progress`)."""
+    return {
+        "batches": 0,
+        "rows_in": 0,
+        "rows_out": 0,
+        "part_bytes": 0,
+        "position": None,
+        "columns": [],
+        "not_labels": [],
+        "finished": False,
+    }
+
+
+def _task_name(task: BatchTask) -> str:
+    return task.name
+
+
+def _commit(result: BatchResult, record: dict[str, Any], positions: dict[int, Any], out: IO[bytes], path: str) -> None:
+    """Add a finished batch to its split's part file and progress record, in that order (the
+    record counts only lines that are on disk)."""
+    out.write(result.lines)
+    out.flush()
+    os.fsync(out.fileno())
+    record["batches"] += 1
+    record["rows_in"] += result.rows_in
+    record["rows_out"] += result.rows_out
+    record["part_bytes"] += len(result.lines)
+    record["position"] = positions.pop(result.number)
+    record["columns"] = sorted(set(record["columns"]) | set(result.columns))
+    record["not_labels"] = sorted(set(record["not_labels"]) | set(result.not_labels))
+    write_atomic(path, json.dumps(record).encode())
+
+
+def _join_parts(splits: list[SourceSplit], remux_dir: str) -> str:
+    """The splits' metadata parts, in split order, as one metadata file for pack; its path."""
     metadata = os.path.join(remux_dir, "metadata.jsonl")
     with naming_errors(metadata), open(metadata, "wb") as out:
-        for task in all_tasks:
-            with open(os.path.join(remux_dir, "parts", f"{task.stem}.jsonl"), "rb") as part:
+        for split in splits:
+            with open(_part_path(remux_dir, split), "rb") as part:
                 shutil.copyfileobj(part, out)
     return metadata
 

@@ -7,7 +7,7 @@ import io
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,7 @@ class SourceSplit:
     out: str  # the output's (a name the packer takes: the source's, other characters made "_")
     n_shards: int
     labels: tuple[ClassLabelColumn, ...] = ()  # in the order of the source's features
+    rows: int | None = None  # as the manifest or the card says (None: not said)
 
 
 def _labels_of_features(features: Any) -> tuple[ClassLabelColumn, ...]:
@@ -121,11 +122,12 @@ def _output_split_names(names: list[str], source: str) -> dict[str, str]:
     return out
 
 
-def source_splits(config: RemuxConfig, manifest: Manifest | None) -> list[SourceSplit]:
+def source_splits(config: RemuxConfig, manifest: Manifest | None) -> tuple[list[SourceSplit], dict[str, Any]]:
     """The splits the remux reads: every split of the source, or ``config.split``; a split that
-    is not there is a UsageError naming those that are."""
+    is not there is a UsageError naming those that are. With them, a source read with datasets
+    gives each split as it opened it (for :func:`open_source`: not listed twice)."""
     if manifest is not None:
-        counts = {s.name: s.shards for s in manifest.splits()}
+        counts = {s.name: (s.shards, s.rows) for s in manifest.splits()}
         if config.split is not None:
             manifest.shards_of(config.split)  # the error naming the splits there are
             counts = {config.split: counts[config.split]}
@@ -135,10 +137,22 @@ def source_splits(config: RemuxConfig, manifest: Manifest | None) -> list[Source
             if (names := class_label_names(f)) is not None
         )
         out = _output_split_names(list(counts), config.source)
-        return [SourceSplit(name, out[name], n, labels) for name, n in counts.items()]
+        return [SourceSplit(name, out[name], n, labels, rows) for name, (n, rows) in counts.items()], {}
     opened = _datasets_splits(config)
     out = _output_split_names(list(opened), config.source)
-    return [SourceSplit(name, out[name], ds.n_shards, _labels_of_features(ds.features)) for name, ds in opened.items()]
+    splits = [
+        SourceSplit(name, out[name], ds.n_shards, _labels_of_features(ds.features), _split_rows(ds, name))
+        for name, ds in opened.items()
+    ]
+    return splits, opened
+
+
+def _split_rows(ds: Any, name: str) -> int | None:
+    """The rows the source's card says the split holds (None if it does not say)."""
+    info = getattr(ds.info, "splits", None) or {}
+    split = info.get(name) if hasattr(info, "get") else None
+    rows = getattr(split, "num_examples", None)
+    return rows if isinstance(rows, int) and rows > 0 else None
 
 
 def _datasets_splits(config: RemuxConfig, split: str | None = None) -> dict[str, Any]:
@@ -168,8 +182,9 @@ def _datasets_splits(config: RemuxConfig, split: str | None = None) -> dict[str,
     return dict(loaded)
 
 
-def open_source(config: RemuxConfig, shardkit_source: bool, split: str) -> Any:
-    """One split of the source as a streaming ``datasets.IterableDataset``, files not decoded yet."""
+def open_source(config: RemuxConfig, shardkit_source: bool, split: str, opened: Any = None) -> Any:
+    """One split of the source as a streaming ``datasets.IterableDataset``, files not decoded yet
+    (``opened``: the split as :func:`source_splits` opened it)."""
     import datasets
 
     if shardkit_source:
@@ -177,7 +192,7 @@ def open_source(config: RemuxConfig, shardkit_source: bool, split: str) -> Any:
 
         ds = stream(config.source, revision=config.revision, split=split)
     else:
-        ds = _datasets_splits(config, split)[split]
+        ds = opened if opened is not None else _datasets_splits(config, split)[split]
     # Decoding happens here, in the batch, so the function sees what it asked for.
     for name, feature in (ds.features or {}).items():
         if isinstance(feature, datasets.Image | datasets.Audio):
@@ -243,30 +258,79 @@ def _has_bytes(value: Any) -> bool:
     return isinstance(value, dict) and bool(value.get("bytes"))
 
 
-def prepare_batch(
-    batch: dict[str, list[Any]], file_columns: list[str], config: RemuxConfig, rows: str, first: int
-) -> None:
-    """File columns as the function asked for them: PIL images, or ``{"bytes", "path"}`` dicts.
-    Messages name a row as ``f"{rows} {first + i}"``."""
+def decode_files(batch: dict[str, list[Any]], file_columns: list[str], decode: bool, rows: str, first: int) -> None:
+    """File columns as the function asked for them: PIL images (``decode``), or the ``{"bytes",
+    "path"}`` dicts they are. Messages name a row as ``f"{rows} {first + i}"``."""
     from PIL import Image, UnidentifiedImageError
 
+    if not decode:
+        return
     for column in file_columns:
-        values = [_with_bytes(v, config, f"{rows} {first + i}") for i, v in enumerate(batch[column])]
-        if config.decode:
-            for i, v in enumerate(values):
-                if not _has_bytes(v):
-                    continue
-                try:
-                    values[i] = open_image(io.BytesIO(v["bytes"]))
-                except UnidentifiedImageError:
-                    raise ShardkitError(
-                        f"{rows} {first + i}: column {column!r} is not an image Pillow can read"
-                    ) from None
-                except (OSError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-                    raise ShardkitError(
-                        f"{rows} {first + i}: column {column!r} does not open as an image: {type(exc).__name__}: {exc}"
-                    ) from None
-        batch[column] = values
+        values = batch[column]
+        for i, v in enumerate(values):
+            if not _has_bytes(v):
+                continue
+            try:
+                values[i] = open_image(io.BytesIO(v["bytes"]))
+            except UnidentifiedImageError:
+                raise ShardkitError(f"{rows} {first + i}: column {column!r} is not an image Pillow can read") from None
+            except (OSError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+                raise ShardkitError(
+                    f"{rows} {first + i}: column {column!r} does not open as an image: {type(exc).__name__}: {exc}"
+                ) from None
+
+
+@dataclass
+class SourceBatch:
+    """Consecutive rows of one source split, as read, each file with its bytes."""
+
+    number: int  # of the split's batches, from 0
+    first: int  # the split's row number of its first row
+    rows: list[dict[str, Any]]
+    position: Any  # where the source is read to after it: ``state_dict()`` (JSON), or None
+
+
+def file_columns_of(ds: Any) -> list[str]:
+    """The columns of a streaming dataset that hold files (images, audio)."""
+    return [n for n, f in (ds.features or {}).items() if type(f).__name__ in ("Image", "Audio")]
+
+
+def read_batches(
+    config: RemuxConfig, ds: Any, split: str, *, batches_done: int = 0, rows_done: int = 0, position: Any = None
+) -> Iterator[SourceBatch]:
+    """The rows of ``ds`` (one split of the source, :func:`open_source`) in batches of
+    ``config.batch_size``, after the ``batches_done`` batches (``rows_done`` rows) an earlier run
+    transformed: read from ``position`` (datasets' ``load_state_dict``, which skips whole
+    source files) when there is one, else read through and passed over.
+
+    Every batch's rows are read here, in one process, and handed to the workers that decode
+    them and call the function: so work is divided by batches, whatever the source's files.
+    A file given by path only is read here, from the source alone (:func:`_with_bytes`)."""
+    import json
+
+    file_columns = file_columns_of(ds)
+    if position is not None:
+        ds.load_state_dict(position)
+    rows = source_rows(ds, config.source, f"split {split!r}", first=rows_done)
+    if position is None and rows_done:
+        for _ in zip(range(rows_done), rows, strict=False):  # read through what was done
+            pass
+    number, first = batches_done, rows_done
+    try:
+        for batch in batches(rows, config.batch_size):
+            for column in file_columns:
+                for i, row in enumerate(batch):
+                    row[column] = _with_bytes(row.get(column), config, f"split {split!r}, row {first + i}")
+            try:
+                after = ds.state_dict()
+                json.dumps(after)
+            except (TypeError, ValueError, AttributeError):  # a source whose position is no JSON: read through
+                after = None
+            yield SourceBatch(number, first, batch, after)
+            number += 1
+            first += len(batch)
+    finally:
+        rows.close()  # a run stopped part-way closes the source's files now, not at exit
 
 
 def batches(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -280,11 +344,12 @@ def batches(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str
         yield batch
 
 
-def source_rows(ds: Any, source: str, shard: str) -> Iterator[dict[str, Any]]:
-    """The source shard's rows; a source that cannot be read (damaged, hostile, gone) is one
-    error naming it, the shard and the row, not a traceback from deep inside datasets."""
+def source_rows(ds: Any, source: str, shard: str, *, first: int = 0) -> Generator[dict[str, Any], None, None]:
+    """The rows of ``ds`` (``shard`` of the source, its first row numbered ``first``); a source
+    that cannot be read (damaged, hostile, gone) is one error naming it, the shard and the
+    row, not a traceback from deep inside datasets."""
     rows = iter(ds)
-    n = 0
+    n = first
     while True:
         try:
             row = next(rows)

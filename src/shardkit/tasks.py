@@ -137,9 +137,9 @@ class TaskExecutor(Executor):
 
 def run_tasks(
     fn: Callable[[T], R],
-    items: Tasks[T],
+    items: Iterable[T],
     *,
-    names: Sequence[str],
+    names: Sequence[str] | Callable[[T], str],
     executor: Executor | None,
     what: str,
     in_flight: int | None = None,
@@ -148,9 +148,10 @@ def run_tasks(
 
     ``executor`` None runs them here, one after the other. Otherwise at most ``in_flight`` tasks
     are submitted at a time (by default the executor's :attr:`TaskExecutor.in_flight`), items
-    taken from ``items`` only as they are submitted. The first failed task stops the run: what
-    has not started is cancelled and its error raised (that of a lost worker names its task,
-    ``names[i]``); so does a KeyboardInterrupt. ``what`` ("check", "write", "transform") names the kind of task
+    taken from ``items`` only as they are submitted (a generator may make them as it reads).
+    The first failed task stops the run: what has not started is cancelled and its error raised
+    (that of a lost worker names its task, ``names[i]`` or ``names(item)``); so does a
+    KeyboardInterrupt. ``what`` ("check", "write", "transform") names the kind of task
     in messages. The caller owns ``executor``: it stops it when this raises
     (:func:`task_executor` does).
     """
@@ -160,7 +161,7 @@ def run_tasks(
         return
     if in_flight is None:
         in_flight = executor.in_flight if isinstance(executor, TaskExecutor) else 2 * (os.cpu_count() or 1)
-    queue = iter(zip(items, names, strict=True))
+    queue = ((item, names(item)) for item in items) if callable(names) else iter(zip(items, names, strict=True))
     running: dict[Future[R], str] = {}
 
     def submit_next() -> None:
@@ -287,17 +288,19 @@ class LocalPool(ProcessPoolExecutor, TaskExecutor):
         _ensure_forkserver()
         context = multiprocessing.get_context(_start_method())
         self._spawns = context.get_start_method() == "spawn"
-        # Per task (in submission order): 0 not started, a worker's pid while it runs there,
-        # _ENDED once it ended with a result or an error. A worker that dies or is stopped leaves
-        # its task's pid. No lock: each entry is written by one worker at a time.
-        self._task_states = context.RawArray("q", max(tasks, 1))
-        self._task_of: dict[Future[Any], int] = {}
-        self._processes_seen: dict[int, Any] = {}
         self.in_flight = jobs + 1  # one waits, so a worker that finishes starts the next at once
+        # Per slot, one for each task in flight (a task's slot is free again once it has
+        # succeeded, so a run of any number of tasks, remux's batches read as they go, needs no
+        # more): 0 not started, a worker's pid while it runs there, _ENDED once it ended with a
+        # result or an error. A worker that dies or is stopped leaves its task's pid. No lock:
+        # each entry is written by one worker at a time.
+        self._task_states = context.RawArray("q", max(min(tasks, 2 * self.in_flight), 1))
+        self._task_of: dict[Future[Any], int] = {}  # the slot of each task submitted and not freed
+        self._processes_seen: dict[int, Any] = {}
         super().__init__(max_workers=jobs, mp_context=context, initializer=_start_worker, initargs=(self._task_states,))
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
-        task = len(self._task_of)
+        task = self._free_slot()
         # A worker is started here: spawned from this process (no forkserver), it inherits the block.
         # (Not with the forkserver: its workers have the block from it, and this wait for a
         # worker's pid must stay open to Ctrl-C.)
@@ -311,6 +314,17 @@ class LocalPool(ProcessPoolExecutor, TaskExecutor):
         if processes is not None:  # (None once shut down)
             self._processes_seen = processes
         return future
+
+    def _free_slot(self) -> int:
+        """A slot no task in flight holds (one that failed keeps its slot: it names the task)."""
+        for future in [f for f in self._task_of if f.done() and not f.cancelled() and f.exception() is None]:
+            del self._task_of[future]
+        taken = set(self._task_of.values())
+        slot = next((i for i in range(len(self._task_states)) if i not in taken), None)
+        if slot is None:
+            raise RuntimeError(f"more than {len(self._task_states)} tasks in flight")
+        self._task_states[slot] = 0
+        return slot
 
     def stop(self) -> None:
         """Cancel what has not started; SIGTERM the workers (a running task gets a

@@ -7,10 +7,10 @@ its place) never gives a traceback. What it does depends on what the file is:
 * ``state.json`` (pack) and ``remux/state.json`` record which run the folder holds: a re-run
   resumes only the same run, so guessing would mix two runs' shards. Refused with one line
   naming the file; ``--force`` reads no damaged state and starts afresh.
-* ``done/<shard>.json`` (a shard written and checked), ``remux/parts/<shard>.done`` (a source
-  shard transformed) and ``hashes.json`` (a cache of sha256s) only spare work: discarded with a
-  warning naming the file; the shard is written (unless shards.json records it), transformed or
-  hashed again.
+* ``done/<shard>.json`` (a shard written and checked), ``remux/parts/<split>.json`` (the batches
+  of a source split transformed) and ``hashes.json`` (a cache of sha256s) only spare work: discarded with a
+  warning naming the file; the shard is written (unless shards.json records it), the split
+  transformed or the shard hashed again.
 
 Nothing is read through a link or from a FIFO (which would hang): shardkit writes plain files
 here (:func:`.manifest.write_atomic`), so anything else is damage.
@@ -190,19 +190,26 @@ def read_hash_cache(path: str) -> dict[str, list[str]]:
         return {}
 
 
-def read_remux_done(path: str) -> dict[str, Any] | None:
-    """A remux done file's counts, checked; None (with a warning) if damaged, or if there is none."""
+def read_remux_progress(path: str) -> dict[str, Any] | None:
+    """A remux split's progress record, checked: the batches done and their counts, the length
+    of the part file that holds their metadata, where the source was read to after them (a JSON
+    value, or null), whether the split is finished. None (with a warning) if damaged, or if
+    there is none."""
     try:
         data = read_work_json(path)
         if data is None:
             return None
-        counts = _object(data, "the record")
-        for name in ("rows_in", "rows_out"):
-            _whole(counts.get(name), name, 0, 2**63)
+        record = _object(data, "the record")
+        for name in ("batches", "rows_in", "rows_out", "part_bytes"):
+            _whole(record.get(name), name, 0, 2**63)
         for name in ("columns", "not_labels"):
-            if not isinstance(counts.get(name, []), list) or not all(isinstance(c, str) for c in counts.get(name, [])):
+            if not isinstance(record.get(name), list) or not all(isinstance(c, str) for c in record[name]):
                 raise ValueError(f"{name} is not a list of column names")
-        return counts
+        if not isinstance(record.get("finished"), bool):
+            raise ValueError("finished is not true or false")
+        if "position" not in record:
+            raise ValueError("no position")
+        return record
     except ValueError as exc:
-        log.warning("%s: damaged (%s); ignored: its source shard is transformed again", path, exc)
+        log.warning("%s: damaged (%s); ignored: its split is transformed again from its start", path, exc)
         return None
