@@ -58,7 +58,7 @@ import re
 import secrets
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .check import SPLIT_COLUMN
@@ -79,6 +79,7 @@ from .remuxconfig import ImageFormatName, RemuxConfig
 from .remuxfn import (
     call_function,
     derived_key,
+    function_spec,
     load_function,
     metadata_line,
     output_row,
@@ -293,7 +294,7 @@ def transform_shard(task: ShardTask) -> tuple[str, int, int]:
         rows = call_function(fn, with_seeds, batch, seeds, where=where, rows=f"rows {first}..{rows_in - 1}")
         same_rows = len(identities) == len(rows)
         for j, row in enumerate(rows):
-            staged = output_row(row, config, task.split.labels, where)
+            staged = output_row(row, config, task.split.labels, where, file_columns=file_columns, index=j)
             not_labels |= staged.not_labels
             key = staged.key
             if key is None:
@@ -363,7 +364,7 @@ def remux(config: RemuxConfig, *, progress: Progress | None = None, client: Any 
 def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> RemuxSummary:
     if config.batch_size < 1:
         raise UsageError(f"batch size must be at least 1, got {config.batch_size}")
-    load_function(config.fn)  # a bad --map fails now, not in a worker
+    config = replace(config, fn=function_spec(config.fn))  # a bad --map fails now; workers load this
     # With an OUT_DIR URL the transformed files are staged in the local work folder, as pack's own.
     location = Location.out_dir(config.out_dir)
     out_dir = location.local_dir(config.work_dir)
