@@ -20,6 +20,7 @@ import shardkit
 from shardkit.cli import main
 from shardkit.pack import PackConfig, pack
 from tests.support.corpus import REPO_ROOT, tiny_image, write_jsonl
+from tests.support.dask_cluster import DaskCluster
 
 SCRIPTS = Path(sys.executable).parent
 #: Where the first batch is, as remux names it (one job: the first source shard fails first).
@@ -114,6 +115,26 @@ def test_a_module_in_the_current_folder_is_found_and_every_worker_loads_it(sourc
     assert sorted(r["n"] for r in rows) == list(range(12))
     assert {r["image"].size for r in rows} == {(8, 6)}  # the function ran on every row
     assert sorted(r["label"] for r in rows) == [0] * 6 + [1] * 6  # still a ClassLabel
+
+
+@pytest.mark.slow
+def test_a_module_in_the_current_folder_reaches_dask_workers_whose_current_folder_is_another(
+    source: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "my_transforms.py").write_text(
+        "def small(batch):\n    return {**batch, 'image': [im.resize((4, 4)) for im in batch['image']]}\n"
+    )
+    cluster = DaskCluster(tmp_path / "dask", workers=2)  # its workers run in this process's folder, not work/
+    try:
+        dask = ("--executor", "dask", "--scheduler", cluster.address)
+        result = run_in(work, "remux", str(source), "out", "--map", "my_transforms:small", *dask, "--json", "-q")
+    finally:
+        cluster.close()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows_out"] == 12
+    assert {r["image"].size for r in shardkit.stream(str(work / "out"))} == {(4, 4)}
 
 
 def test_a_module_found_nowhere_names_where_it_was_looked_for_and_the_forms_that_work(
