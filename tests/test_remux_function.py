@@ -56,6 +56,9 @@ def a_tuple(batch):
 """
 
 
+CROP = "def crop(batch):\n    return {**batch, 'image': [im.resize(SIZE) for im in batch['image']]}\n"
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """12 rows in several source shards (train only), `label` a ClassLabel (cat, dog)."""
@@ -99,15 +102,29 @@ def run_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_module_in_the_current_folder_is_found_and_every_worker_loads_it(source: Path, tmp_path: Path) -> None:
+#: A user's module, written two ways: beside a file it imports, and in a package (relative import).
+LAYOUTS = {
+    "my_transforms:crop": {
+        "sizes.py": "SIZE = (8, 6)\n",
+        "my_transforms.py": "from sizes import SIZE\n\n\n" + CROP,
+    },
+    "mine.transforms:crop": {
+        "mine/__init__.py": "",
+        "mine/sizes.py": "SIZE = (8, 6)\n",
+        "mine/transforms.py": "from .sizes import SIZE\n\n\n" + CROP,
+    },
+}
+
+
+@pytest.mark.parametrize("spec", list(LAYOUTS))
+def test_a_module_in_the_current_folder_is_found_and_every_worker_loads_it(
+    source: Path, tmp_path: Path, spec: str
+) -> None:
     work = tmp_path / "project"
-    work.mkdir()
-    (work / "sizes.py").write_text("SIZE = (8, 6)\n")  # beside it: the module imports it, as python -m allows
-    (work / "my_transforms.py").write_text(
-        "from sizes import SIZE\n\n\ndef crop(batch):\n"
-        "    return {**batch, 'image': [im.resize(SIZE) for im in batch['image']]}\n"
-    )
-    result = run_in(work, "remux", str(source), "out", "--map", "my_transforms:crop", "-j", "2", "--json", "-q")
+    for name, text in LAYOUTS[spec].items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    result = run_in(work, "remux", str(source), "out", "--map", spec, "-j", "2", "--json", "-q")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["source_shards"] >= 2 and summary["rows_out"] == 12

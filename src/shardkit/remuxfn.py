@@ -73,14 +73,9 @@ def _split_spec(spec: str) -> tuple[str, str]:
 
 def _import_module(module_name: str, spec: str) -> tuple[ModuleType, str | None]:
     """``module_name`` imported as is (and None), else from the current folder (and its file)."""
-    try:
-        return importlib.import_module(module_name), None
-    except ModuleNotFoundError as exc:
-        missing = exc.name is not None and (module_name + ".").startswith(exc.name + ".")
-        if not missing:  # the module is there; something it imports is not
-            raise _import_failed(exc, module_name, spec) from None
-    except Exception as exc:
-        raise _import_failed(exc, module_name, spec) from None
+    module = _import_if_there(module_name, spec)
+    if module is not None:
+        return module, None
     path = _in_current_folder(module_name)
     if path is None:
         raise UsageError(
@@ -88,6 +83,19 @@ def _import_module(module_name: str, spec: str) -> tuple[ModuleType, str | None]
             f" current folder ({os.getcwd()}); {_FORMS}"
         )
     return _import_file(path, spec), path
+
+
+def _import_if_there(module_name: str, spec: str) -> ModuleType | None:
+    """Module ``module_name`` as Python imports it; None if there is no such module (an error
+    raised as it is imported, a module it imports missing included, is the user's: named so)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            return None
+        raise _import_failed(exc, module_name, spec) from None
+    except Exception as exc:
+        raise _import_failed(exc, module_name, spec) from None
 
 
 def _in_current_folder(module_name: str) -> str | None:
@@ -121,25 +129,10 @@ def _import_file(path: str, spec: str) -> ModuleType:
     if root not in sys.path:
         sys.path.append(root)
     if len(names) > 1 or stem == "__init__":
-        dotted = ".".join(names)
-        module = _import_packaged(dotted, path, spec)
-        if module is not None:
+        module = _import_if_there(".".join(names), spec)
+        if module is not None and os.path.abspath(module.__file__ or "") == path:  # not another of that name
             return module
     return _exec_file(path, spec)
-
-
-def _import_packaged(dotted: str, path: str, spec: str) -> ModuleType | None:
-    """Module ``dotted`` if that name is the file ``path`` (not another package of the same name)."""
-    try:
-        module = importlib.import_module(dotted)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (dotted + ".").startswith(exc.name + "."):
-            return None
-        raise _import_failed(exc, dotted, spec) from None
-    except Exception as exc:
-        raise _import_failed(exc, dotted, spec) from None
-    found = getattr(module, "__file__", None)
-    return module if found is not None and os.path.abspath(found) == path else None
 
 
 def _exec_file(path: str, spec: str) -> ModuleType:
@@ -152,6 +145,7 @@ def _exec_file(path: str, spec: str) -> ModuleType:
     try:
         loaded.loader.exec_module(module)
     except Exception as exc:
+        del sys.modules[name]
         raise _import_failed(exc, path, spec) from None
     return module
 
