@@ -286,13 +286,15 @@ def output_rows(out: Any, where: str) -> list[dict[str, Any]]:
 
 
 def file_of_row(
-    row: dict[str, Any], config: RemuxConfig, where: str, file_columns: Sequence[str] = ()
+    row: dict[str, Any], config: RemuxConfig, where: str, file_columns: Sequence[str] = (), index: int = 0
 ) -> tuple[str, tuple[bytes, str]]:
-    """The row's one file column, encoded; it must be one of the source's ``file_columns`` (if
-    it has any): the output's file column is the source's, under shardkit's name for it."""
+    """The row (``index`` in the function's output batch)'s one file column, encoded; it must be
+    one of the source's ``file_columns`` (if it has any): the output's file column is the source's,
+    under shardkit's name for it."""
     found = [(name, enc) for name, value in row.items() if (enc := encode_file(value, config)) is not None]
     if len(found) == 1 and (not file_columns or found[0][0] in file_columns):
         return found[0]
+    where = f"{where}, row {index} of its output"
     source = " or ".join(repr(c) for c in file_columns)
     if len(found) > 1:
         what = f"{len(found)} file columns ({[n for n, _ in found]})"
@@ -380,7 +382,7 @@ def output_row(
 ) -> OutputRow:
     """One returned row, ``index`` in the function's output batch, as staged: its one file
     encoded (from one of the source's ``file_columns``, if any), its other fields as JSON values."""
-    file_column, (data, ext) = file_of_row(row, config, f"{where}, row {index} of its output", file_columns)
+    file_column, (data, ext) = file_of_row(row, config, where, file_columns, index)
     key = row.get("key")
     try:
         fields = {k: json_value(v) for k, v in row.items() if k not in (file_column, "key")}
