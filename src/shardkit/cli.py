@@ -124,24 +124,32 @@ def _run(action: Callable[[], _T], *, resumes: bool = True) -> _T:
         with interrupt_raises():
             return action()
     except KeyboardInterrupt:
-        click.echo("interrupted; re-run the same command to resume" if resumes else "interrupted", err=True)
+        _say("interrupted; re-run the same command to resume" if resumes else "interrupted")
         _exit_now(130)
     except UsageError as exc:
-        click.echo(f"error: {exc}", err=True)  # a ShardkitError's message is redacted as it is made
+        _say(f"error: {exc}")  # a ShardkitError's message is redacted as it is made
         sys.exit(2)
     except ShardkitError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _say(f"error: {exc}")
         sys.exit(1)
     except OSError as exc:  # disk full, permission denied...: one line naming the file, not a traceback
         where = f"{exc.filename}: " if exc.filename else ""
         fix = ""
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             fix = "; free some space, then re-run the same command (finished shards are kept)"
-        click.echo(one_line(redact(f"error: {where}{exc.strerror or exc}{fix}")), err=True)
+        _say(one_line(redact(f"error: {where}{exc.strerror or exc}{fix}")))
         sys.exit(1)
     except EOFError as exc:  # a truncated compressed file read by a library: else click says "Aborted!"
-        click.echo(f"error: {exc or 'unexpected end of data'} (a truncated file?)", err=True)
+        _say(f"error: {exc or 'unexpected end of data'} (a truncated file?)")
         sys.exit(1)
+
+
+def _say(message: str) -> None:
+    """``message`` on stderr, on a line of its own: a progress bar the error stopped ends first."""
+    from .progress import end_bars
+
+    end_bars()
+    click.echo(message, err=True)
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -704,8 +712,8 @@ class RemuxOptions(ExecutorOptions):
     "fn",
     required=True,
     metavar="MODULE:FUNCTION",
-    help="The per-batch function: fn(batch) or fn(batch, seeds) -> batch, batch a dict of lists."
-    " MODULE is an importable module or a path to a .py file.",
+    help="The per-batch function (what a batch holds: above): a module in the current folder or an installed"
+    " package (my_transforms:augment), or a file (path/to/my_transforms.py:augment).",
 )
 @click.option("--config", "config_name", default=None, help="Source dataset config (load_dataset's name).")
 @click.option(
@@ -773,11 +781,28 @@ def remux_cmd(**options: Unpack[RemuxOptions]) -> None:
     SOURCE is a Hub dataset id, a local dataset folder, a shardkit output (folder or repo, read
     one shard per file), or data files (a path, glob or URL ending in .parquet, .tar, .arrow,
     .jsonl or .csv). Nothing is materialised: each source shard is read in streaming mode, in
-    batches, by its own worker process. The function gets a dict of lists (images as PIL images)
-    and returns one (it may change columns and the number of rows); with a second parameter it
-    also gets one seed per row, derived from --seed and the row, so a rerun gives the same bytes.
-    The output is packed as pack-shards packs (hash-prefixed shards, manifest, card). A killed run
-    resumes: re-run the same command.
+    batches, by its own worker process. The output is packed as pack-shards packs (hash-prefixed
+    shards, manifest, card). A killed run resumes: re-run the same command.
+
+    The function is called as fn(batch), or fn(batch, seeds) if it takes a second parameter. A
+    batch is a dict of lists, one list per source column, up to --batch-size rows (fewer at the end
+    of a piece of the source): the image column as PIL images ({"bytes", "path"} dicts with
+    --no-decode), a ClassLabel column as ints (its names are in the source's features), other
+    columns as datasets gives them. seeds is one int per row, derived from --seed and the row, so a
+    rerun gives the same bytes. The function returns a dict of lists too, with any number of rows:
+    exactly one image (or audio) column, which must keep the source's name; other columns may be
+    added or dropped. A `key` column sets each row's key, a `split` column the split it goes to.
+
+    \b
+    Example (my_transforms.py in the current folder; --map my_transforms:augment):
+        import random
+        from PIL import ImageOps
+        def augment(batch, seeds):
+            images = []
+            for image, seed in zip(batch["image"], seeds):
+                flip = random.Random(seed).random() < 0.5
+                images.append(ImageOps.mirror(image) if flip else image)
+            return {**batch, "image": images}
 
     The output keeps what the source says of its data: its splits (data/<split>/; a source that
     is train alone gives data/*.zip), its first ClassLabel column as a ClassLabel with the same

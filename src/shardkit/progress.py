@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from typing import Any
 
 
@@ -22,6 +23,13 @@ class Progress:
 
 class NullProgress(Progress):
     pass
+
+
+def end_bars() -> None:
+    """Close every bar still shown (its last state stays, and the line ends), so that what is
+    printed next, an error that stopped a phase before its end, starts on a line of its own."""
+    for progress in list(_shown):
+        progress.finish()
 
 
 class TqdmProgress(Progress):
@@ -53,6 +61,7 @@ class TqdmProgress(Progress):
             disable=self.disable,
             dynamic_ncols=True,
         )
+        _shown.add(self)
 
     def advance(self, amount: int, **info: Any) -> None:
         if self._bar is None:
@@ -69,6 +78,11 @@ class TqdmProgress(Progress):
         self._bar.update(amount)
 
     def finish(self) -> None:
+        _shown.discard(self)
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+#: The TqdmProgress objects with a bar on the terminal now.
+_shown: weakref.WeakSet[TqdmProgress] = weakref.WeakSet()

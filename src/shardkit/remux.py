@@ -71,7 +71,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Any
 
 from .check import SPLIT_COLUMN
@@ -92,6 +92,7 @@ from .remuxconfig import BatchFn, ImageFormatName, RemuxConfig
 from .remuxfn import (
     call_function,
     derived_key,
+    function_spec,
     load_function,
     metadata_line,
     output_row,
@@ -305,7 +306,7 @@ def transform_batch(task: BatchTask) -> BatchResult:
     not_labels: set[str] = set()
     lines = []
     for j, row in enumerate(rows):
-        staged = output_row(row, config, task.split.labels, where)
+        staged = output_row(row, config, task.split.labels, where, file_columns=task.file_columns, index=j)
         not_labels |= staged.not_labels
         key = staged.key
         if key is None and len(rows) == len(identities) and KEY_RE.fullmatch(identities[j]):
@@ -378,7 +379,7 @@ def remux(config: RemuxConfig, *, progress: Progress | None = None, client: Any 
 def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> RemuxSummary:
     if config.batch_size < 1:
         raise UsageError(f"batch size must be at least 1, got {config.batch_size}")
-    load_function(config.fn)  # a bad --map fails now, not in a worker
+    config = replace(config, fn=function_spec(config.fn))  # a bad --map fails now; workers load this
     # With an OUT_DIR URL the transformed files are staged in the local work folder, as pack's own.
     location = Location.out_dir(config.out_dir)
     out_dir = location.local_dir(config.work_dir)

@@ -11,7 +11,11 @@ import inspect
 import io
 import json
 import os
+import sys
+import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from .errors import ShardkitError, UsageError
@@ -22,27 +26,141 @@ from .rowrules import EXT_RE, KEY_RE
 
 
 def load_function(spec: BatchFn | str) -> BatchFn:
-    """The user's function: a callable as is, or ``"module:function"`` (a module path or a file.py)."""
+    """The user's function: a callable as is, or ``"module:function"``, the module imported as
+    is (an installed package, PYTHONPATH) or else found in the current folder (as ``python -m``
+    finds it), or ``"path/to/file.py:function"``. A module found in a folder is imported with that
+    folder on ``sys.path`` (last), so it can import the files beside it."""
+    return _load(spec)[0]
+
+
+def function_spec(spec: BatchFn | str) -> BatchFn | str:
+    """``spec`` as every process loads it, wherever it runs and whatever its current folder (a
+    pool's worker, a Dask worker): a module found in the current folder, or a file, by its
+    absolute path. Loads it here first: a bad ``--map`` fails once, in this process.
+
+    Why a path and not the current folder on every worker's ``sys.path``: a Dask worker has its
+    own current folder (another machine's, perhaps), and there the same name could be another
+    module or none; a path names the one file this process checked."""
+    return _load(spec)[1]
+
+
+def _load(spec: BatchFn | str) -> tuple[BatchFn, BatchFn | str]:
+    """The function, and ``spec`` with the file it was found in (if not imported as is)."""
     if callable(spec):
-        return spec
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise UsageError(f"--map {spec!r}: expected MODULE:FUNCTION (e.g. my_transforms:augment)")
-    try:
-        if module_name.endswith(".py"):
-            loaded = importlib.util.spec_from_file_location("shardkit_user_map", module_name)
-            if loaded is None or loaded.loader is None:
-                raise ImportError(f"cannot load {module_name}")
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-    except (ImportError, OSError) as exc:
-        raise UsageError(f"--map {spec!r}: cannot import {module_name}: {exc}") from None
+        return spec, spec
+    module_name, attr = _split_spec(spec)
+    path: str | None
+    if module_name.endswith(".py"):
+        path = os.path.abspath(module_name)
+        module = _import_file(path, spec)
+    else:
+        module, path = _import_module(module_name, spec)
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise UsageError(f"--map {spec!r}: {module_name} has no function {attr!r}")
-    return fn  # type: ignore[no-any-return]
+        raise UsageError(f"--map {spec!r}: {module_name} ({module.__file__}) has no function {attr!r}")
+    return fn, spec if path is None else f"{path}:{attr}"
+
+
+_FORMS = "give MODULE:FUNCTION for a module in the current folder or an installed package, or path/to/file.py:FUNCTION"
+
+
+def _split_spec(spec: str) -> tuple[str, str]:
+    module_name, _, attr = spec.rpartition(":")  # (the last colon: a Windows path has one)
+    if not module_name or not attr:
+        raise UsageError(f"--map {spec!r}: expected MODULE:FUNCTION (e.g. my_transforms:augment); {_FORMS}")
+    return module_name, attr
+
+
+def _import_module(module_name: str, spec: str) -> tuple[ModuleType, str | None]:
+    """``module_name`` imported as is (and None), else from the current folder (and its file)."""
+    module = _import_if_there(module_name, spec)
+    if module is not None:
+        return module, None
+    path = _in_current_folder(module_name)
+    if path is None:
+        raise UsageError(
+            f"--map {spec!r}: cannot import {module_name}: it is neither an installed module nor a file in the"
+            f" current folder ({os.getcwd()}); {_FORMS}"
+        )
+    return _import_file(path, spec), path
+
+
+def _import_if_there(module_name: str, spec: str) -> ModuleType | None:
+    """Module ``module_name`` as Python imports it; None if there is no such module (an error
+    raised as it is imported, a module it imports missing included, is the user's: named so)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            return None
+        raise _import_failed(exc, module_name, spec) from None
+    except Exception as exc:
+        raise _import_failed(exc, module_name, spec) from None
+
+
+def _in_current_folder(module_name: str) -> str | None:
+    """The file of module ``module_name`` (``a.b``: ``a/b.py`` or ``a/b/__init__.py``) in the
+    current folder, as an absolute path; None if there is none."""
+    folder = os.getcwd()
+    *packages, name = module_name.split(".")
+    for package in packages:
+        folder = os.path.join(folder, package)
+        if not os.path.isfile(os.path.join(folder, "__init__.py")):
+            return None
+    for path in (os.path.join(folder, f"{name}.py"), os.path.join(folder, name, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _import_file(path: str, spec: str) -> ModuleType:
+    """The module of file ``path``: a file in a package (folders with ``__init__.py``) by its
+    dotted name, with the folder above the package on ``sys.path``, so that its relative imports
+    work; any other on its own, with its folder on ``sys.path``."""
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        raise UsageError(f"--map {spec!r}: cannot import {path}: no such file; {_FORMS}")
+    folder, stem = os.path.dirname(path), os.path.splitext(os.path.basename(path))[0]
+    names = [] if stem == "__init__" else [stem]
+    root = folder
+    while os.path.isfile(os.path.join(root, "__init__.py")):
+        root, package = os.path.split(root)
+        names.insert(0, package)
+    if root not in sys.path:
+        sys.path.append(root)
+    if len(names) > 1 or stem == "__init__":
+        module = _import_if_there(".".join(names), spec)
+        if module is not None and os.path.abspath(module.__file__ or "") == path:  # not another of that name
+            return module
+    return _exec_file(path, spec)
+
+
+def _exec_file(path: str, spec: str) -> ModuleType:
+    name = "shardkit_user_map"
+    loaded = importlib.util.spec_from_file_location(name, path)
+    if loaded is None or loaded.loader is None:
+        raise UsageError(f"--map {spec!r}: cannot import {path}: not a Python file; {_FORMS}")
+    module = importlib.util.module_from_spec(loaded)
+    sys.modules[name] = module  # (as importlib does: a dataclass in it looks its module up there)
+    try:
+        loaded.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise _import_failed(exc, path, spec) from None
+    return module
+
+
+def _import_failed(exc: Exception, module: str, spec: str) -> UsageError:
+    """What the user's module raised as it was imported, named as such (as ``--map`` names it),
+    with its file and line (``module``'s name or file where the traceback has none of the user's)."""
+    if isinstance(exc, SyntaxError):
+        at = f"{exc.filename}:{exc.lineno}"
+        what = f"SyntaxError: {exc.msg}"
+    else:
+        frames = _user_frames(exc)
+        at = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else module
+        what = f"{type(exc).__name__}: {exc}"
+    return UsageError(f"--map {spec!r}: importing {spec.rpartition(':')[0]} raised {what} (at {at})")
 
 
 def wants_seeds(fn: BatchFn) -> bool:
@@ -100,24 +218,44 @@ def _sniff(data: bytes) -> str:
     return ".bin"
 
 
+class NotStorable(TypeError):
+    """A value of a type no metadata line can hold (JSON's: numbers, strings, lists, dicts, null)."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__(type(value).__name__)
+        self.type_name = type(value).__name__
+
+
 def json_value(value: Any) -> Any:
-    """A field value as JSON: numpy scalars and arrays become Python numbers and lists."""
+    """A field value as JSON: numpy scalars and arrays become Python numbers and lists; a value
+    JSON cannot hold raises :class:`NotStorable`."""
+    if value is None or isinstance(value, str | int | float):
+        return value
     if hasattr(value, "tolist"):
         return value.tolist()
     if isinstance(value, dict):
         return {k: json_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_value(v) for v in value]
-    return value
+    raise NotStorable(value)
+
+
+def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of ``exc``'s traceback in the user's code: not shardkit's, not importlib's."""
+    return [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<frozen ") and not os.path.abspath(f.filename).startswith(_HERE)
+    ]
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def where_raised(exc: BaseException) -> str:
     """Where the user's code raised ``exc``: its innermost frame outside shardkit, and the
     traceback of the user's frames (the task may have run in another process, so as text)."""
-    import traceback
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not os.path.abspath(f.filename).startswith(here)]
+    frames = _user_frames(exc)
     if not frames:
         return ""
     last = frames[-1]
@@ -127,23 +265,51 @@ def where_raised(exc: BaseException) -> str:
 
 def output_rows(out: Any, where: str) -> list[dict[str, Any]]:
     """The function's returned batch as rows, once checked to be a dict of equal-length lists."""
-    if not isinstance(out, dict) or not all(isinstance(v, list) for v in out.values()):
+    if not isinstance(out, dict):
         raise ShardkitError(f"the map function must return a dict of lists ({where}); it returned {type(out).__name__}")
+    for name, values in out.items():
+        if not isinstance(values, list):
+            raise ShardkitError(
+                f"the map function must return a dict of lists ({where}); its column {name!r} is a"
+                f" {type(values).__name__}, not a list"
+            )
     lengths = {len(v) for v in out.values()}
     if len(lengths) > 1:
-        raise ShardkitError(f"the map function returned columns of different lengths {sorted(lengths)} ({where})")
+        (first, values), *others = out.items()
+        counts = ", ".join(f"{name!r} {len(v)}" for name, v in others)
+        raise ShardkitError(
+            f"the map function returned columns of different lengths ({where}): column {first!r} has"
+            f" {len(values)} value{'' if len(values) == 1 else 's'}, {counts}; every column needs one value per row"
+        )
     names = list(out)
     return [{name: out[name][i] for name in names} for i in range(lengths.pop() if lengths else 0)]
 
 
-def file_of_row(row: dict[str, Any], config: RemuxConfig, where: str) -> tuple[str, tuple[bytes, str]]:
+def file_of_row(
+    row: dict[str, Any], config: RemuxConfig, where: str, file_columns: Sequence[str] = (), index: int = 0
+) -> tuple[str, tuple[bytes, str]]:
+    """The row (``index`` in the function's output batch)'s one file column, encoded; it must be
+    one of the source's ``file_columns`` (if it has any): the output's file column is the source's,
+    under shardkit's name for it."""
     found = [(name, enc) for name, value in row.items() if (enc := encode_file(value, config)) is not None]
-    if len(found) != 1:
-        what = "no image or file column" if not found else f"{len(found)} file columns ({[n for n, _ in found]})"
+    if len(found) == 1 and (not file_columns or found[0][0] in file_columns):
+        return found[0]
+    where = f"{where}, row {index} of its output"
+    source = " or ".join(repr(c) for c in file_columns)
+    if len(found) > 1:
+        what = f"{len(found)} file columns ({[n for n, _ in found]})"
+    elif found:
         raise ShardkitError(
-            f"each output row needs exactly one image (PIL image or bytes); the map function returned {what} ({where})"
+            f"the map function returned the image as column {found[0][0]!r}, not as the source's {source}"
+            f" ({where}); return it as {source}: the output's file column is the source's"
         )
-    return found[0]
+    elif file_columns and (held := [c for c in file_columns if c in row]):
+        what = f"a {type(row[held[0]]).__name__} in column {held[0]!r}"
+    else:
+        what = "no image or file column" + (f" (the source's is {source})" if file_columns else "")
+    raise ShardkitError(
+        f"each output row needs exactly one image (PIL image or bytes); the map function returned {what} ({where})"
+    )
 
 
 def as_class_names(fields: dict[str, Any], label: ClassLabelColumn, where: str) -> bool:
@@ -169,6 +335,14 @@ def as_class_names(fields: dict[str, Any], label: ClassLabelColumn, where: str) 
         return False  # the packer makes one ClassLabel, of single values: the names stay as strings
     fields[label.column] = value = name_of(value)
     return value is None or isinstance(value, str)
+
+
+def _storable(value: Any) -> bool:
+    try:
+        json_value(value)
+    except NotStorable:
+        return False
+    return True
 
 
 @dataclass
@@ -197,11 +371,27 @@ def call_function(
     return output_rows(out, where)
 
 
-def output_row(row: dict[str, Any], config: RemuxConfig, labels: tuple[ClassLabelColumn, ...], where: str) -> OutputRow:
-    """One returned row as staged: its one file encoded, its other fields as JSON values."""
-    file_column, (data, ext) = file_of_row(row, config, where)
+def output_row(
+    row: dict[str, Any],
+    config: RemuxConfig,
+    labels: tuple[ClassLabelColumn, ...],
+    where: str,
+    *,
+    file_columns: Sequence[str] = (),
+    index: int = 0,
+) -> OutputRow:
+    """One returned row, ``index`` in the function's output batch, as staged: its one file
+    encoded (from one of the source's ``file_columns``, if any), its other fields as JSON values."""
+    file_column, (data, ext) = file_of_row(row, config, where, file_columns, index)
     key = row.get("key")
-    fields = {k: json_value(v) for k, v in row.items() if k not in (file_column, "key")}
+    try:
+        fields = {k: json_value(v) for k, v in row.items() if k not in (file_column, "key")}
+    except NotStorable as exc:
+        column = next(k for k, v in row.items() if k not in (file_column, "key") and not _storable(v))
+        raise ShardkitError(
+            f"the map function returned a {exc.type_name} in column {column!r} ({where}, row {index} of its"
+            " output), which no metadata can hold; return numbers, strings, lists or dicts besides the image"
+        ) from None
     not_labels = {
         label.column for label in labels if label.column in fields and not as_class_names(fields, label, where)
     }
@@ -213,9 +403,21 @@ def metadata_line(file_name: str, key: str, fields: dict[str, Any], where: str) 
     try:
         text = json.dumps({"file_name": file_name, "key": key, **fields}, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        cause = non_finite_problem(fields) or exc
+        cause = non_finite_problem(fields) or _unwritable_column(fields) or exc
         raise ShardkitError(
             f"the map function returned a value that is not JSON ({where}): {cause};"
             " return numbers, strings, lists or dicts besides the image"
         ) from None
     return text.encode("utf-8") + b"\n"
+
+
+def _unwritable_column(fields: dict[str, Any]) -> str | None:
+    """Which column json cannot write (a dict key of another type than text or a number)."""
+    for column, value in fields.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except TypeError as exc:
+            return f"column {column!r}: {exc}"
+        except ValueError:
+            continue
+    return None

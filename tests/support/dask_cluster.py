@@ -32,7 +32,8 @@ class DaskCluster:
         self.env = {
             **os.environ,
             **(env or {}),
-            "PYTHONPATH": str(REPO_ROOT),  # tests.remux_functions and the preload import on the workers
+            # this checkout's shardkit (not the one installed), tests.remux_functions and the preload, on the workers
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)]),
             "SHARDKIT_TEST_TASK_LOG_DIR": str(self.task_log_dir),
         }
         self.workers: dict[str, subprocess.Popen[bytes]] = {}

@@ -1,0 +1,251 @@
+"""``shardkit remux --map``: the user's function is found as ``python -m`` finds a module, and
+every mistake in it, or in what it returns, is one line naming the column and the batch.
+
+Source: a shardkit dataset of 12 tiny images in several shards, with a ClassLabel. The
+functions are written into a temporary folder, as a user's would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+import shardkit
+from shardkit.cli import main
+from shardkit.pack import PackConfig, pack
+from tests.support.corpus import REPO_ROOT, tiny_image, write_jsonl
+from tests.support.dask_cluster import DaskCluster
+
+SCRIPTS = Path(sys.executable).parent
+#: Where the first batch is, as remux names it (one job: the first source shard fails first).
+FIRST_BATCH = "split 'train', source shard 0, batch from row 0"
+FORMS = "give MODULE:FUNCTION for a module in the current folder or an installed package, or path/to/file.py:FUNCTION"
+
+FUNCTIONS = """
+import datetime
+
+
+def unequal(batch):
+    return {"image": batch["image"], "label": batch["label"] * 2}
+
+
+def a_date(batch):
+    return {**batch, "when": [datetime.date(2024, 1, 1)] * len(batch["image"])}
+
+
+def no_image(batch):
+    return {"label": batch["label"]}
+
+
+def renamed(batch):
+    return {"img": batch["image"], "label": batch["label"]}
+
+
+def a_path_for_the_image(batch):
+    return {**batch, "image": ["cat.jpg"] * len(batch["image"])}
+
+
+def a_tuple(batch):
+    return {**batch, "label": tuple(batch["label"])}
+"""
+
+
+CROP = "def crop(batch):\n    return {**batch, 'image': [im.resize(SIZE) for im in batch['image']]}\n"
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 rows in several source shards (train only), `label` a ClassLabel (cat, dog)."""
+    root = tmp_path_factory.mktemp("fn-src")
+    images = root / "images"
+    images.mkdir()
+    rows = []
+    for i in range(12):
+        (images / f"{i:02d}.jpg").write_bytes(tiny_image(i))
+        rows.append({"file_name": f"{i:02d}.jpg", "label": ["cat", "dog"][i % 2], "n": i})
+    out = root / "src"
+    meta = write_jsonl(root / "meta.jsonl", rows)
+    pack(PackConfig(str(images), str(meta), str(out), jobs=1, prefix_length=1, class_label="label"))
+    assert len(json.loads((out / "shards.json").read_text())["shards"]) >= 2  # one task per worker at least
+    return out
+
+
+@pytest.fixture
+def functions(tmp_path: Path) -> Path:
+    path = tmp_path / "user" / "fns.py"
+    path.parent.mkdir()
+    path.write_text(FUNCTIONS)
+    return path
+
+
+def cli(*args: str) -> Result:
+    """``shardkit ARGS`` in this process, progress bars shown (stderr is no terminal, no --json)."""
+    return CliRunner().invoke(main, list(args))
+
+
+def error_lines(result: Result) -> list[str]:
+    return [line for line in result.stderr.split("\n") if line.startswith("error: ")]
+
+
+def run_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``shardkit ARGS`` in a process of its own whose current folder is ``folder``; this
+    checkout's shardkit, and nothing else on PYTHONPATH (the user's module is found in the folder)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    return subprocess.run(
+        [str(SCRIPTS / "shardkit"), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+#: A user's module, written two ways: beside a file it imports, and in a package (relative import).
+LAYOUTS = {
+    "my_transforms:crop": {
+        "sizes.py": "SIZE = (8, 6)\n",
+        "my_transforms.py": "from sizes import SIZE\n\n\n" + CROP,
+    },
+    "mine.transforms:crop": {
+        "mine/__init__.py": "",
+        "mine/sizes.py": "SIZE = (8, 6)\n",
+        "mine/transforms.py": "from .sizes import SIZE\n\n\n" + CROP,
+    },
+}
+
+
+@pytest.mark.parametrize("spec", list(LAYOUTS))
+def test_a_module_in_the_current_folder_is_found_and_every_worker_loads_it(
+    source: Path, tmp_path: Path, spec: str
+) -> None:
+    work = tmp_path / "project"
+    for name, text in LAYOUTS[spec].items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    result = run_in(work, "remux", str(source), "out", "--map", spec, "-j", "2", "--json", "-q")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["source_shards"] >= 2 and summary["rows_out"] == 12
+    rows = list(shardkit.stream(str(work / "out")))
+    assert sorted(r["n"] for r in rows) == list(range(12))
+    assert {r["image"].size for r in rows} == {(8, 6)}  # the function ran on every row
+    assert sorted(r["label"] for r in rows) == [0] * 6 + [1] * 6  # still a ClassLabel
+
+
+@pytest.mark.slow
+def test_a_module_in_the_current_folder_reaches_dask_workers_whose_current_folder_is_another(
+    source: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "my_transforms.py").write_text(
+        "def small(batch):\n    return {**batch, 'image': [im.resize((4, 4)) for im in batch['image']]}\n"
+    )
+    cluster = DaskCluster(tmp_path / "dask", workers=2)  # its workers run in this process's folder, not work/
+    try:
+        dask = ("--executor", "dask", "--scheduler", cluster.address)
+        result = run_in(work, "remux", str(source), "out", "--map", "my_transforms:small", *dask, "--json", "-q")
+    finally:
+        cluster.close()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows_out"] == 12
+    assert {r["image"].size for r in shardkit.stream(str(work / "out"))} == {(4, 4)}
+
+
+def test_a_module_found_nowhere_names_where_it_was_looked_for_and_the_forms_that_work(
+    source: Path, tmp_path: Path
+) -> None:
+    result = run_in(tmp_path, "remux", str(source), "out", "--map", "my_transforms:crop")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: --map 'my_transforms:crop': cannot import my_transforms: it is neither an installed module nor a"
+        f" file in the current folder ({tmp_path}); {FORMS}"
+    ]
+    missing = run_in(tmp_path, "remux", str(source), "out", "--map", "nothere.py:crop")
+    assert missing.returncode == 2
+    assert missing.stderr.splitlines() == [
+        f"error: --map 'nothere.py:crop': cannot import {tmp_path / 'nothere.py'}: no such file; {FORMS}"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "what"),
+    [
+        ("def crop(batch):\n    return batch[\n", 2, "SyntaxError: '[' was never closed"),
+        ("import os\nimport not_installed_helper\n", 2, "ModuleNotFoundError: No module named 'not_installed_helper'"),
+        ("X = 1\nY = 1 / 0\n", 2, "ZeroDivisionError: division by zero"),
+    ],
+)
+def test_an_error_while_importing_the_users_module_is_named_with_its_file_and_line(
+    source: Path, tmp_path: Path, text: str, line: int, what: str
+) -> None:
+    (tmp_path / "broken.py").write_text(text)
+    result = run_in(tmp_path, "remux", str(source), "out", "--map", "broken:crop")
+    assert result.returncode == 2
+    expected = f"error: --map 'broken:crop': importing broken raised {what} (at {tmp_path / 'broken.py'}:{line})"
+    assert result.stderr.splitlines() == [expected]
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "unequal",
+            f"the map function returned columns of different lengths ({FIRST_BATCH}): column 'image' has 1 value,"
+            " 'label' 2; every column needs one value per row",
+        ),
+        (
+            "a_date",
+            f"the map function returned a date in column 'when' ({FIRST_BATCH}, row 0 of its output), which no"
+            " metadata can hold; return numbers, strings, lists or dicts besides the image",
+        ),
+        (
+            "no_image",
+            "each output row needs exactly one image (PIL image or bytes); the map function returned no image or"
+            f" file column (the source's is 'image') ({FIRST_BATCH}, row 0 of its output)",
+        ),
+        (
+            "renamed",
+            "the map function returned the image as column 'img', not as the source's 'image'"
+            f" ({FIRST_BATCH}, row 0 of its output); return it as 'image': the output's file column is the source's",
+        ),
+        (
+            "a_path_for_the_image",
+            "each output row needs exactly one image (PIL image or bytes); the map function returned a str in"
+            f" column 'image' ({FIRST_BATCH}, row 0 of its output)",
+        ),
+        (
+            "a_tuple",
+            f"the map function must return a dict of lists ({FIRST_BATCH}); its column 'label' is a tuple, not a list",
+        ),
+    ],
+)
+def test_a_wrong_output_is_one_line_of_its_own_naming_the_column_and_the_batch(
+    source: Path, functions: Path, tmp_path: Path, name: str, message: str
+) -> None:
+    out = tmp_path / "out"
+    result = cli("remux", str(source), str(out), "--map", f"{functions}:{name}", "-j", "1", "--batch-size", "1")
+    assert result.exit_code == 1, result.stderr
+    assert "transforming source shards" in result.stderr  # the bar was shown, and the error is on a line of its own
+    assert error_lines(result) == [f"error: {message}"]
+    assert not (out / "data").exists()
+
+
+def test_help_says_what_a_batch_holds_and_what_to_return() -> None:
+    result = cli("remux", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())  # as click wrapped it
+    for said in (
+        "a dict of lists, one list per source column",
+        "up to --batch-size rows",
+        "PIL images",
+        '{"bytes", "path"} dicts with --no-decode',
+        "a ClassLabel column as ints",
+        "one int per row",
+        "keep the source's name",
+        "def augment(batch, seeds):",
+    ):
+        assert said in text, said
