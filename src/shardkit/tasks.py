@@ -479,8 +479,14 @@ class DaskExecutor(TaskExecutor):
         return self._outcome(self._client.submit(fn, *args, pure=False, **kwargs))
 
     def submit_task(self, fn: Callable[[T], R], item: T, name: str, what: str) -> Future[R]:
-        # The key is what the dashboard shows: "shardkit-write-<run>-data/3f.zip".
-        return self._outcome(self._client.submit(fn, item, key=f"shardkit-{what}-{self._run}-{name}", pure=False))
+        import dask
+
+        # The key is what the dashboard shows: "shardkit-write-<run>-data/3f.zip". A remux batch
+        # carries its source rows to the worker by design (the client reads the source): Dask's
+        # "Sending large graph" warning, from 10 MB, would be printed for every batch of photos.
+        key = f"shardkit-{what}-{self._run}-{name}"
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "2GB"}):
+            return self._outcome(self._client.submit(fn, item, key=key, pure=False))
 
     def _outcome(self, task: Any) -> Future[Any]:
         """A future that gets ``task``'s result or error; cancelling it cancels the task."""
