@@ -229,6 +229,7 @@ def run_measured(argv: list[str], env: dict[str, str], logs: Path) -> dict[str, 
         "tree_mb": seen["tree"] / 1e6,
         "proc_mb": seen["proc"] / 1e6,
         "cpu": tool_cpu / wall,
+        "cpu_s": tool_cpu,
         "other": other,
     }
 
@@ -266,7 +267,7 @@ def measure(tool: str, repo: str, run_dir: Path, base_env: dict[str, str], rows:
 def summarize(runs: list[dict[str, float]], rows: int) -> dict[str, float]:
     """Medians of a tool's rounds (memory: the highest), with its rows/s (median, lowest, highest)."""
     rates = [rows / r["seconds"] for r in runs]
-    out = {key: statistics.median(r[key] for r in runs) for key in ("seconds", "cpu", "other")}
+    out = {key: statistics.median(r[key] for r in runs) for key in ("seconds", "cpu", "cpu_s", "other")}
     out.update(tree_mb=max(r["tree_mb"] for r in runs), proc_mb=max(r["proc_mb"] for r in runs))
     out.update(rate=statistics.median(rates), rate_min=min(rates), rate_max=max(rates))
     return out
@@ -276,7 +277,7 @@ def print_layout(layout: str, shards: int, results: dict[str, dict[str, float]],
     print(f"\n{layout}: {shards} source shard{'s' if shards > 1 else ''}, {rows} rows, {rounds} round(s)")
     header = (
         f"{'tool':14} {'s':>7} {'rows/s':>7} {'range':>11} {'x j2':>5} {'tree MB':>8} {'proc MB':>8}"
-        f" {'cpu':>5} {'othr':>5}"
+        f" {'CPU s':>6} {'cpu':>5} {'othr':>5}"
     )
     print(header)
     print("-" * len(header))
@@ -285,7 +286,7 @@ def print_layout(layout: str, shards: int, results: dict[str, dict[str, float]],
         vs = f"{r['rate'] / j2['rate']:.2f}" if j2 else "-"
         print(
             f"{tool:14} {r['seconds']:>7.1f} {r['rate']:>7.1f} {r['rate_min']:>5.0f}-{r['rate_max']:<5.0f}"
-            f" {vs:>5} {r['tree_mb']:>8.0f} {r['proc_mb']:>8.0f} {r['cpu']:>5.2f} {r['other']:>5.2f}"
+            f" {vs:>5} {r['tree_mb']:>8.0f} {r['proc_mb']:>8.0f} {r['cpu_s']:>6.1f} {r['cpu']:>5.2f} {r['other']:>5.2f}"
         )
     if j2 is None:
         return
@@ -385,7 +386,8 @@ def main() -> None:
     print(
         "\ns: wall seconds from start to exit (imports, download, writing); range: rows/s of the rounds; x j2: rows/s"
         " over shardkit j2's;\ntree MB: peak of the summed RSS of the tool's processes; proc MB: of its largest;"
-        " cpu: the tool's CPU, othr: every other process's (in cores)"
+        "\nCPU s: the CPU seconds of the tool's processes (the same work on a busy machine or not); cpu: the same in"
+        " cores (CPU s / s), othr: every other process's"
     )
 
 
