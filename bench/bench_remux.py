@@ -48,6 +48,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench_training_stream import machine_busy, photo_like_jpeg  # noqa: E402
+
 from tests.hub_server import WRITE_TOKEN, run_hub_server  # noqa: E402
 
 SCRIPTS = Path(sys.executable).parent
@@ -67,7 +69,6 @@ def make_source(root: Path, rows: int, seed: int) -> Path:
     """The source as a saved ``datasets.Dataset`` (image, id, label, caption), built once per size and seed."""
     import datasets
     import numpy as np
-    from PIL import Image
 
     saved = root / f"source-{rows}-{seed}"
     if (saved / "done").exists():
@@ -76,18 +77,12 @@ def make_source(root: Path, rows: int, seed: int) -> Path:
     datasets.disable_progress_bars()
 
     def examples() -> Any:
-        import io
-
         rng = np.random.default_rng(seed)
         for i in range(rows):
-            base = rng.integers(0, 256, (HEIGHT // 16, WIDTH // 16, 3), dtype=np.uint8)
-            smooth = np.asarray(Image.fromarray(base).resize((WIDTH, HEIGHT), Image.Resampling.BICUBIC))
-            noisy = smooth.astype(np.int16) + rng.integers(-NOISE, NOISE + 1, smooth.shape, dtype=np.int16)
-            buf = io.BytesIO()
-            Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=JPEG_QUALITY)
+            jpeg = photo_like_jpeg(rng, (WIDTH, HEIGHT), cell=16, noise=NOISE, quality=JPEG_QUALITY)
             label = int(rng.integers(len(CLASS_NAMES)))
             yield {
-                "image": {"bytes": buf.getvalue(), "path": f"{i:06d}.jpg"},
+                "image": {"bytes": jpeg, "path": f"{i:06d}.jpg"},
                 "id": i,
                 "label": label,
                 "caption": f"a {CLASS_NAMES[label]}, photo {i}",
@@ -167,16 +162,6 @@ def tool_command(tool: str, repo: str, out: Path) -> list[str]:
         jobs = tool.removeprefix("shardkit-j")
         return [str(SCRIPTS / "shardkit"), "remux", repo, str(out), "--map", f"{AUGMENT}:augment", "-j", jobs, "-q"]
     return [sys.executable, str(SCRIPT), "--child", json.dumps({"tool": tool, "repo": repo, "out": str(out)})]
-
-
-def machine_busy() -> float | None:
-    """CPU seconds all processes have spent so far (Linux /proc/stat; None elsewhere)."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def watch_tree(pid: int, stop: threading.Event, seen: dict[str, Any]) -> None:
