@@ -76,10 +76,26 @@ READINGS: list[tuple[str, str, int | None, dict[str, Any]]] = [
 PURE_DECODE_THREADS = (1, 2, 4)
 
 
+def photo_like_jpeg(
+    rng: Any, size: tuple[int, int] = (WIDTH, HEIGHT), cell: int = 8, noise: int = NOISE, quality: int = JPEG_QUALITY
+) -> bytes:
+    """A JPEG of a smooth random field (one colour per ``cell`` px, bicubic) plus +-``noise`` per pixel, drawn from
+    ``rng`` (numpy's Generator): it decodes at a photo's cost."""
+    import numpy as np
+    from PIL import Image
+
+    width, height = size
+    base = rng.integers(0, 256, (height // cell, width // cell, 3), dtype=np.uint8)
+    smooth = np.asarray(Image.fromarray(base).resize((width, height), Image.Resampling.BICUBIC))
+    noisy = smooth.astype(np.int16) + rng.integers(-noise, noise + 1, smooth.shape, dtype=np.int16)
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
 def make_corpus(root: Path, n: int, seed: int) -> tuple[Path, Path]:
     """``n`` JPEGs (smoothed noise plus per-pixel noise) under root/images and root/metadata.jsonl."""
     import numpy as np
-    from PIL import Image
 
     images, meta = root / "images", root / "metadata.jsonl"
     stamp = root / f"corpus-{n}-{seed}.done"
@@ -90,14 +106,9 @@ def make_corpus(root: Path, n: int, seed: int) -> tuple[Path, Path]:
     rng = np.random.default_rng(seed)
     with open(meta, "w") as f:
         for i in range(n):
-            base = rng.integers(0, 256, (HEIGHT // 8, WIDTH // 8, 3), dtype=np.uint8)
-            smooth = np.asarray(Image.fromarray(base).resize((WIDTH, HEIGHT), Image.Resampling.BICUBIC))
-            noisy = smooth.astype(np.int16) + rng.integers(-NOISE, NOISE + 1, smooth.shape, dtype=np.int16)
-            buf = io.BytesIO()
-            Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=JPEG_QUALITY)
             rel = f"{i % 50:02d}/{i:06d}.jpg"
             (images / rel).parent.mkdir(exist_ok=True)
-            (images / rel).write_bytes(buf.getvalue())
+            (images / rel).write_bytes(photo_like_jpeg(rng))
             f.write(json.dumps({"file_name": rel, "label": i % 10}) + "\n")
     stamp.write_text("ok")
     return images, meta
