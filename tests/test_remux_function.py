@@ -24,7 +24,7 @@ from tests.support.dask_cluster import DaskCluster
 
 SCRIPTS = Path(sys.executable).parent
 #: Where the first batch is, as remux names it (one job: the first source shard fails first).
-FIRST_BATCH = "split 'train', source shard 0, batch from row 0"
+FIRST_BATCH = "split 'train', batch from row 0"
 FORMS = "give MODULE:FUNCTION for a module in the current folder or an installed package, or path/to/file.py:FUNCTION"
 
 FUNCTIONS = """
@@ -229,7 +229,7 @@ def test_a_wrong_output_is_one_line_of_its_own_naming_the_column_and_the_batch(
     out = tmp_path / "out"
     result = cli("remux", str(source), str(out), "--map", f"{functions}:{name}", "-j", "1", "--batch-size", "1")
     assert result.exit_code == 1, result.stderr
-    assert "transforming source shards" in result.stderr  # the bar was shown, and the error is on a line of its own
+    assert "transforming: " in result.stderr  # the bar was shown, and the error is on a line of its own
     assert error_lines(result) == [f"error: {message}"]
     assert not (out / "data").exists()
 

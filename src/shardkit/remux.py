@@ -293,7 +293,8 @@ def transform_batch(task: BatchTask) -> BatchResult:
         for i, r in enumerate(batch_rows)
     ]
     batch = {name: [r.get(name) for r in batch_rows] for name in batch_rows[0]}
-    decode_files(batch, list(task.file_columns), config.decode, f"split {task.split.name!r}, row", task.first)
+    rows_named = f"{config.source}: split {task.split.name!r}, row"  # a file that does not decode is the source's
+    decode_files(batch, list(task.file_columns), config.decode, rows_named, task.first)
     seeds = [sample_seed(config.seed, identity) for identity in identities]
     where = task.name
     last = task.first + len(batch_rows) - 1

@@ -320,7 +320,8 @@ def read_batches(
         for batch in batches(rows, config.batch_size):
             for column in file_columns:
                 for i, row in enumerate(batch):
-                    row[column] = _with_bytes(row.get(column), config, f"split {split!r}, row {first + i}")
+                    where = f"{config.source}: split {split!r}, row {first + i}"
+                    row[column] = _with_bytes(row.get(column), config, where)
             try:
                 after = ds.state_dict()
                 json.dumps(after)
