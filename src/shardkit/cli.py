@@ -815,12 +815,14 @@ def remux_cmd(**options: Unpack[RemuxOptions]) -> None:
     """
     from .location import is_url
     from .remux import remux
+    from .tasks import keep_freed_memory
 
     out_dir, work_dir = options["out_dir"], options["work_dir"]
     _check_parents((out_dir, "OUT_DIR"), (work_dir if is_url(out_dir) else None, "--work-dir"))
     _setup_logging()
     config = _remux_config(options)
     progress = _progress(options["quiet"], options["as_json"])
+    keep_freed_memory()  # this process reads the source (and with --jobs 1 transforms it)
     summary = _run(lambda: remux(config, progress=progress))
     if options["as_json"]:
         _echo_json(summary.to_json())

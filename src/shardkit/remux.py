@@ -65,6 +65,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import multiprocessing
 import os
 import re
 import shutil
@@ -111,7 +112,7 @@ from .remuxsource import (
     source_splits,
 )
 from .rowrules import KEY_RE
-from .tasks import Cluster, cluster_for, run_tasks, start_forkserver, task_executor
+from .tasks import Cluster, cluster_for, keep_freed_memory, run_tasks, start_forkserver, task_executor
 from .workstate import read_remux_progress, read_remux_state
 
 if TYPE_CHECKING:  # imported where the remux packs: its transform workers never need pack
@@ -285,6 +286,8 @@ class BatchResult:
 def transform_batch(task: BatchTask) -> BatchResult:
     """Run one batch through the function; stage each output row's file under
     ``files/<split>/<batch>/`` (written again whole by a rerun) and return its metadata lines."""
+    if multiprocessing.parent_process() is not None:  # a worker process of shardkit's (local or Dask)
+        keep_freed_memory()
     config = task.config
     fn = _loaded_function(config.fn)
     batch_rows = task.rows

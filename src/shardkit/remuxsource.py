@@ -138,7 +138,7 @@ def source_splits(config: RemuxConfig, manifest: Manifest | None) -> tuple[list[
         )
         out = _output_split_names(list(counts), config.source)
         return [SourceSplit(name, out[name], n, labels, rows) for name, (n, rows) in counts.items()], {}
-    opened = _datasets_splits(config)
+    opened = _parquet_splits(config) or _datasets_splits(config)
     out = _output_split_names(list(opened), config.source)
     splits = [
         SourceSplit(name, out[name], ds.n_shards, _labels_of_features(ds.features), _split_rows(ds, name))
@@ -147,9 +147,22 @@ def source_splits(config: RemuxConfig, manifest: Manifest | None) -> tuple[list[
     return splits, opened
 
 
+def _parquet_splits(config: RemuxConfig) -> dict[str, Any] | None:
+    """The source's splits (or ``config.split``) as Parquet files read here (:mod:`.remuxparquet`),
+    when datasets reads it with its Parquet builder; else None."""
+    from .remuxparquet import parquet_splits
+
+    found = parquet_splits(config.source, config.config_name, config.revision, config.split or "train")
+    if found is None or config.split is None:
+        return found
+    if config.split not in found:
+        raise UsageError(f"{config.source!r} has no split {config.split!r}; its splits: {', '.join(found)}")
+    return {config.split: found[config.split]}
+
+
 def _split_rows(ds: Any, name: str) -> int | None:
     """The rows the source's card says the split holds (None if it does not say)."""
-    info = getattr(ds.info, "splits", None) or {}
+    info = getattr(getattr(ds, "info", None), "splits", None) or {}
     split = info.get(name) if hasattr(info, "get") else None
     rows = getattr(split, "num_examples", None)
     return rows if isinstance(rows, int) and rows > 0 else None
@@ -191,6 +204,8 @@ def open_source(config: RemuxConfig, shardkit_source: bool, split: str, opened: 
         from .streaming import stream
 
         ds = stream(config.source, revision=config.revision, split=split)
+    elif opened is not None and not hasattr(opened, "cast_column"):  # a ParquetSplit: files undecoded already
+        return opened
     else:
         ds = opened if opened is not None else _datasets_splits(config, split)[split]
     # Decoding happens here, in the batch, so the function sees what it asked for.

@@ -58,6 +58,7 @@ leaves at most a partial file there, which the run removes when it ends.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import multiprocessing
@@ -214,6 +215,32 @@ def task_executor(jobs: int, cluster: Cluster | None, tasks: int) -> Iterator[Ex
         executor = LocalPool(min(jobs, tasks), tasks)
     with executor:
         yield executor
+
+
+@functools.cache
+def keep_freed_memory() -> None:
+    """Let glibc's malloc keep the memory this process frees, for its next allocations, instead of
+    giving it back to the system at once (its default: blocks of 128 KB and more are mapped and
+    unmapped one by one, and the top of the heap is trimmed past 128 KB free).
+
+    A process that decodes images and reads Parquet frees and allocates buffers of 0.1 to 100 MB
+    all the time; given back and taken again, every page of them is a page fault to the kernel
+    (docs/performance.md, remux). Called only in processes shardkit owns: a remux worker, and the
+    command line's own process; never in a library caller's. No effect where malloc is not glibc's.
+    """
+    if sys.platform != "linux":
+        return
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and others: nothing to tune
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest; a fixed value also stops its adjusting
+    mallopt(m_trim_threshold, 512 << 20)
 
 
 # --- local worker processes ------------------------------------------------------------------------
