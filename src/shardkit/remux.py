@@ -7,7 +7,8 @@ are encoded and packed with the same planner, writer, manifest and card as :mod:
 Two phases, both resumable:
 
 1. **Transform.** This process reads the source once, in order (``shardkit.stream`` for a
-   shardkit folder or repo, ``datasets.load_dataset(..., streaming=True)`` otherwise), one split
+   shardkit folder or repo, pyarrow for Parquet files datasets would read with its Parquet
+   builder, ``datasets.load_dataset(..., streaming=True)`` otherwise), one split
    after another, in batches of ``batch_size`` rows whose files are not decoded yet. Each batch is
    a task for one of ``jobs`` worker processes (or a Dask cluster's): it decodes the images, calls
    ``fn(batch)`` or ``fn(batch, seeds)``, encodes the file column (PIL images re-encoded as
@@ -21,9 +22,9 @@ Two phases, both resumable:
    ``parts/<split>.jsonl``, synced, then ``parts/<split>.json`` rewritten with the counts and
    where the source was read to (datasets' ``state_dict()``). A killed run resumes after the last
    committed batch (``load_state_dict`` skips the source's files read whole) and redoes at most
-   the batches that were in flight. Memory: the reader's (one Parquet row group of the source,
-   which datasets writes at most 100 MB) and ``jobs + 1`` batches in flight here; one batch,
-   decoded, in each worker. None of it grows with the source or its shards.
+   the batches that were in flight. Memory: the reader's (a Parquet source, what push_to_hub
+   writes, is read a few rows at a time: :mod:`.remuxparquet`) and ``jobs + 1`` batches in
+   flight here; one batch, decoded, in each worker. None of it grows with the source or its shards.
 2. **Pack** those files into OUT_DIR with :func:`shardkit.pack.pack` (which resumes by itself).
 
 Why stage on disk at all: shards are hash-prefixed (rows grouped by key over the whole
