@@ -336,6 +336,7 @@ _PROGRESS = {
         json.dumps({**_PROGRESS, "rows_in": -1}).encode(),
         json.dumps({**_PROGRESS, "finished": 1}).encode(),
         json.dumps({**_PROGRESS, "columns": [1]}).encode(),
+        json.dumps({**_PROGRESS, "position": 5}).encode(),
     ],
 )
 def test_damaged_remux_progress_is_discarded_with_a_warning(

@@ -99,8 +99,11 @@ def test_a_stopped_remux_of_a_parquet_source_resumes_to_the_bytes_of_one_never_s
     assert stopped.returncode == 1 and "stopped at n=27" in stopped.stderr and "rows 25..29" in stopped.stderr
     record = json.loads((out / ".shardkit" / "remux" / "parts" / "train.json").read_text())
     assert record["rows_in"] == 25 and record["position"] == {"file": 1, "row": 2} and not record["finished"]
+    record["position"] = {"file": 99, "row": 0}  # a position no file has: read through, with a warning
+    (out / ".shardkit" / "remux" / "parts" / "train.json").write_text(json.dumps(record))
     resumed = _remux(source, out, *identity, "-j", "2")
     assert resumed.returncode == 0, resumed.stderr
+    assert "where an earlier run stopped does not load" in resumed.stderr
     summary = json.loads(resumed.stdout)
     assert summary["resumed_rows"] == 25 and summary["rows_in"] == summary["rows_out"] == 32
     assert tree_bytes(out) == tree_bytes(plain)

@@ -780,9 +780,10 @@ def remux_cmd(**options: Unpack[RemuxOptions]) -> None:
 
     SOURCE is a Hub dataset id, a local dataset folder, a shardkit output (folder or repo, read
     one shard per file), or data files (a path, glob or URL ending in .parquet, .tar, .arrow,
-    .jsonl or .csv). Nothing is materialised: each source shard is read in streaming mode, in
-    batches, by its own worker process. The output is packed as pack-shards packs (hash-prefixed
-    shards, manifest, card). A killed run resumes: re-run the same command.
+    .jsonl or .csv). Nothing is materialised: this process reads the source in batches, in
+    order, and each batch is transformed by one of --jobs worker processes. The output is packed
+    as pack-shards packs (hash-prefixed shards, manifest, card). A killed run resumes: re-run the
+    same command.
 
     The function is called as fn(batch), or fn(batch, seeds) if it takes a second parameter. A
     batch is a dict of lists, one list per source column, up to --batch-size rows (fewer at the end

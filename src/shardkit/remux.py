@@ -66,9 +66,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import multiprocessing
 import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -113,7 +113,15 @@ from .remuxsource import (
     source_splits,
 )
 from .rowrules import KEY_RE
-from .tasks import Cluster, cluster_for, keep_freed_memory, run_tasks, start_forkserver, task_executor
+from .tasks import (
+    Cluster,
+    cluster_for,
+    in_pool_worker,
+    keep_freed_memory,
+    run_tasks,
+    start_forkserver,
+    task_executor,
+)
 from .workstate import read_remux_progress, read_remux_state
 
 if TYPE_CHECKING:  # imported where the remux packs: its transform workers never need pack
@@ -287,7 +295,7 @@ class BatchResult:
 def transform_batch(task: BatchTask) -> BatchResult:
     """Run one batch through the function; stage each output row's file under
     ``files/<split>/<batch>/`` (written again whole by a rerun) and return its metadata lines."""
-    if multiprocessing.parent_process() is not None:  # a worker process of shardkit's (local or Dask)
+    if in_pool_worker():  # a worker process of shardkit's own (not a Dask worker: the user's)
         keep_freed_memory()
     config = task.config
     fn = _loaded_function(config.fn)
@@ -304,8 +312,10 @@ def transform_batch(task: BatchTask) -> BatchResult:
     last = task.first + len(batch_rows) - 1
     rows = call_function(fn, wants_seeds(fn), batch, seeds, where=where, rows=f"rows {task.first}..{last}")
     folder = f"{task.split.out}/{task.number:08d}"
-    files_dir = os.path.join(task.work_dir, "files", folder)
-    shutil.rmtree(files_dir, ignore_errors=True)
+    # Written in a folder of this attempt's own, then renamed into place: an attempt of a stopped
+    # run still running on a cluster never empties the folder a new run has committed.
+    final_dir = os.path.join(task.work_dir, "files", folder)
+    files_dir = f"{final_dir}.{secrets.token_hex(4)}.partial"
     os.makedirs(files_dir)
     columns: set[str] = set()
     not_labels: set[str] = set()
@@ -326,6 +336,8 @@ def transform_batch(task: BatchTask) -> BatchResult:
             fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
         columns.update(fields)
         lines.append(metadata_line(f"{folder}/{j:05d}{staged.ext}", key, fields, where))
+    shutil.rmtree(final_dir, ignore_errors=True)
+    os.replace(files_dir, final_dir)
     return BatchResult(task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels))
 
 
@@ -374,8 +386,8 @@ def remux(config: RemuxConfig, *, progress: Progress | None = None, client: Any 
     """Stream ``config.source`` through ``config.fn`` into shards under ``config.out_dir``.
 
     ``progress`` as for :func:`shardkit.pack.pack`. ``client``, a ``distributed.Client``, runs
-    every source shard and then every output shard as a task on that Dask cluster (as does
-    ``config.executor="dask"`` with ``config.scheduler``).
+    every batch of source rows (read here) and then every output shard as a task on that Dask
+    cluster (as does ``config.executor="dask"`` with ``config.scheduler``).
     """
     with cluster_for(config.executor, config.scheduler, client) as cluster:
         return _remux(config, progress or NullProgress(), cluster)
@@ -402,7 +414,7 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     n_shards = sum(s.n_shards for s in splits)
     with locked(out_dir) as work_dir:
         remux_dir = os.path.join(work_dir, REMUX_DIR)
-        _start_state(config, splits, out_dir, remux_dir)
+        _start_state(config, splits, out_dir, remux_dir, _reader_of(manifest is not None, opened))
         if cluster is not None:  # the workers stage files here; only this process reads the source
             cluster.check_workers(work_dir, [])
         source = _Source(config, manifest is not None, opened, remux_dir)
@@ -432,12 +444,23 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     )
 
 
-def _start_state(config: RemuxConfig, splits: list[SourceSplit], out_dir: str, remux_dir: str) -> None:
+def _reader_of(shardkit_source: bool, opened: dict[str, Any]) -> dict[str, Any]:
+    """How the source is read, as the state records it: a position of one reader means nothing to
+    another, and the files (their URLs name the Hub commit) pin what a position points into."""
+    if shardkit_source:
+        return {"reader": "shardkit"}
+    files = {name: split.files for name, split in opened.items() if hasattr(split, "files")}
+    return {"reader": "pyarrow", "data_files": files} if files else {"reader": "datasets"}
+
+
+def _start_state(
+    config: RemuxConfig, splits: list[SourceSplit], out_dir: str, remux_dir: str, reader: dict[str, Any]
+) -> None:
     """Record the run's state in ``remux_dir`` (kept from an earlier run with the same state, to
     resume it). Another state there is refused, or with --force (or a damaged state) removed with
     what it staged."""
     state_path = os.path.join(remux_dir, "state.json")
-    state = _state(config, splits)
+    state = _state(config, splits) | reader
     previous = read_remux_state(state_path, force=config.force)
     # --force starts over from nothing: also when the state was damaged (then it reads as None).
     if previous != state and (previous is not None or config.force) and os.path.isdir(remux_dir):
@@ -468,6 +491,11 @@ def _transform(
     config = source.config
     write_split = [s.out for s in splits] != ["train"]
     records = [read_remux_progress(_progress_path(source.remux_dir, s)) for s in splits]
+    # A part file shorter than its record counts is damage: that split is transformed again.
+    records = [
+        None if r is not None and _part_short(source.remux_dir, s, r) else r
+        for s, r in zip(splits, records, strict=True)
+    ]
     resumed_rows = sum(r["rows_in"] for r in records if r is not None)
     known = [s.rows for s in splits]
     total = sum(r for r in known if r is not None) if None not in known else None
@@ -503,9 +531,6 @@ def _transform_split(
     record = record or _fresh_record()
     part = _part_path(source.remux_dir, split)
     with naming_errors(part), open(part, "ab") as f:  # lines after the last commit were never counted
-        if os.fstat(f.fileno()).st_size < record["part_bytes"]:  # shorter than recorded: damaged, start over
-            log.warning("%s: shorter than its record says; its split is transformed again from its start", part)
-            record = _fresh_record()
         f.truncate(record["part_bytes"])
     ds = open_source(config, source.shardkit_source, split.name, source.opened.get(split.name))
     file_columns = tuple(file_columns_of(ds))
@@ -536,6 +561,19 @@ def _transform_split(
     record["finished"] = True
     write_atomic(progress_path, json.dumps(record).encode())
     return record
+
+
+def _part_short(remux_dir: str, split: SourceSplit, record: dict[str, Any]) -> bool:
+    """Whether the split's part file holds fewer bytes than its record counts (damaged: a warning)."""
+    part = _part_path(remux_dir, split)
+    try:
+        size = os.stat(part).st_size
+    except FileNotFoundError:
+        size = 0
+    if size >= record["part_bytes"]:
+        return False
+    log.warning("%s: shorter than its record says; its split is transformed again from its start", part)
+    return True
 
 
 def _fresh_record() -> dict[str, Any]:

@@ -68,7 +68,12 @@ class ParquetSplit:
         first_file, first_row = self._start
         for index in range(first_file, len(self.files)):
             self._next = (index, first_row if index == first_file else 0)
-            yield from self._file_rows(index, self._next[1])
+            try:
+                yield from self._file_rows(index, self._next[1])
+            except ShardkitError:
+                raise
+            except Exception as exc:  # pyarrow and the network raise many types: name the file
+                raise ShardkitError(f"{self.files[index]}: {type(exc).__name__}: {exc}") from None
         self._next = (len(self.files), 0)
 
     def _file_rows(self, index: int, start: int) -> Iterator[dict[str, Any]]:

@@ -325,8 +325,12 @@ def read_batches(
 
     file_columns = file_columns_of(ds)
     if position is not None:
-        ds.load_state_dict(position)
-    rows = source_rows(ds, config.source, f"split {split!r}", first=rows_done)
+        try:
+            ds.load_state_dict(position)
+        except (ValueError, TypeError, KeyError) as exc:  # a record damaged, or of another reader
+            log.warning("split %r: where an earlier run stopped does not load (%s); read through", split, exc)
+            position = None
+    rows = source_rows(ds, config.source, f"split {split!r}", first=rows_done if position is not None else 0)
     if position is None and rows_done:
         for _ in zip(range(rows_done), rows, strict=False):  # read through what was done
             pass

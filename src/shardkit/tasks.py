@@ -421,6 +421,11 @@ class _Worker:
 _worker: _Worker | None = None
 
 
+def in_pool_worker() -> bool:
+    """Whether this process is a worker of :class:`LocalPool` (not a Dask worker, not the caller)."""
+    return _worker is not None
+
+
 def _start_worker(task_states: Any) -> None:
     """The pool's initializer, in each worker process."""
     global _worker

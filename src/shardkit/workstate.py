@@ -207,8 +207,8 @@ def read_remux_progress(path: str) -> dict[str, Any] | None:
                 raise ValueError(f"{name} is not a list of column names")
         if not isinstance(record.get("finished"), bool):
             raise ValueError("finished is not true or false")
-        if "position" not in record:
-            raise ValueError("no position")
+        if "position" not in record or not isinstance(record["position"], dict | type(None)):
+            raise ValueError("no position (an object, or null)")
         return record
     except ValueError as exc:
         log.warning("%s: damaged (%s); ignored: its split is transformed again from its start", path, exc)
