@@ -317,25 +317,29 @@ def transform_batch(task: BatchTask) -> BatchResult:
     final_dir = os.path.join(task.work_dir, "files", folder)
     files_dir = f"{final_dir}.{secrets.token_hex(4)}.partial"
     os.makedirs(files_dir)
-    columns: set[str] = set()
-    not_labels: set[str] = set()
-    lines = []
-    for j, row in enumerate(rows):
-        staged = output_row(row, config, task.split.labels, where, file_columns=task.file_columns, index=j)
-        not_labels |= staged.not_labels
-        key = staged.key
-        if key is None and len(rows) == len(identities) and KEY_RE.fullmatch(identities[j]):
-            key = identities[j]
-        if key is None:
-            key = derived_key(f"{identities[0]}#{j}")
-        file_path = os.path.join(files_dir, f"{j:05d}{staged.ext}")
-        with naming_errors(file_path), open(file_path, "wb") as f:
-            f.write(staged.data)
-        fields = staged.fields
-        if task.write_split and fields.get(SPLIT_COLUMN) is None:
-            fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
-        columns.update(fields)
-        lines.append(metadata_line(f"{folder}/{j:05d}{staged.ext}", key, fields, where))
+    try:
+        columns: set[str] = set()
+        not_labels: set[str] = set()
+        lines = []
+        for j, row in enumerate(rows):
+            staged = output_row(row, config, task.split.labels, where, file_columns=task.file_columns, index=j)
+            not_labels |= staged.not_labels
+            key = staged.key
+            if key is None and len(rows) == len(identities) and KEY_RE.fullmatch(identities[j]):
+                key = identities[j]
+            if key is None:
+                key = derived_key(f"{identities[0]}#{j}")
+            file_path = os.path.join(files_dir, f"{j:05d}{staged.ext}")
+            with naming_errors(file_path), open(file_path, "wb") as f:
+                f.write(staged.data)
+            fields = staged.fields
+            if task.write_split and fields.get(SPLIT_COLUMN) is None:
+                fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
+            columns.update(fields)
+            lines.append(metadata_line(f"{folder}/{j:05d}{staged.ext}", key, fields, where))
+    except BaseException:  # (Ctrl-C too) nothing of a batch that failed stays
+        shutil.rmtree(files_dir, ignore_errors=True)
+        raise
     shutil.rmtree(final_dir, ignore_errors=True)
     os.replace(files_dir, final_dir)
     return BatchResult(task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels))
