@@ -21,8 +21,8 @@ Two phases, both resumable:
    Batches finish in any order and are committed in order: their lines appended to
    ``parts/<split>.jsonl``, synced, then ``parts/<split>.json`` rewritten with the counts and
    where the source was read to (datasets' ``state_dict()``). A killed run resumes after the last
-   committed batch (``load_state_dict`` skips the source's files read whole) and redoes at most
-   the batches that were in flight. Memory: the reader's (a Parquet source, what push_to_hub
+   committed batch (``load_state_dict`` skips the source's files read whole) and redoes only the
+   batches not committed. Memory: the reader's (a Parquet source, what push_to_hub
    writes, is read a few rows at a time: :mod:`.remuxparquet`) and ``jobs + 1`` batches in
    flight here; one batch, decoded, in each worker. None of it grows with the source or its shards.
 2. **Pack** those files into OUT_DIR with :func:`shardkit.pack.pack` (which resumes by itself).
@@ -530,7 +530,8 @@ def _transform_split(
     Batches are read here, in order, and transformed by the workers in any order; each is
     committed in order (its metadata lines appended to the split's part file, which is synced,
     then the progress record rewritten), so a run killed at any point resumes after the last
-    committed batch and redoes at most those that were in flight."""
+    committed batch and redoes only those not committed (in flight, or finished behind a batch
+    still running)."""
     config = source.config
     record = record or _fresh_record()
     part = _part_path(source.remux_dir, split)
