@@ -9,9 +9,11 @@ from __future__ import annotations
 # First of all: a Ctrl-C while the modules below load gives one line, not a traceback.
 from .interrupt import interrupt_raises  # isort: split
 
+import atexit
 import contextlib
 import errno
 import functools
+import gc
 import json
 import logging
 import os
@@ -41,6 +43,12 @@ if TYPE_CHECKING:
     from .remuxconfig import ImageFormatName, RemuxConfig
     from .scaffold import Question
     from .verify import VerifyReport
+
+# At exit the interpreter collects every object once more, only to free memory the process
+# gives back anyway; with datasets imported (remux) that is most of the time from the last line
+# printed to the exit. Frozen objects are left out of that last collection (the exit handlers
+# still run, and shardkit closes and syncs what it writes where it writes it).
+atexit.register(gc.freeze)
 
 _T = TypeVar("_T")
 #: A command's function: click calls it with each parameter by name (keyword-only here).

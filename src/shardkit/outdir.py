@@ -121,9 +121,26 @@ def check_own_entries(out_dir: str) -> None:
         path = os.path.join(out_dir, name)
         check_entry(path, root, private.get(name, hidden.values()), folder=name in OWN_FOLDERS)
         if name in OWN_FOLDERS and os.path.isdir(path):
+            # Under a folder that is no link, the walk (which follows none) reaches only entries
+            # whose real path is OUT_DIR's own folder and the names walked: inside root and in no
+            # other private folder. So there only a link or a special file needs check_entry's
+            # real path (a remux stages a file per row in .shardkit/). A linked folder may lead
+            # anywhere, an ancestor of .git too: everything in it is checked.
+            linked = os.path.islink(path)
             for folder, dirs, found in os.walk(path):
                 for entry in sorted(dirs + found):
-                    check_entry(os.path.join(folder, entry), root, private[name])
+                    entry_path = os.path.join(folder, entry)
+                    if linked or not _plain_entry(entry_path):
+                        check_entry(entry_path, root, private[name])
+
+
+def _plain_entry(path: str) -> bool:
+    """Whether ``path`` is a regular file or a folder itself, not a link (False if it is gone)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
 def check_published_files(out_dir: str, files: Iterable[str]) -> None:
