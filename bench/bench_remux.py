@@ -25,8 +25,10 @@ descendants, sampled every 50 ms; shared pages count once per process) and of it
 the tool and of every other process on the machine (in cores: a busy machine skews everything, check that
 column). Prints one table per layout (medians of ``--rounds``; memory: the highest) and the issue's ratios:
 shardkit j2 / datasets loop (target >= 1.8), j2 / (2 x j1) (>= 0.9), j2 / datasets map (> 1). Every output is
-checked: as many rows as the source, and shardkit's shards.json keeps the ClassLabel's names. Compare within one
-run, never across machines.
+checked: as many rows as the source, and shardkit's shards.json keeps the ClassLabel's names. Also printed: the CPU
+cost of creating a file in ``--workdir`` (shardkit stages one file per output row there; the datasets tools write
+a few large files), which varies a hundredfold between folders of one ext4 disk. Compare within one run, never
+across machines.
 """
 
 from __future__ import annotations
@@ -186,6 +188,21 @@ def watch_tree(pid: int, stop: threading.Event, seen: dict[str, Any]) -> None:
                 seen["cpu"][proc.pid] = times.user + times.system
         seen["tree"] = max(seen["tree"], sum(sizes))
         seen["proc"] = max(seen["proc"], max(sizes, default=0))
+
+
+def create_cost(folder: Path, files: int = 500) -> float:
+    """CPU milliseconds to create one empty file in ``folder`` (a remux stages one file per output row there; on
+    a disk whose inode allocation is slow, e.g. a crowded ext4 block group, this alone can cost more than the
+    function)."""
+    probe = folder / "create-probe"
+    shutil.rmtree(probe, ignore_errors=True)
+    probe.mkdir(parents=True)
+    started = time.process_time()
+    for i in range(files):
+        os.close(os.open(probe / str(i), os.O_CREAT | os.O_WRONLY, 0o644))
+    cost = (time.process_time() - started) * 1000 / files
+    shutil.rmtree(probe)
+    return cost
 
 
 def run_measured(argv: list[str], env: dict[str, str], logs: Path) -> dict[str, float]:
@@ -348,6 +365,7 @@ def main() -> None:
 
         runs: dict[str, dict[str, list[dict[str, float]]]] = {k: {t: [] for t in args.tools} for k in layouts}
         load = os.getloadavg()[0]
+        create_ms = create_cost(work)
         for round_ in range(args.rounds):
             for layout, repo in repos.items():
                 for tool in args.tools:
@@ -363,7 +381,7 @@ def main() -> None:
         f"\n{time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, {os.cpu_count()} cores, Python"
         f" {platform.python_version()}, datasets {datasets.__version__}, shardkit from"
         f" {Path(shardkit.__file__).parent.parent}; load average before the runs"
-        f" {load:.1f}; Hub-API server on 127.0.0.1 in this process"
+        f" {load:.1f}; Hub-API server on 127.0.0.1 in this process; creating a file in {work}: {create_ms:.3f} CPU ms"
     )
     for layout, by_tool in runs.items():
         medians = {t: summarize(r, args.rows) for t, r in by_tool.items()}

@@ -87,15 +87,10 @@ def send_file(
         handler.send_header(name, value)
     handler.end_headers()
     if send_body:
+        # The kernel copies the file to the socket (the handler's wfile is unbuffered: the headers
+        # are out): a server on this machine should take as little of its CPU as a remote one.
         with open(path, "rb") as f:
-            f.seek(start)
-            remaining = end - start + 1
-            while remaining:
-                chunk = f.read(min(remaining, 1 << 20))
-                if not chunk:
-                    break
-                handler.wfile.write(chunk)
-                remaining -= len(chunk)
+            handler.connection.sendfile(f, start, end - start + 1)
 
 
 def _handler(root: Path, log: RequestLog, honour_range: bool) -> type[BaseHTTPRequestHandler]:
