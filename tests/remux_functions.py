@@ -41,6 +41,18 @@ def slow_identity(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return batch
 
 
+def logged_holding(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The batch as it is; each call logs its first key to the file REMUX_TEST_LOG, and the batch
+    holding the key REMUX_TEST_HOLD waits for the file REMUX_TEST_RELEASE (5 minutes at most)."""
+    with open(os.environ["REMUX_TEST_LOG"], "a") as log:
+        log.write(f"{batch['key'][0]}\n")
+    if os.environ.get("REMUX_TEST_HOLD") in batch["key"]:
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.environ["REMUX_TEST_RELEASE"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return batch
+
+
 def not_a_batch(batch: dict[str, list[Any]]) -> list[Any]:
     return list(batch)
 

@@ -351,3 +351,31 @@ def test_damaged_remux_progress_is_discarded_with_a_warning(
     assert read_remux_progress(str(tmp_path / "absent.json")) is None
     done.write_text(json.dumps(_PROGRESS))
     assert read_remux_progress(str(done)) == _PROGRESS
+
+
+_BATCH = {"first": 8, "rows_in": 8, "rows_out": 1, "lines": '{"file_name": "a.jpg"}\n', "columns": [], "not_labels": []}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{",
+        b"[]",
+        json.dumps({**_BATCH, "first": -8}).encode(),
+        json.dumps({**_BATCH, "rows_out": None}).encode(),
+        json.dumps({**_BATCH, "lines": ["a"]}).encode(),
+        json.dumps({k: v for k, v in _BATCH.items() if k != "not_labels"}).encode(),
+    ],
+)
+def test_a_damaged_record_of_a_finished_remux_batch_is_discarded_with_a_warning(
+    tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    from shardkit.workstate import read_remux_batch
+
+    batch = tmp_path / "00000001.json"
+    batch.write_bytes(content)
+    assert read_remux_batch(str(batch)) is None  # the batch is transformed again
+    assert f"{batch}: damaged (" in caplog.text
+    assert read_remux_batch(str(tmp_path / "absent.json")) is None
+    batch.write_text(json.dumps(_BATCH))
+    assert read_remux_batch(str(batch)) == _BATCH

@@ -152,6 +152,44 @@ def test_killed_part_way_resumes_to_the_same_bytes(packed_template: Path, tmp_pa
 
 
 @pytest.mark.slow
+def test_batches_finished_behind_a_held_one_are_not_transformed_again_after_a_kill(
+    packed_template: Path, tmp_path: Path
+) -> None:
+    """The first batch held, the other worker finishes batches behind it that the run cannot
+    commit yet; killed then, the next run transforms only the held batch and those no worker
+    finished, and makes the bytes of a run never stopped."""
+    options = ("--map", "tests.remux_functions:logged_holding", "--batch-size", "8")
+    keys = [r["key"] for r in read_rows(packed_template)]  # in the order the source gives them
+    batches = [keys[i : i + 8] for i in range(0, len(keys), 8)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "REMUX_TEST_RELEASE": str(tmp_path / "release")}
+    plain = tmp_path / "plain" / "out"
+    remux(packed_template, plain, *options, "-j", "1", env={**env, "REMUX_TEST_LOG": str(tmp_path / "plain.log")})
+
+    out = tmp_path / "out"
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    held = {**env, "REMUX_TEST_LOG": str(first_log), "REMUX_TEST_HOLD": batches[0][0]}
+    cmd = [str(SCRIPTS / "shardkit"), "remux", str(packed_template), str(out), *options, "-j", "2", "-q"]
+    proc = subprocess.Popen(cmd, env=held, start_new_session=True, stderr=subprocess.DEVNULL)
+    recorded = out / ".shardkit" / "remux" / "batches" / "train"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(recorded.glob("*.json")) if recorded.exists() else []) < 5:
+        assert proc.poll() is None
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    record = out / ".shardkit" / "remux" / "parts" / "train.json"
+    assert not record.exists() or json.loads(record.read_text())["batches"] == 0  # the held batch 0 was never done
+    finished = {batches[int(p.stem)][0] for p in recorded.glob("*.json")}
+    assert len(finished) >= 5 and batches[0][0] not in finished
+
+    summary = remux(packed_template, out, *options, "-j", "2", env={**env, "REMUX_TEST_LOG": str(second_log)})
+    assert summary["rows_in"] == summary["rows_out"] == len(keys)
+    called_again = second_log.read_text().split()
+    assert sorted(called_again) == sorted({b[0] for b in batches} - finished)  # each batch not finished, once
+    assert tree_bytes(out) == tree_bytes(plain)  # as a run never interrupted
+
+
+@pytest.mark.slow
 def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -> None:
     missing = remux(packed_template, tmp_path / "a", "--map", "no_such_module:fn", check=False)
     assert missing.returncode == 2 and "cannot import no_such_module" in missing.stderr

@@ -21,8 +21,9 @@ Two phases, both resumable:
    Batches finish in any order and are committed in order: their lines appended to
    ``parts/<split>.jsonl``, synced, then ``parts/<split>.json`` rewritten with the counts and
    where the source was read to (datasets' ``state_dict()``). A killed run resumes after the last
-   committed batch (``load_state_dict`` skips the source's files read whole) and redoes only the
-   batches not committed. Memory: the reader's (a Parquet source, what push_to_hub
+   committed batch (``load_state_dict`` skips the source's files read whole); a batch finished
+   but not committed is taken as its worker recorded it (``batches/<split>/<batch>.json``), so
+   only the batches in flight are transformed again. Memory: the reader's (a Parquet source, what push_to_hub
    writes, is read a few rows at a time: :mod:`.remuxparquet`) and ``jobs + 1`` batches in
    flight here; one batch, decoded, in each worker. None of it grows with the source or its shards.
 2. **Pack** those files into OUT_DIR with :func:`shardkit.pack.pack` (which resumes by itself).
@@ -122,7 +123,7 @@ from .tasks import (
     start_forkserver,
     task_executor,
 )
-from .workstate import read_remux_progress, read_remux_state
+from .workstate import read_remux_batch, read_remux_progress, read_remux_state
 
 if TYPE_CHECKING:  # imported where the remux packs: its transform workers never need pack
     from .pack import PackSummary
@@ -294,9 +295,12 @@ class BatchResult:
 
 def transform_batch(task: BatchTask) -> BatchResult:
     """Run one batch through the function; stage each output row's file under
-    ``files/<split>/<batch>/`` (written again whole by a rerun) and return its metadata lines."""
+    ``files/<split>/<batch>/`` (written again whole by a rerun), record the batch as finished
+    and return its metadata lines; a batch a stopped run finished is returned as recorded."""
     if in_pool_worker():  # a worker process of shardkit's own (not a Dask worker: the user's)
         keep_freed_memory()
+    if (recorded := _staged_result(task)) is not None:  # finished by a run stopped before committing it
+        return recorded
     config = task.config
     fn = _loaded_function(config.fn)
     batch_rows = task.rows
@@ -342,7 +346,34 @@ def transform_batch(task: BatchTask) -> BatchResult:
         raise
     shutil.rmtree(final_dir, ignore_errors=True)
     os.replace(files_dir, final_dir)
-    return BatchResult(task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels))
+    result = BatchResult(task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels))
+    # Kept until the batch is committed: a run stopped before then (behind a slow batch, many may
+    # be finished and not committed) takes it as it is instead of transforming it again.
+    finished = asdict(result) | {"first": task.first, "lines": result.lines.decode()}
+    del finished["number"]
+    path = _batch_path(task.work_dir, task.split, task.number)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_atomic(path, json.dumps(finished).encode())
+    return result
+
+
+def _batch_path(remux_dir: str, split: SourceSplit, number: int) -> str:
+    """Where a worker records a batch it finished (:func:`.workstate.read_remux_batch`)."""
+    return os.path.join(remux_dir, "batches", split.out, f"{number:08d}.json")
+
+
+def _staged_result(task: BatchTask) -> BatchResult | None:
+    """The batch as a stopped run's worker finished it, when it did (its files staged, its record
+    written after them) from the same first row with as many rows; else None."""
+    path = _batch_path(task.work_dir, task.split, task.number)
+    if not os.path.exists(path):
+        return None
+    found = read_remux_batch(path)
+    files = os.path.join(task.work_dir, "files", f"{task.split.out}/{task.number:08d}")
+    if found is None or (found["first"], found["rows_in"]) != (task.first, len(task.rows)) or not os.path.isdir(files):
+        return None
+    lines = found["lines"].encode()
+    return BatchResult(task.number, found["rows_in"], found["rows_out"], lines, found["columns"], found["not_labels"])
 
 
 @functools.lru_cache(maxsize=4)
@@ -530,8 +561,8 @@ def _transform_split(
     Batches are read here, in order, and transformed by the workers in any order; each is
     committed in order (its metadata lines appended to the split's part file, which is synced,
     then the progress record rewritten), so a run killed at any point resumes after the last
-    committed batch and redoes only those not committed (in flight, or finished behind a batch
-    still running)."""
+    committed batch; of those after it, it transforms again only the ones no worker finished
+    (:func:`transform_batch` takes a finished one as its worker recorded it)."""
     config = source.config
     record = record or _fresh_record()
     part = _part_path(source.remux_dir, split)

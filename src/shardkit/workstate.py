@@ -153,6 +153,28 @@ def _read_state(path: str, check: Any, *, force: bool) -> dict[str, Any] | None:
         ) from None
 
 
+def read_remux_batch(path: str) -> dict[str, Any] | None:
+    """A remux batch a worker finished (it may have been killed before the batch was committed):
+    its first row in the split, its counts, its metadata lines, its columns. None if there is
+    none, or (with a warning) if damaged: the batch is transformed again."""
+    try:
+        data = read_work_json(path)
+        if data is None:
+            return None
+        batch = _object(data, "the batch")
+        for name in ("first", "rows_in", "rows_out"):
+            _whole(batch.get(name), name, 0, 2**63)
+        if not isinstance(batch.get("lines"), str):
+            raise ValueError("lines is not text")
+        for name in ("columns", "not_labels"):
+            if not isinstance(batch.get(name), list) or not all(isinstance(c, str) for c in batch[name]):
+                raise ValueError(f"{name} is not a list of column names")
+        return batch
+    except ValueError as exc:
+        log.warning("%s: damaged (%s); ignored: its batch is transformed again", path, exc)
+        return None
+
+
 def read_done_records(done_dir: str) -> dict[str, ManifestShard]:
     """Pack's done records in ``done_dir`` by path, each checked as a manifest's shard entry; a
     damaged one is left out with a warning (its shard is written again)."""
