@@ -86,7 +86,7 @@ def send_file(
     for name, value in (headers or {}).items():
         handler.send_header(name, value)
     handler.end_headers()
-    if send_body:
+    if send_body and end >= start:  # (an empty file has no byte to send; sendfile refuses a count of 0)
         # The kernel copies the file to the socket (the handler's wfile is unbuffered: the headers
         # are out): a server on this machine should take as little of its CPU as a remote one.
         with open(path, "rb") as f:

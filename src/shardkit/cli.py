@@ -44,12 +44,6 @@ if TYPE_CHECKING:
     from .scaffold import Question
     from .verify import VerifyReport
 
-# At exit the interpreter collects every object once more, only to free memory the process
-# gives back anyway; with datasets imported (remux) that is most of the time from the last line
-# printed to the exit. Frozen objects are left out of that last collection (the exit handlers
-# still run, and shardkit closes and syncs what it writes where it writes it).
-atexit.register(gc.freeze)
-
 _T = TypeVar("_T")
 #: A command's function: click calls it with each parameter by name (keyword-only here).
 _Callback = Callable[..., None]
@@ -125,9 +119,21 @@ def _check_parents(*folders: tuple[str | None, str]) -> None:
             _run(functools.partial(check_parent_exists, local_path(path), what), resumes=False)
 
 
+@functools.cache
+def _no_last_collection_at_exit() -> None:
+    """At exit the interpreter collects every object once more; with datasets imported (remux)
+    that is most of the time from the last line printed to the exit. Frozen objects are left out
+    of it: memory goes back to the system anyway, the exit handlers still run (logging, temp
+    files, multiprocessing), and shardkit closes and syncs what it writes where it writes it.
+    What it skips is ``__del__`` of objects in reference cycles, which Python never promises at
+    exit. Set when a command runs, never on import: a program that imports the CLI keeps its exit."""
+    atexit.register(gc.freeze)
+
+
 def _run(action: Callable[[], _T], *, resumes: bool = True) -> _T:
     """Run a library call, turning its errors into messages and exit codes. ``resumes``: a re-run
     of the command takes up where an interrupted one stopped (so Ctrl-C's message says so)."""
+    _no_last_collection_at_exit()
     try:
         with interrupt_raises():
             return action()

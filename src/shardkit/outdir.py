@@ -135,10 +135,11 @@ def check_own_entries(out_dir: str) -> None:
 
 
 def _plain_entry(path: str) -> bool:
-    """Whether ``path`` is a regular file or a folder itself, not a link (False if it is gone)."""
+    """Whether ``path`` is a regular file or a folder itself, not a link (False if it cannot be
+    looked at: then :func:`check_entry` says why, or passes it over if it is gone)."""
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except OSError:
         return False
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 

@@ -13,7 +13,7 @@ Two phases, both resumable:
    a task for one of ``jobs`` worker processes (or a Dask cluster's): it decodes the images, calls
    ``fn(batch)`` or ``fn(batch, seeds)``, encodes the file column (PIL images re-encoded as
    ``image_format``/``quality``; bytes kept) and writes each output row's file under
-   ``.shardkit/remux/files/<split>/<batch>/``; it returns the rows' metadata lines. Work is so
+   ``.shardkit/remux/files/<run>/<split>/<batch>/``; it returns the rows' metadata lines. Work is so
    divided by batches of rows, not by source files: a source of one large shard keeps every core
    busy, and no worker opens the source again (listing a Hub dataset and importing datasets cost
    each worker as much as a few hundred rows of a typical augmentation). Reading is cheap next
@@ -22,8 +22,10 @@ Two phases, both resumable:
    ``parts/<split>.jsonl``, synced, then ``parts/<split>.json`` rewritten with the counts and
    where the source was read to (datasets' ``state_dict()``). A killed run resumes after the last
    committed batch (``load_state_dict`` skips the source's files read whole); a batch finished
-   but not committed is taken as its worker recorded it (``batches/<split>/<batch>.json``), so
-   only the batches in flight are transformed again. Memory: the reader's (a Parquet source, what push_to_hub
+   but not committed is taken as its worker recorded it (``batches/<run>/<split>/<batch>.json``), so
+   only the batches in flight are transformed again (``<run>``: the remux's id, kept while it
+   resumes, so an attempt of a stopped remux still running elsewhere never mixes into another's).
+   Memory: the reader's (a Parquet source, what push_to_hub
    writes, is read a few rows at a time: :mod:`.remuxparquet`) and ``jobs + 1`` batches in
    flight here; one batch, decoded, in each worker. None of it grows with the source or its shards.
 2. **Pack** those files into OUT_DIR with :func:`shardkit.pack.pack` (which resumes by itself).
@@ -271,9 +273,11 @@ class BatchTask:
     write_split: bool  # stage each row's split (the output has splits other than train, or a train not alone)
     file_columns: tuple[str, ...]
     work_dir: str
+    run: str  # the remux's id (:func:`_start_state`): what it stages is named by it
     number: int  # of the split's batches
     first: int  # the split's row number of its first row
     rows: list[dict[str, Any]]
+    recorded: BatchResult | None = None  # the batch as a stopped attempt of this run finished it (then no rows)
 
     @property
     def name(self) -> str:
@@ -295,12 +299,12 @@ class BatchResult:
 
 def transform_batch(task: BatchTask) -> BatchResult:
     """Run one batch through the function; stage each output row's file under
-    ``files/<split>/<batch>/`` (written again whole by a rerun), record the batch as finished
+    ``files/<run>/<split>/<batch>/`` (written again whole by a rerun), record the batch as finished
     and return its metadata lines; a batch a stopped run finished is returned as recorded."""
+    if task.recorded is not None:  # finished by a run of this remux stopped before committing it
+        return task.recorded
     if in_pool_worker():  # a worker process of shardkit's own (not a Dask worker: the user's)
         keep_freed_memory()
-    if (recorded := _staged_result(task)) is not None:  # finished by a run stopped before committing it
-        return recorded
     config = task.config
     fn = _loaded_function(config.fn)
     batch_rows = task.rows
@@ -315,10 +319,10 @@ def transform_batch(task: BatchTask) -> BatchResult:
     where = task.name
     last = task.first + len(batch_rows) - 1
     rows = call_function(fn, wants_seeds(fn), batch, seeds, where=where, rows=f"rows {task.first}..{last}")
-    folder = f"{task.split.out}/{task.number:08d}"
+    folder = f"{task.split.out}/{task.number:08d}"  # in the run's files folder (the pack's IMAGES_DIR)
     # Written in a folder of this attempt's own, then renamed into place: an attempt of a stopped
     # run still running on a cluster never empties the folder a new run has committed.
-    final_dir = os.path.join(task.work_dir, "files", folder)
+    final_dir = os.path.join(_files_dir(task.work_dir, task.run), folder)
     files_dir = f"{final_dir}.{secrets.token_hex(4)}.partial"
     os.makedirs(files_dir)
     try:
@@ -347,29 +351,37 @@ def transform_batch(task: BatchTask) -> BatchResult:
     shutil.rmtree(final_dir, ignore_errors=True)
     os.replace(files_dir, final_dir)
     result = BatchResult(task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels))
-    # Kept until the batch is committed: a run stopped before then (behind a slow batch, many may
-    # be finished and not committed) takes it as it is instead of transforming it again.
+    # Kept until the remux is done: a run stopped before the batch was committed (behind a slow
+    # batch, many may be finished and not committed) takes it as it is instead of transforming it.
     finished = asdict(result) | {"first": task.first, "lines": result.lines.decode()}
     del finished["number"]
-    path = _batch_path(task.work_dir, task.split, task.number)
+    path = _batch_path(task)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_atomic(path, json.dumps(finished).encode())
     return result
 
 
-def _batch_path(remux_dir: str, split: SourceSplit, number: int) -> str:
+def _files_dir(remux_dir: str, run: str) -> str:
+    """Where a remux's workers stage its files, by split and batch: the IMAGES_DIR it packs (the
+    names in its metadata are relative to it, so they are the same whatever the run's id)."""
+    return os.path.join(remux_dir, "files", run)
+
+
+def _batch_path(task: BatchTask) -> str:
     """Where a worker records a batch it finished (:func:`.workstate.read_remux_batch`)."""
-    return os.path.join(remux_dir, "batches", split.out, f"{number:08d}.json")
+    return os.path.join(task.work_dir, "batches", task.run, task.split.out, f"{task.number:08d}.json")
 
 
-def _staged_result(task: BatchTask) -> BatchResult | None:
-    """The batch as a stopped run's worker finished it, when it did (its files staged, its record
-    written after them) from the same first row with as many rows; else None."""
-    path = _batch_path(task.work_dir, task.split, task.number)
+def _recorded_result(task: BatchTask) -> BatchResult | None:
+    """The batch as a stopped attempt of this remux finished it, when one did (its files staged,
+    its record written after them) from the same first row with as many rows; else None. (An
+    attempt of another remux, still running on a cluster or killed late, stages under its own
+    run id: it is never taken for this one's.)"""
+    path = _batch_path(task)
     if not os.path.exists(path):
         return None
     found = read_remux_batch(path)
-    files = os.path.join(task.work_dir, "files", f"{task.split.out}/{task.number:08d}")
+    files = os.path.join(_files_dir(task.work_dir, task.run), task.split.out, f"{task.number:08d}")
     if found is None or (found["first"], found["rows_in"]) != (task.first, len(task.rows)) or not os.path.isdir(files):
         return None
     lines = found["lines"].encode()
@@ -449,10 +461,10 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     n_shards = sum(s.n_shards for s in splits)
     with locked(out_dir) as work_dir:
         remux_dir = os.path.join(work_dir, REMUX_DIR)
-        _start_state(config, splits, out_dir, remux_dir, _reader_of(manifest is not None, opened))
+        run = _start_state(config, splits, out_dir, remux_dir, _reader_of(manifest is not None, opened))
         if cluster is not None:  # the workers stage files here; only this process reads the source
             cluster.check_workers(work_dir, [])
-        source = _Source(config, manifest is not None, opened, remux_dir)
+        source = _Source(config, manifest is not None, opened, remux_dir, run)
         resumed_rows, counts = _transform(source, splits, progress, cluster)
         transform_seconds = time.perf_counter() - started
         rows_in = sum(c["rows_in"] for c in counts)
@@ -461,7 +473,7 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     if rows_out == 0:
         raise ShardkitError(f"the map function returned no rows for the {rows_in} source rows: nothing to pack")
     label = _published_label(splits, counts)
-    packed = _pack_remuxed(config, remux_dir, metadata, label, progress, cluster)
+    packed = _pack_remuxed(config, _files_dir(remux_dir, run), metadata, label, progress, cluster)
     kept = keep_card_fields(out_dir, card_fields) if card_fields else []
     if kept:  # pack put the card at OUT_DIR before these keys were in it (a local one is that file)
         location.upload(os.path.join(out_dir, "README.md"), "README.md")
@@ -490,13 +502,16 @@ def _reader_of(shardkit_source: bool, opened: dict[str, Any]) -> dict[str, Any]:
 
 def _start_state(
     config: RemuxConfig, splits: list[SourceSplit], out_dir: str, remux_dir: str, reader: dict[str, Any]
-) -> None:
+) -> str:
     """Record the run's state in ``remux_dir`` (kept from an earlier run with the same state, to
     resume it). Another state there is refused, or with --force (or a damaged state) removed with
-    what it staged."""
+    what it staged. Return the remux's id: kept while it resumes, new when it starts. What its
+    workers stage is named by it, so an attempt of a stopped remux that still runs (a Dask task,
+    a worker whose parent was killed) never mixes its output into another remux's."""
     state_path = os.path.join(remux_dir, "state.json")
     state = _state(config, splits) | reader
     previous = read_remux_state(state_path, force=config.force)
+    run = previous.pop("run", None) if previous is not None else None
     # --force starts over from nothing: also when the state was damaged (then it reads as None).
     if previous != state and (previous is not None or config.force) and os.path.isdir(remux_dir):
         if not config.force:
@@ -504,8 +519,14 @@ def _start_state(
                 f"{out_dir} holds an unfinished remux with other settings; re-run with --force to start over"
             )
         shutil.rmtree(remux_dir)
+    if previous != state or not (isinstance(run, str) and _RUN_ID.fullmatch(run)):
+        run = secrets.token_hex(8)
     os.makedirs(os.path.join(remux_dir, "parts"), exist_ok=True)
-    write_atomic(state_path, json.dumps(state, sort_keys=True).encode())
+    write_atomic(state_path, json.dumps(state | {"run": run}, sort_keys=True).encode())
+    return run
+
+
+_RUN_ID = re.compile("[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -516,6 +537,7 @@ class _Source:
     shardkit_source: bool
     opened: dict[str, Any]  # a datasets source's splits, as source_splits opened them
     remux_dir: str
+    run: str  # the remux's id (:func:`_start_state`)
 
 
 def _transform(
@@ -526,7 +548,7 @@ def _transform(
     config = source.config
     write_split = [s.out for s in splits] != ["train"]
     records = [read_remux_progress(_progress_path(source.remux_dir, s)) for s in splits]
-    # A part file shorter than its record counts is damage: that split is transformed again.
+    # A part file shorter than its record counts is damage: that split starts over.
     records = [
         None if r is not None and _part_short(source.remux_dir, s, r) else r
         for s, r in zip(splits, records, strict=True)
@@ -582,9 +604,19 @@ def _transform_split(
             position=record["position"],
         ):
             positions[batch.number] = batch.position
-            yield BatchTask(
-                config, split, write_split, file_columns, source.remux_dir, batch.number, batch.first, batch.rows
+            task = BatchTask(
+                config,
+                split,
+                write_split,
+                file_columns,
+                source.remux_dir,
+                source.run,
+                batch.number,
+                batch.first,
+                batch.rows,
             )
+            recorded = _recorded_result(task)  # (read here: a damaged record's warning is this process's)
+            yield task if recorded is None else replace(task, rows=[], recorded=recorded)
 
     finished: dict[int, BatchResult] = {}
     progress_path = _progress_path(source.remux_dir, split)
@@ -608,7 +640,7 @@ def _part_short(remux_dir: str, split: SourceSplit, record: dict[str, Any]) -> b
         size = 0
     if size >= record["part_bytes"]:
         return False
-    log.warning("%s: shorter than its record says; its split is transformed again from its start", part)
+    log.warning("%s: shorter than its record says; its split starts over (finished batches are kept)", part)
     return True
 
 
@@ -658,7 +690,7 @@ def _join_parts(splits: list[SourceSplit], remux_dir: str) -> str:
 
 def _pack_remuxed(
     config: RemuxConfig,
-    remux_dir: str,
+    images_dir: str,
     metadata: str,
     label: ClassLabelColumn | None,
     progress: Progress,
@@ -670,7 +702,7 @@ def _pack_remuxed(
 
     return pack(
         PackConfig(
-            images_dir=os.path.join(remux_dir, "files"),
+            images_dir=images_dir,
             metadata_path=metadata,
             out_dir=config.out_dir,
             work_dir=config.work_dir,

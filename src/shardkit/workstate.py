@@ -233,5 +233,5 @@ def read_remux_progress(path: str) -> dict[str, Any] | None:
             raise ValueError("no position (an object, or null)")
         return record
     except ValueError as exc:
-        log.warning("%s: damaged (%s); ignored: its split is transformed again from its start", path, exc)
+        log.warning("%s: damaged (%s); ignored: its split starts over (finished batches are kept)", path, exc)
         return None
