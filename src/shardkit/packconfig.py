@@ -11,6 +11,7 @@ from typing import Any, Literal
 from .check import SPLIT_COLUMN
 from .errors import UsageError
 from .formats import ShardFormat, format_named
+from .hubplan import repo_plan
 from .plan import DEFAULT_MAX_SHARD_BYTES, ShardPlan, check_limits, default_target
 from .rowrules import SOURCE_PATH_COLUMN
 from .writer import DEFAULT_PREFETCH_BYTES, DEFAULT_READ_THREADS
@@ -144,6 +145,7 @@ class PackSummary:
         data["write_mb_per_s"] = None if rate is None else round(rate / 1e6, 1)
         data["seconds"] = round(self.seconds, 3)
         data["phase_seconds"] = {k: round(v, 3) for k, v in self.phase_seconds.items()}
+        data["hub"] = repo_plan(self.plan).to_json() if self.plan else None  # the repo against the Hub's limits
         return data
 
 

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .builtin import builtin_loader_warnings
 from .errors import ShardkitError, UsageError, naming
 from .formats.parquet import encode_metadata_table
+from .hubplan import limit_problem, repo_plan
 from .manifest import Options
 from .packrun import PackRun
-from .plan import BY_SIZE, FIRST_BOUNDARY, HUB_MAX_FOLDER_ENTRIES, PlanEntry, ShardPlan, plan_shards
+from .plan import BY_SIZE, FIRST_BOUNDARY, PlanEntry, ShardPlan, plan_shards
 from .staging import SplitRows, StagedEntries, iter_published_lines
 
 if TYPE_CHECKING:
+    from .packconfig import PackConfig
     from .packprevious import PreviousRun
     from .packstage import Staged
 
@@ -88,17 +89,20 @@ def plan_pack(run: PackRun, staged: Staged, previous: PreviousRun | None) -> Pla
     warnings = builtin_loader_warnings(fmt, plan, staged.path, staged.modality, prefix_lengths)
     for warning in warnings:
         log.warning("%s", warning)
-    per_folder = Counter(p.name.rsplit("/", 1)[0] for p in plan)  # data/, or each split's folder
-    folder, count = per_folder.most_common(1)[0]
-    if count > HUB_MAX_FOLDER_ENTRIES:
-        log.warning(
-            "%d shards in %s/: more than the %d files per folder the Hub advises, so `shardkit push` will refuse"
-            " them. A larger --target-shard-size (up to --max-shard-size) makes fewer shards.",
-            count,
-            folder,
-            HUB_MAX_FOLDER_ENTRIES,
-        )
+    refuse_over_hub_limits(plan, config)  # before anything is written (a dry run too)
     return Planned(plan, tables, prefix_lengths, boundaries, options, warnings)
+
+
+def refuse_over_hub_limits(plan: list[ShardPlan], config: PackConfig) -> None:
+    """A repo the Hub would refuse is no plan: one line with the option that fixes it."""
+    problem = limit_problem(
+        repo_plan(plan),
+        target_bytes=config.target_bytes,
+        max_shard_bytes=config.max_shard_bytes,
+        prefix_length=config.prefix_length or 0,
+    )
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def _plan_with_tables(
@@ -148,6 +152,8 @@ def _plan_split(
         )
         if not fmt.metadata_table:
             return shards
+        # Tables only add bytes: a split over a Hub limit already is refused before they are made.
+        refuse_over_hub_limits(shards, config)
         planned = fixed - fmt.fixed_bytes
         shards = [_with_table(p, planned, staged, tables_dir, tables, config.dry_run) for p in shards]
         over = max(p.bytes - config.max_shard_bytes for p in shards)

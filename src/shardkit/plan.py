@@ -45,11 +45,6 @@ FIRST_BOUNDARY = "0"
 #: 1 GB. The one place it is written; an unset target is half the cap (:func:`default_target`).
 DEFAULT_MAX_SHARD_BYTES = 1_000_000_000
 
-# The Hub's advice for a repo (https://huggingface.co/docs/hub/repositories-recommendations):
-# under 10,000 entries per folder and 100,000 files in all. data/ holds one file per shard.
-HUB_MAX_FOLDER_ENTRIES = 10_000
-HUB_MAX_REPO_FILES = 100_000
-
 
 @dataclass(frozen=True)
 class PlanEntry:

@@ -40,6 +40,7 @@ from .card import LOADER_SUFFIX, card_problem, name_repo, read_utf8
 from .errors import ManifestError, ShardkitError, UsageError, listed, server_text
 from .formats import format_named
 from .hashing import sha256_stream
+from .hubplan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .location import (
     Location,
     bounded_hub_requests,
@@ -65,7 +66,6 @@ from .outdir import (
     unnamed_files,
     url_shard_problem,
 )
-from .plan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
 from .progress import NullProgress, Progress
 from .pushconfig import PushConfig as PushConfig  # push's public config, as `from shardkit.push import PushConfig`
 from .table import TABLE_NAME

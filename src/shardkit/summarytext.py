@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .card import human_size
+from .hubplan import repo_plan
 
 if TYPE_CHECKING:  # the CLI imports this module for verify's summary too; the packer only when it packs
     from .packconfig import PackSummary, ShardChange
@@ -81,6 +82,8 @@ def dry_run_lines(summary: PackSummary) -> Iterator[str]:
     for name, changes in by_split.items():  # splits the new rows do not have
         yield f"  split {name}: no rows now"
         yield from _change_lines(changes)
+    if s.plan:
+        yield from repo_plan(s.plan).lines()
     if not s.written_shards and not s.removed_shards:
         are = "is" if s.shards == 1 else "are"
         yield f"would write nothing: {shards(s.shards)} ({rows(s.rows)}, {human_size(s.bytes)}) {are} up to date"
