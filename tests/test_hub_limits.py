@@ -95,5 +95,6 @@ def test_a_dry_run_shows_the_repo_against_the_hubs_limits(tmp_path: Path) -> Non
     }
     text = pack(images, meta, out, "--dry-run", "--target-shard-size", "100KB")
     assert text.returncode == 0, text.stderr
-    line = f"Hub: {files} files at most (limit 100,000), the fullest folder data/ with {shards} (limit 10,000),"
-    assert f"{line} {math.ceil(files / 100)} commits of up to 100 files to push\n" in text.stdout
+    commits = math.ceil(files / 100)
+    line = f"Hub: {files} files at most (limit 100,000); fullest folder data/: {shards} shards (limit 10,000);"
+    assert f"{line} {commits} commit{'s' if commits > 1 else ''} of up to 100 files to push\n" in text.stdout

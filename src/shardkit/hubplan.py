@@ -66,11 +66,11 @@ class RepoPlan:
 
     def lines(self) -> Iterator[str]:
         """The figures against the limits, as --dry-run prints them."""
-        fullest = self.fullest
+        fullest, commits = self.fullest, self.commits
         yield (
-            f"Hub: {self.files:,} files at most (limit {HUB_MAX_REPO_FILES:,}), the fullest folder"
-            f" {fullest.folder} with {fullest.shards:,} (limit {HUB_MAX_FOLDER_ENTRIES:,}),"
-            f" {self.commits:,} commits of up to {FILES_PER_COMMIT} files to push"
+            f"Hub: {self.files:,} files at most (limit {HUB_MAX_REPO_FILES:,}); fullest folder {fullest.folder}:"
+            f" {fullest.shards:,} shard{'s' if fullest.shards != 1 else ''} (limit {HUB_MAX_FOLDER_ENTRIES:,});"
+            f" {commits:,} commit{'s' if commits != 1 else ''} of up to {FILES_PER_COMMIT} files to push"
         )
 
 
