@@ -409,9 +409,10 @@ def _state(config: RemuxConfig, splits: list[SourceSplit]) -> dict[str, Any]:
 
     fn = config.fn if isinstance(config.fn, str) else f"{config.fn.__module__}:{config.fn.__qualname__}"
     return {
-        # Batches read in one process, committed in order (parts/<split>.json); where the source
-        # was read to is datasets' state, which another datasets version may not take.
-        "layout": "batches",
+        # Batches read in one process, committed in order (parts/<split>.json), staged under the
+        # remux's id (files/<run>/: an unfinished remux staged before the id is not resumed);
+        # where the source was read to is datasets' state, which another datasets version may not take.
+        "layout": "batches by run",
         "datasets": datasets.__version__,
         "source": config.source,
         "config_name": config.config_name,
@@ -521,6 +522,8 @@ def _start_state(
         shutil.rmtree(remux_dir)
     if previous != state or not (isinstance(run, str) and _RUN_ID.fullmatch(run)):
         run = secrets.token_hex(8)
+        # A remux starting: progress found without its state (removed by hand) is no one's to resume.
+        shutil.rmtree(os.path.join(remux_dir, "parts"), ignore_errors=True)
     os.makedirs(os.path.join(remux_dir, "parts"), exist_ok=True)
     write_atomic(state_path, json.dumps(state | {"run": run}, sort_keys=True).encode())
     return run
