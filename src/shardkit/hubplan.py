@@ -15,10 +15,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 from .plan import ShardPlan
-from .pushconfig import FILES_PER_COMMIT
 
 HUB_MAX_FOLDER_ENTRIES = 10_000
 HUB_MAX_REPO_FILES = 100_000
+FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP: push's default
 #: Files each shard puts in the repo: itself (``data/``) and its rows as JSON Lines (``metadata/``).
 FILES_PER_SHARD = 2
 #: The repo's top-level files shardkit may write (card, manifest, metadata table, preview,

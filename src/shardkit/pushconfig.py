@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP
+from .hubplan import FILES_PER_COMMIT as FILES_PER_COMMIT  # the Hub's limits: hubplan.py
+
 SCRIPT_BRANCH = "script"
 
 
