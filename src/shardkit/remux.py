@@ -319,7 +319,7 @@ def transform_batch(task: BatchTask) -> BatchResult:
     where = task.name
     last = task.first + len(batch_rows) - 1
     rows = call_function(fn, wants_seeds(fn), batch, seeds, where=where, rows=f"rows {task.first}..{last}")
-    folder = f"{task.split.out}/{task.number:08d}"  # in the run's files folder (the pack's IMAGES_DIR)
+    folder = _batch_folder(task)
     # Written in a folder of this attempt's own, then renamed into place: an attempt of a stopped
     # run still running on a cluster never empties the folder a new run has committed.
     final_dir = os.path.join(_files_dir(task.work_dir, task.run), folder)
@@ -367,6 +367,11 @@ def _files_dir(remux_dir: str, run: str) -> str:
     return os.path.join(remux_dir, "files", run)
 
 
+def _batch_folder(task: BatchTask) -> str:
+    """The batch's folder in the run's files folder (the pack's IMAGES_DIR): ``<split>/<batch>``."""
+    return f"{task.split.out}/{task.number:08d}"
+
+
 def _batch_path(task: BatchTask) -> str:
     """Where a worker records a batch it finished (:func:`.workstate.read_remux_batch`)."""
     return os.path.join(task.work_dir, "batches", task.run, task.split.out, f"{task.number:08d}.json")
@@ -381,7 +386,7 @@ def _recorded_result(task: BatchTask) -> BatchResult | None:
     if not os.path.exists(path):
         return None
     found = read_remux_batch(path)
-    files = os.path.join(_files_dir(task.work_dir, task.run), task.split.out, f"{task.number:08d}")
+    files = os.path.join(_files_dir(task.work_dir, task.run), _batch_folder(task))
     if found is None or (found["first"], found["rows_in"]) != (task.first, len(task.rows)) or not os.path.isdir(files):
         return None
     lines = found["lines"].encode()

@@ -166,13 +166,18 @@ def read_remux_batch(path: str) -> dict[str, Any] | None:
             _whole(batch.get(name), name, 0, 2**63)
         if not isinstance(batch.get("lines"), str):
             raise ValueError("lines is not text")
-        for name in ("columns", "not_labels"):
-            if not isinstance(batch.get(name), list) or not all(isinstance(c, str) for c in batch[name]):
-                raise ValueError(f"{name} is not a list of column names")
+        _column_lists(batch)
         return batch
     except ValueError as exc:
         log.warning("%s: damaged (%s); ignored: its batch is transformed again", path, exc)
         return None
+
+
+def _column_lists(record: dict[str, Any]) -> None:
+    """Refuse a remux record whose ``columns`` or ``not_labels`` is not a list of column names."""
+    for name in ("columns", "not_labels"):
+        if not isinstance(record.get(name), list) or not all(isinstance(c, str) for c in record[name]):
+            raise ValueError(f"{name} is not a list of column names")
 
 
 def read_done_records(done_dir: str) -> dict[str, ManifestShard]:
@@ -224,9 +229,7 @@ def read_remux_progress(path: str) -> dict[str, Any] | None:
         record = _object(data, "the record")
         for name in ("batches", "rows_in", "rows_out", "part_bytes"):
             _whole(record.get(name), name, 0, 2**63)
-        for name in ("columns", "not_labels"):
-            if not isinstance(record.get(name), list) or not all(isinstance(c, str) for c in record[name]):
-                raise ValueError(f"{name} is not a list of column names")
+        _column_lists(record)
         if not isinstance(record.get("finished"), bool):
             raise ValueError("finished is not true or false")
         if "position" not in record or not isinstance(record["position"], dict | type(None)):
