@@ -237,7 +237,7 @@ CASES: dict[str, tuple[Callable[[Manifest], Manifest | bytes], str]] = {
     "first key after the last": (_swapped_keys, "its keys must ascend"),
     "key outside the shard's name": (_key_outside_range, "not in this shard's prefix '3'"),
     "overlapping shards": (_overlap, "the keys of shards 'data/3-00.zip' and 'data/3-01.zip' overlap"),
-    "split not a string": (_set("shards.3.split", 5), "is in the folder of another split than 5"),
+    "split not a string": (_set("shards.3.split", 5), "shards[3].split is 5, not a split's name"),
     "totals off": (_totals, "totals is {'rows': 301"),
     "totals as booleans": (_totals_bool, "totals is {'rows': True"),
     "totals a string": (_set("totals", "300"), "totals is a string, not an object"),

@@ -11,10 +11,11 @@ most 4 GiB), about 100 files per commit (push's ``--files-per-commit``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 
-from .plan import ShardPlan
+from .plan import ShardPlan, shard_stem
 
 HUB_MAX_FOLDER_ENTRIES = 10_000
 HUB_MAX_REPO_FILES = 100_000
@@ -26,6 +27,10 @@ FILES_PER_SHARD = 2
 TOP_LEVEL_FILES = 7
 #: The largest --max-shard-size (ZIP and tar entries, Parquet pages: 32-bit sizes).
 LARGEST_SHARD_BYTES = 4 << 30
+#: A split of more shards than a folder may hold puts each in a subfolder named by this many
+#: first hex digits of its name (256 folders for hashed keys), or more where keys crowd one.
+NESTED_FOLDER_DIGITS = 2
+MAX_NESTED_FOLDER_DIGITS = 8
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class SplitFiles:
     shards: int
     bytes: int
     folder: str  # where its shards go: "data/" for a dataset without splits, else "data/<split>/"
+    nested: bool  # its shards are in folders named by their names' first hex digits (see :func:`nested`)
 
 
 @dataclass(frozen=True)
@@ -45,19 +51,21 @@ class RepoPlan:
     splits: list[SplitFiles]
     files: int  # at most: every shard's files and every top-level file shardkit may write
     commits: int  # of up to FILES_PER_COMMIT files
+    fullest_folder: str  # the folder of data/ holding the most entries (metadata/ mirrors data/)
+    fullest_entries: int
 
     @property
-    def fullest(self) -> SplitFiles:
-        """The split whose folder holds the most entries (data/<split>/ and metadata/<split>/
-        hold one file per shard each)."""
-        return max(self.splits, key=lambda s: s.shards)
+    def fullest_split(self) -> SplitFiles:
+        """The split whose shards are in the fullest folder."""
+        folder = self.fullest_folder
+        return max(self.splits, key=lambda s: (folder.startswith(s.folder), s.shards))
 
     def to_json(self) -> dict[str, object]:
         return {
             "files": self.files,
             "max_files": HUB_MAX_REPO_FILES,
-            "fullest_folder": self.fullest.folder,
-            "fullest_folder_entries": self.fullest.shards,
+            "fullest_folder": self.fullest_folder,
+            "fullest_folder_entries": self.fullest_entries,
             "max_folder_entries": HUB_MAX_FOLDER_ENTRIES,
             "commits": self.commits,
             "files_per_commit": FILES_PER_COMMIT,
@@ -66,35 +74,98 @@ class RepoPlan:
 
     def lines(self) -> Iterator[str]:
         """The figures against the limits, as --dry-run prints them."""
-        fullest, commits = self.fullest, self.commits
+        entries, commits = self.fullest_entries, self.commits
         yield (
-            f"Hub: {self.files:,} files at most (limit {HUB_MAX_REPO_FILES:,}); fullest folder {fullest.folder}:"
-            f" {fullest.shards:,} shard{'s' if fullest.shards != 1 else ''} (limit {HUB_MAX_FOLDER_ENTRIES:,});"
+            f"Hub: {self.files:,} files at most (limit {HUB_MAX_REPO_FILES:,}); fullest folder {self.fullest_folder}:"
+            f" {entries:,} entr{'ies' if entries != 1 else 'y'} (limit {HUB_MAX_FOLDER_ENTRIES:,});"
             f" {commits:,} commit{'s' if commits != 1 else ''} of up to {FILES_PER_COMMIT} files to push"
         )
+        for split in self.splits:
+            if split.nested:
+                yield (
+                    f"  {split.folder}: {split.shards:,} shards, more than a folder may hold: each in"
+                    f" {split.folder}<first hex digits of its name>/"
+                )
+
+
+def nested(shards: list[ShardPlan]) -> list[ShardPlan]:
+    """One split's shards, each in a folder the Hub takes: as planned while they fit in one
+    folder (:data:`HUB_MAX_FOLDER_ENTRIES`), else each in a subfolder named by the first hex
+    digits of its name (``data/train/3f2a.zip`` -> ``data/train/3f/3f2a.zip``, so its metadata
+    file is ``metadata/train/3f/3f2a.jsonl``): two digits, or more where keys crowd a folder
+    (keys given by the rows need not be spread as hashes are). Keys being sorted, the folders are
+    too: a shard's folder sorts at or before every later shard's."""
+    if len(shards) <= HUB_MAX_FOLDER_ENTRIES:
+        return shards
+    stems = [shard_stem(s.name) for s in shards]
+    for digits in range(NESTED_FOLDER_DIGITS, MAX_NESTED_FOLDER_DIGITS + 1):
+        per_folder = Counter(_folder_of(stem, digits) for stem in stems)
+        if max(per_folder.values()) <= HUB_MAX_FOLDER_ENTRIES or len(per_folder) > HUB_MAX_FOLDER_ENTRIES:
+            break  # (if none fits, limit_problem refuses the fullest folder)
+    placed = []
+    for shard, stem in zip(shards, stems, strict=True):
+        folder, file = shard.name.rsplit("/", 1)
+        placed.append(replace(shard, name=f"{folder}/{_folder_of(stem, digits)}/{file}"))
+    return placed
+
+
+def _folder_of(stem: str, digits: int) -> str:
+    """A nested shard's folder: the first ``digits`` hex digits of its name, a shorter name's
+    padded with 0s (``8``, where keys from ``80...`` start, is in ``80/``), which keeps the
+    folders in the order of the names in them."""
+    return stem.split("-", 1)[0].ljust(digits, "0")[:digits]
+
+
+def folder_entries(paths: Iterable[str]) -> Counter[str]:
+    """How many entries each folder of a repo holding ``paths`` has (the Hub counts files and
+    subfolders alike): ``{"data/": 2, "data/train/": 256, "data/train/3f/": 180, ...}`` (the
+    repo's root is ``""``)."""
+    entries: Counter[str] = Counter()
+    folders: set[str] = set()
+    for path in paths:
+        folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+        entries[folder] += 1
+        while folder and folder not in folders:  # a folder is an entry of its parent, once
+            folders.add(folder)
+            parent = folder[:-1].rsplit("/", 1)[0] + "/" if "/" in folder[:-1] else ""
+            entries[parent] += 1
+            folder = parent
+    return entries
 
 
 def repo_plan(plan: Sequence[ShardPlan]) -> RepoPlan:
     """The repo ``plan`` makes (its shards' names say their folders)."""
     splits: dict[str, SplitFiles] = {}
     for shard in plan:
-        folder = shard.name.rsplit("/", 1)[0] + "/"
-        was = splits.get(shard.split, SplitFiles(shard.split, 0, 0, folder))
-        splits[shard.split] = SplitFiles(shard.split, was.shards + 1, was.bytes + shard.bytes, folder)
+        was = splits.get(shard.split)
+        if was is None:
+            folder = shard.name.rsplit("/", 1)[0] + "/"
+            flat = folder in ("data/", f"data/{shard.split}/")  # else in a folder nested() made
+            top = folder if flat else folder[:-1].rsplit("/", 1)[0] + "/"
+            was = SplitFiles(shard.split, 0, 0, top, not flat)
+        splits[shard.split] = replace(was, shards=was.shards + 1, bytes=was.bytes + shard.bytes)
     files = FILES_PER_SHARD * len(plan) + TOP_LEVEL_FILES
-    return RepoPlan(list(splits.values()), files, math.ceil(files / FILES_PER_COMMIT))
+    folders = folder_entries(shard.name for shard in plan)
+    folders.pop("", None)  # the root holds data/, metadata/ and the top-level files: never many
+    fullest, entries = max(folders.items(), key=lambda item: item[1]) if folders else ("data/", 0)
+    return RepoPlan(list(splits.values()), files, math.ceil(files / FILES_PER_COMMIT), fullest, entries)
 
 
 def limit_problem(repo: RepoPlan, *, target_bytes: int, max_shard_bytes: int, prefix_length: int) -> str | None:
     """The first Hub limit the repo breaks, in one line with the option that fixes it; None if
     it keeps them all. ``prefix_length``: the --prefix-length given (0: shards cut by size)."""
-    fullest = repo.fullest
-    if fullest.shards > HUB_MAX_FOLDER_ENTRIES:
+    if repo.fullest_entries > HUB_MAX_FOLDER_ENTRIES:  # a split nested() could not spread
+        split = repo.fullest_split
+        if split.folder != repo.fullest_folder:
+            held = "shards (the keys given crowd there)"
+        else:
+            held = "folders of shards" if split.nested else "shards"
         what = (
-            f"{fullest.folder} would hold {fullest.shards:,} shards, over the {HUB_MAX_FOLDER_ENTRIES:,} entries"
-            " the Hub allows in a folder"
+            f"{repo.fullest_folder} would hold {repo.fullest_entries:,} {held}, over the"
+            f" {HUB_MAX_FOLDER_ENTRIES:,} entries the Hub allows in a folder"
         )
-        bytes_, most = fullest.bytes, HUB_MAX_FOLDER_ENTRIES
+        # As many shards as one folder holds always fit (in the split's own folder).
+        bytes_, most = repo.fullest_split.bytes, HUB_MAX_FOLDER_ENTRIES
     elif repo.files > HUB_MAX_REPO_FILES:
         what = (
             f"the repo would hold up to {repo.files:,} files (each shard and its metadata file), over the"

@@ -121,7 +121,11 @@ class Manifest:
     @property
     def split_folders(self) -> bool:
         """Whether the shards are in a folder per split (the rows named their splits)."""
-        return any(s.file.count("/") > 1 for s in self.shards)
+        return any(_place(s).split_folder for s in self.shards)
+
+    def nested(self, split: str) -> bool:
+        """Whether the split's shards are in folders named by their names' first hex digits."""
+        return any(_place(s).nested for s in self.shards if s.split == split)
 
     def splits(self) -> list[SplitSummary]:
         """The splits, in the order of their shards (names sorted, as the packer writes them)."""
@@ -136,7 +140,7 @@ class Manifest:
                 shards=len(shards),
                 bytes=sum(s.bytes for s in shards),
                 prefix_length=self.prefix_lengths.get(name, self.options.prefix_length),
-                data_files=f"data/{name}/*{fmt.suffix}" if self.split_folders else fmt.data_files_pattern,
+                data_files=data_files_pattern(fmt, name if self.split_folders else None, nested=self.nested(name)),
             )
             for name, shards in out.items()
         ]
@@ -230,13 +234,60 @@ MODALITIES = ("image", "audio")
 _SHARD_FIELDS = {f.name for f in fields(ManifestShard)}
 _SHARD_REQUIRED = {f.name for f in fields(ManifestShard) if f.default is MISSING}
 
-#: A shard's name as the planner makes it: ``data/[<split>/]<hex>[-<part>]<suffix>`` (the hex
-#: digits: where its keys start, up to a key's length, or its key prefix). Readers follow nothing
-#: else: a manifest naming ``../elsewhere.zip`` or an absolute path would make them read (and
-#: publish) files outside the dataset.
+#: A shard's name as the planner makes it: ``data/[<split>/][<folder>/]<hex>[-<part>]<suffix>``
+#: (the hex digits: where its keys start, up to a key's length, or its key prefix; the folder, in
+#: a split of more shards than a folder may hold: the name's first hex digits, see
+#: :func:`shard_place`). Readers follow nothing else: a manifest naming ``../elsewhere.zip`` or an
+#: absolute path would make them read (and publish) files outside the dataset.
 _SHARD_NAME = re.compile(
-    rf"data/((?:([A-Za-z0-9_]{{1,64}})/)?[0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})"
+    rf"data/((?:[A-Za-z0-9_]{{1,64}}/){{0,2}})([0-9a-f]{{1,128}}(?:-[0-9]{{1,6}})?)\.({'|'.join(FORMAT_NAMES)})"
 )
+_NESTED_FOLDER = re.compile(r"[0-9a-f]{2,8}")
+
+
+@dataclass(frozen=True)
+class ShardPlace:
+    """Where a shard's file is in ``data/``, by its path and its split."""
+
+    split_folder: bool  # in data/<split>/ (the rows named their splits)
+    nested: bool  # in a folder named by its name's first hex digits (hubplan.nested)
+    stem: str  # its path under data/ without the suffix: "train/3f/3f2a" (its metadata file's too)
+    suffix: str  # "zip"
+
+
+def data_files_pattern(fmt: ShardFormat, split: str | None, *, nested: bool) -> str:
+    """The card's ``data_files`` path of a split's shards: ``data/[<split>/][*/]*<suffix>``
+    (``split`` None: a dataset without splits)."""
+    folder = "data/" if split is None else f"data/{split}/"
+    return f"{folder}{'*/' if nested else ''}*{fmt.suffix}"
+
+
+def shard_place(file: str, split: str) -> ShardPlace | None:
+    """Where ``file`` (a manifest's shard path) is, for a shard of ``split``; None if it is not
+    a path the planner makes. ``data/3f/3f2a.zip`` is a shard of split ``3f`` in its split's
+    folder, or of a dataset without splits (``train``) in the nested folder ``3f``: the split
+    decides."""
+    match = _SHARD_NAME.fullmatch(file)
+    if match is None:
+        return None
+    folders, name = match.group(1).split("/")[:-1], match.group(2)
+    split_folder = bool(folders) and folders[0] == split
+    nested = folders[1:] if split_folder else folders
+    if len(nested) > 1 or (nested and not _nests(nested[0], name)):
+        return None
+    return ShardPlace(split_folder, bool(nested), file[len("data/") : -len(match.group(3)) - 1], match.group(3))
+
+
+def _place(shard: ManifestShard) -> ShardPlace:
+    place = shard_place(shard.file, shard.split)
+    assert place is not None  # checked when the manifest was read
+    return place
+
+
+def _nests(folder: str, name: str) -> bool:
+    """Whether ``folder`` is the one hubplan.nested puts shard ``name`` in, for its digits."""
+    hex_digits = name.split("-", 1)[0]
+    return _NESTED_FOLDER.fullmatch(folder) is not None and hex_digits.ljust(len(folder), "0").startswith(folder)
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:
@@ -423,20 +474,24 @@ def _checked_shards(value: Any, fmt: ShardFormat, cap: int) -> list[ManifestShar
         if unknown := sorted(entry.keys() - _SHARD_FIELDS):
             raise ValueError(f"{at} has a field shardkit does not write: {_shown(unknown[0])}")
         file = entry["file"]
-        match = _SHARD_NAME.fullmatch(file) if isinstance(file, str) else None
-        if match is None or match.group(3) != fmt.name:
-            raise ValueError(f"{at}.file is {_shown(file)}, not data/[<split>/]<hex prefix>{fmt.suffix}")
+        split = entry.get("split", "train")
+        if not isinstance(split, str):
+            raise ValueError(f"{at}.split is {_shown(split)}, not a split's name")
+        place = shard_place(file, split) if isinstance(file, str) else None
+        if place is None or place.suffix != fmt.name:
+            raise ValueError(
+                f"{at}.file is {_shown(file)}, not data/[<split>/][<folder>/]<hex prefix>{fmt.suffix}"
+                f" for a shard of split {_shown(split)}"
+            )
         at = f"shard {file!r}"
         if file in seen:
             raise ValueError(f"{at} is named twice")
         seen.add(file)
-        stem = match.group(1)
-        if entry["metadata"] != f"metadata/{stem}.jsonl":
-            raise ValueError(f"{at} has metadata {_shown(entry['metadata'])}, not 'metadata/{stem}.jsonl'")
-        split = entry.get("split", "train")
-        if split != (match.group(2) or "train"):
+        if entry["metadata"] != f"metadata/{place.stem}.jsonl":
+            raise ValueError(f"{at} has metadata {_shown(entry['metadata'])}, not 'metadata/{place.stem}.jsonl'")
+        if not place.split_folder and split != "train":
             raise ValueError(f"{at} is in the folder of another split than {_shown(split)}")
-        folders.add(match.group(2) is not None)
+        folders.add(place.split_folder)
         # Readers plan from these (which rows a rank reads, where a cut piece ends): a shard of
         # no rows would never be opened, and its rows would be lost without a word.
         rows = _whole(entry["rows"], f"{at}: rows", 1, fmt.max_rows)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from .builtin import builtin_loader_warnings
 from .errors import ShardkitError, UsageError, naming
 from .formats.parquet import encode_metadata_table
-from .hubplan import limit_problem, repo_plan
+from .hubplan import limit_problem, nested, repo_plan
 from .manifest import Options
 from .packrun import PackRun
 from .plan import BY_SIZE, FIRST_BOUNDARY, PlanEntry, ShardPlan, plan_shards
@@ -150,6 +150,7 @@ def _plan_split(
             split=split.name,
             folder=f"data/{split.name}" if staged.split_folders else "data",
         )
+        shards = nested(shards)  # more shards than a folder may hold: in folders by name
         if not fmt.metadata_table:
             return shards
         # Tables only add bytes: a split over a Hub limit already is refused before they are made.

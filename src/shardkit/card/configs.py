@@ -20,8 +20,9 @@ from ..formats import FORMAT_NAMES, ZIP, ShardFormat
 from ..manifest import SplitSummary
 from .facts import CardFacts
 
-#: A ``data_files`` path shardkit writes: ``data/*.zip``, or a split's ``data/<split>/*.zip``.
-_SHARDKIT_PATTERN = re.compile(rf"data/(?:[A-Za-z0-9_]{{1,64}}/)?\*\.(?:{'|'.join(FORMAT_NAMES)})")
+#: A ``data_files`` path shardkit writes: ``data/*.zip``, or a split's ``data/<split>/*.zip``,
+#: with ``*/`` before the file where the shards are nested (manifest.data_files_pattern).
+_SHARDKIT_PATTERN = re.compile(rf"data/(?:[A-Za-z0-9_]{{1,64}}/)?(?:\*/)?\*\.(?:{'|'.join(FORMAT_NAMES)})")
 _SIZE_CATEGORIES = [
     (10**3, "n<1K"),
     (10**4, "1K<n<10K"),
