@@ -46,6 +46,11 @@ WRITE_TOKEN = "hf_test_write_0123456789"
 READ_TOKEN = "hf_test_read_0123456789"
 TOKENS = {WRITE_TOKEN: "write", READ_TOKEN: "read"}
 TREE_PAGE = 50  # small, so listings of test repos span pages as big repos do on the Hub
+# The Hub's limits for one repository (https://huggingface.co/docs/hub/repositories-recommendations),
+# enforced on every commit as the Hub does, so a layout over them fails here as it would there.
+MAX_FOLDER_ENTRIES = 10_000  # files and subfolders in one folder
+MAX_REPO_FILES = 100_000
+MAX_COMMIT_FILES = 100  # files added or deleted by one commit (the Hub's advice for HTTP commits)
 
 
 @dataclass
@@ -66,6 +71,30 @@ class Faults:
 class Counters:
     lfs_uploads: int = 0
     commits: int = 0
+
+
+def _write_replacing(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _check_limits(files: dict[str, Any], operations: int) -> None:
+    """Refuse a commit that leaves the repo over the Hub's limits, or changes too many files."""
+    if operations > MAX_COMMIT_FILES:
+        raise HttpError(400, f"Too many files in one commit: {operations} (at most {MAX_COMMIT_FILES})")
+    if len(files) > MAX_REPO_FILES:
+        raise HttpError(400, f"Too many files in the repository: {len(files)} (at most {MAX_REPO_FILES})")
+    entries: dict[str, set[str]] = {}
+    for path in files:
+        parts = path.split("/")
+        for depth in range(len(parts)):
+            entries.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
+    for folder, names in entries.items():
+        if len(names) > MAX_FOLDER_ENTRIES:
+            raise HttpError(
+                400, f"Too many entries in folder {folder or '/'}: {len(names)} (at most {MAX_FOLDER_ENTRIES})"
+            )
 
 
 def git_blob_oid(data: bytes) -> str:
@@ -94,23 +123,40 @@ class HubState:
         self.objects.mkdir(parents=True, exist_ok=True)
         self.incoming.mkdir(parents=True, exist_ok=True)
         self.lock = threading.RLock()
+        self._repos: dict[Path, dict[str, Any]] = {}
 
     # -- repos ---------------------------------------------------------------------------------
     def _repo_path(self, repo_type: str, repo_id: str) -> Path:
         return self.root / "repos" / f"{repo_type}s" / f"{repo_id}.json"
 
     def load(self, repo_type: str, repo_id: str) -> dict[str, Any] | None:
+        """The repo (kept in memory once read: a request reads it, and a repo of 10,000 shards
+        pushed in 200 commits is too large to read from disk for each)."""
         path = self._repo_path(repo_type, repo_id)
-        if not path.exists():
-            return None
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
+        with self.lock:
+            repo = self._repos.get(path)
+            if repo is not None or not path.exists():
+                return repo
+            repo = json.loads(path.read_text())
+            for sha, commit in repo["commits"].items():
+                commit["files"] = json.loads((path.with_suffix(".commits") / f"{sha}.json").read_text())
+            self._repos[path] = repo
+            return repo  # type: ignore[no-any-return]
 
     def save(self, repo_type: str, repo_id: str, repo: dict[str, Any]) -> None:
+        """Persist the repo: its refs and commits, each commit's files in a file of its own,
+        written once (a commit never changes)."""
         path = self._repo_path(repo_type, repo_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(repo))
-        tmp.replace(path)
+        commits = path.with_suffix(".commits")
+        commits.mkdir(parents=True, exist_ok=True)
+        for sha, commit in repo["commits"].items():
+            files = commits / f"{sha}.json"
+            if not files.exists():
+                _write_replacing(files, json.dumps(commit["files"]))
+        meta = {k: v for k, v in repo.items() if k != "commits"}
+        meta["commits"] = {sha: {k: v for k, v in c.items() if k != "files"} for sha, c in repo["commits"].items()}
+        _write_replacing(path, json.dumps(meta))
+        self._repos[path] = repo
 
     def types_holding(self, repo_id: str) -> list[str]:
         return [t for t in ("model", "dataset", "space") if self._repo_path(t, repo_id).exists()]
@@ -205,6 +251,7 @@ class HubState:
                         del files[name]
                 else:
                     raise HttpError(400, f"unknown commit line {key!r}")
+            _check_limits(files, len(lines) - 1)
             commit = self._new_commit(files, head, header.get("summary", ""))
             repo["commits"][commit["id"]] = commit
             repo["refs"][branch] = commit["id"]

@@ -592,10 +592,14 @@ def test_layouts_over_the_hubs_advice_are_refused_before_uploading() -> None:
     from shardkit.push import check_hub_limits
 
     check_hub_limits([_f(f"data/{i:05x}.zip") for i in range(10_000)])  # at the limit: fine
-    with pytest.raises(UsageError, match=r"data/ would hold 10001 files; the Hub advises under 10000 per folder"):
+    with pytest.raises(UsageError, match=r"data/ would hold 10001 entries; the Hub allows under 10000 per folder"):
         check_hub_limits([_f(f"data/{i:05x}.zip") for i in range(10_001)])
+    # A folder's subfolders are entries too: data/train/ holds 10,001 folders.
+    with pytest.raises(UsageError, match=r"data/train/ would hold 10001 entries"):
+        check_hub_limits([_f(f"data/train/{i:05x}/{i:05x}.zip") for i in range(10_001)])
+    check_hub_limits([_f(f"data/train/{i % 256:02x}/{i:05x}.zip") for i in range(20_000)])  # nested: fine
     many = [_f(f"{d}/{i:05x}.zip") for d in "abcdefghijk" for i in range(9_500)]
-    with pytest.raises(UsageError, match=r"the repo would hold 104500 files.*--target-shard-size"):
+    with pytest.raises(UsageError, match=r"the repo would hold 104500 files; the Hub allows under 100000"):
         check_hub_limits(many)
 
 

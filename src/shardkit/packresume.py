@@ -221,7 +221,7 @@ def _make_room(run: PackRun, output: _Output, state: RunState) -> None:
     for rel in output.ours:
         # An update overwrites a changed shard in place, when its new version is written.
         if rel not in output.planned or not (output.same_run or output.updating):
-            location.remove(rel)
+            location.remove_with_empty_folder(rel)  # (a nested shard's folder may empty)
     os.makedirs(run.done_dir, exist_ok=True)
     write_atomic(os.path.join(run.shardkit_dir, "state.json"), json.dumps(state.to_json(), sort_keys=True).encode())
     if not output.same_run:

@@ -30,7 +30,6 @@ import re
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -40,7 +39,7 @@ from .card import LOADER_SUFFIX, card_problem, name_repo, read_utf8
 from .errors import ManifestError, ShardkitError, UsageError, listed, server_text
 from .formats import format_named
 from .hashing import sha256_stream
-from .hubplan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES
+from .hubplan import HUB_MAX_FOLDER_ENTRIES, HUB_MAX_REPO_FILES, folder_entries
 from .location import (
     Location,
     bounded_hub_requests,
@@ -282,17 +281,19 @@ def collect_files(
 
 
 def check_hub_limits(files: list[LocalFile]) -> None:
-    """Refuse a layout over the Hub's advice on files per folder and per repo, before uploading anything."""
-    per_folder = Counter(f.path.rsplit("/", 1)[0] + "/" if "/" in f.path else "the repo root" for f in files)
+    """Refuse a layout over the Hub's limits on entries per folder and files per repo, before
+    uploading anything. (These are the files push would really publish, ``--include``d ones too;
+    pack refused a plan over a limit already, with the option that fixes it.)"""
+    per_folder = folder_entries(f.path for f in files)
     folder, count = per_folder.most_common(1)[0] if per_folder else ("", 0)
     fix = "Pack again with a larger --target-shard-size (up to --max-shard-size, at most 4GiB) for fewer shards."
     if count > HUB_MAX_FOLDER_ENTRIES:
         raise UsageError(
-            f"{folder} would hold {count} files; the Hub advises under {HUB_MAX_FOLDER_ENTRIES} per folder"
-            f" (https://huggingface.co/docs/hub/repositories-recommendations). {fix}"
+            f"{folder or 'the repo root'} would hold {count} entries; the Hub allows under {HUB_MAX_FOLDER_ENTRIES}"
+            f" per folder (https://huggingface.co/docs/hub/repositories-recommendations). {fix}"
         )
     if len(files) > HUB_MAX_REPO_FILES:
-        raise UsageError(f"the repo would hold {len(files)} files; the Hub advises under {HUB_MAX_REPO_FILES}. {fix}")
+        raise UsageError(f"the repo would hold {len(files)} files; the Hub allows under {HUB_MAX_REPO_FILES}. {fix}")
 
 
 def is_unchanged(local: LocalFile, remote: RemoteFile | None, location: Location | None = None) -> bool:

@@ -616,7 +616,7 @@ class Cluster:
         try:
             views: dict[str, Any] = self.client.run(worker_view, token_path, sorted(set(read_dirs)), on_error="return")
         finally:
-            location.remove_working_file(token_rel)
+            location.remove_with_empty_folder(token_rel)
         if not views:
             log.warning("no Dask worker is connected yet: the tasks wait for workers to join, unchecked")
         problems = []

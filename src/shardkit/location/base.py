@@ -269,8 +269,9 @@ class Location:
         """Remove a file; nothing when it is not there."""
         raise self.refuse_writing()
 
-    def remove_working_file(self, rel: str) -> None:
-        """Remove one of shardkit's own files (``.shardkit/...``), and its folder once empty."""
+    def remove_with_empty_folder(self, rel: str) -> None:
+        """Remove one of shardkit's own files (in ``.shardkit/``, or a nested shard folder), and its
+        folder once empty."""
         self.remove(rel)
 
     def check_writable(self) -> None:
@@ -278,7 +279,7 @@ class Location:
         probe = f".shardkit/probe-{secrets.token_hex(4)}"
         try:
             self.write_bytes(probe, b"shardkit")
-            self.remove_working_file(probe)
+            self.remove_with_empty_folder(probe)
         except ShardkitError as exc:  # the cause, already naming the probe's URL
             raise UsageError(f"cannot write to {self.url}: {exc}") from None
         except OSError as exc:

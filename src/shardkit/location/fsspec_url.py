@@ -268,7 +268,7 @@ class FsspecPlace(Location):
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._path(rel))
 
-    def remove_working_file(self, rel: str) -> None:
+    def remove_with_empty_folder(self, rel: str) -> None:
         self.remove(rel)
         if self.has_folders and "/" in rel:
             with contextlib.suppress(OSError):  # not empty: another run's file is there

@@ -36,7 +36,7 @@ _FEATURES_JSON = r"""
 """
 # shardkit:features-end
 
-# shardkit:reader 8: from here to the end, shardkit's reader code (see the module docstring). It
+# shardkit:reader 9: from here to the end, shardkit's reader code (see the module docstring). It
 # imports what it uses here, so that it runs below the lines above of any template's version.
 import json
 import os
@@ -46,9 +46,12 @@ import zlib
 
 import datasets
 
-# data/[<split>/]<hex>[-<part>].zip: named by where the shard's keys start (1 to 128 hex digits),
-# or by a key prefix and a part number (--prefix-length).
-_SHARD_NAME = re.compile(r"^data/((?:([A-Za-z0-9_]{1,64})/)?[0-9a-f]{1,128}(?:-[0-9]{1,6})?)\.zip\Z")
+# data/[<split>/][<folder>/]<hex>[-<part>].zip: named by where the shard's keys start (1 to 128
+# hex digits), or by a key prefix and a part number (--prefix-length); a split of more shards
+# than a Hub folder holds has each in a folder named by its name's first hex digits (padded with
+# 0s), e.g. data/train/3f/3f2a.zip (shardkit.manifest.shard_place).
+_SHARD_NAME = re.compile(r"^data/((?:[A-Za-z0-9_]{1,64}/){0,2}([0-9a-f]{1,128})(?:-[0-9]{1,6})?)\.zip\Z")
+_NESTED_FOLDER = re.compile(r"^[0-9a-f]{2,8}\Z")
 # A member name is a plain relative path: no control character (NUL...), backslash or colon
 # (a Windows path or drive, "C:/x.jpg"), no leading "/", no empty, "." or ".." part.
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\:]|^/|//|/$|(?:^|/)\.\.?(?:/|$)")
@@ -191,16 +194,22 @@ def _checked_manifest(data):
             raise ValueError(f"shards[{index}] is not a shard's record (its fields are not shardkit's)")
         name = shard["file"]
         # Follow nothing but shardkit's own names (no "../", no URL), for the shard and its rows.
+        split = shard.get("split", "train")  # manifests from before splits: every shard is train
+        if not isinstance(split, str):
+            raise ValueError(f"shards[{index}].split is {_shown(split)}, not a split's name")
         match = _SHARD_NAME.match(name) if isinstance(name, str) else None
-        if not match:
-            raise ValueError(f"shards[{index}].file is {_shown(name)}, not data/[<split>/]<hex prefix>.zip")
+        in_split_folder = _split_folder(match, split) if match else None
+        if in_split_folder is None:
+            raise ValueError(
+                f"shards[{index}].file is {_shown(name)}, not data/[<split>/][<folder>/]<hex prefix>.zip"
+                f" for a shard of split {_shown(split)}"
+            )
         at = f"shard {name!r}"
         if name in seen:
             raise ValueError(f"{at} is named twice")
-        split = shard.get("split", "train")  # manifests from before splits: every shard is train
-        if split != (match.group(2) or "train"):
+        if not in_split_folder and split != "train":
             raise ValueError(f"{at} is in the folder of another split than {_shown(split)}")
-        folders.add(match.group(2) is not None)
+        folders.add(in_split_folder)
         if shard["metadata"] != f"metadata/{match.group(1)}.jsonl":
             raise ValueError(f"{at} has metadata {_shown(shard['metadata'])}, not 'metadata/{match.group(1)}.jsonl'")
         rows = _whole(shard["rows"], f"{at}: rows", 1, 0xFFFE)
@@ -218,6 +227,19 @@ def _checked_manifest(data):
         raise ValueError("some shards are in a split's folder and some are not")
     _check_counts(data, sums, prefix_length)
     return data
+
+
+def _split_folder(match, split):
+    """Whether a shard's path (its _SHARD_NAME match) is in its split's folder, True or False;
+    None where its folders are not the planner's (shardkit.manifest.shard_place)."""
+    folders = match.group(1).split("/")[:-1]
+    in_split_folder = bool(folders) and folders[0] == split
+    nested = folders[1:] if in_split_folder else folders
+    if len(nested) > 1:
+        return None
+    if nested and not (_NESTED_FOLDER.match(nested[0]) and match.group(2).ljust(8, "0").startswith(nested[0])):
+        return None
+    return in_split_folder
 
 
 def _check_counts(data, sums, prefix_length):
