@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -449,6 +450,44 @@ def test_plan_skips_what_the_repo_has_and_deletes_only_stale_shards() -> None:
     assert [f.path for f in plan.skipped] == ["data/0.zip"]
     assert [[f.path for f in b] for b in plan.batches] == [["metadata/0.jsonl"]]
     assert plan.deletions == ["data/old.zip", "metadata/old.jsonl"]
+
+
+def test_stale_files_past_the_final_commits_room_are_deleted_in_batches_before_it() -> None:
+    """No commit changes more than files_per_commit files: the final commit (manifest, card)
+    deletes what it has room for, and the rest goes first, a batch at a time, while the repo's
+    manifest still names them (a stopped push deletes them again when re-run)."""
+    remote = {f"data/{i:03x}.zip": RemoteFile(1, "b" * 64, "y") for i in range(250)}
+    other = [_f("README.md", sha=None), _f("shards.json", sha=None)]
+    plan = plan_commits([], other, remote, files_per_commit=100, unchanged=lambda f, r: False)
+    assert len(plan.deletions) == 250
+    assert [len(b) for b in plan.deletion_batches] == [100, 52] and len(plan.final_deletions) == 98
+    assert sorted(p for b in plan.deletion_batches for p in b) + plan.final_deletions == sorted(remote)
+    small = plan_commits([], other, dict(list(remote.items())[:98]), files_per_commit=100, unchanged=lambda f, r: False)
+    assert small.deletion_batches == [] and len(small.final_deletions) == 98  # all in the final commit
+
+
+@pytest.mark.slow
+def test_a_repack_into_fewer_shards_is_pushed_in_commits_of_at_most_files_per_commit(
+    hub: HubServer, repo_dir: Path, tmp_path: Path
+) -> None:
+    """16 shards pushed, then packed again into one (data/0.zip): the other 15 shards' 30 files
+    are deleted in commits of at most --files-per-commit files (the Hub-API server refuses more
+    than 100 in any commit), and the repo ends as the folder."""
+    env = hub_env(hub.url, tmp_path / "home")
+    push(repo_dir, env, "--files-per-commit", "10")
+    repacked = pack_example(repo_dir, "--force", "--target-shard-size", "1GB", "-q")
+    assert repacked.returncode == 0, repacked.stderr
+    before = len(main_history(hub))
+    summary = push(repo_dir, env, "--files-per-commit", "10")
+    assert summary["deleted_files"] == 30
+    history = main_history(hub)[before - 1 :]
+    changed = [len(_changed_paths(old["files"], new["files"])) for old, new in itertools.pairwise(history)]
+    assert summary["commits"] == len(changed) >= 4 and max(changed) <= 10, changed
+    assert remote_files(hub) == local_files(repo_dir)
+
+
+def _changed_paths(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
+    return {p for p in old.keys() | new.keys() if old.get(p) != new.get(p)}
 
 
 def test_regular_files_compare_by_git_blob_id(tmp_path: Path) -> None:

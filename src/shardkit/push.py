@@ -99,13 +99,21 @@ class RemoteFile:
 
 @dataclass(frozen=True)
 class CommitPlan:
-    """What a push will do: ``batches`` of shard files, then one ``final`` commit."""
+    """What a push will do: ``batches`` of shard files, then ``deletion_batches`` (the stale files
+    the final commit has no room for), then one ``final`` commit of the other files and the rest
+    of ``deletions``."""
 
     batches: list[list[LocalFile]]
     final: list[LocalFile]
-    deletions: list[str]
+    deletions: list[str]  # every file the push deletes
     skipped: list[LocalFile]
     kept_remote: list[str] = field(default_factory=list)  # shard-like files on the Hub not shardkit's to delete
+    deletion_batches: list[list[str]] = field(default_factory=list)
+
+    @property
+    def final_deletions(self) -> list[str]:
+        early = {p for batch in self.deletion_batches for p in batch}
+        return [p for p in self.deletions if p not in early]
 
     @property
     def uploads(self) -> list[LocalFile]:
@@ -355,7 +363,13 @@ def plan_commits(
     gone = sorted(unnamed_files(remote, local_paths))
     deletions = [p for p in gone if deletable is None or p in deletable]
     kept = [p for p in gone if p not in deletions]
-    return CommitPlan(batches=batches, final=final, deletions=deletions, skipped=skipped, kept_remote=kept)
+    # The final commit deletes what it has room for, so that a small update stays one commit.
+    # More (an update that takes a split into nested folders removes every flat shard) are
+    # deleted first, while the repo's manifest still names them: a push stopped there deletes
+    # them again when re-run.
+    early = deletions[: max(0, len(deletions) - (files_per_commit - len(final)))]
+    deletion_batches = [early[i : i + files_per_commit] for i in range(0, len(early), files_per_commit)]
+    return CommitPlan(batches, final, deletions, skipped, kept, deletion_batches)
 
 
 def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[str, RemoteFile]) -> set[str]:
@@ -826,10 +840,14 @@ def _upload(
         message = f"shardkit: shards {shards[0]} .. {shards[-1]} (commit {number} of {len(plan.batches)})"
         head = _commit(api, config, repo_id, batch, [], message, head, progress, location, stop)
         commits += 1
-    if plan.final or plan.deletions:
+    for number, paths in enumerate(plan.deletion_batches, 1):
+        message = f"shardkit: remove {paths[0]} .. {paths[-1]} (commit {number} of {len(plan.deletion_batches)})"
+        head = _commit(api, config, repo_id, [], paths, message, head, progress, location, stop)
+        commits += 1
+    if plan.final or plan.final_deletions:
         totals = manifest.to_json()["totals"]
         message = f"shardkit: manifest and card, {totals['rows']} rows in {totals['shards']} shards"
-        head = _commit(api, config, repo_id, plan.final, plan.deletions, message, head, progress, location, stop)
+        head = _commit(api, config, repo_id, plan.final, plan.final_deletions, message, head, progress, location, stop)
         commits += 1
     progress.finish()
     return head, commits

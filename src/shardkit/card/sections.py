@@ -154,6 +154,14 @@ def layout_section(facts: CardFacts) -> str:
         )
     if split_folders:
         shard_line += " Splits: " + ", ".join(f"`data/{s.name}/`" for s in splits) + "."
+    nested = [s for s in splits if "/*/" in s.data_files]
+    if nested:  # (hubplan.nested: the Hub takes at most 10,000 entries in a folder)
+        where = ", ".join(f"`{s.data_files.split('*', 1)[0]}`" for s in nested)
+        shard_line += (
+            f" In {where}, which would hold more than the 10,000 entries the Hub allows in a folder, each shard is"
+            f" in a folder named by the first two hex digits of its name (`3f/3f2a{fmt.suffix}`; its metadata file"
+            " likewise)."
+        )
     lines += [
         shard_line,
         f"- `metadata/{folder}<{'prefix' if lengths else 'start'}>.jsonl`: each shard's rows as JSON Lines, in the"

@@ -1,0 +1,202 @@
+"""A split of more shards than a Hub folder may hold (issue 36), end to end.
+
+One tiny corpus with splits of very different sizes: ``train`` of 20,040 rows and ``test`` of 30,
+about two rows a shard (``--target-shard-size``), PNG and JPEG mixed, a column null in most rows
+(so null throughout most shards). It is packed once per module into the template (so
+the datasets 3.6 loading script is a reader too) and pushed to the loopback Hub-API server,
+which refuses a commit of more than 100 files or one leaving a folder with more than 10,000
+entries, as the Hub does. ``train`` is then nested (``data/train/3f/3f2a.zip``), ``test`` flat.
+Every reader must give each split exactly its rows: the files' bytes, and every value with its
+Python type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cookiecutter.main import cookiecutter
+
+from tests.compat_reader import typed
+from tests.hub_server import MAX_COMMIT_FILES, MAX_FOLDER_ENTRIES, HubServer, run_hub_server
+from tests.support.corpus import REPO_ROOT, tiny_image, write_jsonl
+from tests.support.readback import DS36_PYTHON, split_problems
+from tests.test_splits_labels import hub_env, pack_cli, read_cells
+
+pytestmark = pytest.mark.slow  # the module packs, pushes and reads 10,025 shards
+
+SCRIPTS = Path(sys.executable).parent
+NAME = "nested-tiny"  # the template's dataset name (its loader is nested_tiny_loader.py)
+REPO = f"tester/{NAME}"
+SPLIT_ROWS = {"train": 20_040, "test": 30}
+#: About two rows a shard: 11,755 train shards. (A shard of one row holds as many image members as
+#: metadata.parquet members; datasets picks its builder by the members' most common extension,
+#: the first seen on a tie, and would read these ZIPs with its parquet builder.)
+TARGET = "2400"
+
+
+def corpus_rows() -> list[dict[str, Any]]:
+    rows = []
+    for i in range(sum(SPLIT_ROWS.values())):
+        split = "train" if i < SPLIT_ROWS["train"] else "test"
+        rows.append(
+            {
+                "file_name": f"{i % 7}/{i}.{'png' if i % 5 == 0 else 'jpg'}",
+                "key": hashlib.sha256(str(i).encode()).hexdigest()[:32],  # spread, as hashes are
+                "split": split,
+                "caption": f"row {i} ünïcode",
+                "score": i / 8 if i % 97 == 0 else None,  # null in most rows: throughout most shards
+                "n": i,
+            }
+        )
+    return rows
+
+
+@dataclass
+class Packed:
+    root: Path
+    out: Path
+    hub: HubServer
+    expected: dict[str, dict[str, Any]]
+    pushed: subprocess.CompletedProcess[str]
+    reads: dict[str, Any] = field(default_factory=dict)
+
+    def reader_env(self) -> dict[str, str]:
+        return hub_env(self.hub.url, self.root / "reader-home", token=None)
+
+
+def _write_corpus(root: Path) -> tuple[Path, Path, dict[str, dict[str, Any]]]:
+    images = root / "images"
+    rows = corpus_rows()
+    expected: dict[str, dict[str, Any]] = {s: {} for s in SPLIT_ROWS}
+    for i, row in enumerate(rows):
+        path = images / row["file_name"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = tiny_image(i, "PNG" if row["file_name"].endswith(".png") else "JPEG", (2, 2))
+        path.write_bytes(data)
+        fields = {k: v for k, v in row.items() if k not in ("file_name", "split")}
+        expected[row["split"]][row["key"]] = {
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "fields": typed(fields),
+            "labels": {},
+        }
+    return images, write_jsonl(root / "meta.jsonl", rows), expected
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
+    root = tmp_path_factory.mktemp("nested")
+    images, meta, expected = _write_corpus(root / "in")
+    out = Path(
+        cookiecutter(
+            str(REPO_ROOT / "templates" / "hub-dataset"),
+            no_input=True,
+            extra_context={"dataset_name": NAME, "namespace": "tester"},
+            output_dir=str(root / "repos"),
+            default_config=True,
+        )
+    )
+    packed = pack_cli(images, meta, out, "--max-shard-size", "20KB", "--target-shard-size", TARGET, "-q")
+    assert packed.returncode == 0, packed.stderr
+    with run_hub_server(root / "hub") as hub:
+        pushed = subprocess.run(
+            [str(SCRIPTS / "shardkit"), "push", str(out), "--repo", REPO],
+            capture_output=True,
+            text=True,
+            env=hub_env(hub.url, root / "home"),
+            timeout=600,
+            check=False,
+        )
+        yield Packed(root, out, hub, expected, pushed)
+
+
+def test_a_split_of_more_shards_than_a_folder_holds_is_nested_and_a_small_one_stays_flat(packed: Packed) -> None:
+    """train's 11,755 shards are each in data/train/<first two hex digits of its name>/ (256
+    folders, none near the limit), its rows in metadata/train/ the same way; test's 5 stay in
+    data/test/; the card's configs read both; verify finds everything as packed."""
+    out = packed.out
+    manifest = json.loads((out / "shards.json").read_text())
+    files = [s["file"] for s in manifest["shards"]]
+    train = [f for f in files if f.startswith("data/train/")]
+    assert len(train) > 10_000 and all(f.count("/") == 3 for f in train)
+    for file in train:
+        folder, name = file.split("/")[2:]
+        assert name.split(".")[0].ljust(2, "0")[:2] == folder, file
+    per_folder = Counter(f.split("/")[2] for f in train)
+    assert len(per_folder) == 256 and max(per_folder.values()) < 100
+    assert sorted(p.name for p in (out / "data" / "test").iterdir()) == sorted(
+        f.rsplit("/", 1)[1] for f in files if f.startswith("data/test/")
+    )
+    assert all(s["metadata"] == "metadata/" + s["file"][5:-4] + ".jsonl" for s in manifest["shards"])
+    on_disk = {str(p.relative_to(out)) for p in (out / "data").rglob("*.zip")}
+    on_disk |= {str(p.relative_to(out)) for p in (out / "metadata").rglob("*.jsonl")}
+    assert on_disk == set(files) | {s["metadata"] for s in manifest["shards"]}
+    card = yaml.safe_load((out / "README.md").read_text().split("---")[1])
+    assert card["configs"][0]["data_files"] == [
+        {"split": "train", "path": "data/train/*/*.zip"},
+        {"split": "test", "path": "data/test/*.zip"},
+    ]
+    verified = subprocess.run(
+        [str(SCRIPTS / "shardkit"), "verify", str(out), "-q"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert verified.returncode == 0, verified.stderr
+    assert f"verified {len(files)} shards" in verified.stdout
+
+
+def test_the_nested_repo_is_pushed_in_commits_the_hub_takes(packed: Packed) -> None:
+    """The Hub-API server refuses a commit of more than 100 files and a folder of more than
+    10,000 entries: the push of every shard and metadata file passes, and the repo holds each
+    file of the folder at its path, with its bytes."""
+    assert (MAX_COMMIT_FILES, MAX_FOLDER_ENTRIES) == (100, 10_000)
+    assert packed.pushed.returncode == 0, packed.pushed.stderr
+    remote = packed.hub.files(REPO)
+    local = {str(p.relative_to(packed.out)) for ext in ("zip", "jsonl") for p in packed.out.glob(f"*/**/*.{ext}")}
+    assert local <= set(remote) and sum(p.startswith("data/train/") for p in remote) > 10_000
+    for path in sorted(local)[:: len(local) // 50]:
+        assert remote[path]["sha256"] == hashlib.sha256((packed.out / path).read_bytes()).hexdigest(), path
+
+
+def _cells(packed: Packed, venv: str) -> list[dict[str, Any]]:
+    splits = list(SPLIT_ROWS)
+    if venv == "3.6":
+        script = str(packed.out / "nested_tiny_loader.py")
+        return [
+            {"id": "script/local/streaming", "reader": "script", "path": script, "streaming": True, "splits": splits}
+        ]
+    return [
+        {"id": "shardkit/hub", "reader": "shardkit", "path": REPO, "streaming": True, "splits": splits},
+        # Twice, each with a fresh cache: datasets infers types from a shard it picks at random.
+        *(
+            {"id": f"builtin/local/streaming/{n}", "reader": "builtin", "path": str(packed.out), "streaming": True}
+            | {"splits": splits}
+            for n in (1, 2)
+        ),
+        {"id": "builtin/local/map", "reader": "builtin", "path": str(packed.out), "streaming": False, "splits": splits},
+    ]
+
+
+@pytest.mark.parametrize("venv", ["5.x", "3.6"])
+def test_every_reader_gives_each_split_of_the_nested_layout_exactly_its_rows(packed: Packed, venv: str) -> None:
+    python = {"3.6": DS36_PYTHON, "5.x": sys.executable}[venv]
+    cells = _cells(packed, venv)
+    result = read_cells(python, cells, packed.reader_env())
+    problems = []
+    for cell in cells:
+        for split in SPLIT_ROWS:
+            where = f"{venv} {cell['id']} split {split}"
+            got = result["cells"][cell["id"]][split]
+            if "error" in got:
+                problems.append(f"{where}: {got['error']}\n{got['traceback']}")
+                continue
+            problems += split_problems(where, got, packed.expected[split], {})
+    if problems:
+        pytest.fail(f"{len(problems)} problem(s):\n" + "\n".join(problems), pytrace=False)
