@@ -64,9 +64,9 @@ def _spread(i: int) -> str:
     ("rows", "key", "cost", "max_shard"),
     [
         (10_001, lambda i: f"{i:032x}", 120, 20_000),  # crowded in one folder: at most 10,000 shards
-        (50_000, _spread, 1_000, 2_500),  # over the repo's 100,000 files
+        (100_000, _spread, 1_000, 2_500),  # over the repo's 100,000 files (shards, 256 metadata files)
         (200_000, _spread, 100, 300),  # the same, with a larger cap
-        (60_000, _spread, 40_000, 10**9),
+        (120_000, _spread, 40_000, 10**9),
     ],
 )
 def test_the_target_a_refusal_gives_plans_a_layout_within_the_limits(
@@ -78,7 +78,7 @@ def test_the_target_a_refusal_gives_plans_a_layout_within_the_limits(
     before = nested(plan_shards(entries, max_shard_bytes=max_shard, target_shard_bytes=1))
     problem = limit_problem(repo_plan(before), target_bytes=1, max_shard_bytes=max_shard, prefix_length=0)
     assert problem is not None and problem.startswith(
-        "data/0000" if rows == 10_001 else f"the repo would hold up to {2 * rows + 7:,} files"
+        "data/0000" if rows == 10_001 else f"the repo would hold up to {rows + 256 + 7:,} files"
     )
     fix = ByteSize().convert(problem.split("--target-shard-size ")[1].split()[0], None, None)  # as the CLI reads it
     cap = max(max_shard, fix)

@@ -44,6 +44,7 @@ from shardkit.card import (
     update_loaders,
 )
 from shardkit.formats.zip import ZipWriter, iter_members
+from shardkit.manifest import shard_place
 from tests.http_server import serve_directory
 from tests.support.corpus import REPO_ROOT, adding_up, write_jsonl
 from tests.support.readback import DS36_PYTHON
@@ -428,26 +429,39 @@ def _import(path: Path) -> ModuleType:
     return module
 
 
+#: (path, the shard's split): whether shardkit's planner makes such a path.
 SHARD_NAMES = {
-    "data/0.zip": True,
-    "data/7fe.zip": True,
-    "data/3f-01.zip": True,
-    "data/train/" + "a" * 128 + ".zip": True,
-    "data/my_split/0-123456.zip": True,
-    "data/" + "a" * 129 + ".zip": False,
-    "data/0.zip\n": False,
-    "data/../0.zip": False,
-    "data/a/b/0.zip": False,
-    "data/7FE.zip": False,
-    "data/g.zip": False,
-    "data/0.tar": False,
-    "data/0-1234567.zip": False,
-    "metadata/0.zip": False,
-    "https://example.org/data/0.zip": False,
+    ("data/0.zip", "train"): True,
+    ("data/7fe.zip", "train"): True,
+    ("data/3f-01.zip", "train"): True,
+    ("data/train/" + "a" * 128 + ".zip", "train"): True,
+    ("data/my_split/0-123456.zip", "my_split"): True,
+    ("data/train/3f/3f2a.zip", "train"): True,  # nested: the name's first hex digits
+    ("data/3f/3f2a.zip", "train"): True,  # a dataset without splits, nested
+    ("data/3f/3f2a.zip", "3f"): True,  # split 3f, flat
+    ("data/train/80/8.zip", "train"): True,  # a one-digit name, padded
+    ("data/train/3f/402.zip", "train"): False,  # not its name's folder
+    ("data/train/3f/3f/3f2a.zip", "train"): False,
+    ("data/" + "a" * 129 + ".zip", "train"): False,
+    ("data/0.zip\n", "train"): False,
+    ("data/../0.zip", "train"): False,
+    ("data/a/b/0.zip", "train"): False,
+    ("data/7FE.zip", "train"): False,
+    ("data/g.zip", "train"): False,
+    ("data/0.tar", "train"): False,
+    ("data/0-1234567.zip", "train"): False,
+    ("metadata/0.zip", "train"): False,
+    ("https://example.org/data/0.zip", "train"): False,
 }
 
 
 def test_the_scripts_shard_names_are_shardkits(tmp_path: Path) -> None:
+    """The script takes the paths shardkit's manifest takes (manifest.shard_place), no other."""
     module = _import(scaffold(tmp_path) / SCRIPT)
-    assert {name: bool(module._SHARD_NAME.match(name)) for name in SHARD_NAMES} == SHARD_NAMES
-    assert module._metadata_name("data/train/7fe-01.zip") == "metadata/train/7fe-01.jsonl"
+
+    def script_takes(name: str, split: str) -> bool:
+        match = module._SHARD_NAME.match(name)
+        return bool(match) and module._split_folder(match, split) is not None
+
+    assert {key: script_takes(*key) for key in SHARD_NAMES} == SHARD_NAMES
+    assert {key: getattr(shard_place(*key), "suffix", None) == "zip" for key in SHARD_NAMES} == SHARD_NAMES

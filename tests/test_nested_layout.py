@@ -121,8 +121,9 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
 
 def test_a_split_of_more_shards_than_a_folder_holds_is_nested_and_a_small_one_stays_flat(packed: Packed) -> None:
     """train's 11,755 shards are each in data/train/<first two hex digits of its name>/ (256
-    folders, none near the limit), its rows in metadata/train/ the same way; test's 5 stay in
-    data/test/; the card's configs read both; verify finds everything as packed."""
+    folders, none near the limit), the rows of each folder's shards in one file,
+    metadata/train/<folder>.jsonl, shard after shard; test's shards stay in data/test/, each with
+    its metadata file beside; the card's configs read both; verify finds everything as packed."""
     out = packed.out
     manifest = json.loads((out / "shards.json").read_text())
     files = [s["file"] for s in manifest["shards"]]
@@ -136,10 +137,27 @@ def test_a_split_of_more_shards_than_a_folder_holds_is_nested_and_a_small_one_st
     assert sorted(p.name for p in (out / "data" / "test").iterdir()) == sorted(
         f.rsplit("/", 1)[1] for f in files if f.startswith("data/test/")
     )
-    assert all(s["metadata"] == "metadata/" + s["file"][5:-4] + ".jsonl" for s in manifest["shards"])
+    # test's rows beside each shard; train's in one file per folder, each shard's part in order.
+    for shard in manifest["shards"]:
+        stem = shard["file"][len("data/") : -len(".zip")]
+        if shard["split"] == "test":
+            assert shard["metadata"] == f"metadata/{stem}.jsonl" and "metadata_range" not in shard
+        else:
+            assert shard["metadata"] == f"metadata/{stem.rsplit('/', 1)[0]}.jsonl", shard
+    parts: dict[str, list[bytes]] = {}
+    for shard in manifest["shards"]:
+        if "metadata_range" in shard:
+            start, end = shard["metadata_range"]
+            data = (out / shard["metadata"]).read_bytes()
+            assert start == sum(map(len, parts.get(shard["metadata"], [])))
+            parts.setdefault(shard["metadata"], []).append(data[start:end])
+            assert hashlib.sha256(data[start:end]).hexdigest() == shard["metadata_sha256"]
+            assert len(data[start:end].splitlines()) == shard["rows"]
+    assert len(parts) == 256 and all(b"".join(p) == (out / m).read_bytes() for m, p in parts.items())
     on_disk = {str(p.relative_to(out)) for p in (out / "data").rglob("*.zip")}
     on_disk |= {str(p.relative_to(out)) for p in (out / "metadata").rglob("*.jsonl")}
     assert on_disk == set(files) | {s["metadata"] for s in manifest["shards"]}
+    assert len(on_disk) < 2 * len(files) - 10_000  # a file per train folder, not per train shard
     card = yaml.safe_load((out / "README.md").read_text().split("---")[1])
     assert card["configs"][0]["data_files"] == [
         {"split": "train", "path": "data/train/*/*.zip"},
@@ -165,34 +183,35 @@ def test_the_nested_repo_is_pushed_in_commits_the_hub_takes(packed: Packed) -> N
         assert remote[path]["sha256"] == hashlib.sha256((packed.out / path).read_bytes()).hexdigest(), path
 
 
-def _cells(packed: Packed, venv: str) -> list[dict[str, Any]]:
+def _cells(packed: Packed, reads: str) -> list[dict[str, Any]]:
     splits = list(SPLIT_ROWS)
-    if venv == "3.6":
+    local = str(packed.out)
+    if reads == "3.6 script":
         script = str(packed.out / "nested_tiny_loader.py")
-        return [
-            {"id": "script/local/streaming", "reader": "script", "path": script, "streaming": True, "splits": splits}
-        ]
+        cell = {"id": "script/local/streaming", "reader": "script", "path": script, "streaming": True}
+        return [cell | {"splits": splits}]
+    if reads == "5.x map":
+        return [{"id": "builtin/local/map", "reader": "builtin", "path": local, "streaming": False, "splits": splits}]
     return [
         {"id": "shardkit/hub", "reader": "shardkit", "path": REPO, "streaming": True, "splits": splits},
         # Twice, each with a fresh cache: datasets infers types from a shard it picks at random.
         *(
-            {"id": f"builtin/local/streaming/{n}", "reader": "builtin", "path": str(packed.out), "streaming": True}
+            {"id": f"builtin/local/streaming/{n}", "reader": "builtin", "path": local, "streaming": True}
             | {"splits": splits}
             for n in (1, 2)
         ),
-        {"id": "builtin/local/map", "reader": "builtin", "path": str(packed.out), "streaming": False, "splits": splits},
     ]
 
 
-@pytest.mark.parametrize("venv", ["5.x", "3.6"])
-def test_every_reader_gives_each_split_of_the_nested_layout_exactly_its_rows(packed: Packed, venv: str) -> None:
-    python = {"3.6": DS36_PYTHON, "5.x": sys.executable}[venv]
-    cells = _cells(packed, venv)
+@pytest.mark.parametrize("reads", ["5.x streaming", "5.x map", "3.6 script"])
+def test_every_reader_gives_each_split_of_the_nested_layout_exactly_its_rows(packed: Packed, reads: str) -> None:
+    python = DS36_PYTHON if reads.startswith("3.6") else sys.executable
+    cells = _cells(packed, reads)
     result = read_cells(python, cells, packed.reader_env())
     problems = []
     for cell in cells:
         for split in SPLIT_ROWS:
-            where = f"{venv} {cell['id']} split {split}"
+            where = f"{reads} {cell['id']} split {split}"
             got = result["cells"][cell["id"]][split]
             if "error" in got:
                 problems.append(f"{where}: {got['error']}\n{got['traceback']}")

@@ -359,7 +359,10 @@ def _damaged_copy(packed_template: Path, tmp_path: Path, damage: str) -> Path:
     [
         ("crc", "data/3.zip: CRC mismatch in member 'images/"),
         ("unsafe name", "data/3.zip: refusing unsafe member name '../../escape.jpg'"),
-        ("manifest escape", "shards.json: shards[0].file is '../outside.zip', not data/[<split>/]<hex prefix>.zip"),
+        (
+            "manifest escape",
+            "shards.json: shards[0].file is '../outside.zip', not data/[<split>/][<folder>/]<hex prefix>.zip",
+        ),
         ("manifest twice", "shards.json: shard 'data/0.zip' is named twice"),
     ],
 )

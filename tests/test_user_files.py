@@ -376,8 +376,8 @@ def push_with_stderr(folder: Path, env: dict[str, str]) -> subprocess.CompletedP
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ("escape", "shards.json: shards[0].file is '../outside.zip', not data/[<split>/]<hex prefix>.zip"),
-        ("absolute", "shards.json: shards[0].file is '/etc/passwd', not data/[<split>/]<hex prefix>.zip"),
+        ("escape", "shards.json: shards[0].file is '../outside.zip', not data/[<split>/][<folder>/]<hex prefix>.zip"),
+        ("absolute", "shards.json: shards[0].file is '/etc/passwd', not data/[<split>/][<folder>/]<hex prefix>.zip"),
         ("twice", "is named twice"),
         ("metadata", "has metadata '../x.jsonl'"),
     ],

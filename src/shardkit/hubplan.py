@@ -20,8 +20,6 @@ from .plan import ShardPlan, shard_stem
 HUB_MAX_FOLDER_ENTRIES = 10_000
 HUB_MAX_REPO_FILES = 100_000
 FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP: push's default
-#: Files each shard puts in the repo: itself (``data/``) and its rows as JSON Lines (``metadata/``).
-FILES_PER_SHARD = 2
 #: The repo's top-level files shardkit may write (card, manifest, metadata table, preview,
 #: ``.gitattributes``, ``.gitignore``, a loading script): at most this many.
 TOP_LEVEL_FILES = 7
@@ -140,15 +138,23 @@ def repo_plan(plan: Sequence[ShardPlan]) -> RepoPlan:
         was = splits.get(shard.split)
         if was is None:
             folder = shard.name.rsplit("/", 1)[0] + "/"
-            flat = folder in ("data/", f"data/{shard.split}/")  # else in a folder nested() made
+            flat = _is_flat(shard)
             top = folder if flat else folder[:-1].rsplit("/", 1)[0] + "/"
             was = SplitFiles(shard.split, 0, 0, top, not flat)
         splits[shard.split] = replace(was, shards=was.shards + 1, bytes=was.bytes + shard.bytes)
-    files = FILES_PER_SHARD * len(plan) + TOP_LEVEL_FILES
+    # Each shard, and its rows as JSON Lines: a file of its own beside a flat shard, one per
+    # folder for nested shards (manifest.metadata_file_of).
+    metadata_files = {shard.name if _is_flat(shard) else shard.name.rsplit("/", 1)[0] for shard in plan}
+    files = len(plan) + len(metadata_files) + TOP_LEVEL_FILES
     folders = folder_entries(shard.name for shard in plan)
     folders.pop("", None)  # the root holds data/, metadata/ and the top-level files: never many
     fullest, entries = max(folders.items(), key=lambda item: item[1]) if folders else ("data/", 0)
     return RepoPlan(list(splits.values()), files, math.ceil(files / FILES_PER_COMMIT), fullest, entries)
+
+
+def _is_flat(shard: ShardPlan) -> bool:
+    """Whether a planned shard is in its split's folder, not in one :func:`nested` made."""
+    return shard.name.rsplit("/", 1)[0] in ("data", f"data/{shard.split}")
 
 
 def limit_problem(repo: RepoPlan, *, target_bytes: int, max_shard_bytes: int, prefix_length: int) -> str | None:
@@ -168,10 +174,12 @@ def limit_problem(repo: RepoPlan, *, target_bytes: int, max_shard_bytes: int, pr
         bytes_, most = repo.fullest_split.bytes, HUB_MAX_FOLDER_ENTRIES
     elif repo.files > HUB_MAX_REPO_FILES:
         what = (
-            f"the repo would hold up to {repo.files:,} files (each shard and its metadata file), over the"
+            f"the repo would hold up to {repo.files:,} files (its shards and their metadata files), over the"
             f" {HUB_MAX_REPO_FILES:,} the Hub allows"
         )
-        bytes_, most = sum(s.bytes for s in repo.splits), (HUB_MAX_REPO_FILES - TOP_LEVEL_FILES) // FILES_PER_SHARD
+        # As many shards as leave room for a metadata file per nested folder of every split.
+        room = HUB_MAX_REPO_FILES - TOP_LEVEL_FILES - 16**NESTED_FOLDER_DIGITS * len(repo.splits)
+        bytes_, most = sum(s.bytes for s in repo.splits), room
     else:
         return None
     return f"{what}; {_fewer_shards(bytes_, most, target_bytes, max_shard_bytes, prefix_length)}"

@@ -59,6 +59,10 @@ class ManifestShard:
     #: before it was recorded: row ``i * row_offsets_every`` begins at byte ``row_offsets[i]``.
     row_offsets_every: int = 0
     row_offsets: tuple[int, ...] = ()
+    #: A nested shard's rows in its folder's metadata file (``metadata``, shared): bytes
+    #: ``[start, end)``; None for a shard with a metadata file of its own (or not placed yet:
+    #: a done record, before the pack's finish writes the folder's file).
+    metadata_range: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -66,6 +70,10 @@ class ManifestShard:
             del data["row_offsets_every"], data["row_offsets"]
         else:
             data["row_offsets"] = list(self.row_offsets)
+        if self.metadata_range is None:
+            del data["metadata_range"]
+        else:
+            data["metadata_range"] = list(self.metadata_range)
         return data
 
 
@@ -278,6 +286,40 @@ def shard_place(file: str, split: str) -> ShardPlace | None:
     return ShardPlace(split_folder, bool(nested), file[len("data/") : -len(match.group(3)) - 1], match.group(3))
 
 
+def metadata_file_of(file: str, split: str) -> str:
+    """The published file that holds a shard's rows as JSON Lines: ``metadata/<stem>.jsonl``
+    beside a shard in a flat folder; for a nested shard, its folder's one file,
+    ``metadata/[<split>/]<folder>.jsonl``, holding the rows of every shard of that folder one
+    shard after another (each shard's part: its ``metadata_range``), so that a split of 50,000
+    shards adds 256 files to the repo, not 50,000."""
+    place = shard_place(file, split)
+    if place is None:
+        raise ValueError(f"{file!r} is not a shard's path")
+    return f"metadata/{place.stem.rsplit('/', 1)[0]}.jsonl" if place.nested else own_metadata_file(file)
+
+
+def own_metadata_file(file: str) -> str:
+    """A metadata file of a shard's own: its path under metadata/ (``data/train/3f.zip`` ->
+    ``metadata/train/3f.jsonl``). A shard whose ``metadata`` is another is nested."""
+    return f"metadata/{file.removeprefix('data/').rsplit('.', 1)[0]}.jsonl"
+
+
+#: Where nested shards' rows wait for their folder's metadata file (:func:`lines_file_of`).
+LINES_DIR = f"{WORK_DIR}/lines"
+
+
+def lines_file_of(file: str) -> str:
+    """Where a nested shard's rows wait, as JSON Lines, until the pack's finish writes its
+    folder's metadata file (and where they stay, for the next run to write it again from)."""
+    return f"{LINES_DIR}/{file.removeprefix('data/').rsplit('.', 1)[0]}.jsonl"
+
+
+def rows_written_to(shard: ManifestShard) -> str:
+    """Where the writer put a shard's rows: its metadata file of its own, or a nested shard's
+    lines file (its folder's metadata file is written by the pack's finish)."""
+    return shard.metadata if shard.metadata == own_metadata_file(shard.file) else lines_file_of(shard.file)
+
+
 def _place(shard: ManifestShard) -> ShardPlace:
     place = shard_place(shard.file, shard.split)
     assert place is not None  # checked when the manifest was read
@@ -460,7 +502,9 @@ def checked_manifest(data: Any) -> Manifest:
     return manifest
 
 
-def _checked_shards(value: Any, fmt: ShardFormat, cap: int) -> list[ManifestShard]:
+def _checked_shards(value: Any, fmt: ShardFormat, cap: int, *, placed: bool = True) -> list[ManifestShard]:
+    """``shards`` checked entry by entry (``placed``: a manifest's, where each nested shard has
+    its part of its folder's metadata file; a done record's may not have it yet)."""
     if not isinstance(value, list) or not value:
         raise ValueError(f"shards is {_shown(value) if value == [] else _kind(value)}, not a list of shards")
     shards: list[ManifestShard] = []
@@ -487,8 +531,10 @@ def _checked_shards(value: Any, fmt: ShardFormat, cap: int) -> list[ManifestShar
         if file in seen:
             raise ValueError(f"{at} is named twice")
         seen.add(file)
-        if entry["metadata"] != f"metadata/{place.stem}.jsonl":
-            raise ValueError(f"{at} has metadata {_shown(entry['metadata'])}, not 'metadata/{place.stem}.jsonl'")
+        metadata = metadata_file_of(file, split)
+        if entry["metadata"] != metadata:
+            raise ValueError(f"{at} has metadata {_shown(entry['metadata'])}, not {metadata!r}")
+        metadata_range = _checked_range(entry.get("metadata_range"), at, nested=place.nested, placed=placed)
         if not place.split_folder and split != "train":
             raise ValueError(f"{at} is in the folder of another split than {_shown(split)}")
         folders.add(place.split_folder)
@@ -521,11 +567,46 @@ def _checked_shards(value: Any, fmt: ShardFormat, cap: int) -> list[ManifestShar
                 input_sha256,
                 every,
                 offsets,
+                metadata_range,
             )
         )
     if len(folders) > 1:
         raise ValueError("some shards are in a split's folder and some are not")
+    if placed:
+        _check_metadata_parts(shards)
     return shards
+
+
+def _checked_range(value: Any, at: str, *, nested: bool, placed: bool) -> tuple[int, int] | None:
+    """A nested shard's ``metadata_range``: ``[start, end]``, end after start."""
+    if value is None:
+        if nested and placed:
+            raise ValueError(f"{at} has no metadata_range (its part of its folder's metadata file)")
+        return None
+    if not nested:
+        raise ValueError(f"{at} has a metadata_range, but a metadata file of its own")
+    if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value)):
+        raise ValueError(f"{at}: metadata_range is {_shown(value)}, not [start, end]")
+    start, end = value
+    if not 0 <= start < end:
+        raise ValueError(f"{at}: metadata_range is {_shown(value)}, not [start, end] with end after start")
+    return start, end
+
+
+def _check_metadata_parts(shards: list[ManifestShard]) -> None:
+    """The shards of a nested folder fill its metadata file in their order, from its first
+    byte, each part where the one before ends (nothing in it belongs to no shard)."""
+    ends: dict[str, int] = {}
+    for shard in shards:
+        if shard.metadata_range is None:
+            continue
+        start, end = shard.metadata_range
+        if start != ends.get(shard.metadata, 0):
+            raise ValueError(
+                f"shard {shard.file!r}: metadata_range starts at {start}, where the part before it in"
+                f" {shard.metadata} ends at {ends.get(shard.metadata, 0)}"
+            )
+        ends[shard.metadata] = end
 
 
 def _checked_index(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import stat
@@ -17,7 +18,15 @@ from .card import LOADER_SUFFIX, is_shardkit_card
 from .errors import UsageError, listed, naming_errors
 from .hashing import sha256_file
 from .location import MAX_SMALL_FILE_BYTES, Location, OutsideDataset, check_in_dataset, readable_root
-from .manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, ManifestShard, write_atomic
+from .manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    ManifestShard,
+    lines_file_of,
+    own_metadata_file,
+    rows_written_to,
+    write_atomic,
+)
 from .manifest import WORK_DIR as WORK_DIR  # the working folder is outdir's concept; defined beside write_atomic
 from .table import TABLE_NAME
 from .workstate import read_hash_cache
@@ -404,12 +413,20 @@ class HashCache:
 
 
 def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None = None) -> str | None:
-    """Why the shard and its metadata file on disk differ from what the manifest records; None if intact.
+    """Why the shard and its rows on disk differ from what the manifest records; None if intact.
 
     Sizes are compared first, so a truncated file is caught without reading it. With
-    ``hashes``, a file unchanged since it was last hashed is not read again.
+    ``hashes``, a file unchanged since it was last hashed is not read again. A nested shard's
+    rows are its part of its folder's metadata file, or, before the pack's finish has placed
+    them there (a done record), the work folder's lines file.
     """
     for rel, size, sha in ((shard.file, shard.bytes, shard.sha256), (shard.metadata, None, shard.metadata_sha256)):
+        if rel == shard.metadata and shard.metadata_range is not None:
+            problem = _part_problem(out_dir, shard)
+            # (a run killed while it wrote the folder's file keeps the rows in the lines file)
+            return None if problem is None or _lines_kept(out_dir, shard) else problem
+        if rel == shard.metadata:
+            rel = rows_written_to(shard)
         path = os.path.join(out_dir, rel)
         try:
             actual = os.path.getsize(path)
@@ -420,6 +437,29 @@ def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None =
             return f"{rel} is missing"
         if digest != sha:
             return f"{rel} does not match the sha256 the manifest records"
+    return None
+
+
+def _lines_kept(out_dir: str, shard: ManifestShard) -> bool:
+    """Whether a nested shard's rows are in its lines file (see :func:`.packfinish.write_folder_metadata`)."""
+    try:
+        return sha256_file(os.path.join(out_dir, lines_file_of(shard.file))) == shard.metadata_sha256
+    except FileNotFoundError:
+        return False
+
+
+def _part_problem(out_dir: str, shard: ManifestShard) -> str | None:
+    """Why a nested shard's part of its folder's metadata file is not its rows; None if it is."""
+    assert shard.metadata_range is not None
+    start, end = shard.metadata_range
+    try:
+        with open(os.path.join(out_dir, shard.metadata), "rb") as f:
+            f.seek(start)
+            part = f.read(end - start)
+    except FileNotFoundError:
+        return f"{shard.metadata} is missing"
+    if len(part) != end - start or hashlib.sha256(part).hexdigest() != shard.metadata_sha256:
+        return f"{shard.metadata}, bytes {start} to {end}, do not match the sha256 the manifest records"
     return None
 
 
@@ -473,6 +513,9 @@ def url_shard_problem(sizes: dict[str, int], shard: ManifestShard) -> str | None
         return f"{shard.file} is missing"
     if size != shard.bytes:
         return f"{shard.file} is {size} bytes, the record says {shard.bytes}"
-    if shard.metadata not in sizes:
-        return f"{shard.metadata} is missing"
+    if shard.metadata_range is None and shard.metadata != own_metadata_file(shard.file):
+        rows = lines_file_of(shard.file)  # a nested shard's rows, not placed in its folder's file yet
+        return None if rows in sizes else f"{rows} is missing"
+    if sizes.get(shard.metadata, -1) < (shard.metadata_range[1] if shard.metadata_range else 0):
+        return f"{shard.metadata} is missing or shorter than the manifest records"
     return None

@@ -24,7 +24,7 @@ from . import summarytext
 from .errors import ShardkitError, UsageError, listed, one_line
 from .formats import ShardFormat
 from .location import Location
-from .manifest import MANIFEST_NAME, Manifest, ManifestShard, Options, write_atomic
+from .manifest import LINES_DIR, MANIFEST_NAME, Manifest, ManifestShard, Options, metadata_file_of, write_atomic
 from .outdir import PLACEHOLDERS, HashCache, shard_problem, unnamed_files, url_shard_problem
 from .packconfig import ShardChange
 from .packprevious import PreviousRun
@@ -33,7 +33,6 @@ from .plan import ShardPlan
 from .schema import class_label_names
 from .staging import iter_staged, rows_sha256
 from .workstate import read_done_records
-from .writer import metadata_path_for
 
 if TYPE_CHECKING:
     from .packplan import Planned
@@ -156,7 +155,7 @@ def _output_there(run: PackRun, plan: list[ShardPlan], state: RunState, previous
     state_json = state.to_json()
     before = previous.state if previous is not None else None
     manifest = previous.manifest if previous is not None else None
-    planned = {p.name for p in plan} | {metadata_path_for(p) for p in plan}
+    planned = {p.name for p in plan} | {metadata_file_of(p.name, p.split) for p in plan}
     same_run = before == state_json
     # An update: the same options and layout, other rows. Shards whose rows did not change stay.
     updating = (
@@ -227,6 +226,8 @@ def _make_room(run: PackRun, output: _Output, state: RunState) -> None:
     if not output.same_run:
         shutil.rmtree(run.done_dir, ignore_errors=True)
         os.makedirs(run.done_dir)
+        for rel in location.files_under(LINES_DIR):  # nested shards' rows of a run not resumed
+            location.remove(rel)
         location.remove(MANIFEST_NAME)
         with contextlib.suppress(FileNotFoundError):  # the work folder's copy, for a URL
             os.unlink(os.path.join(run.local_dir, MANIFEST_NAME))
@@ -249,6 +250,8 @@ def _done_shards(
         # (A run of other input clears the done records: a dry run leaves them and ignores them.)
         if output.same_run:
             result = output.done_records.get(record_path)
+            if result is not None:  # the manifest's, once the finish placed a nested shard's rows
+                result = output.recorded.get(p.name, result)
         if result is not None and result.input_sha256 and result.input_sha256 != p.input_sha256:
             result = None  # written from other rows, by a run of other input killed part-way
         from_before = False
@@ -278,7 +281,10 @@ def _recorded_shards(manifest: Manifest | None, done_records: dict[str, Manifest
     """The shards OUT_DIR's manifest or the done records (of a run that stopped part-way) name."""
     shards = {s.file: s for s in manifest.shards} if manifest is not None else {}
     for record in done_records.values():
-        shards[record.file] = record
+        placed = shards.get(record.file)
+        # (the manifest's record of the same shard has its rows' place in its folder's file)
+        if placed is None or replace(placed, metadata_range=None) != record:
+            shards[record.file] = record
     return shards
 
 
@@ -413,7 +419,12 @@ def _rows_changed(location: Location, before: ManifestShard, staged_path: str, p
     unreadable, how many rows it had and has."""
     counts = f"({before.rows} -> {p.rows} rows)" if before.rows != p.rows else f"({summarytext.rows(p.rows)})"
     try:
-        data = location.read_bytes(before.metadata)
+        if before.metadata_range is None:
+            data = location.read_bytes(before.metadata)
+        else:  # a nested shard's part of its folder's file
+            start, end = before.metadata_range
+            with location.open_range(before.metadata, start, end) as f:
+                data = f.read(end - start)
         # (split at "\n" only, as every reader of published lines: JSON leaves U+2028 as it is)
         old = {json.loads(line)["key"]: line for line in data.split(b"\n") if line} if data is not None else None
     except (ShardkitError, OSError, ValueError, KeyError, TypeError):  # a message is not worth a refusal

@@ -244,15 +244,20 @@ def collect_files(
     remote = location if location is not None and not location.is_local else None
     shard_files: list[LocalFile] = []
     for shard in manifest.shards:
+        # A nested folder's metadata file holds several shards' rows: listed once, its sha256 not
+        # in the manifest (read when it is compared with the Hub's).
+        part = shard.metadata_range
+        shared = part is not None
+        if part is not None and part[0] != 0:
+            shard_files.append(LocalFile(shard.file, _where(out_dir, remote, shard.file), shard.bytes, shard.sha256))
+            continue
+        meta = _where(out_dir, remote, shard.metadata)
         if remote is not None:
             size = listing.get(shard.metadata, 0)
-            shard_files.append(LocalFile(shard.file, remote.where(shard.file), shard.bytes, shard.sha256))
-            shard_files.append(LocalFile(shard.metadata, remote.where(shard.metadata), size, shard.metadata_sha256))
-            continue
-        shard_files.append(LocalFile(shard.file, os.path.join(out_dir, shard.file), shard.bytes, shard.sha256))
-        meta = os.path.join(out_dir, shard.metadata)
-        size = os.path.getsize(meta) if os.path.exists(meta) else 0
-        shard_files.append(LocalFile(shard.metadata, meta, size, shard.metadata_sha256))
+        else:
+            size = os.path.getsize(meta) if os.path.exists(meta) else 0
+        shard_files.append(LocalFile(shard.file, _where(out_dir, remote, shard.file), shard.bytes, shard.sha256))
+        shard_files.append(LocalFile(shard.metadata, meta, size, None if shared else shard.metadata_sha256))
     named = {f.path for f in shard_files}
     rules = ignore_rules(out_dir)
     found: dict[str, tuple[str, int | None]] = {}  # repo path -> (where it is, its size if known)
@@ -286,6 +291,11 @@ def collect_files(
         size_of = os.path.getsize(where) if known_size is None else known_size
         other.append(LocalFile(rel, where, size_of, known.get(rel)))
     return shard_files, other
+
+
+def _where(out_dir: str, remote: Location | None, rel: str) -> str:
+    """Where a repo file to upload is: in the local OUT_DIR, or at the OUT_DIR URL."""
+    return remote.where(rel) if remote is not None else os.path.join(out_dir, rel)
 
 
 def check_hub_limits(files: list[LocalFile]) -> None:

@@ -208,7 +208,7 @@ class _Check:
 
     def open(self, relative: str) -> contextlib.AbstractContextManager[IO[bytes]]:
         if relative == self.shard.metadata:  # read whole by the walks: never more than a metadata file
-            return contextlib.nullcontext(io.BytesIO(_read_metadata_file(self.location, relative)))
+            return contextlib.nullcontext(io.BytesIO(_read_shard_rows(self.location, self.shard)))
         return self.location.open_random(relative)
 
     def problem(
@@ -224,9 +224,15 @@ class _Check:
             _decode(self.result, self.shard, name, data, source)
 
 
-def _read_metadata_file(location: Location, rel: str) -> bytes:
-    """A shard's ``metadata/<stem>.jsonl``, whole: one line naming it past :data:`MAX_METADATA_FILE_BYTES`
-    (a server may send an endless one). FileNotFoundError when it is not there."""
+def _read_shard_rows(location: Location, shard: ManifestShard) -> bytes:
+    """A shard's rows as JSON Lines: its ``metadata/<stem>.jsonl`` whole, or a nested shard's
+    part of its folder's file; one line naming it past :data:`MAX_METADATA_FILE_BYTES` (a server
+    may send an endless one). FileNotFoundError when it is not there."""
+    rel = shard.metadata
+    if shard.metadata_range is not None:
+        start, end = shard.metadata_range
+        with location.open_range(rel, start, end) as f:
+            return read_bounded(f, min(end - start, MAX_METADATA_FILE_BYTES), location.where(rel))
     with location.open_random(rel) as f:
         return read_bounded(f, MAX_METADATA_FILE_BYTES, location.where(rel))
 
@@ -284,7 +290,7 @@ def _check_shard(
             )
 
     try:
-        outer = _read_metadata_file(location, shard.metadata)
+        outer = _read_shard_rows(location, shard)
         if walk.metadata is not None and outer != walk.metadata:
             problems.append(Problem(shard.metadata, f"differs from {fmt.metadata_inside} {shard.file}"))
         if hashlib.sha256(outer).hexdigest() != shard.metadata_sha256:
@@ -312,8 +318,17 @@ def _index_problem(shard: ManifestShard, row_starts: list[int]) -> str | None:
 def check_whole(location: Location, manifest: Manifest, results: list[_ShardResult], report: VerifyReport) -> None:
     """The checks of the dataset as a whole, after every shard's (a seam: a test stops verify here)."""
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
-    present = [rel for sub in ("data", "metadata") for rel in location.files_under(sub)]
+    sizes = {rel: size for sub in ("data", "metadata") for rel, size in location.find(sub).items()}
+    present = sorted(sizes)
     report.problems.extend(Problem(rel, f"not named in {MANIFEST_NAME}") for rel in unnamed_files(present, named))
+    # A nested folder's metadata file holds its shards' parts and nothing else.
+    ends: dict[str, int] = {}
+    for shard in manifest.shards:
+        if shard.metadata_range is not None:
+            ends[shard.metadata] = max(ends.get(shard.metadata, 0), shard.metadata_range[1])
+    for rel, end in ends.items():
+        if sizes.get(rel, end) > end:
+            report.problems.append(Problem(rel, f"{sizes[rel] - end} bytes after the last shard's rows"))
     # Each split's shards hold key ranges that do not overlap (splits are cut by key apart).
     ranges = sorted((s.split, r.keys, s.file) for r, s in zip(results, manifest.shards, strict=True) if r.keys)
     for (split_a, a, file_a), (split_b, b, file_b) in itertools.pairwise(ranges):

@@ -197,7 +197,7 @@ def read_done_records(done_dir: str) -> dict[str, ManifestShard]:
             if suffix not in FORMAT_NAMES:
                 raise ValueError(f"file is {_shown(file)}, not a shard's name")
             fmt = format_named(suffix)
-            records[path] = _checked_shards([data], fmt, fmt.max_bytes)[0]
+            records[path] = _checked_shards([data], fmt, fmt.max_bytes, placed=False)[0]
         except ValueError as exc:
             log.warning("%s: damaged (%s); ignored: its shard is written again unless shards.json has it", path, exc)
     return records

@@ -29,7 +29,7 @@ from .errors import ShardkitError, naming, naming_errors
 from .formats import format_named
 from .formats.base import RowFile
 from .location import Location
-from .manifest import ManifestShard
+from .manifest import ManifestShard, lines_file_of, metadata_file_of, own_metadata_file
 from .plan import ShardPlan
 from .readahead import BigFile, Fetched, forget_ring, read_in_order
 from .shardfile import ShardFile
@@ -63,9 +63,11 @@ class ShardJob:
     table: bytes | None = None
 
 
-def metadata_path_for(plan: ShardPlan) -> str:
-    """``data/[<split>/]<stem><suffix>``'s metadata file: ``metadata/[<split>/]<stem>.jsonl``."""
-    return f"metadata/{plan.name.removeprefix('data/').rsplit('.', 1)[0]}.jsonl"
+def lines_written_at(plan: ShardPlan) -> str:
+    """Where the writer puts a shard's rows as JSON Lines: its metadata file, or for a nested
+    shard, in the work folder until the pack's finish writes its folder's metadata file."""
+    metadata = metadata_file_of(plan.name, plan.split)
+    return metadata if metadata == own_metadata_file(plan.name) else lines_file_of(plan.name)
 
 
 def fsync_close(f: BinaryIO, fsync: bool) -> None:
@@ -161,7 +163,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
     tmp_shard = os.path.join(tmp_dir, f"{plan.stem}{fmt.suffix}.{attempt}.partial")
     tmp_meta = os.path.join(tmp_dir, f"{plan.stem}.jsonl.{attempt}.partial")
     tmp_staged = os.path.join(tmp_dir, f"{plan.stem}.tsv.{attempt}.partial")
-    meta_rel = metadata_path_for(plan)
+    meta_rel = lines_written_at(plan)
     try:
         if job.staged is not None:
             with naming_errors(tmp_staged), open(tmp_staged, "wb") as f:
@@ -206,7 +208,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
             os.unlink(tmp_staged)
     return ManifestShard(
         file=plan.name,
-        metadata=meta_rel,
+        metadata=metadata_file_of(plan.name, plan.split),
         rows=plan.rows,
         bytes=total,
         sha256=shard_sha256,

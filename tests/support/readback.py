@@ -78,6 +78,9 @@ def read_with(
 ) -> dict[str, Any]:
     """``load_dataset(path, **load_kwargs)`` with ``python``; ``.py`` paths get ``trust_remote_code``."""
     args = [python, "-c", DIGEST_SCRIPT, str(path), "1" if streaming else "0", column, str(cache)]
+    # A loading script's module is cached by its code, with the README.md beside it when it was
+    # first loaded: two datasets packed with the same features would share one card's split sizes.
+    env = {**(os.environ if env is None else env), "HF_MODULES_CACHE": str(cache / "modules")}
     result = subprocess.run(
         [*args, json.dumps(load_kwargs)], capture_output=True, text=True, check=False, env=env, timeout=600
     )

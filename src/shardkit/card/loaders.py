@@ -58,6 +58,8 @@ EARLIER_READERS = {
     "7e6204afec5b45ab211d002b39ac4e3374820f33f1d273d16703a9e1f1932417": "1403417",
     "b8e0d3bf8231732b6cd38da44659289caa2be27d983067a5e40ab82a356cbd82": "b5b75c3",
     "9631f1141235e995d554f82bf15ce383a04a122fa48d227d599400f2deda4a2d": "c9013c6",
+    "8663f501f0370ffb1a7ecad1e6a5d0557630ad1b9f307785058644d13ade39f7": "08de0b4",
+    "c63ace27c5da799b4ca2ba6f5ffda87ccb1f52003956dcc73683f98ca70ffa8e": "5b06ef5",
 }
 #: The line of the earlier templates' reader code that held the pretty name (the class docstring),
 #: as rendered (a name on one line, without a triple quote) and as the template wrote it.

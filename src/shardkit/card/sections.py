@@ -159,8 +159,8 @@ def layout_section(facts: CardFacts) -> str:
         where = ", ".join(f"`{s.data_files.split('*', 1)[0]}`" for s in nested)
         shard_line += (
             f" In {where}, which would hold more than the 10,000 entries the Hub allows in a folder, each shard is"
-            f" in a folder named by the first two hex digits of its name (`3f/3f2a{fmt.suffix}`; its metadata file"
-            " likewise)."
+            f" in a folder named by the first two hex digits of its name (`3f/3f2a{fmt.suffix}`), and the rows of a"
+            " folder's shards are in one metadata file (`3f.jsonl`), shard after shard."
         )
     lines += [
         shard_line,

@@ -36,7 +36,7 @@ _FEATURES_JSON = r"""
 """
 # shardkit:features-end
 
-# shardkit:reader 9: from here to the end, shardkit's reader code (see the module docstring). It
+# shardkit:reader 10: from here to the end, shardkit's reader code (see the module docstring). It
 # imports what it uses here, so that it runs below the lines above of any template's version.
 import json
 import os
@@ -190,7 +190,8 @@ def _checked_manifest(data):
         raise ValueError("shards is not a list of shards")
     sums, seen, folders = {}, set(), set()
     for index, shard in enumerate(shards):
-        if not isinstance(shard, dict) or not _SHARD_FIELDS <= set(shard) <= _SHARD_FIELDS | {"split", "input_sha256"}:
+        optional = {"split", "input_sha256", "metadata_range"}
+        if not isinstance(shard, dict) or not _SHARD_FIELDS <= set(shard) <= _SHARD_FIELDS | optional:
             raise ValueError(f"shards[{index}] is not a shard's record (its fields are not shardkit's)")
         name = shard["file"]
         # Follow nothing but shardkit's own names (no "../", no URL), for the shard and its rows.
@@ -210,8 +211,16 @@ def _checked_manifest(data):
         if not in_split_folder and split != "train":
             raise ValueError(f"{at} is in the folder of another split than {_shown(split)}")
         folders.add(in_split_folder)
-        if shard["metadata"] != f"metadata/{match.group(1)}.jsonl":
-            raise ValueError(f"{at} has metadata {_shown(shard['metadata'])}, not 'metadata/{match.group(1)}.jsonl'")
+        # A nested shard's rows are its part of its folder's metadata file (metadata_range).
+        nested = match.group(1).count("/") > int(in_split_folder)
+        metadata = f"metadata/{match.group(1).rsplit('/', 1)[0] if nested else match.group(1)}.jsonl"
+        if shard["metadata"] != metadata:
+            raise ValueError(f"{at} has metadata {_shown(shard['metadata'])}, not {metadata!r}")
+        part = shard.get("metadata_range")
+        if nested != (part is not None) or part is not None and not (
+            isinstance(part, list) and len(part) == 2 and all(type(v) is int for v in part) and 0 <= part[0] < part[1]
+        ):
+            raise ValueError(f"{at} has metadata_range {_shown(part)}: a nested shard's [start, end], else none")
         rows = _whole(shard["rows"], f"{at}: rows", 1, 0xFFFE)
         size = _whole(shard["bytes"], f"{at}: bytes", 1, cap)
         for field in ("sha256", "metadata_sha256") + (("input_sha256",) if shard.get("input_sha256") else ()):
@@ -637,9 +646,10 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
         root = _readable_root(os.path.dirname(os.path.abspath(manifest_file))) if local else None
         where = manifest_file if manifest_file.endswith("shards.json") else location
         manifest = _read_manifest(_inside(manifest_file, root), where)
-        splits = {}  # split -> its shards and their metadata files, in the manifest's order
+        splits = {}  # split -> its shards and their metadata files (and parts), in the manifest's order
         for shard in manifest["shards"]:
-            splits.setdefault(shard.get("split", "train"), []).append((shard["file"], shard["metadata"]))
+            rows = (shard["metadata"], shard.get("metadata_range"))
+            splits.setdefault(shard.get("split", "train"), []).append((shard["file"], rows))
         # Shards before layout 4 hold their rows (the manifest's metadata_member): their metadata
         # files are not fetched.
         rows_outside = manifest.get("metadata_member") != _METADATA_LINES
@@ -648,8 +658,8 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
         for split, shards in splits.items():
             paths = [_inside(p, root) for p in dl_manager.download([self._location(name) for name, _ in shards])]
             if rows_outside:
-                metadata = dl_manager.download([self._location(rows) for _, rows in shards])
-                metadata = [_inside(p, root) for p in metadata]
+                metadata = dl_manager.download([self._location(rows) for _, (rows, _) in shards])
+                metadata = [(_inside(p, root), rows, part) for p, (_, (rows, part)) in zip(metadata, shards)]
             else:
                 metadata = [None] * len(shards)
             # Lists of equal length: datasets makes one shard of work per ZIP.
@@ -660,7 +670,7 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
 
     def _generate_examples(self, paths, names, metadata, keys):
         spec = json.loads(_FEATURES_JSON)
-        for path, shard, metadata_path, shard_keys in zip(paths, names, metadata, keys):
+        for path, shard, beside, shard_keys in zip(paths, names, metadata, keys):
             # Every row held to shards.json and the features (datasets would turn an int into the
             # string a feature declares, and drop a column it does not declare, without a word).
             columns = [f for f in spec if f["name"] not in (_FILE_COLUMN, "key")]
@@ -674,10 +684,8 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
                         if name == _METADATA_LINES:  # before layout 4: the rows, inside
                             where = name
                             rows = _rows(data, shard, where, sources)
-                        elif name == _METADATA_TABLE and metadata_path is not None:
-                            where = _metadata_name(shard)  # the same rows as JSON lines, beside the shard
-                            with open(metadata_path, "rb") as lines:
-                                rows = _rows(lines.read(), shard, where, sources)
+                        elif name == _METADATA_TABLE and beside is not None:
+                            rows, where = _rows_beside(beside, shard, sources)
                         elif name == _METADATA_TABLE:
                             raise ValueError(
                                 f"{shard}: the first member is {name!r}, but shards.json says its shards"
@@ -705,6 +713,17 @@ class ShardkitZip(datasets.GeneratorBasedBuilder):
                     raise ValueError(f"{shard}: {count} rows, where the manifest records {shard_keys[6]}")
 
 
-def _metadata_name(shard):
-    """A shard's metadata file: data/train/7fe.zip -> metadata/train/7fe.jsonl."""
-    return f"metadata/{_SHARD_NAME.match(shard).group(1)}.jsonl"
+def _rows_beside(metadata, shard, sources):
+    """A shard's rows from its metadata file beside it (the same rows as JSON lines), or a
+    nested shard's from its part of its folder's file; and how messages name them."""
+    path, where, part = metadata
+    with open(path, "rb") as lines:
+        if part is None:
+            return _rows(lines.read(), shard, where, sources), where
+        start, end = part
+        lines.seek(start)
+        data = lines.read(end - start)
+    where = f"{where} (bytes {start} to {end})"
+    if len(data) != end - start:
+        raise ValueError(f"{shard}: {where} is past the end of the file")
+    return _rows(data, shard, where, sources), where
