@@ -36,7 +36,7 @@ _FEATURES_JSON = r"""
 """
 # shardkit:features-end
 
-# shardkit:reader 10: from here to the end, shardkit's reader code (see the module docstring). It
+# shardkit:reader 11: from here to the end, shardkit's reader code (see the module docstring). It
 # imports what it uses here, so that it runs below the lines above of any template's version.
 import json
 import os
@@ -188,7 +188,7 @@ def _checked_manifest(data):
     shards = data.get("shards")
     if not isinstance(shards, list) or not shards:
         raise ValueError("shards is not a list of shards")
-    sums, seen, folders = {}, set(), set()
+    sums, seen, folders, ends = {}, set(), set(), {}
     for index, shard in enumerate(shards):
         optional = {"split", "input_sha256", "metadata_range"}
         if not isinstance(shard, dict) or not _SHARD_FIELDS <= set(shard) <= _SHARD_FIELDS | optional:
@@ -221,6 +221,10 @@ def _checked_manifest(data):
             isinstance(part, list) and len(part) == 2 and all(type(v) is int for v in part) and 0 <= part[0] < part[1]
         ):
             raise ValueError(f"{at} has metadata_range {_shown(part)}: a nested shard's [start, end], else none")
+        if part is not None:  # a folder's parts fill its file in order (shardkit.manifest._check_metadata_parts)
+            if part[0] != ends.get(metadata, 0):
+                raise ValueError(f"{at}: metadata_range starts at {part[0]}, where the part before it ends")
+            ends[metadata] = part[1]
         rows = _whole(shard["rows"], f"{at}: rows", 1, 0xFFFE)
         size = _whole(shard["bytes"], f"{at}: bytes", 1, cap)
         for field in ("sha256", "metadata_sha256") + (("input_sha256",) if shard.get("input_sha256") else ()):
