@@ -124,7 +124,18 @@ def test_a_dry_run_shows_the_repo_against_the_hubs_limits(tmp_path: Path) -> Non
         "max_folder_entries": 10_000,
         "commits": math.ceil(files / 100),
         "files_per_commit": 100,
-        "splits": [{"name": "train", "shards": shards, "bytes": summary["bytes"], "folder": "data/", "nested": False}],
+        "splits": [
+            {
+                "name": "train",
+                "shards": shards,
+                "bytes": summary["bytes"],
+                "folder": "data/",
+                "nested": False,
+                "files": 2 * shards,
+                "fullest_folder": "data/",
+                "fullest_entries": shards,
+            }
+        ],
     }
     text = pack(images, meta, out, "--dry-run", "--target-shard-size", "100KB")
     assert text.returncode == 0, text.stderr

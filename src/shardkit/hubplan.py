@@ -40,6 +40,9 @@ class SplitFiles:
     bytes: int
     folder: str  # where its shards go: "data/" for a dataset without splits, else "data/<split>/"
     nested: bool  # its shards are in folders named by their names' first hex digits (see :func:`nested`)
+    files: int = 0  # its shards and their metadata files
+    fullest_folder: str = ""  # of its folders (its own, or its nested ones), the one with the most entries
+    fullest_entries: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,15 +78,17 @@ class RepoPlan:
         entries, commits = self.fullest_entries, self.commits
         yield (
             f"Hub: {self.files:,} files at most (limit {HUB_MAX_REPO_FILES:,}); fullest folder {self.fullest_folder}:"
-            f" {entries:,} entr{'ies' if entries != 1 else 'y'} (limit {HUB_MAX_FOLDER_ENTRIES:,});"
+            f" {_entries(entries)} (limit {HUB_MAX_FOLDER_ENTRIES:,});"
             f" {commits:,} commit{'s' if commits != 1 else ''} of up to {FILES_PER_COMMIT} files to push"
         )
+        if len(self.splits) == 1 and not self.splits[0].nested:
+            return  # the line above says it all
         for split in self.splits:
-            if split.nested:
-                yield (
-                    f"  {split.folder}: {split.shards:,} shards, more than a folder may hold: each in"
-                    f" {split.folder}<first hex digits of its name>/"
-                )
+            nested = f", each in {split.folder}<first hex digits of its name>/" if split.nested else ""
+            yield (
+                f"  split {split.name}: {split.shards:,} shard{'s' if split.shards != 1 else ''}{nested};"
+                f" {split.files:,} files; fullest folder {split.fullest_folder}: {_entries(split.fullest_entries)}"
+            )
 
 
 def nested(shards: list[ShardPlan]) -> list[ShardPlan]:
@@ -134,22 +139,40 @@ def folder_entries(paths: Iterable[str]) -> Counter[str]:
 def repo_plan(plan: Sequence[ShardPlan]) -> RepoPlan:
     """The repo ``plan`` makes (its shards' names say their folders)."""
     splits: dict[str, SplitFiles] = {}
+    # Each shard has its rows as JSON Lines: in a file of its own beside a flat shard, in one
+    # file per folder for nested shards (manifest.metadata_file_of).
+    metadata_files: dict[str, set[str]] = {}
     for shard in plan:
-        was = splits.get(shard.split)
-        if was is None:
-            folder = shard.name.rsplit("/", 1)[0] + "/"
-            flat = _is_flat(shard)
-            top = folder if flat else folder[:-1].rsplit("/", 1)[0] + "/"
-            was = SplitFiles(shard.split, 0, 0, top, not flat)
+        flat = _is_flat(shard)
+        folder = shard.name.rsplit("/", 1)[0] + "/"
+        was = splits.get(shard.split) or SplitFiles(
+            shard.split, 0, 0, folder if flat else folder[:-1].rsplit("/", 1)[0] + "/", not flat
+        )
         splits[shard.split] = replace(was, shards=was.shards + 1, bytes=was.bytes + shard.bytes)
-    # Each shard, and its rows as JSON Lines: a file of its own beside a flat shard, one per
-    # folder for nested shards (manifest.metadata_file_of).
-    metadata_files = {shard.name if _is_flat(shard) else shard.name.rsplit("/", 1)[0] for shard in plan}
-    files = len(plan) + len(metadata_files) + TOP_LEVEL_FILES
+        metadata_files.setdefault(shard.split, set()).add(shard.name if flat else folder)
     folders = folder_entries(shard.name for shard in plan)
     folders.pop("", None)  # the root holds data/, metadata/ and the top-level files: never many
-    fullest, entries = max(folders.items(), key=lambda item: item[1]) if folders else ("data/", 0)
+    for name, split in splits.items():
+        # Its folder and those nested in it (a split's folder is data/ only in a dataset without splits).
+        fullest_folder, fullest_entries = _fullest(
+            Counter({f: n for f, n in folders.items() if f.startswith(split.folder)})
+        )
+        files = split.shards + len(metadata_files[name])
+        splits[name] = replace(split, files=files, fullest_folder=fullest_folder, fullest_entries=fullest_entries)
+    files = sum(s.files for s in splits.values()) + TOP_LEVEL_FILES
+    fullest, entries = _fullest(folders)
     return RepoPlan(list(splits.values()), files, math.ceil(files / FILES_PER_COMMIT), fullest, entries)
+
+
+def _entries(n: int) -> str:
+    return f"{n:,} entr{'ies' if n != 1 else 'y'}"
+
+
+def _fullest(folders: Counter[str]) -> tuple[str, int]:
+    """The folder with the most entries (the first of them in name order), and how many."""
+    if not folders:
+        return "data/", 0
+    return min(folders.items(), key=lambda item: (-item[1], item[0]))
 
 
 def _is_flat(shard: ShardPlan) -> bool:
