@@ -65,12 +65,17 @@ class Faults:
     #: (a dead link), so that a client that stops at all was interrupted.
     lfs_upload_gate: threading.Event | None = None
     latency: float = 0.0  # seconds before every answer: a network round trip, for benchmarks
+    #: Every this many commits, the Hub's rate limit: the next commit request is answered 429 (with
+    #: Retry-After: 1), as the Hub answers a client that commits too often.
+    commits_between_rate_limits: int | None = None
 
 
 @dataclass
 class Counters:
     lfs_uploads: int = 0
     commits: int = 0
+    rate_limited: int = 0  # commit requests answered 429
+    limited: bool = False  # the last commit request was answered 429 (the next is let through)
 
 
 def _write_replacing(path: Path, text: str) -> None:
@@ -106,11 +111,12 @@ def lfs_pointer(sha256: str, size: int) -> bytes:
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, code: str | None = None, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
+        self.retry_after = retry_after
 
 
 class HubState:
@@ -386,6 +392,8 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             headers = {"X-Error-Message": exc.message}
             if exc.code:
                 headers["X-Error-Code"] = exc.code
+            if exc.retry_after is not None:
+                headers["Retry-After"] = str(exc.retry_after)
             self._send(exc.status, {"error": exc.message}, headers)
 
         def _token_role(self) -> str | None:
@@ -518,6 +526,11 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                     limit = hub.faults.commits_before_failure
                     if limit is not None and hub.counters.commits >= limit:
                         raise HttpError(hub.faults.status, "injected failure: commits are failing")
+                    every = hub.faults.commits_between_rate_limits
+                    if every is not None and hub.counters.commits % every == 0 and not hub.counters.limited:
+                        hub.counters.limited, hub.counters.rate_limited = True, hub.counters.rate_limited + 1
+                        raise HttpError(429, "You have exceeded the rate limit for commits", retry_after=1)
+                    hub.counters.limited = False
                     commit_id = state.commit(repo_type, repo_id, unquote(tail), lines)
                     hub.counters.commits += 1
                 prefix = "" if repo_type == "model" else f"{repo_type}s/"

@@ -490,6 +490,24 @@ def _changed_paths(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
     return {p for p in old.keys() | new.keys() if old.get(p) != new.get(p)}
 
 
+@pytest.mark.slow
+def test_a_push_waits_out_the_hubs_rate_limit_on_commits(hub: HubServer, repo_dir: Path, tmp_path: Path) -> None:
+    """The Hub answers every third commit request 429 (Retry-After: 1), as it answers a client
+    that commits too often: push waits as asked, says so, commits again, and publishes the folder."""
+    hub.faults.commits_between_rate_limits = 3
+    env = hub_env(hub.url, tmp_path / "home")
+    result = shardkit("push", str(repo_dir), "--repo", REPO, "--json", "--files-per-commit", "10", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert hub.counters.rate_limited >= 2 and summary["commits"] >= 5
+    waits = [line for line in result.stderr.splitlines() if "429" in line]
+    assert len(waits) == hub.counters.rate_limited, result.stderr
+    assert all(
+        line.endswith("the Hub limits commits (429 Too Many Requests): committing again in 1 s") for line in waits
+    )
+    assert remote_files(hub) == local_files(repo_dir)
+
+
 def test_regular_files_compare_by_git_blob_id(tmp_path: Path) -> None:
     from shardkit.push import is_unchanged
 

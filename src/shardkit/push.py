@@ -79,6 +79,9 @@ log = logging.getLogger(__name__)
 UPLOAD_GROUP = 8  # files uploaded between two progress updates
 ALWAYS_IGNORED = (f"{WORK_DIR}/", ".git/", "__pycache__/", ".ipynb_checkpoints/", ".DS_Store", "*.pyc")
 REGULAR_FILE_LIMIT = 10_000_000  # bigger files are always LFS on the Hub
+#: Waits for the Hub's rate limit on commits (429) without a time from the Hub: 5 s, doubling to 5 min;
+#: a push gives up after an hour of them (a re-run resumes).
+FIRST_COMMIT_WAIT, MAX_COMMIT_WAIT, COMMIT_WAIT_LIMIT = 5.0, 300.0, 3600.0
 MAX_GITIGNORE_BYTES = 1 << 20  # far more than any .gitignore holds; each line is matched against every path
 
 
@@ -638,15 +641,52 @@ def _commit(
     if stop is not None and stop.is_set():
         raise KeyboardInterrupt
     with hub_errors(f"committing {message!r}", repo_id):
-        info = api.create_commit(
-            repo_id,
-            operations=operations,
-            commit_message=message,
-            repo_type="dataset",
-            revision=config.revision,
-            parent_commit=parent,
+        info = _paced(
+            lambda: api.create_commit(
+                repo_id,
+                operations=operations,
+                commit_message=message,
+                repo_type="dataset",
+                revision=config.revision,
+                parent_commit=parent,
+            ),
+            stop,
         )
     return str(info.oid)
+
+
+def _paced(commit: Callable[[], Any], stop: threading.Event | None) -> Any:
+    """``commit()``, again after the wait the Hub asks for while it answers 429 (its rate limit on
+    commits: a push of 1,000 commits meets it), up to :data:`COMMIT_WAIT_LIMIT` seconds in all.
+
+    Own code: huggingface_hub retries uploads on 429, not a commit (a commit whose answer was lost
+    would be made twice); a 429 is a commit refused, and ``parent_commit`` makes any commit made
+    twice fail. The wait ends at once on Ctrl-C (``stop``, or the signal in this thread)."""
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import parse_ratelimit_headers  # type: ignore[attr-defined]
+
+    waited, delay = 0.0, FIRST_COMMIT_WAIT
+    while True:
+        try:
+            return commit()
+        except HfHubHTTPError as exc:
+            if exc.response is None or exc.response.status_code != 429:
+                raise
+            limit = parse_ratelimit_headers(exc.response.headers)
+            retry_after = exc.response.headers.get("Retry-After", "")
+            wait = float(limit.reset_in_seconds) if limit is not None and limit.remaining == 0 else delay
+            wait = float(retry_after) if retry_after.isdigit() else wait
+            if waited + wait > COMMIT_WAIT_LIMIT:
+                raise ShardkitError(
+                    f"the Hub has refused commits for {waited:.0f} s (429 Too Many Requests: its rate limit);"
+                    " run the same command later to resume: files already uploaded are not sent again"
+                ) from None
+            log.warning("the Hub limits commits (429 Too Many Requests): committing again in %.0f s", wait)
+            if stop is not None and stop.wait(wait):
+                raise KeyboardInterrupt from None
+            if stop is None:
+                time.sleep(wait)
+            waited, delay = waited + wait, min(delay * 2, MAX_COMMIT_WAIT)
 
 
 def _publish_script_branch(
@@ -668,13 +708,16 @@ def _publish_script_branch(
                 return refs[branch]  # already the pushed data plus this script
             api.delete_branch(repo_id, branch=branch, repo_type="dataset")
         api.create_branch(repo_id, branch=branch, revision=main_commit, repo_type="dataset")
-        info = api.create_commit(
-            repo_id,
-            operations=[CommitOperationAdd(path_in_repo=script_name, path_or_fileobj=loader)],
-            commit_message=f"shardkit: loading script {script_name} for datasets 3.x",
-            repo_type="dataset",
-            revision=branch,
-            parent_commit=main_commit,
+        info = _paced(
+            lambda: api.create_commit(
+                repo_id,
+                operations=[CommitOperationAdd(path_in_repo=script_name, path_or_fileobj=loader)],
+                commit_message=f"shardkit: loading script {script_name} for datasets 3.x",
+                repo_type="dataset",
+                revision=branch,
+                parent_commit=main_commit,
+            ),
+            None,
         )
     return str(info.oid)
 
