@@ -48,8 +48,8 @@ TOKENS = {WRITE_TOKEN: "write", READ_TOKEN: "read"}
 TREE_PAGE = 50  # small, so listings of test repos span pages as big repos do on the Hub
 # The Hub's limits for one repository (https://huggingface.co/docs/hub/repositories-recommendations),
 # enforced on every commit as the Hub does, so a layout over them fails here as it would there.
-MAX_FOLDER_ENTRIES = 10_000  # files and subfolders in one folder
-MAX_REPO_FILES = 100_000
+MAX_FOLDER_ENTRIES = 10_000  # files and subfolders in one folder: fewer than this
+MAX_REPO_FILES = 100_000  # fewer than this
 MAX_COMMIT_FILES = 100  # files added or deleted by one commit (the Hub's advice for HTTP commits)
 
 
@@ -88,17 +88,17 @@ def _check_limits(files: dict[str, Any], operations: int) -> None:
     """Refuse a commit that leaves the repo over the Hub's limits, or changes too many files."""
     if operations > MAX_COMMIT_FILES:
         raise HttpError(400, f"Too many files in one commit: {operations} (at most {MAX_COMMIT_FILES})")
-    if len(files) > MAX_REPO_FILES:
-        raise HttpError(400, f"Too many files in the repository: {len(files)} (at most {MAX_REPO_FILES})")
+    if len(files) >= MAX_REPO_FILES:
+        raise HttpError(400, f"Too many files in the repository: {len(files)} (fewer than {MAX_REPO_FILES})")
     entries: dict[str, set[str]] = {}
     for path in files:
         parts = path.split("/")
         for depth in range(len(parts)):
             entries.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
     for folder, names in entries.items():
-        if len(names) > MAX_FOLDER_ENTRIES:
+        if len(names) >= MAX_FOLDER_ENTRIES:
             raise HttpError(
-                400, f"Too many entries in folder {folder or '/'}: {len(names)} (at most {MAX_FOLDER_ENTRIES})"
+                400, f"Too many entries in folder {folder or '/'}: {len(names)} (fewer than {MAX_FOLDER_ENTRIES})"
             )
 
 

@@ -49,8 +49,8 @@ def test_a_plan_whose_keys_crowd_one_folder_is_refused_before_anything_is_writte
     refused = pack(images, meta, out, "--max-shard-size", "20KB", "--target-shard-size", "1", "-q")
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and refused.stderr.startswith(
-        "error: data/00000000/ would hold 10,001 shards (the keys given crowd there), over the 10,000 entries"
-        " the Hub allows in a folder; --target-shard-size "
+        "error: data/00000000/ would hold 10,001 shards (the keys given crowd there); the Hub allows fewer than"
+        " 10,000 entries in a folder; --target-shard-size "
     ), refused.stderr
     assert not out.exists()
     assert refused.stderr.rstrip().endswith("or more (now 1) makes fewer")
@@ -88,10 +88,11 @@ def test_the_target_a_refusal_gives_plans_a_layout_within_the_limits(
 
 
 def test_more_shards_than_a_folder_holds_are_nested_by_their_names_first_hex_digits() -> None:
-    """Up to 10,000 shards stay in the split's folder; past it each goes in a folder named by the
-    first two hex digits of its name (a shorter name's padded with 0s), in the names' order."""
-    entries = sorted((PlanEntry(_spread(i), 100) for i in range(10_001)), key=lambda e: e.key)
-    flat = plan_shards(entries[:10_000], max_shard_bytes=10**6, target_shard_bytes=1, folder="data/train")
+    """Up to 9,999 shards stay in the split's folder (the Hub takes fewer than 10,000 entries in
+    one); from 10,000 each goes in a folder named by the first two hex digits of its name (a
+    shorter name's padded with 0s), in the names' order."""
+    entries = sorted((PlanEntry(_spread(i), 100) for i in range(10_000)), key=lambda e: e.key)
+    flat = plan_shards(entries[:9_999], max_shard_bytes=10**6, target_shard_bytes=1, folder="data/train")
     assert nested(flat) == flat
     shards = plan_shards(entries, max_shard_bytes=10**6, target_shard_bytes=1, folder="data/train")
     placed = nested(shards)

@@ -4,8 +4,8 @@ One tiny corpus with splits of very different sizes: ``train`` of 20,040 rows an
 about two rows a shard (``--target-shard-size``), PNG and JPEG mixed, a column null in most rows
 (so null throughout most shards). It is packed once per module into the template (so
 the datasets 3.6 loading script is a reader too) and pushed to the loopback Hub-API server,
-which refuses a commit of more than 100 files or one leaving a folder with more than 10,000
-entries, as the Hub does. ``train`` is then nested (``data/train/3f/3f2a.zip``), ``test`` flat.
+which refuses a commit of more than 100 files or one leaving a folder with 10,000 entries or
+more, as the Hub does. ``train`` is then nested (``data/train/3f/3f2a.zip``), ``test`` flat.
 Every reader must give each split exactly its rows: the files' bytes, and every value with its
 Python type.
 """
@@ -172,7 +172,7 @@ def test_a_split_of_more_shards_than_a_folder_holds_is_nested_and_a_small_one_st
 
 def test_the_nested_repo_is_pushed_in_commits_the_hub_takes(packed: Packed) -> None:
     """The Hub-API server refuses a commit of more than 100 files and a folder of more than
-    10,000 entries: the push of every shard and metadata file passes, and the repo holds each
+    9,999 entries: the push of every shard and metadata file passes, and the repo holds each
     file of the folder at its path, with its bytes."""
     assert (MAX_COMMIT_FILES, MAX_FOLDER_ENTRIES) == (100, 10_000)
     assert packed.pushed.returncode == 0, packed.pushed.stderr

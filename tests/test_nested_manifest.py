@@ -1,6 +1,6 @@
 """A nested layout's manifest (issue 36), on the packed example moved into nested folders.
 
-The packed example's 16 shards (``data/3.zip``...) are moved as a split of more than 10,000 shards
+The packed example's 16 shards (``data/3.zip``...) are moved as a split of 10,000 shards or more
 would be (``data/30/3.zip``, the folder's rows in ``metadata/30.jsonl``, each shard's part its
 ``metadata_range``): verify, ``shardkit.stream`` and the datasets 3.6 loading script read it
 exactly as the flat one, and every reader refuses in one line a manifest whose parts do not fill
@@ -98,6 +98,7 @@ CASES: dict[str, tuple[Mutation, str]] = {
     ),
     "part backwards": (_set(3, "metadata_range", [40, 5]), "metadata_range is [40, 5], not [start, end] with end"),
     "part a string": (_set(3, "metadata_range", "0-40"), "metadata_range is '0-40', not [start, end]"),
+    "part past any file": (_set(3, "metadata_range", [0, 2**64]), "metadata_range is [0, 18446744073709551616], not"),
     "folder not its name's": (_set(3, "file", "data/31/3.zip"), "shards[3].file is 'data/31/3.zip', not data/"),
     "metadata of its own": (
         _set(3, "metadata", "metadata/30/3.jsonl"),

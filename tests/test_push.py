@@ -508,6 +508,21 @@ def test_a_push_waits_out_the_hubs_rate_limit_on_commits(hub: HubServer, repo_di
     assert remote_files(hub) == local_files(repo_dir)
 
 
+def test_stale_files_go_first_when_old_and_new_together_would_overfill_a_folder() -> None:
+    """A split grown from 9,990 flat shards to nested folders: data/train/ would hold the old
+    shards and the new folders at once, 10,000 entries or more, which the Hub refuses. The stale
+    files are deleted first, all of them; a small change keeps its deletions in the final commit."""
+    remote = {f"data/train/{i:04x}.zip": RemoteFile(1, "b" * 64, "y") for i in range(9_990)}
+    remote["shards.json"] = RemoteFile(1, None, "m")
+    nested = [_f(f"data/train/{i % 256:02x}/{i:05x}.zip") for i in range(10_010)]
+    other = [_f("README.md", sha=None), _f("shards.json", sha=None)]
+    plan = plan_commits(nested, other, remote, files_per_commit=100, unchanged=lambda f, r: False)
+    assert plan.deletions_first and sum(map(len, plan.deletion_batches)) == 9_990 and plan.final_deletions == []
+    assert max(len(b) for b in plan.deletion_batches) <= 100
+    few = plan_commits(nested[:5], other, dict(list(remote.items())[:5]), files_per_commit=100)
+    assert not few.deletions_first and len(few.final_deletions) == 5
+
+
 def test_regular_files_compare_by_git_blob_id(tmp_path: Path) -> None:
     from shardkit.push import is_unchanged
 
@@ -648,12 +663,12 @@ def test_layouts_over_the_hubs_advice_are_refused_before_uploading() -> None:
     from shardkit.errors import UsageError
     from shardkit.push import check_hub_limits
 
-    check_hub_limits([_f(f"data/{i:05x}.zip") for i in range(10_000)])  # at the limit: fine
-    with pytest.raises(UsageError, match=r"data/ would hold 10001 entries; the Hub allows under 10000 per folder"):
-        check_hub_limits([_f(f"data/{i:05x}.zip") for i in range(10_001)])
-    # A folder's subfolders are entries too: data/train/ holds 10,001 folders.
-    with pytest.raises(UsageError, match=r"data/train/ would hold 10001 entries"):
-        check_hub_limits([_f(f"data/train/{i:05x}/{i:05x}.zip") for i in range(10_001)])
+    check_hub_limits([_f(f"data/{i:05x}.zip") for i in range(9_999)])  # under the limit: fine
+    with pytest.raises(UsageError, match=r"data/ would hold 10000 entries; the Hub allows under 10000 per folder"):
+        check_hub_limits([_f(f"data/{i:05x}.zip") for i in range(10_000)])
+    # A folder's subfolders are entries too: data/train/ holds 10,000 folders.
+    with pytest.raises(UsageError, match=r"data/train/ would hold 10000 entries"):
+        check_hub_limits([_f(f"data/train/{i:05x}/{i:05x}.zip") for i in range(10_000)])
     check_hub_limits([_f(f"data/train/{i % 256:02x}/{i:05x}.zip") for i in range(20_000)])  # nested: fine
     many = [_f(f"{d}/{i:05x}.zip") for d in "abcdefghijk" for i in range(9_500)]
     with pytest.raises(UsageError, match=r"the repo would hold 104500 files; the Hub allows under 100000"):

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 
 from .plan import ShardPlan, shard_stem
 
+#: The Hub takes fewer entries (files and folders) than this in a folder, fewer files in a repo.
 HUB_MAX_FOLDER_ENTRIES = 10_000
 HUB_MAX_REPO_FILES = 100_000
 FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP: push's default
@@ -98,12 +99,12 @@ def nested(shards: list[ShardPlan]) -> list[ShardPlan]:
     file is ``metadata/train/3f/3f2a.jsonl``): two digits, or more where keys crowd a folder
     (keys given by the rows need not be spread as hashes are). Keys being sorted, the folders are
     too: a shard's folder sorts at or before every later shard's."""
-    if len(shards) <= HUB_MAX_FOLDER_ENTRIES:
+    if len(shards) < HUB_MAX_FOLDER_ENTRIES:
         return shards
     stems = [shard_stem(s.name) for s in shards]
     for digits in range(NESTED_FOLDER_DIGITS, MAX_NESTED_FOLDER_DIGITS + 1):
         per_folder = Counter(_folder_of(stem, digits) for stem in stems)
-        if max(per_folder.values()) <= HUB_MAX_FOLDER_ENTRIES or len(per_folder) > HUB_MAX_FOLDER_ENTRIES:
+        if max(per_folder.values()) < HUB_MAX_FOLDER_ENTRIES or len(per_folder) >= HUB_MAX_FOLDER_ENTRIES:
             break  # (if none fits, limit_problem refuses the fullest folder)
     placed = []
     for shard, stem in zip(shards, stems, strict=True):
@@ -183,25 +184,25 @@ def _is_flat(shard: ShardPlan) -> bool:
 def limit_problem(repo: RepoPlan, *, target_bytes: int, max_shard_bytes: int, prefix_length: int) -> str | None:
     """The first Hub limit the repo breaks, in one line with the option that fixes it; None if
     it keeps them all. ``prefix_length``: the --prefix-length given (0: shards cut by size)."""
-    if repo.fullest_entries > HUB_MAX_FOLDER_ENTRIES:  # a split nested() could not spread
+    if repo.fullest_entries >= HUB_MAX_FOLDER_ENTRIES:  # a split nested() could not spread
         split = repo.fullest_split
         if split.folder != repo.fullest_folder:
             held = "shards (the keys given crowd there)"
         else:
             held = "folders of shards" if split.nested else "shards"
         what = (
-            f"{repo.fullest_folder} would hold {repo.fullest_entries:,} {held}, over the"
-            f" {HUB_MAX_FOLDER_ENTRIES:,} entries the Hub allows in a folder"
+            f"{repo.fullest_folder} would hold {repo.fullest_entries:,} {held}; the Hub allows fewer than"
+            f" {HUB_MAX_FOLDER_ENTRIES:,} entries in a folder"
         )
         # As many shards as one folder holds always fit (in the split's own folder).
-        bytes_, most = repo.fullest_split.bytes, HUB_MAX_FOLDER_ENTRIES
-    elif repo.files > HUB_MAX_REPO_FILES:
+        bytes_, most = repo.fullest_split.bytes, HUB_MAX_FOLDER_ENTRIES - 1
+    elif repo.files >= HUB_MAX_REPO_FILES:
         what = (
-            f"the repo would hold up to {repo.files:,} files (its shards and their metadata files), over the"
-            f" {HUB_MAX_REPO_FILES:,} the Hub allows"
+            f"the repo would hold up to {repo.files:,} files (its shards and their metadata files); the Hub"
+            f" allows fewer than {HUB_MAX_REPO_FILES:,}"
         )
         # As many shards as leave room for a metadata file per nested folder of every split.
-        room = HUB_MAX_REPO_FILES - TOP_LEVEL_FILES - 16**NESTED_FOLDER_DIGITS * len(repo.splits)
+        room = HUB_MAX_REPO_FILES - 1 - TOP_LEVEL_FILES - 16**NESTED_FOLDER_DIGITS * len(repo.splits)
         bytes_, most = sum(s.bytes for s in repo.splits), room
     else:
         return None

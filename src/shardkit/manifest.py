@@ -304,6 +304,10 @@ def own_metadata_file(file: str) -> str:
     return f"metadata/{file.removeprefix('data/').rsplit('.', 1)[0]}.jsonl"
 
 
+#: Where a nested shard's part of its folder's metadata file may end, at most: far past any
+#: folder's rows (256 folders of a 100M-row dataset hold a few hundred MB each), and within what
+#: a file offset can hold (a hostile manifest's 2**64 is one line, not an overflow).
+MAX_METADATA_PART_END = 1 << 40
 #: Where nested shards' rows wait for their folder's metadata file (:func:`lines_file_of`).
 LINES_DIR = f"{WORK_DIR}/lines"
 
@@ -588,8 +592,11 @@ def _checked_range(value: Any, at: str, *, nested: bool, placed: bool) -> tuple[
     if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value)):
         raise ValueError(f"{at}: metadata_range is {_shown(value)}, not [start, end]")
     start, end = value
-    if not 0 <= start < end:
-        raise ValueError(f"{at}: metadata_range is {_shown(value)}, not [start, end] with end after start")
+    if not 0 <= start < end <= MAX_METADATA_PART_END:
+        raise ValueError(
+            f"{at}: metadata_range is {_shown(value)}, not [start, end] with end after start, at most"
+            f" {MAX_METADATA_PART_END}"
+        )
     return start, end
 
 

@@ -412,19 +412,22 @@ class HashCache:
         write_atomic(self.path, data)
 
 
-def shard_problem(out_dir: str, shard: ManifestShard, hashes: HashCache | None = None) -> str | None:
+def shard_problem(
+    out_dir: str, shard: ManifestShard, hashes: HashCache | None = None, *, published: bool = False
+) -> str | None:
     """Why the shard and its rows on disk differ from what the manifest records; None if intact.
 
     Sizes are compared first, so a truncated file is caught without reading it. With
     ``hashes``, a file unchanged since it was last hashed is not read again. A nested shard's
     rows are its part of its folder's metadata file, or, before the pack's finish has placed
-    them there (a done record), the work folder's lines file.
+    them there (a done record), the work folder's lines file. ``published``: what a push would
+    publish, the folder's file only (a pack also takes the rows kept in a lines file).
     """
     for rel, size, sha in ((shard.file, shard.bytes, shard.sha256), (shard.metadata, None, shard.metadata_sha256)):
         if rel == shard.metadata and shard.metadata_range is not None:
             problem = _part_problem(out_dir, shard)
             # (a run killed while it wrote the folder's file keeps the rows in the lines file)
-            return None if problem is None or _lines_kept(out_dir, shard) else problem
+            return None if problem is None or (not published and _lines_kept(out_dir, shard)) else problem
         if rel == shard.metadata:
             rel = rows_written_to(shard)
         path = os.path.join(out_dir, rel)
@@ -501,12 +504,17 @@ def push_small_files(location: Location, local_dir: str) -> list[str]:
     return names
 
 
-def url_shard_problem(sizes: dict[str, int], shard: ManifestShard) -> str | None:
+def url_shard_problem(
+    sizes: dict[str, int], shard: ManifestShard, location: Location | None = None, *, published: bool = False
+) -> str | None:
     """Why a shard at the URL is not the one recorded as written; None if it is there at its size.
 
     ``sizes`` is one listing of the URL (:meth:`Location.find`), not a request per shard. Sizes
     only: objects are uploaded whole, so a shard that is there at its size is the one written
-    (``shardkit verify URL`` reads and hashes everything).
+    (``shardkit verify URL`` reads and hashes everything). A nested shard's part of its folder's
+    file is read and hashed (``location``): the file is rewritten whole when a shard of the
+    folder changes, so its size says nothing of where a part is. ``published`` as for
+    :func:`shard_problem`.
     """
     size = sizes.get(shard.file)
     if size is None:
@@ -518,4 +526,21 @@ def url_shard_problem(sizes: dict[str, int], shard: ManifestShard) -> str | None
         return None if rows in sizes else f"{rows} is missing"
     if sizes.get(shard.metadata, -1) < (shard.metadata_range[1] if shard.metadata_range else 0):
         return f"{shard.metadata} is missing or shorter than the manifest records"
+    if shard.metadata_range is not None and location is not None and not _url_part_holds(location, shard):
+        rows = lines_file_of(shard.file)
+        if published or rows not in sizes or _url_sha256(location, rows, sizes[rows]) != shard.metadata_sha256:
+            start, end = shard.metadata_range
+            return f"{shard.metadata}, bytes {start} to {end}, do not match the sha256 the manifest records"
     return None
+
+
+def _url_part_holds(location: Location, shard: ManifestShard) -> bool:
+    assert shard.metadata_range is not None
+    start, end = shard.metadata_range
+    with location.open_range(shard.metadata, start, end) as f:
+        return hashlib.sha256(f.read(end - start)).hexdigest() == shard.metadata_sha256
+
+
+def _url_sha256(location: Location, rel: str, size: int) -> str:
+    with location.open_range(rel, 0, size) as f:
+        return hashlib.sha256(f.read(size)).hexdigest()

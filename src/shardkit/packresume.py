@@ -265,7 +265,10 @@ def _done_shards(
         if result is None:
             continue
         planned_size = p.bytes == result.bytes or not exact
-        problem = url_shard_problem(sizes, result) if sizes is not None else shard_problem(local_dir, result, hashes)
+        if sizes is not None:
+            problem = url_shard_problem(sizes, result, location)
+        else:
+            problem = shard_problem(local_dir, result, hashes)
         if planned_size and problem is None:
             done[p.name] = result
             if from_before:  # recorded, so that a run killed from here on keeps it too
@@ -282,8 +285,9 @@ def _recorded_shards(manifest: Manifest | None, done_records: dict[str, Manifest
     shards = {s.file: s for s in manifest.shards} if manifest is not None else {}
     for record in done_records.values():
         placed = shards.get(record.file)
-        # (the manifest's record of the same shard has its rows' place in its folder's file)
-        if placed is None or replace(placed, metadata_range=None) != record:
+        # The manifest's record of the same shard has its rows' place in its folder's file as the
+        # last finish wrote it (a record kept by an update has the place before that finish).
+        if placed is None or replace(placed, metadata_range=None) != replace(record, metadata_range=None):
             shards[record.file] = record
     return shards
 

@@ -112,6 +112,9 @@ class CommitPlan:
     skipped: list[LocalFile]
     kept_remote: list[str] = field(default_factory=list)  # shard-like files on the Hub not shardkit's to delete
     deletion_batches: list[list[str]] = field(default_factory=list)
+    #: The deletion batches go before the uploads: the old and the new files together would
+    #: overfill a folder (a split that crosses 10,000 shards moves into nested folders).
+    deletions_first: bool = False
 
     @property
     def final_deletions(self) -> list[str]:
@@ -308,12 +311,12 @@ def check_hub_limits(files: list[LocalFile]) -> None:
     per_folder = folder_entries(f.path for f in files)
     folder, count = per_folder.most_common(1)[0] if per_folder else ("", 0)
     fix = "Pack again with a larger --target-shard-size (up to --max-shard-size, at most 4GiB) for fewer shards."
-    if count > HUB_MAX_FOLDER_ENTRIES:
+    if count >= HUB_MAX_FOLDER_ENTRIES:
         raise UsageError(
             f"{folder or 'the repo root'} would hold {count} entries; the Hub allows under {HUB_MAX_FOLDER_ENTRIES}"
             f" per folder (https://huggingface.co/docs/hub/repositories-recommendations). {fix}"
         )
-    if len(files) > HUB_MAX_REPO_FILES:
+    if len(files) >= HUB_MAX_REPO_FILES:
         raise UsageError(f"the repo would hold {len(files)} files; the Hub allows under {HUB_MAX_REPO_FILES}. {fix}")
 
 
@@ -381,8 +384,12 @@ def plan_commits(
     # deleted first, while the repo's manifest still names them: a push stopped there deletes
     # them again when re-run.
     early = deletions[: max(0, len(deletions) - (files_per_commit - len(final)))]
+    peak = folder_entries(set(remote) | {f.path for f in shard_files + other_files})
+    deletions_first = bool(deletions) and max(peak.values(), default=0) >= HUB_MAX_FOLDER_ENTRIES
+    if deletions_first:  # every stale file goes first: then no state between two commits holds more than the last
+        early = deletions
     deletion_batches = [early[i : i + files_per_commit] for i in range(0, len(early), files_per_commit)]
-    return CommitPlan(batches, final, deletions, skipped, kept, deletion_batches)
+    return CommitPlan(batches, final, deletions, skipped, kept, deletion_batches, deletions_first)
 
 
 def _published_by_shardkit(api: Any, repo_id: str, revision: str, remote: dict[str, RemoteFile]) -> set[str]:
@@ -565,7 +572,12 @@ def _card_naming(
 
 
 def _check_shards(
-    config: PushConfig, out_dir: str, manifest: Manifest, progress: Progress, listing: dict[str, int] | None
+    config: PushConfig,
+    out_dir: str,
+    manifest: Manifest,
+    progress: Progress,
+    listing: dict[str, int] | None,
+    location: Location,
 ) -> None:
     progress.start("checking shards", total=sum(s.bytes for s in manifest.shards), unit="B")
     problems = []
@@ -573,7 +585,9 @@ def _check_shards(
 
     def problem_of(shard: ManifestShard) -> str | None:
         # At a URL, sizes only: objects are uploaded whole, and the Hub checks each upload's sha256.
-        return url_shard_problem(listing, shard) if listing is not None else shard_problem(out_dir, shard, hashes)
+        if listing is not None:
+            return url_shard_problem(listing, shard, location, published=True)
+        return shard_problem(out_dir, shard, hashes, published=True)
 
     with interruptible_pool(config.verify_threads, "verify") as pool:
         for shard, problem in zip(manifest.shards, pool.map(problem_of, manifest.shards), strict=True):
@@ -582,6 +596,7 @@ def _check_shards(
                 problems.append(problem)
     hashes.save()
     progress.finish()
+    problems += _folder_file_problems(out_dir, manifest, listing)
     if problems:
         raise ShardkitError(
             [
@@ -777,7 +792,7 @@ def _push_locked(
     scripted = format_named(manifest.options.format).loading_script
     loader = find_loader(out_dir) if config.script_branch and scripted else None
     token = resolve_token(config.token)
-    _check_shards(config, out_dir, manifest, progress, listing)
+    _check_shards(config, out_dir, manifest, progress, listing, location)
 
     disable_progress_bars()  # one bar of our own instead of one per file
     api = HfApi(token=token)
@@ -888,15 +903,23 @@ def _upload(
     if uploads:
         progress.start(f"uploading to {repo_id}", total=sum(f.size for f in uploads), unit="B")
     commits = 0
+
+    def delete() -> None:
+        nonlocal head, commits
+        for number, paths in enumerate(plan.deletion_batches, 1):
+            message = f"shardkit: remove {paths[0]} .. {paths[-1]} (commit {number} of {len(plan.deletion_batches)})"
+            head = _commit(api, config, repo_id, [], paths, message, head, progress, location, stop)
+            commits += 1
+
+    if plan.deletions_first:
+        delete()
     for number, batch in enumerate(plan.batches, 1):
         shards = [f.path for f in batch if f.path.startswith("data/")] or [batch[0].path]
         message = f"shardkit: shards {shards[0]} .. {shards[-1]} (commit {number} of {len(plan.batches)})"
         head = _commit(api, config, repo_id, batch, [], message, head, progress, location, stop)
         commits += 1
-    for number, paths in enumerate(plan.deletion_batches, 1):
-        message = f"shardkit: remove {paths[0]} .. {paths[-1]} (commit {number} of {len(plan.deletion_batches)})"
-        head = _commit(api, config, repo_id, [], paths, message, head, progress, location, stop)
-        commits += 1
+    if not plan.deletions_first:
+        delete()
     if plan.final or plan.final_deletions:
         totals = manifest.to_json()["totals"]
         message = f"shardkit: manifest and card, {totals['rows']} rows in {totals['shards']} shards"
@@ -904,6 +927,22 @@ def _upload(
         commits += 1
     progress.finish()
     return head, commits
+
+
+def _folder_file_problems(out_dir: str, manifest: Manifest, listing: dict[str, int] | None) -> list[str]:
+    """A nested folder's metadata file holding bytes after its last shard's part: rows of no
+    shard, which builtin readers of the JSON Lines would take (verify reports it too)."""
+    ends: dict[str, int] = {}
+    for shard in manifest.shards:
+        if shard.metadata_range is not None:
+            ends[shard.metadata] = max(ends.get(shard.metadata, 0), shard.metadata_range[1])
+    problems = []
+    for rel, end in ends.items():
+        path = os.path.join(out_dir, rel)
+        size = listing.get(rel, 0) if listing is not None else os.path.getsize(path) if os.path.exists(path) else 0
+        if size > end:
+            problems.append(f"{rel} has {size - end} bytes after the last shard's rows")
+    return problems
 
 
 def check_repo_id(repo_id: str) -> None:

@@ -61,6 +61,7 @@ EARLIER_READERS = {
     "8663f501f0370ffb1a7ecad1e6a5d0557630ad1b9f307785058644d13ade39f7": "08de0b4",
     "c63ace27c5da799b4ca2ba6f5ffda87ccb1f52003956dcc73683f98ca70ffa8e": "5b06ef5",
     "8264ccaa194ace0eaab2d74fd8e7403ed5800dd35bead9ff9fa55b60175788ee": "c1537fd",
+    "877114cde6ebda1593f478045244678c364a9356afa537e2ad6dfc511606e191": "6a7ec62",
 }
 #: The line of the earlier templates' reader code that held the pretty name (the class docstring),
 #: as rendered (a name on one line, without a triple quote) and as the template wrote it.

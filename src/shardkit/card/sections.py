@@ -155,12 +155,13 @@ def layout_section(facts: CardFacts) -> str:
     if split_folders:
         shard_line += " Splits: " + ", ".join(f"`data/{s.name}/`" for s in splits) + "."
     nested = [s for s in splits if "/*/" in s.data_files]
-    if nested:  # (hubplan.nested: the Hub takes at most 10,000 entries in a folder)
+    if nested:  # (hubplan.nested: the Hub takes fewer than 10,000 entries in a folder)
         where = ", ".join(f"`{s.data_files.split('*', 1)[0]}`" for s in nested)
         shard_line += (
-            f" In {where}, which would hold more than the 10,000 entries the Hub allows in a folder, each shard is"
-            f" in a folder named by the first two hex digits of its name (`3f/3f2a{fmt.suffix}`), and the rows of a"
-            " folder's shards are in one metadata file (`3f.jsonl`), shard after shard."
+            f" In {where}, of 10,000 shards or more (the Hub takes fewer entries in a folder), each shard is in a"
+            f" folder named by the first hex digits of its name (`3f/3f2a{fmt.suffix}`: two, or more where keys"
+            " crowd a folder), and the rows of a folder's shards are in one metadata file (`metadata/.../3f.jsonl`),"
+            " shard after shard, each shard's part its `metadata_range` in `shards.json`."
         )
     lines += [
         shard_line,

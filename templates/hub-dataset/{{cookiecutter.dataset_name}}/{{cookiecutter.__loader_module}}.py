@@ -36,7 +36,7 @@ _FEATURES_JSON = r"""
 """
 # shardkit:features-end
 
-# shardkit:reader 11: from here to the end, shardkit's reader code (see the module docstring). It
+# shardkit:reader 12: from here to the end, shardkit's reader code (see the module docstring). It
 # imports what it uses here, so that it runs below the lines above of any template's version.
 import json
 import os
@@ -218,7 +218,10 @@ def _checked_manifest(data):
             raise ValueError(f"{at} has metadata {_shown(shard['metadata'])}, not {metadata!r}")
         part = shard.get("metadata_range")
         if nested != (part is not None) or part is not None and not (
-            isinstance(part, list) and len(part) == 2 and all(type(v) is int for v in part) and 0 <= part[0] < part[1]
+            isinstance(part, list)
+            and len(part) == 2
+            and all(type(v) is int for v in part)
+            and 0 <= part[0] < part[1] <= 1 << 40  # (shardkit.manifest.MAX_METADATA_PART_END)
         ):
             raise ValueError(f"{at} has metadata_range {_shown(part)}: a nested shard's [start, end], else none")
         if part is not None:  # a folder's parts fill its file in order (shardkit.manifest._check_metadata_parts)
