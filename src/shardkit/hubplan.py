@@ -95,8 +95,8 @@ class RepoPlan:
 def nested(shards: list[ShardPlan]) -> list[ShardPlan]:
     """One split's shards, each in a folder the Hub takes: as planned while they fit in one
     folder (:data:`HUB_MAX_FOLDER_ENTRIES`), else each in a subfolder named by the first hex
-    digits of its name (``data/train/3f2a.zip`` -> ``data/train/3f/3f2a.zip``, so its metadata
-    file is ``metadata/train/3f/3f2a.jsonl``): two digits, or more where keys crowd a folder
+    digits of its name (``data/train/3f2a.zip`` -> ``data/train/3f/3f2a.zip``, its rows in
+    ``metadata/train/3f.jsonl`` with the folder's other shards'): two digits, or more where keys crowd a folder
     (keys given by the rows need not be spread as hashes are). Keys being sorted, the folders are
     too: a shard's folder sorts at or before every later shard's."""
     if len(shards) < HUB_MAX_FOLDER_ENTRIES:
