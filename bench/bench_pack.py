@@ -350,7 +350,12 @@ def script_baseline(
 
 
 def tree_rss(pid: int) -> int:
-    """RSS in bytes of ``pid`` and all its descendants.
+    """RSS in bytes of ``pid`` and all its descendants."""
+    return sum(process_rss(pid).values())
+
+
+def process_rss(pid: int) -> dict[int, int]:
+    """RSS in bytes of ``pid`` and of each of its descendants, by process id.
 
     On Linux from ``/proc`` directly: every thread's ``children`` list and each process's
     ``statm``, about 0.1 ms a sample. psutil's ``children(recursive=True)`` scans every process
@@ -358,24 +363,23 @@ def tree_rss(pid: int) -> int:
     core from the timed run, which hurt the rows that use both cores (shardkit) and not the
     one-process baselines. psutil is the fallback elsewhere.
     """
+    rss: dict[int, int] = {}
     if not PROC_CHILDREN:
         ps = psutil.Process(pid)
-        total = 0
         for p in [ps, *ps.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
-                total += p.memory_info().rss
-        return total
-    total = 0
+                rss[p.pid] = p.memory_info().rss
+        return rss
     stack = [pid]
     while stack:
         process = stack.pop()
         with contextlib.suppress(OSError, ValueError):  # it ended meanwhile
             with open(f"/proc/{process}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * PAGE_BYTES
+                rss[process] = int(f.read().split()[1]) * PAGE_BYTES
             for task in os.listdir(f"/proc/{process}/task"):
                 with open(f"/proc/{process}/task/{task}/children", "rb") as f:
                     stack.extend(int(child) for child in f.read().split())
-    return total
+    return rss
 
 
 def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
