@@ -237,11 +237,13 @@ def _csv_to_jsonl(delimiter: str) -> str:
     column's type so ids and coordinates stay numbers and empty cells become null. Its timestamp
     parsing is turned off (the '' format matches no cell) so a date-time such as YFCC's
     "2005-04-05 09:17:45.0" stays the text the file has; a plain date is written back as it was.
-    The file is opened by Python, not by name: pyarrow cannot read a pipe (``<(zcat ...)``) by name."""
+    The file is opened by Python, not by name: pyarrow cannot read a pipe (``<(zcat ...)``) by name.
+    One thread: pyarrow's thread pool, torn down at the interpreter's exit, aborted the command
+    (exit 134) on a busy machine."""
     parse = "" if delimiter == "," else f", parse_options=c.ParseOptions(delimiter={delimiter!r})"
     return (
         'python -c "import json,sys,pyarrow.csv as c; [print(json.dumps(r, ensure_ascii=False, default=str))'
-        f" for r in c.read_csv(open(sys.argv[1], 'rb'){parse},"
+        f" for r in c.read_csv(open(sys.argv[1], 'rb'), read_options=c.ReadOptions(use_threads=False){parse},"
         " convert_options=c.ConvertOptions(timestamp_parsers=[''])).to_pylist()]\""
     )
 
