@@ -24,11 +24,10 @@ from typing import Any
 
 import pytest
 import yaml
-from cookiecutter.main import cookiecutter
 
 from tests.compat_reader import typed
 from tests.hub_server import MAX_COMMIT_FILES, MAX_FOLDER_ENTRIES, HubServer, run_hub_server
-from tests.support.corpus import REPO_ROOT, tiny_image, write_jsonl
+from tests.support.corpus import scaffold, tiny_image, write_jsonl
 from tests.support.readback import DS36_PYTHON, split_problems
 from tests.test_splits_labels import hub_env, pack_cli, read_cells
 
@@ -98,15 +97,7 @@ def _write_corpus(root: Path) -> tuple[Path, Path, dict[str, dict[str, Any]]]:
 def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
     root = tmp_path_factory.mktemp("nested")
     images, meta, expected = _write_corpus(root / "in")
-    out = Path(
-        cookiecutter(
-            str(REPO_ROOT / "templates" / "hub-dataset"),
-            no_input=True,
-            extra_context={"dataset_name": NAME, "namespace": "tester"},
-            output_dir=str(root / "repos"),
-            default_config=True,
-        )
-    )
+    out = scaffold(root / "repos", dataset_name=NAME, namespace="tester")
     packed = pack_cli(images, meta, out, "--max-shard-size", "20KB", "--target-shard-size", TARGET, "-q")
     assert packed.returncode == 0, packed.stderr
     with run_hub_server(root / "hub") as hub:

@@ -33,11 +33,10 @@ from typing import Any
 import pyarrow.json as paj
 import pytest
 import yaml
-from cookiecutter.main import cookiecutter
 
 from tests.compat_reader import file_bytes, typed
 from tests.hub_server import WRITE_TOKEN, run_hub_server
-from tests.support.corpus import REPO_ROOT, tiny_image, tree_bytes, write_jsonl
+from tests.support.corpus import REPO_ROOT, scaffold, tiny_image, tree_bytes, write_jsonl
 from tests.support.readback import DS36_PYTHON, run_reader, split_problems
 
 pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
@@ -184,15 +183,7 @@ def packed_splits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
         sets = Packed(root, images, meta, rows, expected_splits(images, rows), hub.url)
         for fmt in FORMATS:
             if fmt == "zip":  # with the template: its loading script is a reader too
-                out = Path(
-                    cookiecutter(
-                        str(REPO_ROOT / "templates" / "hub-dataset"),
-                        no_input=True,
-                        extra_context={"dataset_name": NAME, "namespace": "tester"},
-                        output_dir=str(root / "repos"),
-                        default_config=True,
-                    )
-                )
+                out = scaffold(root / "repos", dataset_name=NAME, namespace="tester")
             else:
                 out = root / "repos" / f"{NAME}-{fmt}"
             options = ["--format", fmt, "--prefix-length", "1", "--class-label", "label", "--keep-source-path", "-q"]

@@ -93,3 +93,19 @@ def tree_bytes(out_dir: Path) -> dict[str, bytes]:
             path = Path(dirpath) / name
             out[str(path.relative_to(out_dir))] = path.read_bytes()
     return out
+
+
+def scaffold(output_dir: Path, **context: str) -> Path:
+    """The hub-dataset template rendered into ``output_dir`` with ``context`` (``dataset_name``...),
+    without questions, as ``shardkit new`` would make it; the repo's folder."""
+    from cookiecutter.main import cookiecutter
+
+    return Path(
+        cookiecutter(
+            str(REPO_ROOT / "templates" / "hub-dataset"),
+            no_input=True,
+            extra_context=context,
+            output_dir=str(output_dir),
+            default_config=True,
+        )
+    )
