@@ -21,8 +21,6 @@ python -m compileall -q -x '/templates/' src/shardkit tests > /dev/null
 # Two processes (pytest-xdist), as CI has two cores: a test spends much of its time waiting on
 # the processes and servers it starts, and the other process's tests run meanwhile. Options given
 # to this script come after and win (`-n 0` runs the tests in this one process, as plain pytest does).
-# --dist loadgroup: tests marked xdist_group("...") run in one process, so a module that builds
-# one costly fixture (tests/test_nested_layout.py) builds it once.
 # `bash scripts/test.sh -m "not slow"` is the fast subset (under 3 minutes on 2 cores): it leaves
 # out the tests marked slow (pyproject.toml's markers), which this whole check runs too.
-python -m pytest -q -n 2 --dist loadgroup "$@"
+python -m pytest -q -n 2 "$@"

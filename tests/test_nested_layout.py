@@ -31,9 +31,7 @@ from tests.support.corpus import scaffold, tiny_image, write_jsonl
 from tests.support.readback import DS36_PYTHON, split_problems
 from tests.test_splits_labels import hub_env, pack_cli, read_cells
 
-# The module packs, pushes and reads 10,000-odd shards once: its tests run in one worker (with
-# scripts/test.sh's --dist loadgroup), not each worker packing them again.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nested_layout")]
+pytestmark = pytest.mark.slow  # the module packs, pushes and reads 10,000-odd shards
 
 SCRIPTS = Path(sys.executable).parent
 NAME = "nested-tiny"  # the template's dataset name (its loader is nested_tiny_loader.py)
@@ -112,7 +110,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
         yield Packed(root, out, hub, expected, pushed)
 
 
-def test_a_split_of_more_shards_than_a_folder_holds_is_nested_and_a_small_one_stays_flat(packed: Packed) -> None:
+def _check_layout(packed: Packed) -> None:
     """train's 10,000-odd shards are each in data/train/<first two hex digits of its name>/ (256
     folders, none near the limit), the rows of each folder's shards in one file,
     metadata/train/<folder>.jsonl, shard after shard; test's shards stay in data/test/, each with
@@ -164,7 +162,7 @@ def test_a_split_of_more_shards_than_a_folder_holds_is_nested_and_a_small_one_st
     assert f"verified {len(files)} shards" in verified.stdout
 
 
-def test_the_nested_repo_is_pushed_in_commits_the_hub_takes(packed: Packed) -> None:
+def _check_push(packed: Packed) -> None:
     """The Hub-API server refuses a commit of more than 100 files and a folder of more than
     9,999 entries: the push of every shard and metadata file passes, and the repo holds each
     file of the folder at its path, with its bytes."""
@@ -194,8 +192,7 @@ def _cells(packed: Packed, reads: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("reads", ["5.x streaming", "5.x map", "3.6 script"])
-def test_every_reader_gives_each_split_of_the_nested_layout_exactly_its_rows(packed: Packed, reads: str) -> None:
+def _read_problems(packed: Packed, reads: str) -> list[str]:
     python = DS36_PYTHON if reads.startswith("3.6") else sys.executable
     cells = _cells(packed, reads)
     result = read_cells(python, cells, packed.reader_env())
@@ -208,5 +205,16 @@ def test_every_reader_gives_each_split_of_the_nested_layout_exactly_its_rows(pac
                 problems.append(f"{where}: {got['error']}\n{got['traceback']}")
                 continue
             problems += split_problems(where, got, packed.expected[split], {})
+    return problems
+
+
+# One test, so that its fixture (about two minutes to pack and push) is built once, in one worker.
+@pytest.mark.timeout(900)
+def test_a_split_of_10000_shards_or_more_is_nested_pushed_and_read_back_exactly_by_every_reader(
+    packed: Packed,
+) -> None:
+    _check_layout(packed)
+    _check_push(packed)
+    problems = [p for reads in ("5.x streaming", "5.x map", "3.6 script") for p in _read_problems(packed, reads)]
     if problems:
         pytest.fail(f"{len(problems)} problem(s):\n" + "\n".join(problems), pytrace=False)
