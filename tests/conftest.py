@@ -24,6 +24,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: Tests that take minutes, started before all others: run last, such a test would keep one
+#: process busy alone at the end of the run while the other has finished.
+LONGEST_FIRST = ("tests/test_nested_layout.py::",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # (a stable sort: the rest keep their order)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Say, under the results, when the older datasets' venvs are missing: the tests that read
     with them fail (a plain `python -m pytest` in a fresh clone); scripts/test.sh makes them."""
