@@ -318,10 +318,11 @@ def lines_file_of(file: str) -> str:
     return f"{LINES_DIR}/{file.removeprefix('data/').rsplit('.', 1)[0]}.jsonl"
 
 
-def rows_written_to(shard: ManifestShard) -> str:
-    """Where the writer put a shard's rows: its metadata file of its own, or a nested shard's
-    lines file (its folder's metadata file is written by the pack's finish)."""
-    return shard.metadata if shard.metadata == own_metadata_file(shard.file) else lines_file_of(shard.file)
+def rows_written_to(file: str, metadata: str) -> str:
+    """Where the writer puts the rows of shard ``file`` whose metadata file is ``metadata``: that
+    file when it is the shard's own, else (a nested shard) its lines file, until the pack's
+    finish writes its folder's metadata file."""
+    return metadata if metadata == own_metadata_file(file) else lines_file_of(file)
 
 
 def _place(shard: ManifestShard) -> ShardPlace:

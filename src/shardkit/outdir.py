@@ -429,7 +429,7 @@ def shard_problem(
             # (a run killed while it wrote the folder's file keeps the rows in the lines file)
             return None if problem is None or (not published and _lines_kept(out_dir, shard)) else problem
         if rel == shard.metadata:
-            rel = rows_written_to(shard)
+            rel = rows_written_to(shard.file, shard.metadata)
         path = os.path.join(out_dir, rel)
         try:
             actual = os.path.getsize(path)

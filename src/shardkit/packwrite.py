@@ -53,7 +53,7 @@ def write_shards(run: PackRun, staged: Staged, planned: Planned, reconciled: Rec
                 write_atomic(run.done_record(result.file), json.dumps(result.to_json()).encode())
                 if hashes is not None:  # so a resume or the push need not read the files again
                     hashes.record(result.file, result.sha256)
-                    hashes.record(rows_written_to(result), result.metadata_sha256)
+                    hashes.record(rows_written_to(result.file, result.metadata), result.metadata_sha256)
                     if time.monotonic() - saved > HASHES_SAVE_SECONDS:
                         hashes.save()
                         saved = time.monotonic()

@@ -29,7 +29,7 @@ from .errors import ShardkitError, naming, naming_errors
 from .formats import format_named
 from .formats.base import RowFile
 from .location import Location
-from .manifest import ManifestShard, lines_file_of, metadata_file_of, own_metadata_file
+from .manifest import ManifestShard, metadata_file_of, rows_written_to
 from .plan import ShardPlan
 from .readahead import BigFile, Fetched, forget_ring, read_in_order
 from .shardfile import ShardFile
@@ -61,13 +61,6 @@ class ShardJob:
     #: the packer: a file in its staging folder, or for an OUT_DIR URL the bytes themselves.
     table_path: str = ""
     table: bytes | None = None
-
-
-def lines_written_at(plan: ShardPlan) -> str:
-    """Where the writer puts a shard's rows as JSON Lines: its metadata file, or for a nested
-    shard, in the work folder until the pack's finish writes its folder's metadata file."""
-    metadata = metadata_file_of(plan.name, plan.split)
-    return metadata if metadata == own_metadata_file(plan.name) else lines_file_of(plan.name)
 
 
 def fsync_close(f: BinaryIO, fsync: bool) -> None:
@@ -163,7 +156,7 @@ def write_shard(job: ShardJob) -> ManifestShard:
     tmp_shard = os.path.join(tmp_dir, f"{plan.stem}{fmt.suffix}.{attempt}.partial")
     tmp_meta = os.path.join(tmp_dir, f"{plan.stem}.jsonl.{attempt}.partial")
     tmp_staged = os.path.join(tmp_dir, f"{plan.stem}.tsv.{attempt}.partial")
-    meta_rel = lines_written_at(plan)
+    meta_rel = rows_written_to(plan.name, metadata_file_of(plan.name, plan.split))
     try:
         if job.staged is not None:
             with naming_errors(tmp_staged), open(tmp_staged, "wb") as f:
