@@ -26,8 +26,10 @@ FILES_PER_COMMIT = 100  # the Hub's advice for commits made over HTTP: push's de
 TOP_LEVEL_FILES = 7
 #: The largest --max-shard-size (ZIP and tar entries, Parquet pages: 32-bit sizes).
 LARGEST_SHARD_BYTES = 4 << 30
-#: A split of more shards than a folder may hold puts each in a subfolder named by this many
-#: first hex digits of its name (256 folders for hashed keys), or more where keys crowd one.
+#: A split of this many shards (more than a folder may hold) puts each in a subfolder named by
+#: NESTED_FOLDER_DIGITS first hex digits of its name (256 folders for hashed keys), or more where
+#: keys crowd one. (A name of its own: the tests nest a few shards by lowering it in a subprocess.)
+NEST_FROM_SHARDS = HUB_MAX_FOLDER_ENTRIES
 NESTED_FOLDER_DIGITS = 2
 MAX_NESTED_FOLDER_DIGITS = 8
 
@@ -94,12 +96,12 @@ class RepoPlan:
 
 def nested(shards: list[ShardPlan]) -> list[ShardPlan]:
     """One split's shards, each in a folder the Hub takes: as planned while they fit in one
-    folder (:data:`HUB_MAX_FOLDER_ENTRIES`), else each in a subfolder named by the first hex
+    folder (fewer than :data:`NEST_FROM_SHARDS`), else each in a subfolder named by the first hex
     digits of its name (``data/train/3f2a.zip`` -> ``data/train/3f/3f2a.zip``, its rows in
     ``metadata/train/3f.jsonl`` with the folder's other shards'): two digits, or more where keys crowd a folder
     (keys given by the rows need not be spread as hashes are). Keys being sorted, the folders are
     too: a shard's folder sorts at or before every later shard's."""
-    if len(shards) < HUB_MAX_FOLDER_ENTRIES:
+    if len(shards) < NEST_FROM_SHARDS:
         return shards
     stems = [shard_stem(s.name) for s in shards]
     for digits in range(NESTED_FOLDER_DIGITS, MAX_NESTED_FOLDER_DIGITS + 1):

@@ -7,6 +7,8 @@ atomically and only after every shard it names exists.
 
 from __future__ import annotations
 
+import builtins
+import hashlib
 import itertools
 import json
 import operator
@@ -28,7 +30,8 @@ from .formats import (
     format_named,
     format_of_manifest,
 )
-from .location import Location, local_path, read_upto
+from .location import Location, local_path, read_bounded, read_upto
+from .location.reading import MAX_METADATA_FILE_BYTES
 from .metadata import KEY_SCHEME, MAX_NESTING
 from .plan import BY_SIZE, MAX_PREFIX_LENGTH, key_ranges
 from .rowrules import KEY_RE, MAX_COLUMN_NAME_CHARS, column_name_problem
@@ -75,6 +78,10 @@ class ManifestShard:
         else:
             data["metadata_range"] = list(self.metadata_range)
         return data
+
+    def has_rows(self, data: builtins.bytes) -> bool:  # (builtins: the field ``bytes`` shadows the type)
+        """Whether ``data`` are the rows this shard was written with (its ``metadata_sha256``)."""
+        return hashlib.sha256(data).hexdigest() == self.metadata_sha256
 
 
 @dataclass(frozen=True)
@@ -323,6 +330,21 @@ def rows_written_to(file: str, metadata: str) -> str:
     file when it is the shard's own, else (a nested shard) its lines file, until the pack's
     finish writes its folder's metadata file."""
     return metadata if metadata == own_metadata_file(file) else lines_file_of(file)
+
+
+def read_published_rows(location: Location, shard: ManifestShard) -> bytes:
+    """A shard's rows as published, JSON Lines: its own metadata file whole, or a nested shard's
+    part of its folder's file (fewer bytes where that file is short: :meth:`ManifestShard.has_rows`
+    tells). Every reader of a part comes here, local or at a URL. FileNotFoundError when the file
+    is not there; one line naming it past :data:`MAX_METADATA_FILE_BYTES` (a server may send an
+    endless one)."""
+    rel = shard.metadata
+    if shard.metadata_range is None:
+        with location.open_random(rel) as f:
+            return read_bounded(f, MAX_METADATA_FILE_BYTES, location.where(rel))
+    start, end = shard.metadata_range
+    with location.open_range(rel, start, end) as f:
+        return read_bounded(f, min(end - start, MAX_METADATA_FILE_BYTES), location.where(rel))
 
 
 def _place(shard: ManifestShard) -> ShardPlace:

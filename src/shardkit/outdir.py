@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import stat
@@ -24,6 +23,7 @@ from .manifest import (
     ManifestShard,
     lines_file_of,
     own_metadata_file,
+    read_published_rows,
     rows_written_to,
     write_atomic,
 )
@@ -456,12 +456,10 @@ def _part_problem(out_dir: str, shard: ManifestShard) -> str | None:
     assert shard.metadata_range is not None
     start, end = shard.metadata_range
     try:
-        with open(os.path.join(out_dir, shard.metadata), "rb") as f:
-            f.seek(start)
-            part = f.read(end - start)
+        part = read_published_rows(Location.parse(out_dir), shard)
     except FileNotFoundError:
         return f"{shard.metadata} is missing"
-    if len(part) != end - start or hashlib.sha256(part).hexdigest() != shard.metadata_sha256:
+    if not shard.has_rows(part):
         return f"{shard.metadata}, bytes {start} to {end}, do not match the sha256 the manifest records"
     return None
 
@@ -526,21 +524,13 @@ def url_shard_problem(
         return None if rows in sizes else f"{rows} is missing"
     if sizes.get(shard.metadata, -1) < (shard.metadata_range[1] if shard.metadata_range else 0):
         return f"{shard.metadata} is missing or shorter than the manifest records"
-    if shard.metadata_range is not None and location is not None and not _url_part_holds(location, shard):
+    if shard.metadata_range is not None and location is not None and not _part_holds(location, shard):
         rows = lines_file_of(shard.file)
-        if published or rows not in sizes or _url_sha256(location, rows, sizes[rows]) != shard.metadata_sha256:
+        if published or rows not in sizes or not shard.has_rows(location.read_bytes(rows, sizes[rows]) or b""):
             start, end = shard.metadata_range
             return f"{shard.metadata}, bytes {start} to {end}, do not match the sha256 the manifest records"
     return None
 
 
-def _url_part_holds(location: Location, shard: ManifestShard) -> bool:
-    assert shard.metadata_range is not None
-    start, end = shard.metadata_range
-    with location.open_range(shard.metadata, start, end) as f:
-        return hashlib.sha256(f.read(end - start)).hexdigest() == shard.metadata_sha256
-
-
-def _url_sha256(location: Location, rel: str, size: int) -> str:
-    with location.open_range(rel, 0, size) as f:
-        return hashlib.sha256(f.read(size)).hexdigest()
+def _part_holds(location: Location, shard: ManifestShard) -> bool:
+    return shard.has_rows(read_published_rows(location, shard))

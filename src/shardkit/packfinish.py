@@ -13,7 +13,6 @@ they are called (a test fills the disk at each of these steps).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import shutil
@@ -30,6 +29,7 @@ from .manifest import (
     ManifestShard,
     lines_file_of,
     own_metadata_file,
+    read_published_rows,
     write_manifest,
 )
 from .outdir import push_small_files
@@ -178,13 +178,12 @@ def _rows_of(location: Location, shard: ManifestShard) -> tuple[bytes, bool]:
     they come from the work folder's lines file (written by this run, or kept there by one
     killed while it wrote its folder's file), else from its part of its folder's file."""
     rows = location.read_bytes(lines_file_of(shard.file), MAX_SHARD_ROWS_BYTES)
-    if rows is not None and hashlib.sha256(rows).hexdigest() == shard.metadata_sha256:
+    if rows is not None and shard.has_rows(rows):
         return rows, True
     if shard.metadata_range:
-        start, end = shard.metadata_range
-        with contextlib.suppress(FileNotFoundError), location.open_range(shard.metadata, start, end) as f:
-            rows = f.read(end - start)
-            if hashlib.sha256(rows).hexdigest() == shard.metadata_sha256:
+        with contextlib.suppress(FileNotFoundError):
+            rows = read_published_rows(location, shard)
+            if shard.has_rows(rows):
                 return rows, False
     raise ShardkitError(
         f"{shard.file}: its rows are neither in {lines_file_of(shard.file)} nor in {shard.metadata} as"

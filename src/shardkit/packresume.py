@@ -24,7 +24,16 @@ from . import summarytext
 from .errors import ShardkitError, UsageError, listed, one_line
 from .formats import ShardFormat
 from .location import Location
-from .manifest import LINES_DIR, MANIFEST_NAME, Manifest, ManifestShard, Options, metadata_file_of, write_atomic
+from .manifest import (
+    LINES_DIR,
+    MANIFEST_NAME,
+    Manifest,
+    ManifestShard,
+    Options,
+    metadata_file_of,
+    read_published_rows,
+    write_atomic,
+)
 from .outdir import PLACEHOLDERS, HashCache, shard_problem, unnamed_files, url_shard_problem
 from .packconfig import ShardChange
 from .packprevious import PreviousRun
@@ -423,14 +432,9 @@ def _rows_changed(location: Location, before: ManifestShard, staged_path: str, p
     unreadable, how many rows it had and has."""
     counts = f"({before.rows} -> {p.rows} rows)" if before.rows != p.rows else f"({summarytext.rows(p.rows)})"
     try:
-        if before.metadata_range is None:
-            data = location.read_bytes(before.metadata)
-        else:  # a nested shard's part of its folder's file
-            start, end = before.metadata_range
-            with location.open_range(before.metadata, start, end) as f:
-                data = f.read(end - start)
+        data = read_published_rows(location, before)
         # (split at "\n" only, as every reader of published lines: JSON leaves U+2028 as it is)
-        old = {json.loads(line)["key"]: line for line in data.split(b"\n") if line} if data is not None else None
+        old = {json.loads(line)["key"]: line for line in data.split(b"\n") if line}
     except (ShardkitError, OSError, ValueError, KeyError, TypeError):  # a message is not worth a refusal
         old = None
     if old is None:

@@ -57,14 +57,12 @@ from .formats import ShardFormat
 from .formats.base import Walk, source_of_row
 from .hashing import sha256_stream
 from .location import (
-    MAX_METADATA_FILE_BYTES,
     Location,
     bare_hub_id,
     bounded_hub_requests,
     network_timeout,
-    read_bounded,
 )
-from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest_at
+from .manifest import MANIFEST_NAME, Manifest, ManifestShard, read_manifest_at, read_published_rows
 from .outdir import unnamed_files
 from .progress import NullProgress, Progress
 from .rowcheck import DatasetRows, ShardRowCheck
@@ -208,7 +206,7 @@ class _Check:
 
     def open(self, relative: str) -> contextlib.AbstractContextManager[IO[bytes]]:
         if relative == self.shard.metadata:  # read whole by the walks: never more than a metadata file
-            return contextlib.nullcontext(io.BytesIO(_read_shard_rows(self.location, self.shard)))
+            return contextlib.nullcontext(io.BytesIO(read_published_rows(self.location, self.shard)))
         return self.location.open_random(relative)
 
     def problem(
@@ -222,19 +220,6 @@ class _Check:
     def file(self, name: str, data: bytes, source: str | None) -> None:
         if self.deep:
             _decode(self.result, self.shard, name, data, source)
-
-
-def _read_shard_rows(location: Location, shard: ManifestShard) -> bytes:
-    """A shard's rows as JSON Lines: its ``metadata/<stem>.jsonl`` whole, or a nested shard's
-    part of its folder's file; one line naming it past :data:`MAX_METADATA_FILE_BYTES` (a server
-    may send an endless one). FileNotFoundError when it is not there."""
-    rel = shard.metadata
-    if shard.metadata_range is not None:
-        start, end = shard.metadata_range
-        with location.open_range(rel, start, end) as f:
-            return read_bounded(f, min(end - start, MAX_METADATA_FILE_BYTES), location.where(rel))
-    with location.open_random(rel) as f:
-        return read_bounded(f, MAX_METADATA_FILE_BYTES, location.where(rel))
 
 
 def walk_shard(
@@ -290,7 +275,7 @@ def _check_shard(
             )
 
     try:
-        outer = _read_shard_rows(location, shard)
+        outer = read_published_rows(location, shard)
         if walk.metadata is not None and outer != walk.metadata:
             problems.append(Problem(shard.metadata, f"differs from {fmt.metadata_inside} {shard.file}"))
         if hashlib.sha256(outer).hexdigest() != shard.metadata_sha256:
