@@ -9,14 +9,17 @@ card's types, so a consumer who filters rows without touching the files reads it
 
 Columns: ``__shard__`` (the shard file, ``data/3f.zip``; named like webdataset's ``__key__`` so
 that no field clashes with it: the name is reserved), ``file_name`` (the file's name inside it),
-``key``, then every field. One row group per shard, shards in name order, rows in shard
-order. Written from the staged metadata lines at the end of a pack, one shard's lines in memory
-at a time; deterministic for a given pyarrow version. pyarrow is imported only here.
+``key``, then every field. Shards in name order, rows in shard order, in row groups of
+:data:`ROWS_PER_GROUP` rows (the last one fewer; a shard's rows may span two). Written from the
+staged metadata lines at the end of a pack, one row group's lines in memory at a time;
+deterministic for a given pyarrow version. pyarrow is imported only here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+import operator
+from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from .atomicfile import replace_file
@@ -26,6 +29,7 @@ from .hashing import sha256_stream
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 TABLE_NAME = "metadata.parquet"
 SHARD_COLUMN = "__shard__"
@@ -38,6 +42,12 @@ def table_schema(features: list[dict[str, Any]]) -> pa.Schema:
     return metadata_schema(features, leading=(_SHARD_FEATURE,))
 
 
+#: Rows in a row group of the table. Not one row group a shard: at the Hub's scale (50,000
+#: shards) that made a footer of hundreds of MB, which every reader of the table parses, and
+#: the writer held it all in memory (about 1 KB a column of each row group).
+ROWS_PER_GROUP = 1 << 16
+
+
 def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], features: list[dict[str, Any]]) -> str:
     """Write the table to ``path`` atomically from (shard file, its metadata.jsonl bytes); return
     its sha256 (the manifest records it)."""
@@ -47,16 +57,31 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
     schema = table_schema(features)
     line_schema = metadata_schema(features)
 
+    def write_rows(writer: pq.ParquetWriter, lines: list[bytes], names: list[str], counts: list[int]) -> None:
+        table = metadata_lines_table(b"".join(lines), line_schema)
+        if table.num_rows != sum(counts):  # (a JSON line holds no raw newline: never)
+            raise AssertionError(f"{table.num_rows} rows from {sum(counts)} lines")
+        column = pa.array([name for name, n in zip(names, counts, strict=True) for _ in range(n)], pa.string())
+        writer.write_table(table.add_column(0, SHARD_COLUMN, column).cast(schema), row_group_size=ROWS_PER_GROUP)
+
     def write(out: BinaryIO) -> None:
         # An open file, not a path: pyarrow takes a path for a URI and cannot encode a folder
         # name that is not UTF-8.
         with pq.ParquetWriter(out, schema, compression="zstd") as writer:
-            for shard, lines in shards:
-                if not lines:
+            lines: list[bytes] = []
+            names: list[str] = []
+            counts: list[int] = []
+            for shard, shard_lines in shards:
+                if not shard_lines:
                     continue
-                table = metadata_lines_table(lines, line_schema)
-                table = table.add_column(0, SHARD_COLUMN, pa.array([shard] * table.num_rows, pa.string()))
-                writer.write_table(table.cast(schema), row_group_size=table.num_rows)
+                lines.append(shard_lines if shard_lines.endswith(b"\n") else shard_lines + b"\n")
+                names.append(shard)
+                counts.append(lines[-1].count(b"\n"))
+                if sum(counts) >= ROWS_PER_GROUP:
+                    write_rows(writer, lines, names, counts)
+                    lines, names, counts = [], [], []
+            if lines:
+                write_rows(writer, lines, names, counts)
 
     replace_file(path, write)  # durable before it is named, as every file shardkit publishes
     with naming_errors(path), open(path, "rb") as f:
@@ -66,8 +91,8 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
 
 def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]]) -> list[str]:
     """What is wrong with a metadata table against the manifest's shards, given as (file, rows,
-    first key, last key): one row group per shard, in the manifest's order, holding that shard's
-    rows within its key range. Read one row group at a time (memory: one shard's keys)."""
+    first key, last key): each shard's rows, in the manifest's order, within its key range. Read
+    one row group at a time (memory: its shard names and keys)."""
     import pyarrow.parquet as pq
 
     try:
@@ -75,20 +100,40 @@ def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]
         # reading ``open_table`` (a Python file) from a C++ thread. A read still held there when
         # the interpreter exits aborts the process ("terminate called without an active
         # exception", exit 134; seen in verify under load, arrow issue 34314).
-        table = pq.ParquetFile(open_table, pre_buffer=False)
-        if table.num_row_groups != len(shards):
-            return [f"{table.num_row_groups} row groups, the manifest has {len(shards)} shards"]
-        problems = []
-        for group, (file, rows, first, last) in enumerate(shards):
-            part = table.read_row_group(group, columns=[SHARD_COLUMN, "key"], use_threads=False)
-            names = set(part.column(SHARD_COLUMN).to_pylist())
-            keys = part.column("key").to_pylist()
-            if names != {file}:
-                problems.append(f"row group {group} holds {sorted(map(str, names))[:3]}, not {file}")
-            elif len(keys) != rows:
-                problems.append(f"{len(keys)} rows of {file}, the manifest says {rows}")
-            elif keys and (keys[0], keys[-1]) != (first, last):
-                problems.append(f"the rows of {file} run {keys[0]}..{keys[-1]}, the manifest says {first}..{last}")
+        runs = _shard_runs(pq.ParquetFile(open_table, pre_buffer=False))
+        problems: list[str] = []
+        for file, rows, first, last in shards:
+            run = next(runs, None)
+            if run is None:
+                return [*problems, f"it ends before the rows of {file}"]
+            name, count, first_key, last_key = run
+            if name != file:
+                return [*problems, f"it holds rows of {name} where the manifest has {file}"]
+            if count != rows:
+                problems.append(f"{count} rows of {file}, the manifest says {rows}")
+            elif (first_key, last_key) != (first, last):
+                problems.append(f"the rows of {file} run {first_key}..{last_key}, the manifest says {first}..{last}")
+        extra = next(runs, None)
+        if extra is not None:
+            problems.append(f"it holds rows of {extra[0]}, after the manifest's last shard")
         return problems
     except Exception as exc:  # pyarrow raises several types for a damaged file
         return [f"cannot be read as Parquet: {exc}"]
+
+
+def _shard_runs(table: pq.ParquetFile) -> Iterator[tuple[str, int, str, str]]:
+    """The table's rows as runs of one shard each, in order: (shard, rows, first key, last key)."""
+    run: tuple[str, int, str, str] | None = None
+    for group in range(table.num_row_groups):
+        part = table.read_row_group(group, columns=[SHARD_COLUMN, "key"], use_threads=False)
+        pairs = zip(part.column(SHARD_COLUMN).to_pylist(), part.column("key").to_pylist(), strict=True)
+        for name, same in itertools.groupby(pairs, key=operator.itemgetter(0)):
+            keys = [key for _, key in same]
+            if run is not None and run[0] == name:  # a shard's rows go on in this row group
+                run = (name, run[1] + len(keys), run[2], keys[-1])
+                continue
+            if run is not None:
+                yield run
+            run = (name, len(keys), keys[0], keys[-1])
+    if run is not None:
+        yield run

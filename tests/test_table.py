@@ -1,0 +1,96 @@
+"""``metadata.parquet``'s row groups hold several shards' rows, and a shard's rows may span two:
+the check follows the rows, not the row groups, and still catches a table that is not the
+manifest's shards in order (tables written a row group a shard, before, still pass)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from shardkit import table as table_module
+from shardkit.table import table_problems, write_metadata_table
+
+FEATURES = [{"name": "image", "dtype": "image"}, {"name": "key", "dtype": "string"}, {"name": "n", "dtype": "int64"}]
+ROWS = {"data/0.zip": 3, "data/1.zip": 7, "data/2.zip": 1, "data/3.zip": 5}
+SWAPPED = {"data/0.zip": 3, "data/2.zip": 1, "data/1.zip": 7, "data/3.zip": 5}
+WITHOUT_LAST = {"data/0.zip": 3, "data/1.zip": 7, "data/2.zip": 1}
+
+
+def lines(shard: str, rows: int) -> bytes:
+    stem = shard[len("data/") : -len(".zip")]
+    return b"".join(
+        json.dumps({"file_name": f"images/{stem}{i}.jpg", "key": f"{stem}{i:03d}", "n": i}).encode() + b"\n"
+        for i in range(rows)
+    )
+
+
+def manifest_rows(counts: dict[str, int]) -> list[tuple[str, int, str, str]]:
+    return [(shard, n, f"{shard[5:-4]}000", f"{shard[5:-4]}{n - 1:03d}") for shard, n in counts.items()]
+
+
+def written(tmp_path: Path, counts: dict[str, int], name: str = "metadata.parquet") -> Path:
+    path = tmp_path / name
+    write_metadata_table(str(path), ((shard, lines(shard, n)) for shard, n in counts.items()), FEATURES)
+    return path
+
+
+def problems(path: Path, counts: dict[str, int]) -> list[str]:
+    with path.open("rb") as f:
+        return table_problems(f, manifest_rows(counts))
+
+
+def test_row_groups_hold_several_shards_and_a_shard_spans_two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(table_module, "ROWS_PER_GROUP", 4)
+    path = written(tmp_path, ROWS)
+    table = pq.ParquetFile(path)
+    # 3 rows: under 4, so data/1.zip joins them (10 rows: 4, 4, 2); then 1 + 5 (4, 2).
+    assert [table.metadata.row_group(i).num_rows for i in range(table.num_row_groups)] == [4, 4, 2, 4, 2]
+    rows = table.read().to_pylist()
+    assert [(r["__shard__"], r["key"], r["n"]) for r in rows] == [
+        (shard, f"{shard[5:-4]}{i:03d}", i) for shard, n in ROWS.items() for i in range(n)
+    ]
+    assert problems(path, ROWS) == []
+
+
+def test_a_table_written_a_row_group_a_shard_still_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(table_module, "ROWS_PER_GROUP", 1)  # a shard's rows reach it: each shard its own groups
+    path = written(tmp_path, ROWS)
+    assert problems(path, ROWS) == []
+
+
+@pytest.mark.parametrize(
+    ("manifest", "expected"),
+    [
+        ({**ROWS, "data/1.zip": 6}, "7 rows of data/1.zip, the manifest says 6"),
+        (
+            {"data/0.zip": 3, "data/2.zip": 1, "data/1.zip": 7, "data/3.zip": 5},
+            "rows of data/1.zip where the manifest has data/2.zip",
+        ),
+        ({**ROWS, "data/4.zip": 2}, "it ends before the rows of data/4.zip"),
+        (
+            {k: v for k, v in ROWS.items() if k != "data/3.zip"},
+            "it holds rows of data/3.zip, after the manifest's last shard",
+        ),
+    ],
+)
+def test_a_table_that_is_not_the_manifests_shards_in_order_is_a_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, manifest: dict[str, int], expected: str
+) -> None:
+    monkeypatch.setattr(table_module, "ROWS_PER_GROUP", 4)
+    found = problems(written(tmp_path, ROWS), manifest)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_a_shards_key_range_is_checked_across_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(table_module, "ROWS_PER_GROUP", 4)
+    path = written(tmp_path, ROWS)
+    manifest = manifest_rows(ROWS)
+    manifest[1] = ("data/1.zip", 7, "1000", "1005")  # its last row is in the next row group
+    with path.open("rb") as f:
+        found = table_problems(f, manifest)
+    assert found == ["the rows of data/1.zip run 1000..1006, the manifest says 1000..1005"]
+    assert table_problems(io.BytesIO(b"PAR1 not parquet"), manifest)[0].startswith("cannot be read as Parquet")
