@@ -26,7 +26,9 @@ a real file does when the filesystem's metadata is in memory (a cold disk's stat
 measured). `pack-shards --dry-run` checks, sorts and plans every row and writes nothing. The plan
 encodes each shard's metadata table in memory, so its shards are sized to hold as many rows as
 pack's default 500 MB target holds of --check-file-size files (YFCC100M: 2 TB / 100M rows = 20
-KB). --flat-check runs it at N/10 and at N: does memory grow with rows?
+KB). --flat-check runs it at N/10 and at N: does memory grow with rows? --yfcc-pack then packs
+the N rows for real (each file 200-500 bytes, so shards of that many rows are small): what the
+write phase and the finish (each shard's rows, metadata.parquet) cost a YFCC-shaped row.
 
 Every run starts after os.sync(). For each: wall time, the phases pack reports, rows/s, peak RSS
 of the process tree and of its largest process (sampled every 50 ms from /proc), CPU seconds of
@@ -334,6 +336,12 @@ def check_at_yfcc_shape(args: argparse.Namespace, report: dict[str, Any]) -> lis
         shutil.rmtree(out, ignore_errors=True)
         what = f"check, YFCC shape, {rows:,} rows"
         runs.append(run_pack(what, images, meta, out, "--dry-run", "--jobs", str(args.jobs), *target))
+    if args.yfcc_pack:  # the same rows packed for real: the write and the finish at YFCC's shape
+        out = work / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        what = f"pack, YFCC shape (tiny files), {sizes[-1]:,} rows"
+        runs.append(run_pack(what, images, metas[-1], out, "--jobs", str(args.jobs), *target))
+        shutil.rmtree(out)
     if not args.keep:
         shutil.rmtree(work)
     return runs
@@ -409,6 +417,11 @@ def main() -> None:
         help="bytes of an image the check's shards are sized for (YFCC100M: 2 TB / 100M rows)",
     )
     parser.add_argument("--flat-check", action="store_true", help="check at --check-rows / 10 too: memory in rows")
+    parser.add_argument(
+        "--yfcc-pack",
+        action="store_true",
+        help="pack --check-rows YFCC rows for real too (their files are tiny): write and finish at that shape",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pack-shards --jobs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=Path("bench-output/scale"))
