@@ -2,14 +2,15 @@
 
 The packed example's 16 shards (``data/3.zip``...) are moved as a split of 10,000 shards or more
 would be (``data/30/3.zip``, the folder's rows in ``metadata/30.jsonl``, each shard's part its
-``metadata_range``): verify, ``shardkit.stream`` and the datasets 3.6 loading script read it
-exactly as the flat one, and every reader refuses in one line a manifest whose parts do not fill
+``metadata_range``): verify, ``shardkit.stream``, the datasets 3.6 loading script and remux read
+it exactly as the flat one, and every reader refuses in one line a manifest whose parts do not fill
 their folders' files, or a shard in a folder that is not its name's.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,11 +23,13 @@ import pytest
 import shardkit
 from shardkit.errors import ManifestError
 from shardkit.manifest import parse_manifest
+from tests.support.corpus import tree_bytes
 from tests.support.readback import DS36_PYTHON, expected_rows, read_with
 from tests.test_streaming import digest_rows
 
 SCRIPTS = Path(sys.executable).parent
 LOADER = "yfcc_mini_loader.py"
+IDENTITY = "tests.remux_functions:identity"
 
 
 def nested_copy(packed: Path, dest: Path) -> Path:
@@ -74,6 +77,23 @@ def test_a_nested_layout_is_read_as_the_flat_one_by_verify_stream_and_the_36_scr
     assert digest_rows(shardkit.stream(str(repo))) == expected_rows()
     got = read_with(DS36_PYTHON, repo / LOADER, True, tmp_path / "cache")
     assert got["rows"] == expected_rows() and got["n_shards"] == 16
+    # remux reads it as the flat one: the same rows in the same order, so the same shards.
+    remuxed = {}
+    for name, source in (("flat", packed_template), ("nested", repo)):
+        remuxed[name] = tmp_path / name / "out"
+        remuxed[name].parent.mkdir()
+        done = subprocess.run(
+            [str(SCRIPTS / "shardkit"), "remux", str(source), str(remuxed[name]), "--map", IDENTITY, "--no-decode"],
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    assert tree_bytes(remuxed["nested"]) == tree_bytes(remuxed["flat"])
+    rows = json.loads((remuxed["nested"] / "shards.json").read_text())["totals"]["rows"]
+    assert rows == len(expected_rows())
 
 
 Mutation = Callable[[dict[str, Any]], None]
