@@ -16,8 +16,6 @@ from shardkit.table import table_problems, write_metadata_table
 
 FEATURES = [{"name": "image", "dtype": "image"}, {"name": "key", "dtype": "string"}, {"name": "n", "dtype": "int64"}]
 ROWS = {"data/0.zip": 3, "data/1.zip": 7, "data/2.zip": 1, "data/3.zip": 5}
-SWAPPED = {"data/0.zip": 3, "data/2.zip": 1, "data/1.zip": 7, "data/3.zip": 5}
-WITHOUT_LAST = {"data/0.zip": 3, "data/1.zip": 7, "data/2.zip": 1}
 
 
 def lines(shard: str, rows: int) -> bytes:
@@ -43,23 +41,43 @@ def problems(path: Path, counts: dict[str, int]) -> list[str]:
         return table_problems(f, manifest_rows(counts))
 
 
+def group_rows(path: Path) -> list[int]:
+    table = pq.ParquetFile(path)
+    return [table.metadata.row_group(i).num_rows for i in range(table.num_row_groups)]
+
+
 def test_row_groups_hold_several_shards_and_a_shard_spans_two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(table_module, "ROWS_PER_GROUP", 4)
     path = written(tmp_path, ROWS)
-    table = pq.ParquetFile(path)
-    # 3 rows: under 4, so data/1.zip joins them (10 rows: 4, 4, 2); then 1 + 5 (4, 2).
-    assert [table.metadata.row_group(i).num_rows for i in range(table.num_row_groups)] == [4, 4, 2, 4, 2]
-    rows = table.read().to_pylist()
+    # 3 rows held; with data/1.zip's 7, two whole groups and 2 rows held; with data/2.zip's and
+    # data/3.zip's, two more: every group whole, data/1.zip's rows in the first three.
+    assert group_rows(path) == [4, 4, 4, 4]
+    rows = pq.read_table(path).to_pylist()
     assert [(r["__shard__"], r["key"], r["n"]) for r in rows] == [
         (shard, f"{shard[5:-4]}{i:03d}", i) for shard, n in ROWS.items() for i in range(n)
     ]
     assert problems(path, ROWS) == []
 
 
-def test_a_table_written_a_row_group_a_shard_still_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(table_module, "ROWS_PER_GROUP", 1)  # a shard's rows reach it: each shard its own groups
+def test_wide_rows_make_row_groups_of_fewer_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(table_module, "GROUP_BYTES", 200)  # a few rows' worth
     path = written(tmp_path, ROWS)
+    sizes = group_rows(path)
+    assert sum(sizes) == 16 and max(sizes) < 16 and len(sizes) > 2, sizes
     assert problems(path, ROWS) == []
+
+
+def test_a_table_written_a_row_group_a_shard_still_passes(tmp_path: Path) -> None:
+    """As shardkit wrote it before the row groups of ROWS_PER_GROUP rows."""
+    rows = pq.read_table(written(tmp_path, ROWS))
+    old = tmp_path / "old.parquet"
+    with pq.ParquetWriter(old, rows.schema) as writer:
+        start = 0
+        for n in ROWS.values():
+            writer.write_table(rows.slice(start, n), row_group_size=n)
+            start += n
+    assert group_rows(old) == list(ROWS.values())
+    assert problems(old, ROWS) == []
 
 
 @pytest.mark.parametrize(

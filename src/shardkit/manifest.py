@@ -335,16 +335,17 @@ def rows_written_to(file: str, metadata: str) -> str:
 def read_published_rows(location: Location, shard: ManifestShard) -> bytes:
     """A shard's rows as published, JSON Lines: its own metadata file whole, or a nested shard's
     part of its folder's file (fewer bytes where that file is short: :meth:`ManifestShard.has_rows`
-    tells). Every reader of a part comes here, local or at a URL. FileNotFoundError when the file
-    is not there; one line naming it past :data:`MAX_METADATA_FILE_BYTES` (a server may send an
-    endless one)."""
-    rel = shard.metadata
+    tells), or, in a done record before the finish placed them there, its lines file. Every
+    reader of a part comes here, local or at a URL. FileNotFoundError when the file is not
+    there; one line naming it past :data:`MAX_METADATA_FILE_BYTES` (a server may send an endless
+    one)."""
     if shard.metadata_range is None:
+        rel = rows_written_to(shard.file, shard.metadata)  # (a nested shard's lines file, not placed yet)
         with location.open_random(rel) as f:
             return read_bounded(f, MAX_METADATA_FILE_BYTES, location.where(rel))
     start, end = shard.metadata_range
-    with location.open_range(rel, start, end) as f:
-        return read_bounded(f, min(end - start, MAX_METADATA_FILE_BYTES), location.where(rel))
+    with location.open_range(shard.metadata, start, end) as f:
+        return read_bounded(f, min(end - start, MAX_METADATA_FILE_BYTES), location.where(shard.metadata))
 
 
 def _place(shard: ManifestShard) -> ShardPlace:

@@ -16,7 +16,7 @@ from collections.abc import Container, Iterable, Iterator
 from .card import LOADER_SUFFIX, is_shardkit_card
 from .errors import UsageError, listed, naming_errors
 from .hashing import sha256_file
-from .location import MAX_SMALL_FILE_BYTES, Location, OutsideDataset, check_in_dataset, readable_root
+from .location import MAX_SMALL_FILE_BYTES, Location, OutsideDataset, check_in_dataset, read_upto, readable_root
 from .manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
@@ -526,7 +526,7 @@ def url_shard_problem(
         return f"{shard.metadata} is missing or shorter than the manifest records"
     if shard.metadata_range is not None and location is not None and not _part_holds(location, shard):
         rows = lines_file_of(shard.file)
-        if published or rows not in sizes or not shard.has_rows(location.read_bytes(rows, sizes[rows]) or b""):
+        if published or rows not in sizes or not shard.has_rows(_listed_bytes(location, rows, sizes[rows])):
             start, end = shard.metadata_range
             return f"{shard.metadata}, bytes {start} to {end}, do not match the sha256 the manifest records"
     return None
@@ -534,3 +534,10 @@ def url_shard_problem(
 
 def _part_holds(location: Location, shard: ManifestShard) -> bool:
     return shard.has_rows(read_published_rows(location, shard))
+
+
+def _listed_bytes(location: Location, rel: str, size: int) -> bytes:
+    """The first ``size`` bytes of a file at the URL (its size in the listing: a longer file is
+    another's, which the caller's hash tells)."""
+    with location.open_range(rel, 0, size) as f:
+        return read_upto(f, size)

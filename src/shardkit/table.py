@@ -10,9 +10,9 @@ card's types, so a consumer who filters rows without touching the files reads it
 Columns: ``__shard__`` (the shard file, ``data/3f.zip``; named like webdataset's ``__key__`` so
 that no field clashes with it: the name is reserved), ``file_name`` (the file's name inside it),
 ``key``, then every field. Shards in name order, rows in shard order, in row groups of
-:data:`ROWS_PER_GROUP` rows (the last one fewer; a shard's rows may span two). Written from the
-staged metadata lines at the end of a pack, one row group's lines in memory at a time;
-deterministic for a given pyarrow version. pyarrow is imported only here.
+:data:`ROWS_PER_GROUP` rows (fewer where the rows are wide, :data:`GROUP_BYTES`, and at the end;
+a shard's rows may span several). Written from the staged metadata lines at the end of a pack,
+one shard's lines parsed at a time; deterministic for a given pyarrow version. pyarrow is imported only here.
 """
 
 from __future__ import annotations
@@ -42,10 +42,13 @@ def table_schema(features: list[dict[str, Any]]) -> pa.Schema:
     return metadata_schema(features, leading=(_SHARD_FEATURE,))
 
 
-#: Rows in a row group of the table. Not one row group a shard: at the Hub's scale (50,000
-#: shards) that made a footer of hundreds of MB, which every reader of the table parses, and
-#: the writer held it all in memory (about 1 KB a column of each row group).
+#: Rows in a row group of the table, at most. Not one row group a shard: at the Hub's scale
+#: (50,000 shards) that made a footer of hundreds of MB, which every reader of the table parses,
+#: and the writer held it all in memory (about 1 KB a column of each row group).
 ROWS_PER_GROUP = 1 << 16
+#: Arrow bytes a row group holds, at most: wide rows (embeddings of 1,536 floats are 32 KB of
+#: JSON each) make row groups of fewer rows, so the rows held while a group fills stay bounded.
+GROUP_BYTES = 64 << 20
 
 
 def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], features: list[dict[str, Any]]) -> str:
@@ -57,36 +60,38 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
     schema = table_schema(features)
     line_schema = metadata_schema(features)
 
-    def write_rows(writer: pq.ParquetWriter, lines: list[bytes], names: list[str], counts: list[int]) -> None:
-        table = metadata_lines_table(b"".join(lines), line_schema)
-        if table.num_rows != sum(counts):  # (a JSON line holds no raw newline: never)
-            raise AssertionError(f"{table.num_rows} rows from {sum(counts)} lines")
-        column = pa.array([name for name, n in zip(names, counts, strict=True) for _ in range(n)], pa.string())
-        writer.write_table(table.add_column(0, SHARD_COLUMN, column).cast(schema), row_group_size=ROWS_PER_GROUP)
-
     def write(out: BinaryIO) -> None:
         # An open file, not a path: pyarrow takes a path for a URI and cannot encode a folder
         # name that is not UTF-8.
         with pq.ParquetWriter(out, schema, compression="zstd") as writer:
-            lines: list[bytes] = []
-            names: list[str] = []
-            counts: list[int] = []
-            for shard, shard_lines in shards:
-                if not shard_lines:
+            held: list[pa.Table] = []  # fewer than ROWS_PER_GROUP rows and GROUP_BYTES, but the last shard's
+            for shard, lines in shards:
+                if not lines:
                     continue
-                lines.append(shard_lines if shard_lines.endswith(b"\n") else shard_lines + b"\n")
-                names.append(shard)
-                counts.append(lines[-1].count(b"\n"))
-                if sum(counts) >= ROWS_PER_GROUP:
-                    write_rows(writer, lines, names, counts)
-                    lines, names, counts = [], [], []
-            if lines:
-                write_rows(writer, lines, names, counts)
+                table = metadata_lines_table(lines, line_schema)  # one shard's lines parsed at a time
+                shard_column = pa.array([shard] * table.num_rows, pa.string())
+                held.append(table.add_column(0, SHARD_COLUMN, shard_column).cast(schema))
+                if sum(t.num_rows for t in held) >= ROWS_PER_GROUP or sum(t.nbytes for t in held) >= GROUP_BYTES:
+                    held = _write_groups(writer, held)
+            if held:
+                _write_groups(writer, held, everything=True)
 
     replace_file(path, write)  # durable before it is named, as every file shardkit publishes
     with naming_errors(path), open(path, "rb") as f:
         sha256 = sha256_stream(f)
     return sha256
+
+
+def _write_groups(writer: pq.ParquetWriter, held: list[pa.Table], *, everything: bool = False) -> list[pa.Table]:
+    """Write the held rows as whole row groups (ROWS_PER_GROUP rows, fewer as GROUP_BYTES
+    allows) and, with ``everything``, the rest; return the rows held still."""
+    import pyarrow as pa
+
+    table = pa.concat_tables(held)
+    per_group = max(1, min(ROWS_PER_GROUP, table.num_rows * GROUP_BYTES // max(table.nbytes, 1)))
+    rest = 0 if everything else table.num_rows % per_group
+    writer.write_table(table.slice(0, table.num_rows - rest), row_group_size=per_group)
+    return [table.slice(table.num_rows - rest)] if rest else []
 
 
 def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]]) -> list[str]:
