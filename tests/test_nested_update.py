@@ -10,7 +10,8 @@ each folder's rows in one ``metadata/<folder>.jsonl``. Everything else is the re
   file; the three folder files are what a fresh pack of the new rows writes. Pushed before and
   after to the Hub-API server, the repo reads back exactly (shardkit.stream, datasets 5.x).
 - A pack or an update SIGKILLed at each step of the folder files' writing resumes to the bytes
-  of a run that was not killed; the same run again keeps every shard.
+  of a run that was not killed; the same run again keeps every shard. So does an update in an
+  S3 bucket (moto's server), killed before its manifest.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import s3fs
 
 from tests.hub_server import HubServer, run_hub_server
 from tests.support.corpus import tree_bytes
+from tests.support.packing import s3_env
 from tests.test_update import Corpus, assert_reads, consumers, push
 
 #: The shards' names (their keys' first 3 hex digits); the first six hold the first rows.
@@ -89,17 +92,30 @@ class NestedCorpus(Corpus):
 
 
 def run_pack(
-    corpus: Corpus, meta: Path, out: Path, *options: str, point: str = "none"
+    corpus: Corpus,
+    meta: Path,
+    out: Path | str,
+    *options: str,
+    point: str = "none",
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(out, Path):
+        out.parent.mkdir(parents=True, exist_ok=True)
     args = [str(corpus.images), str(meta), "-o", str(out), "--prefix-length", "3", "--jobs", "1", "--json", *options]
     return subprocess.run(
-        [sys.executable, "-c", NESTING_PACK, point, *args], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", NESTING_PACK, point, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
     )
 
 
-def pack(corpus: Corpus, meta: Path, out: Path, *options: str) -> dict[str, Any]:
-    done = run_pack(corpus, meta, out, *options)
+def pack(
+    corpus: Corpus, meta: Path, out: Path | str, *options: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    done = run_pack(corpus, meta, out, *options, env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
@@ -217,3 +233,33 @@ def test_a_nested_pack_killed_at_any_step_resumes_to_the_output_of_one_that_was_
     again = pack(corpus, meta, out, *options)
     assert again["written_shards"] == 0
     assert tree_bytes(out) == tree_bytes(folders["reference"])
+
+
+@pytest.mark.slow
+def test_a_nested_update_in_a_bucket_killed_then_resumed_gives_the_bytes_of_a_local_one(
+    s3_endpoint: str, tmp_path: Path
+) -> None:
+    """At an fsspec URL (moto's S3 server on 127.0.0.1) a nested shard's part is read back from
+    the bucket: kept shards' rows come from the old folder files there."""
+    env = s3_env(s3_endpoint)
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=s3_endpoint, skip_instance_cache=True)
+    fs.mkdir("nested")
+    url, work = "s3://nested/ds", str(tmp_path / "work")
+    corpus = NestedCorpus(tmp_path / "in", 36)
+    meta = corpus.write()
+    local = tmp_path / "local" / "ds"  # the URL's last part: the card names it
+    pack(corpus, meta, local)
+    pack(corpus, meta, url, "--work-dir", work, env=env)
+    change(corpus)
+    meta = corpus.write()
+    reference = pack(corpus, meta, local, "--update")
+    assert (reference["written_shards"], reference["kept_shards"]) == (2, 4)
+
+    options = ("--update", "--work-dir", work)
+    killed = run_pack(corpus, meta, url, *options, point="the manifest about to be written", env=env)
+    assert killed.returncode == -9, killed.stderr
+    resumed = pack(corpus, meta, url, *options, env=env)
+    assert resumed["written_shards"] == 0, resumed  # all written before the kill
+    fs.invalidate_cache()
+    there = {path.removeprefix("nested/ds/"): fs.cat_file(path) for path in fs.find("nested/ds")}
+    assert there == tree_bytes(local)
