@@ -516,10 +516,10 @@ def test_an_endless_metadata_file_is_read_only_up_to_its_bound(
 ) -> None:
     """verify reads each metadata/<stem>.jsonl whole; the bound (2 GiB, too much to send in a
     test) is lowered to 1 MiB here, the server sends 300 MB."""
-    from shardkit import verify
+    from shardkit import manifest, verify
 
     proxy, url = url_server
-    monkeypatch.setattr(verify, "MAX_METADATA_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(manifest, "MAX_METADATA_FILE_BYTES", 1 << 20)  # (read_published_rows reads the rows)
     [fault] = proxy.set(Fault("endless", path=r"/metadata/3\.jsonl", status=200, size=ENDLESS))
     with pytest.raises(ShardkitError) as raised:
         verify.verify(url, threads=1)
