@@ -46,11 +46,15 @@ def group_rows(path: Path) -> list[int]:
     return [table.metadata.row_group(i).num_rows for i in range(table.num_row_groups)]
 
 
-def test_row_groups_hold_several_shards_and_a_shard_spans_two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("parse_bytes", [1, 1 << 20], ids=["a shard a parse", "every shard in one parse"])
+def test_row_groups_hold_several_shards_and_a_shard_spans_two(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parse_bytes: int
+) -> None:
     monkeypatch.setattr(table_module, "ROWS_PER_GROUP", 4)
+    monkeypatch.setattr(table_module, "PARSE_BYTES", parse_bytes)
     path = written(tmp_path, ROWS)
-    # 3 rows held; with data/1.zip's 7, two whole groups and 2 rows held; with data/2.zip's and
-    # data/3.zip's, two more: every group whole, data/1.zip's rows in the first three.
+    # A shard a parse: 3 rows held; with data/1.zip's 7, two whole groups and 2 rows held; with
+    # data/2.zip's and data/3.zip's, two more. Every group whole, data/1.zip's rows in three.
     assert group_rows(path) == [4, 4, 4, 4]
     rows = pq.read_table(path).to_pylist()
     assert [(r["__shard__"], r["key"], r["n"]) for r in rows] == [
@@ -61,6 +65,7 @@ def test_row_groups_hold_several_shards_and_a_shard_spans_two(tmp_path: Path, mo
 
 def test_wide_rows_make_row_groups_of_fewer_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(table_module, "GROUP_BYTES", 200)  # a few rows' worth
+    monkeypatch.setattr(table_module, "PARSE_BYTES", 1)
     path = written(tmp_path, ROWS)
     sizes = group_rows(path)
     assert sum(sizes) == 16 and max(sizes) < 16 and len(sizes) > 2, sizes

@@ -12,7 +12,7 @@ that no field clashes with it: the name is reserved), ``file_name`` (the file's 
 ``key``, then every field. Shards in name order, rows in shard order, in row groups of
 :data:`ROWS_PER_GROUP` rows (fewer where the rows are wide, :data:`GROUP_BYTES`, and at the end;
 a shard's rows may span several). Written from the staged metadata lines at the end of a pack,
-one shard's lines parsed at a time; deterministic for a given pyarrow version. pyarrow is imported only here.
+parsed :data:`PARSE_BYTES` at a time; deterministic for a given pyarrow version. pyarrow is imported only here.
 """
 
 from __future__ import annotations
@@ -51,30 +51,26 @@ ROWS_PER_GROUP = 1 << 16
 GROUP_BYTES = 64 << 20
 
 
+#: JSON lines parsed in one call: many small shards' rows at once (a call a shard costs more than
+#: a tiny shard's rows), in a block bounded whatever the rows' width.
+PARSE_BYTES = 1 << 20
+
+
 def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], features: list[dict[str, Any]]) -> str:
     """Write the table to ``path`` atomically from (shard file, its metadata.jsonl bytes); return
     its sha256 (the manifest records it)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = table_schema(features)
-    line_schema = metadata_schema(features)
 
     def write(out: BinaryIO) -> None:
         # An open file, not a path: pyarrow takes a path for a URI and cannot encode a folder
         # name that is not UTF-8.
         with pq.ParquetWriter(out, schema, compression="zstd") as writer:
-            held: list[pa.Table] = []  # fewer than ROWS_PER_GROUP rows and GROUP_BYTES, but the last shard's
+            groups = _RowGroups(writer, schema, metadata_schema(features))
             for shard, lines in shards:
-                if not lines:
-                    continue
-                table = metadata_lines_table(lines, line_schema)  # one shard's lines parsed at a time
-                shard_column = pa.array([shard] * table.num_rows, pa.string())
-                held.append(table.add_column(0, SHARD_COLUMN, shard_column).cast(schema))
-                if sum(t.num_rows for t in held) >= ROWS_PER_GROUP or sum(t.nbytes for t in held) >= GROUP_BYTES:
-                    held = _write_groups(writer, held)
-            if held:
-                _write_groups(writer, held, everything=True)
+                groups.add(shard, lines)
+            groups.close()
 
     replace_file(path, write)  # durable before it is named, as every file shardkit publishes
     with naming_errors(path), open(path, "rb") as f:
@@ -82,16 +78,59 @@ def write_metadata_table(path: str, shards: Iterable[tuple[str, bytes]], feature
     return sha256
 
 
-def _write_groups(writer: pq.ParquetWriter, held: list[pa.Table], *, everything: bool = False) -> list[pa.Table]:
-    """Write the held rows as whole row groups (ROWS_PER_GROUP rows, fewer as GROUP_BYTES
-    allows) and, with ``everything``, the rest; return the rows held still."""
-    import pyarrow as pa
+class _RowGroups:
+    """The table's rows, given shard after shard, written as row groups (:data:`ROWS_PER_GROUP`)."""
 
-    table = pa.concat_tables(held)
-    per_group = max(1, min(ROWS_PER_GROUP, table.num_rows * GROUP_BYTES // max(table.nbytes, 1)))
-    rest = 0 if everything else table.num_rows % per_group
-    writer.write_table(table.slice(0, table.num_rows - rest), row_group_size=per_group)
-    return [table.slice(table.num_rows - rest)] if rest else []
+    def __init__(self, writer: pq.ParquetWriter, schema: pa.Schema, line_schema: pa.Schema) -> None:
+        self.writer, self.schema, self.line_schema = writer, schema, line_schema
+        self.lines: list[bytes] = []  # not parsed yet: under PARSE_BYTES, but for the last shard's
+        self.shards: list[str] = []  # their shard, line by line
+        self.size = 0
+        self.held: list[pa.Table] = []  # parsed, not written: under a row group, but for the last parse
+        self.held_rows = self.held_bytes = 0
+
+    def add(self, shard: str, lines: bytes) -> None:
+        if not lines:
+            return
+        if not lines.endswith(b"\n"):
+            lines += b"\n"
+        self.lines.append(lines)
+        self.shards += [shard] * lines.count(b"\n")  # (a JSON line holds no raw newline)
+        self.size += len(lines)
+        if self.size >= PARSE_BYTES:
+            self._parse()
+
+    def close(self) -> None:
+        if self.lines:
+            self._parse()
+        if self.held:
+            self._write(everything=True)
+
+    def _parse(self) -> None:
+        import pyarrow as pa
+
+        table = metadata_lines_table(b"".join(self.lines), self.line_schema)
+        if table.num_rows != len(self.shards):  # (never: a line is a row)
+            raise AssertionError(f"{table.num_rows} rows from {len(self.shards)} lines")
+        table = table.add_column(0, SHARD_COLUMN, pa.array(self.shards, pa.string())).cast(self.schema)
+        self.lines, self.shards, self.size = [], [], 0
+        self.held.append(table)
+        self.held_rows += table.num_rows
+        self.held_bytes += table.nbytes
+        if self.held_rows >= ROWS_PER_GROUP or self.held_bytes >= GROUP_BYTES:
+            self._write(everything=False)
+
+    def _write(self, *, everything: bool) -> None:
+        """Write the held rows as whole row groups (ROWS_PER_GROUP rows, fewer as GROUP_BYTES
+        allows) and, with ``everything``, the rest."""
+        import pyarrow as pa
+
+        table = pa.concat_tables(self.held)
+        per_group = max(1, min(ROWS_PER_GROUP, table.num_rows * GROUP_BYTES // max(table.nbytes, 1)))
+        rest = 0 if everything else table.num_rows % per_group
+        self.writer.write_table(table.slice(0, table.num_rows - rest), row_group_size=per_group)
+        self.held = [table.slice(table.num_rows - rest)] if rest else []
+        self.held_rows, self.held_bytes = rest, sum(t.nbytes for t in self.held)
 
 
 def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]]) -> list[str]:
