@@ -31,55 +31,14 @@ import s3fs
 from tests.hub_server import HubServer, run_hub_server
 from tests.support.corpus import tree_bytes
 from tests.support.packing import s3_env
-from tests.test_update import Corpus, assert_reads, consumers, push
+from tests.test_update import KILLED_PACK, Corpus, assert_reads, consumers, push
 
 #: The shards' names (their keys' first 3 hex digits); the first six hold the first rows.
 STEMS = ("a00", "a01", "a02", "b00", "b01", "c10", "c11")
 FIRST_STEMS = 6
 
-#: pack-shards with a split nesting from 4 shards, SIGKILLed at one point (argv[1], or "none");
-#: the rest is pack-shards' argv.
-NESTING_PACK = r"""
-import os, signal, sys
-import shardkit.hubplan, shardkit.location, shardkit.packfinish, shardkit.packwrite
-from shardkit.cli import pack_shards
-
-shardkit.hubplan.NEST_FROM_SHARDS = 4
-point = sys.argv[1]
-
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
-
-Folder = shardkit.location.Folder
-if point == "one shard written":
-    run_tasks = shardkit.packwrite.run_tasks
-    def running(*args, **kwargs):
-        for n, result in enumerate(run_tasks(*args, **kwargs)):
-            if n == 1:
-                die()
-            yield result
-    shardkit.packwrite.run_tasks = running
-elif point == "a kept shard's rows saved to its lines file":
-    write_bytes = Folder.write_bytes
-    def writing(self, rel, data):
-        write_bytes(self, rel, data)
-        if rel.startswith(".shardkit/lines/"):
-            die()
-    Folder.write_bytes = writing
-elif point == "a folder's metadata file written":
-    put = Folder.put
-    def putting(self, local_file, rel, **kwargs):
-        put(self, local_file, rel, **kwargs)
-        if rel.startswith("metadata/"):
-            die()
-    Folder.put = putting
-elif point == "the manifest about to be written":
-    shardkit.packfinish.write_manifest = lambda *args, **kwargs: die()
-elif point != "none":
-    raise SystemExit(f"no point {point!r}")
-sys.argv = ["pack-shards", *sys.argv[2:]]
-pack_shards()
-"""
+#: A split nests from this many shards here (the Hub's limit: 10,000).
+NEST_FROM = "4"
 
 
 class NestedCorpus(Corpus):
@@ -103,7 +62,7 @@ def run_pack(
         out.parent.mkdir(parents=True, exist_ok=True)
     args = [str(corpus.images), str(meta), "-o", str(out), "--prefix-length", "3", "--jobs", "1", "--json", *options]
     return subprocess.run(
-        [sys.executable, "-c", NESTING_PACK, point, *args],
+        [sys.executable, str(KILLED_PACK), point, NEST_FROM, *args],
         capture_output=True,
         text=True,
         timeout=300,

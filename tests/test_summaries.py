@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.corpus import write_jsonl
 from tests.test_splits_labels import pack_cli
-from tests.test_update import KILLED_AT, SHARDS, Corpus
+from tests.test_update import KILLED_PACK, SHARDS, Corpus
 
 pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
@@ -192,7 +192,7 @@ def test_a_killed_first_pack_resumes_saying_what_was_there_and_what_it_wrote(tmp
     out = tmp_path / "out"
     args = [str(corpus.images), str(corpus.write()), "-o", str(out), "--prefix-length", "1", "-j", "1", "-q"]
     killed = subprocess.run(
-        [sys.executable, "-c", KILLED_AT, "one changed shard written", *args],
+        [sys.executable, str(KILLED_PACK), "one shard written", "0", *args],
         capture_output=True,
         text=True,
         timeout=300,
