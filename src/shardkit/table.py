@@ -87,7 +87,6 @@ class _RowGroups:
         self.shards: list[str] = []  # their shard, line by line
         self.size = 0
         self.held: list[pa.Table] = []  # parsed, not written: under a row group, but for the last parse
-        self.held_rows = self.held_bytes = 0
 
     def add(self, shard: str, lines: bytes) -> None:
         if not lines:
@@ -114,10 +113,8 @@ class _RowGroups:
             raise AssertionError(f"{table.num_rows} rows from {len(self.shards)} lines")
         table = table.add_column(0, SHARD_COLUMN, pa.array(self.shards, pa.string())).cast(self.schema)
         self.lines, self.shards, self.size = [], [], 0
-        self.held.append(table)
-        self.held_rows += table.num_rows
-        self.held_bytes += table.nbytes
-        if self.held_rows >= ROWS_PER_GROUP or self.held_bytes >= GROUP_BYTES:
+        self.held.append(table)  # (a table a PARSE_BYTES of lines: a few to sum)
+        if sum(t.num_rows for t in self.held) >= ROWS_PER_GROUP or sum(t.nbytes for t in self.held) >= GROUP_BYTES:
             self._write(everything=False)
 
     def _write(self, *, everything: bool) -> None:
@@ -130,7 +127,6 @@ class _RowGroups:
         rest = 0 if everything else table.num_rows % per_group
         self.writer.write_table(table.slice(0, table.num_rows - rest), row_group_size=per_group)
         self.held = [table.slice(table.num_rows - rest)] if rest else []
-        self.held_rows, self.held_bytes = rest, sum(t.nbytes for t in self.held)
 
 
 def table_problems(open_table: IO[bytes], shards: list[tuple[str, int, str, str]]) -> list[str]:
