@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit import localdisk, readahead
+from shardkit.inputfile import stamp
 from shardkit.readahead import READ_BATCH_ROWS, SourceChanged, read_in_order
 from shardkit.staging import StagedRow
 
@@ -257,6 +258,48 @@ def test_a_file_changed_since_the_check_is_an_error_naming_it_at_its_turn(
     with pytest.raises(SourceChanged, match=rf"f0006\.bin \(metadata line 7\): {message}"):
         read_all(rows, tmp_path / "files", threads=threads, got=got)
     assert got == [row.source for row in rows[:6]]  # the rows before it, in order; none after
+
+
+def ranged_rows(folder: Path, sizes: list[int], per_file: int) -> tuple[list[StagedRow], list[bytes]]:
+    """Rows that are byte ranges of files (remux's staging: ``per_file`` rows a file), stamped as
+    the check stamps them, and each row's bytes."""
+    folder.mkdir(exist_ok=True)
+    rows, datas = [], []
+    for first in range(0, len(sizes), per_file):
+        name = f"rows{first:04d}.bin"
+        chunk = [
+            bytes((i * 7 + j) % 251 for j in range(sizes[i])) for i in range(first, min(first + per_file, len(sizes)))
+        ]
+        (folder / name).write_bytes(b"".join(chunk))
+        checked = stamp(os.stat(folder / name))
+        offset = 0
+        for i, data in enumerate(chunk, first):
+            rows.append(StagedRow(f"{i:08x}", i + 1, len(data), ".bin", name, "{}", stamp=checked, file_offset=offset))
+            datas.append(data)
+            offset += len(data)
+    return rows, datas
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_byte_ranges_of_a_file_are_read_as_their_rows(cache: str, tmp_path: Path, threads: int) -> None:
+    sizes = [1 + (i * 7919) % 9000 for i in range(100)]
+    sizes[5] = sizes[63] = RING // 2 + 1  # too big for the ring: copied in chunks, from where the range starts
+    rows, datas = ranged_rows(tmp_path / "files", sizes, per_file=32)
+    got = read_all(rows, tmp_path / "files", threads=threads)
+    assert [data for _, data, _ in got] == datas
+    assert [crc for _, _, crc in got] == [zlib.crc32(data) for data in datas]
+
+
+def test_a_file_of_byte_ranges_rewritten_since_the_check_is_an_error_naming_it(cache: str, tmp_path: Path) -> None:
+    rows, _ = ranged_rows(tmp_path / "files", [100] * 20, per_file=8)
+    victim = tmp_path / "files" / rows[9].source  # rows 8 to 15
+    victim.write_bytes(victim.read_bytes()[::-1])  # as many bytes, others
+    got: list[str] = []
+    with pytest.raises(
+        SourceChanged, match=r"rows0008\.bin \(metadata line 9\): file changed since it was checked \(modified since"
+    ):
+        read_all(rows, tmp_path / "files", got=got)
+    assert len(got) == 8  # the rows of the first file, in order; none after
 
 
 def test_the_first_bad_file_in_row_order_is_the_one_named(cache: str, tmp_path: Path) -> None:

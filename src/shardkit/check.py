@@ -155,6 +155,7 @@ class CheckSettings:
     decode: bool
     keep_source_path: bool = False  # publish each row's input file_name as SOURCE_PATH_COLUMN
     class_label: str | None = None  # a column of class names, published as a ClassLabel
+    file_ranges: bool = False  # rows name byte ranges of files (remux's staging: read_metadata)
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ def check_range(job: RangeJob, progress: Progress | None = None) -> RangeResult:
         start=job.start,
         end=job.end,
         first_line=job.first_line,
+        file_ranges=settings.file_ranges,
     )
     n = 0
     try:
@@ -281,7 +283,8 @@ class _RangeCheck:
             self.image_line = self.image_line or item.line
         self.extensions.add(item.ext.lower())
         self.runs.add(staged)
-        self.files.add(file_ref)
+        if item.file_offset < 0:  # (remux writes each byte range once: no two rows share one)
+            self.files.add(file_ref)
 
     def _columns_problem(self, item: SourceRecord) -> InputProblem | None:
         """Take the row's split out of its fields, check its class label, add its source path

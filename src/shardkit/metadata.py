@@ -56,6 +56,9 @@ class SourceRecord:
     stamp: str = ""
     content_keyed: bool = False  # the key is the hash of the file's bytes (the row gave none)
     split: str = ""  # the row's split column ("": none)
+    #: Where the row's ``size`` bytes start in its file; -1: the file is the row's, whole. Only
+    #: remux's staging names byte ranges (:func:`read_metadata`'s ``file_ranges``).
+    file_offset: int = -1
 
 
 def metadata_line(record: SourceRecord, file_name: str | None = None) -> str:
@@ -285,6 +288,7 @@ class _Row:
     obj: dict[str, Any] | None = None
     problem: str | None = None
     kind: str = ""  # the problem's kind (InputProblem.kind)
+    span: tuple[int, int] | None = None  # a byte range of the file (read_metadata's file_ranges)
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -507,6 +511,7 @@ class _Pending:
     fields: dict[str, Any]
     ext: str
     path: str
+    span: tuple[int, int] | None = None  # (offset, size) of a byte range of the file; None: all of it
 
 
 class _FileChecker:
@@ -540,6 +545,9 @@ class _FileChecker:
             return InputProblem(p.row.line, outcome[0], _dump(p.row.obj), outcome[1])
         st, hashed = outcome
         key = p.key or content_key_of(hashed or "")
+        if p.span is not None:  # (always keyed: see _ranged)
+            offset, size = p.span
+            return SourceRecord(p.row.line, key, p.file_name, size, p.ext, p.fields, stamp(st), file_offset=offset)
         return SourceRecord(p.row.line, key, p.file_name, st.st_size, p.ext, p.fields, stamp(st), p.key is None)
 
     def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
@@ -564,6 +572,8 @@ class _FileChecker:
             return f"file_name {p.file_name!r} is a folder, not a file: {p.path}"
         if not stat.S_ISREG(st.st_mode):
             return f"not a regular file: {p.path}"
+        if p.span is not None:
+            return self._span_problem(p, st) or (st, None)
         if problem := self._size_problem(p, st):
             return problem
         hashing = p.key is None
@@ -621,6 +631,15 @@ class _FileChecker:
             self._listings[directory] = names
         return names
 
+    def _span_problem(self, p: _Pending, st: os.stat_result) -> str | None:
+        assert p.span is not None
+        offset, size = p.span
+        if offset + size > st.st_size:
+            return f"{p.path}: bytes {offset} to {offset + size} are past its end ({st.st_size} bytes)"
+        if size > self.max_file_bytes:
+            return f"file is {size} bytes, more than fits in one shard ({self.max_file_bytes} bytes): {p.path}"
+        return None
+
     def _size_problem(self, p: _Pending, st: os.stat_result) -> str | None:
         if st.st_size == 0:
             return f"empty file: {p.path}"
@@ -644,6 +663,7 @@ def read_metadata(
     start: int = 0,
     end: int | None = None,
     first_line: int = 1,
+    file_ranges: bool = False,
 ) -> Iterator[SourceRecord | InputProblem]:
     """Stream checked records (or problems) from a metadata file, in input order.
 
@@ -656,7 +676,11 @@ def read_metadata(
     a local disk (ext4, XFS, btrfs, F2FS) is checked here: handing it to a thread costs more than
     the stats (docs/performance.md). Either way the results come in input order.
     ``start``, ``end`` and ``first_line`` read one range of whole lines (an uncompressed file).
+    ``file_ranges``: each row's file_name is ``[name, offset, size]``, a byte range of a file, and
+    the row has a key (remux stages a batch's output rows in one file: :mod:`.remux`).
     """
+    if file_ranges and decode:
+        raise ValueError("byte ranges of files are not decoded by the check")
     images_root = os.path.join(os.path.abspath(images_dir), "")  # ends in a separator
     checker = _FileChecker(os.path.realpath(images_root), max_file_bytes, decode)
     window: deque[Future[list[SourceRecord | InputProblem]]] = deque()
@@ -673,7 +697,7 @@ def read_metadata(
     with open_metadata(metadata_path, start) as stream, interruptible_pool(threads, "shardkit-check") as pool:
         lines = _bounded_lines(stream, None if end is None else end - start, metadata_path, first_line)
         for row in _parse_rows(lines, first_line):
-            batch.append(_pending_or_problem(row, images_root))
+            batch.append(_pending_or_problem(_ranged(row) if file_ranges else row, images_root))
             if len(batch) < BATCH:
                 continue
             window.append(submit(batch))
@@ -731,7 +755,21 @@ def _pending_or_problem(row: _Row, images_root: str) -> _Pending | InputProblem:
         kind = ABSOLUTE if "is absolute" in located else ""
         return InputProblem(row.line, located, _dump(row.obj), kind)
     path, ext = located
-    return _Pending(row, file_name, key, fields, ext, path)
+    return _Pending(row, file_name, key, fields, ext, path, row.span)
+
+
+def _ranged(row: _Row) -> _Row:
+    """A row whose file_name is ``[name, offset, size]`` (:func:`read_metadata`'s ``file_ranges``)
+    as a row naming the file, with the range aside; or the row with its problem."""
+    if row.problem is not None or row.obj is None:
+        return row
+    given = row.obj.get("file_name")
+    match given:
+        case [str(name), int(offset), int(size)] if offset >= 0 and size > 0 and row.obj.get("key") is not None:
+            row.obj["file_name"], row.span = name, (offset, size)
+        case _:
+            row.problem = f"file_name {json.dumps(given)[:100]} is not [name, offset, size > 0] of a keyed row"
+    return row
 
 
 #: Kinds of problem (InputProblem.kind) a whole file can have: see problems.whole_file_problem.

@@ -55,6 +55,9 @@ class PackConfig:
     #: The class_label column's names in the order to number them (a remuxed source's ClassLabel);
     #: names not listed are numbered after them, sorted. Empty: all sorted.
     class_names: tuple[str, ...] = ()
+    #: Each row's file_name is ``[name, offset, size]``, a byte range of a file (remux stages a
+    #: batch's rows in one file; not a CLI option).
+    file_ranges: bool = False
     #: With changed input: rewrite only the shards whose rows changed, keep the others byte for
     #: byte (without it, changed input needs ``force``).
     update: bool = False

@@ -174,6 +174,7 @@ def _check(run: PackRun, problems: ProblemReport) -> tuple[list[RangeResult], Co
         decode=config.check_images,
         keep_source_path=config.keep_source_path,
         class_label=config.class_label,
+        file_ranges=config.file_ranges,
     )
     ranges_dir = os.path.join(run.staging_dir, "ranges")
     skip = problems.lists_rows

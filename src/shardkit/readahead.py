@@ -148,7 +148,8 @@ def _opened(row: StagedRow, path: str, inside: str) -> int:
         raise SourceChanged(f"{path} (metadata line {row.line}): cannot read: {exc.strerror}") from exc
     if row.stamp and stamp(st) != row.stamp:
         os.close(fd)
-        how = f"{st.st_size} bytes, {row.size} when checked" if st.st_size != row.size else "modified since"
+        whole = row.file_offset < 0
+        how = f"{st.st_size} bytes, {row.size} when checked" if whole and st.st_size != row.size else "modified since"
         raise _changed(row, path, how)
     return fd
 
@@ -171,15 +172,18 @@ def read_file(row: StagedRow, path: str, inside: str, region: memoryview) -> int
 
     Checks the file is still as checked: its stamp, its size (the read asks for one byte more,
     so a grown file shows without another read: a regular file's read comes back short only at
-    its end) and, for a content key, the hash of the bytes read.
+    its end) and, for a content key, the hash of the bytes read. A row that is a byte range of its
+    file (:attr:`~.staging.StagedRow.file_offset`) is read from where it starts.
     """
     size = 0
     fd = _opened(row, path, inside)
+    start = max(row.file_offset, 0)
     try:
-        spare = bytearray(1)
+        # A byte range ends inside its file: its stamp, not a byte more, says it is as checked.
+        spare = [bytearray(1)] if row.file_offset < 0 else []
         want = len(region)
         while size < want:  # one call per file, unless a read comes back short before the end
-            n = os.preadv(fd, [region[size:], spare], size)
+            n = os.preadv(fd, [region[size:], *spare], start + size)
             size += n
             if not n:
                 break
@@ -216,7 +220,10 @@ def read_if_in_memory(row: StagedRow, path: str, inside: str, region: memoryview
     assert NOWAIT is not None
     fd = _opened(row, path, inside)
     try:
-        n = os.preadv(fd, [region, bytearray(1)], 0, NOWAIT)
+        if row.file_offset < 0:
+            n = os.preadv(fd, [region, bytearray(1)], 0, NOWAIT)
+        else:
+            n = os.preadv(fd, [region], row.file_offset, NOWAIT)
     except BlockingIOError:
         return None  # the read would wait for the disk
     except OSError as exc:
@@ -268,9 +275,10 @@ class BigFile:
     def _pass(self, write: Callable[[bytes], object] | None, digest: Any = None) -> int:
         crc = 0
         offset = 0
+        start = max(self.row.file_offset, 0)
         try:
             while offset < self.row.size:
-                chunk = os.pread(self._fd, min(COPY_CHUNK, self.row.size - offset), offset)
+                chunk = os.pread(self._fd, min(COPY_CHUNK, self.row.size - offset), start + offset)
                 if not chunk:
                     break
                 crc = crc32(chunk, crc)
@@ -279,7 +287,8 @@ class BigFile:
                 if write is not None:
                     write(chunk)
                 offset += len(chunk)
-            grown = offset == self.row.size and os.pread(self._fd, 1, offset)
+            # (a byte range ends inside its file: more bytes after it are the next row's)
+            grown = offset == self.row.size and self.row.file_offset < 0 and os.pread(self._fd, 1, offset)
         except OSError as exc:
             raise SourceChanged(f"{self.path} (metadata line {self.row.line}): cannot read: {exc.strerror}") from exc
         if offset != self.row.size or grown:

@@ -77,7 +77,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field, replace
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from .check import SPLIT_COLUMN
 from .errors import ShardkitError, UsageError, naming_errors
@@ -298,9 +298,10 @@ class BatchResult:
 
 
 def transform_batch(task: BatchTask) -> BatchResult:
-    """Run one batch through the function; stage each output row's file under
-    ``files/<run>/<split>/<batch>/`` (written again whole by a rerun), record the batch as finished
-    and return its metadata lines; a batch a stopped run finished is returned as recorded."""
+    """Run one batch through the function; stage its output rows' files under
+    ``files/<run>/<split>/<batch>/`` (:class:`_BatchFiles`; written again whole by a rerun), record
+    the batch as finished and return its metadata lines; a batch a stopped run finished is
+    returned as recorded."""
     if task.recorded is not None:  # finished by a run of this remux stopped before committing it
         return task.recorded
     if in_pool_worker():  # a worker process of shardkit's own (not a Dask worker: the user's)
@@ -329,22 +330,21 @@ def transform_batch(task: BatchTask) -> BatchResult:
         columns: set[str] = set()
         not_labels: set[str] = set()
         lines = []
-        for j, row in enumerate(rows):
-            staged = output_row(row, config, task.split.labels, where, file_columns=task.file_columns, index=j)
-            not_labels |= staged.not_labels
-            key = staged.key
-            if key is None and len(rows) == len(identities) and KEY_RE.fullmatch(identities[j]):
-                key = identities[j]
-            if key is None:
-                key = derived_key(f"{identities[0]}#{j}")
-            file_path = os.path.join(files_dir, f"{j:05d}{staged.ext}")
-            with naming_errors(file_path), open(file_path, "wb") as f:
-                f.write(staged.data)
-            fields = staged.fields
-            if task.write_split and fields.get(SPLIT_COLUMN) is None:
-                fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
-            columns.update(fields)
-            lines.append(metadata_line(f"{folder}/{j:05d}{staged.ext}", key, fields, where))
+        with _BatchFiles(files_dir) as staged_files:
+            for j, row in enumerate(rows):
+                staged = output_row(row, config, task.split.labels, where, file_columns=task.file_columns, index=j)
+                not_labels |= staged.not_labels
+                key = staged.key
+                if key is None and len(rows) == len(identities) and KEY_RE.fullmatch(identities[j]):
+                    key = identities[j]
+                if key is None:
+                    key = derived_key(f"{identities[0]}#{j}")
+                name, offset = staged_files.add(staged.ext, staged.data)
+                fields = staged.fields
+                if task.write_split and fields.get(SPLIT_COLUMN) is None:
+                    fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
+                columns.update(fields)
+                lines.append(metadata_line([f"{folder}/{name}", offset, len(staged.data)], key, fields, where))
     except BaseException:  # (Ctrl-C too) nothing of a batch that failed stays
         shutil.rmtree(files_dir, ignore_errors=True)
         raise
@@ -359,6 +359,39 @@ def transform_batch(task: BatchTask) -> BatchResult:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_atomic(path, json.dumps(finished).encode())
     return result
+
+
+class _BatchFiles:
+    """A batch's staged files: one per extension (``rows.jpg``), each output row a byte range of
+    one (the packer reads ranges: ``PackConfig.file_ranges``). A file per row cost a create each,
+    and a remux of 100M rows would need more inodes than a disk has."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self._files: dict[str, BinaryIO] = {}
+
+    def add(self, ext: str, data: bytes) -> tuple[str, int]:
+        """Append a row's bytes to the file for ``ext``: its name in the folder and where they start."""
+        name = f"rows{ext}"
+        with naming_errors(os.path.join(self.folder, name)):
+            out = self._files.get(name)
+            if out is None:
+                out = self._files[name] = open(os.path.join(self.folder, name), "wb")  # noqa: SIM115 - closed by __exit__
+            offset = out.tell()
+            out.write(data)
+        return name, offset
+
+    def __enter__(self) -> _BatchFiles:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        for name, out in self._files.items():
+            try:
+                with naming_errors(os.path.join(self.folder, name)):
+                    out.close()  # (flushes: a full disk fails here)
+            except OSError:
+                if exc_type is None:
+                    raise
 
 
 def _files_dir(remux_dir: str, run: str) -> str:
@@ -722,6 +755,7 @@ def _pack_remuxed(
             target_shard_bytes=config.target_shard_bytes,
             class_label=None if label is None else label.column,
             class_names=() if label is None else label.names,
+            file_ranges=True,
         ),
         progress=progress,
         client=None if cluster is None else cluster.client,

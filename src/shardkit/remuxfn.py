@@ -292,9 +292,12 @@ def file_of_row(
     one of the source's ``file_columns`` (if it has any): the output's file column is the source's,
     under shardkit's name for it."""
     found = [(name, enc) for name, value in row.items() if (enc := encode_file(value, config)) is not None]
+    where_row = f"{where}, row {index} of its output"
     if len(found) == 1 and (not file_columns or found[0][0] in file_columns):
+        if not found[0][1][0]:
+            raise ShardkitError(f"the map function returned empty bytes in column {found[0][0]!r} ({where_row})")
         return found[0]
-    where = f"{where}, row {index} of its output"
+    where = where_row
     source = " or ".join(repr(c) for c in file_columns)
     if len(found) > 1:
         what = f"{len(found)} file columns ({[n for n, _ in found]})"
@@ -398,8 +401,9 @@ def output_row(
     return OutputRow(data, ext, key if isinstance(key, str) and KEY_RE.fullmatch(key) else None, fields, not_labels)
 
 
-def metadata_line(file_name: str, key: str, fields: dict[str, Any], where: str) -> bytes:
-    """The staged metadata line of one output row."""
+def metadata_line(file_name: list[Any], key: str, fields: dict[str, Any], where: str) -> bytes:
+    """The staged metadata line of one output row; its file_name is ``[file, offset, size]``, a byte
+    range of a staged file (the packer's ``file_ranges``)."""
     try:
         text = json.dumps({"file_name": file_name, "key": key, **fields}, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -59,6 +59,8 @@ def _staged_line(row: SourceRecord | StagedRow, metadata_line: str) -> str:
     if not _plain(row.key + row.ext + row.split):
         raise UnstageableRow(f"key {row.key!r}, extension {row.ext!r} or split {row.split!r}")
     check = f"{row.stamp}:{'h' if row.content_keyed else 'k'}"
+    if row.file_offset >= 0:
+        check += f"@{row.file_offset}"
     head = f"{row.key}\t{row.line:012d}\t{row.size}\t{row.ext}\t{check}"
     return f"{head}\t{row.split}\t{json_string(row.source)}\t{metadata_line}\n"
 
@@ -72,7 +74,8 @@ class StagedRow:
 
     ``check`` is what the writer compares the file with: the check's stamp of it
     (:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, else
-    ``:k``. It is not part of the fingerprint: touching a file does not change what gets
+    ``:k``, and for a byte range of a file (remux's staging) ``@`` and where the range starts: ``:k@4096``.
+    It is not part of the fingerprint: touching a file does not change what gets
     published. ``split`` is the row's ``split`` column ("" for a dataset without one, whose one
     split is ``train``). No field holds a tab or a line end, whatever the row holds: the key,
     extension and split are printable ASCII (checked as the line is written), the stamp is
@@ -93,6 +96,7 @@ class StagedRow:
     stamp: str = ""  # the file as the check saw it; "" compares nothing (rows made by hand, in tests)
     content_keyed: bool = False  # the key is the hash of the file's bytes: the writer hashes them again
     split: str = ""
+    file_offset: int = -1  # where the row's bytes start in its file; -1: the whole file
 
     @classmethod
     def of(cls, record: SourceRecord, metadata_line: str) -> StagedRow:
@@ -107,6 +111,7 @@ class StagedRow:
             stamp=record.stamp,
             content_keyed=record.content_keyed,
             split=record.split,
+            file_offset=record.file_offset,
         )
 
     def to_line(self) -> str:
@@ -122,7 +127,9 @@ class StagedRow:
         key, line, size, ext, check, split, source, published = StagedRow.fields(text)
         stamp, _, how = check.rpartition(":")
         metadata_line = published.rstrip("\n")
-        return cls(key, int(line), int(size), ext, _source_of(source), metadata_line, offset, stamp, how == "h", split)
+        file_offset = int(how[2:]) if how[1:2] == "@" else -1
+        name = _source_of(source)
+        return cls(key, int(line), int(size), ext, name, metadata_line, offset, stamp, how == "h", split, file_offset)
 
     @staticmethod
     def fields(text: str) -> list[str]:
