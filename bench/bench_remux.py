@@ -26,10 +26,9 @@ the tool and of every other process on the machine (in cores: a busy machine ske
 column). Prints one table per layout (medians of ``--rounds``; memory: the highest) and the issue's ratios:
 shardkit j2 / datasets loop (target >= 1.8), j2 / (2 x j1) (>= 0.9), j2 / datasets map (> 1). Every output is
 checked: as many rows as the source, and shardkit's shards.json keeps the ClassLabel's names. Also printed: the CPU
-cost of creating a file in ``--workdir`` (shardkit stages one file per output row there; the datasets tools write
-a few large files): on the bench VM it ranged from 0.02 to 1 ms, between folders of one ext4 disk and from
-minute to minute. Compare within one run, never
-across machines.
+cost of creating a file in ``--workdir`` (shardkit stages a file per batch there, until 2026-11-27 a file per row;
+the datasets tools write a few large files): on the bench VM it ranged from 0.02 to 1 ms, between folders of one
+ext4 disk and from minute to minute. Compare within one run, never across machines.
 """
 
 from __future__ import annotations
@@ -192,9 +191,9 @@ def watch_tree(pid: int, stop: threading.Event, seen: dict[str, Any]) -> None:
 
 
 def create_cost(folder: Path, files: int = 500) -> float:
-    """CPU milliseconds to create one empty file in ``folder`` (a remux stages one file per output row there; on
-    a disk whose inode allocation is slow, e.g. a crowded ext4 block group, this alone can cost more than the
-    function)."""
+    """CPU milliseconds to create one empty file in ``folder`` (a remux staged a file per output row there until
+    2026-11-27; on a disk whose inode allocation is slow, e.g. a crowded ext4 block group, that alone could cost
+    more than the function)."""
     probe = folder / "create-probe"
     shutil.rmtree(probe, ignore_errors=True)
     probe.mkdir(parents=True)
@@ -211,6 +210,7 @@ def run_measured(argv: list[str], env: dict[str, str], logs: Path) -> dict[str, 
     peak tree and process RSS (MB), its CPU and every other process's (cores)."""
     seen: dict[str, Any] = {"tree": 0, "proc": 0, "cpu": {}}
     stop = threading.Event()
+    os.sync()  # what the run before wrote is on disk: its writeback does not stall this run's fsyncs
     busy, here = machine_busy(), time.process_time()
     started = time.perf_counter()
     with open(logs / "stdout", "wb") as stdout, open(logs / "stderr", "wb") as stderr:

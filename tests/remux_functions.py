@@ -65,6 +65,11 @@ def two_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {**batch, "thumb": [Image.new("RGB", (4, 4)) for _ in batch["image"]]}
 
 
+def empty_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Every image as no bytes at all."""
+    return {**batch, "image": [b"" for _ in batch["image"]]}
+
+
 def _check_label(label: Any) -> None:
     raise ValueError(f"my bug: label {label!r}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import os
 import shutil
 import signal
@@ -172,19 +173,20 @@ def test_batches_finished_behind_a_held_one_are_not_transformed_again_after_a_ki
     proc = subprocess.Popen(cmd, env=held, start_new_session=True, stderr=subprocess.DEVNULL)
     remux_dir = out / ".shardkit" / "remux"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(remux_dir.glob("batches/*/train/*.json"))) < 5:
+    finished_batches = "files/*/train/????????/batch.json"  # (a batch's folder in place: not a .partial one)
+    while time.monotonic() < deadline and len(list(remux_dir.glob(finished_batches))) < 5:
         assert proc.poll() is None
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     record = remux_dir / "parts" / "train.json"
     assert not record.exists() or json.loads(record.read_text())["batches"] == 0  # the held batch 0 was never done
-    recorded = sorted(remux_dir.glob("batches/*/train/*.json"))
-    assert len(recorded) >= 5 and recorded[0].stem != "00000000"
-    # One finished batch's files lost: its record is not enough, it is transformed again.
+    recorded = sorted(p.parent for p in remux_dir.glob(finished_batches))
+    assert len(recorded) >= 5 and recorded[0].name != "00000000"
+    # One finished batch's folder lost: it is transformed again.
     lost = recorded[-1]
-    shutil.rmtree(remux_dir / "files" / lost.parent.parent.name / "train" / lost.stem)
-    finished = {batches[int(p.stem)][0] for p in recorded if p != lost}
+    shutil.rmtree(lost)
+    finished = {batches[int(p.name)][0] for p in recorded if p != lost}
 
     summary = remux(packed_template, out, *options, "-j", "2", env={**env, "REMUX_TEST_LOG": str(second_log)})
     assert summary["rows_in"] == summary["rows_out"] == len(keys)
@@ -213,6 +215,9 @@ def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -
     assert f'{functions}", line {calling}, in buggy' in bug.stderr  # and the user's frames above it
     nan = remux(packed_template, tmp_path / "f", "--map", "tests.remux_functions:nan_scores", check=False)
     assert nan.returncode == 1 and "column 'scores', item 1 holds NaN, which JSON has no value for" in nan.stderr
+    empty = remux(packed_template, tmp_path / "g", "--map", "tests.remux_functions:empty_images", check=False)
+    assert empty.returncode == 1 and "the map function returned empty bytes in column 'image'" in empty.stderr
+    assert re.search(r"\(split 'train', batch from row \d+, row 0 of its output\)", empty.stderr)
     for name in "abcdef":
         assert not (tmp_path / name / "data").exists()  # nothing half-written where shards go
 

@@ -133,7 +133,7 @@ def check_own_entries(out_dir: str) -> None:
             # Under a folder that is no link, the walk (which follows none) reaches only entries
             # whose real path is OUT_DIR's own folder and the names walked: inside root and in no
             # other private folder. So there only a link or a special file needs check_entry's
-            # real path (a remux stages a file per row in .shardkit/). A linked folder may lead
+            # real path (a remux stages a file per batch in .shardkit/). A linked folder may lead
             # anywhere, an ancestor of .git too: everything in it is checked.
             linked = os.path.islink(path)
             for folder, dirs, found in os.walk(path):

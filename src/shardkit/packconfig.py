@@ -167,6 +167,8 @@ def check_config(config: PackConfig) -> ShardFormat:
         raise UsageError(f"IMAGES_DIR {config.images_dir!r} is not a directory")
     if problem := _class_label_problem(config):
         raise UsageError(problem)
+    if config.file_ranges and config.check_images:
+        raise UsageError("byte ranges of files (remux's staging) are not decoded by the check")
     if config.update and config.force:
         raise UsageError("--update keeps the shards whose rows did not change, --force rewrites them all: give one")
     return fmt

@@ -155,8 +155,9 @@ def _opened(row: StagedRow, path: str, inside: str) -> int:
 
 
 def _changed(row: StagedRow, path: str, how: str) -> SourceChanged:
+    where = path if row.file_offset < 0 else f"{path}, bytes {row.file_offset} to {row.file_offset + row.size}"
     return SourceChanged(
-        f"{path} (metadata line {row.line}): file changed since it was checked ({how}); nothing of it was"
+        f"{where} (metadata line {row.line}): file changed since it was checked ({how}); nothing of it was"
         " published: re-run to pack it as it is now"
     )
 

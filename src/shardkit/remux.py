@@ -12,8 +12,9 @@ Two phases, both resumable:
    after another, in batches of ``batch_size`` rows whose files are not decoded yet. Each batch is
    a task for one of ``jobs`` worker processes (or a Dask cluster's): it decodes the images, calls
    ``fn(batch)`` or ``fn(batch, seeds)``, encodes the file column (PIL images re-encoded as
-   ``image_format``/``quality``; bytes kept) and writes each output row's file under
-   ``.shardkit/remux/files/<run>/<split>/<batch>/``; it returns the rows' metadata lines. Work is so
+   ``image_format``/``quality``; bytes kept) and appends each output row's file to the batch's
+   file for its extension under ``.shardkit/remux/files/<run>/<split>/<batch>/`` (``rows.jpg``:
+   the pack reads each row as a byte range of it); it returns the rows' metadata lines. Work is so
    divided by batches of rows, not by source files: a source of one large shard keeps every core
    busy, and no worker opens the source again (listing a Hub dataset and importing datasets cost
    each worker as much as a few hundred rows of a typical augmentation). Reading is cheap next
@@ -22,7 +23,7 @@ Two phases, both resumable:
    ``parts/<split>.jsonl``, synced, then ``parts/<split>.json`` rewritten with the counts and
    where the source was read to (datasets' ``state_dict()``). A killed run resumes after the last
    committed batch (``load_state_dict`` skips the source's files read whole); a batch finished
-   but not committed is taken as its worker recorded it (``batches/<run>/<split>/<batch>.json``), so
+   but not committed is taken as its worker recorded it (``<batch>/batch.json``, beside its files), so
    only the batches in flight are transformed again (``<run>``: the remux's id, kept while it
    resumes, so an attempt of a stopped remux still running elsewhere never mixes into another's).
    Memory: the reader's (a Parquet source, what push_to_hub
@@ -66,6 +67,7 @@ same source, function, batch size and seed, same bytes.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -345,20 +347,47 @@ def transform_batch(task: BatchTask) -> BatchResult:
                     fields[SPLIT_COLUMN] = task.split.out  # (a split the function gave wins: it may move rows)
                 columns.update(fields)
                 lines.append(metadata_line([f"{folder}/{name}", offset, len(staged.data)], key, fields, where))
+        result = BatchResult(
+            task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels)
+        )
+        # Recorded with its files, in the folder put into place whole: a run stopped before the
+        # batch was committed (behind a slow batch, many may be finished and not committed) takes
+        # it as it is instead of transforming it again.
+        finished = asdict(result) | {"first": task.first, "lines": result.lines.decode()}
+        del finished["number"]
+        write_atomic(os.path.join(files_dir, BATCH_RECORD), json.dumps(finished).encode())
     except BaseException:  # (Ctrl-C too) nothing of a batch that failed stays
         shutil.rmtree(files_dir, ignore_errors=True)
         raise
-    shutil.rmtree(final_dir, ignore_errors=True)
-    os.replace(files_dir, final_dir)
-    result = BatchResult(task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels))
-    # Kept until the remux is done: a run stopped before the batch was committed (behind a slow
-    # batch, many may be finished and not committed) takes it as it is instead of transforming it.
-    finished = asdict(result) | {"first": task.first, "lines": result.lines.decode()}
-    del finished["number"]
-    path = _batch_path(task)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_atomic(path, json.dumps(finished).encode())
-    return result
+    return _put_in_place(task, files_dir, final_dir, result)
+
+
+#: A finished batch's record in its folder: counts, first row, metadata lines, columns.
+BATCH_RECORD = "batch.json"
+
+
+def _put_in_place(task: BatchTask, files_dir: str, final_dir: str, result: BatchResult) -> BatchResult:
+    """Rename a finished batch's folder into place; a folder already there is never replaced.
+
+    Another attempt of the batch may have finished first: a stopped run's, still running on a
+    cluster or orphaned, with the same run id. Its folder holds its files and their record
+    together (written before its rename), so the lines committed always name the bytes in place,
+    even from a function that is not deterministic: the later attempt gives that record, not its
+    own. Only a folder whose record does not read (damaged by hand) is replaced."""
+    for _ in range(2):
+        try:
+            os.rename(files_dir, final_dir)  # (refused onto a folder that holds anything)
+            return result
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                shutil.rmtree(files_dir, ignore_errors=True)
+                raise
+        if (in_place := _recorded_result(task)) is not None:
+            shutil.rmtree(files_dir, ignore_errors=True)
+            return in_place
+        shutil.rmtree(final_dir, ignore_errors=True)
+    shutil.rmtree(files_dir, ignore_errors=True)
+    raise ShardkitError(f"{final_dir}: cannot put the {task.name} in place (another attempt keeps replacing it)")
 
 
 class _BatchFiles:
@@ -385,13 +414,15 @@ class _BatchFiles:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        for name, out in self._files.items():
+        first: OSError | None = None
+        for name, out in self._files.items():  # every file closed, the first error raised
             try:
                 with naming_errors(os.path.join(self.folder, name)):
                     out.close()  # (flushes: a full disk fails here)
-            except OSError:
-                if exc_type is None:
-                    raise
+            except OSError as exc:
+                first = first or exc
+        if first is not None and exc_type is None:
+            raise first
 
 
 def _files_dir(remux_dir: str, run: str) -> str:
@@ -405,22 +436,16 @@ def _batch_folder(task: BatchTask) -> str:
     return f"{task.split.out}/{task.number:08d}"
 
 
-def _batch_path(task: BatchTask) -> str:
-    """Where a worker records a batch it finished (:func:`.workstate.read_remux_batch`)."""
-    return os.path.join(task.work_dir, "batches", task.run, task.split.out, f"{task.number:08d}.json")
-
-
 def _recorded_result(task: BatchTask) -> BatchResult | None:
-    """The batch as a stopped attempt of this remux finished it, when one did (its files staged,
-    its record written after them) from the same first row with as many rows; else None. (An
-    attempt of another remux, still running on a cluster or killed late, stages under its own
-    run id: it is never taken for this one's.)"""
-    path = _batch_path(task)
+    """The batch as an attempt of this remux finished it, when one did (its folder in place, with
+    its files and record) from the same first row with as many rows; else None. (An attempt of
+    another remux, still running on a cluster or killed late, stages under its own run id: it is
+    never taken for this one's.)"""
+    path = os.path.join(_files_dir(task.work_dir, task.run), _batch_folder(task), BATCH_RECORD)
     if not os.path.exists(path):
         return None
     found = read_remux_batch(path)
-    files = os.path.join(_files_dir(task.work_dir, task.run), _batch_folder(task))
-    if found is None or (found["first"], found["rows_in"]) != (task.first, len(task.rows)) or not os.path.isdir(files):
+    if found is None or (found["first"], found["rows_in"]) != (task.first, len(task.rows)):
         return None
     lines = found["lines"].encode()
     return BatchResult(task.number, found["rows_in"], found["rows_out"], lines, found["columns"], found["not_labels"])
@@ -450,7 +475,7 @@ def _state(config: RemuxConfig, splits: list[SourceSplit]) -> dict[str, Any]:
         # Batches read in one process, committed in order (parts/<split>.json), staged under the
         # remux's id (files/<run>/: an unfinished remux staged before the id is not resumed);
         # where the source was read to is datasets' state, which another datasets version may not take.
-        "layout": "batches by run",
+        "layout": "batches by run, rows as byte ranges",
         "datasets": datasets.__version__,
         "source": config.source,
         "config_name": config.config_name,
