@@ -88,6 +88,7 @@ def test_a_range_is_a_keyed_slice_of_a_file_inside_images_dir_or_its_line_is_ref
             {"file_name": ["rows.jpg", 0, 10]},  # no key
             {"file_name": ["rows.jpg", 0, 0], "key": key},  # empty
             {"file_name": ["rows.jpg", -1, 10], "key": key},
+            {"file_name": ["rows.jpg", True, 10], "key": key},
             {"file_name": ["../outside.jpg", 0, 10], "key": key},
             {"file_name": ["link.jpg", 0, 10], "key": key},
             {"file_name": ["rows.jpg", 0, 1001], "key": key},  # more than fits in a shard
@@ -108,12 +109,12 @@ def test_a_range_is_a_keyed_slice_of_a_file_inside_images_dir_or_its_line_is_ref
     assert (second.file_offset, second.size, second.content_keyed) == (120, 80, False)
     problems = got[2:]
     assert all(isinstance(p, InputProblem) for p in problems)
-    assert [p.line for p in problems if isinstance(p, InputProblem)] == list(range(3, 12))
+    assert [p.line for p in problems if isinstance(p, InputProblem)] == list(range(3, 13))
     messages = [p.message for p in problems if isinstance(p, InputProblem)]
     assert "rows.jpg: bytes 1950 to 2001 are past its end (2000 bytes)" in messages[0]
-    for message in messages[1:5]:
+    for message in messages[1:6]:
         assert "is not [name, offset, size > 0] of a keyed row" in message
-    assert "contains '..'" in messages[5]
-    assert "resolves outside IMAGES_DIR" in messages[6]
-    assert "more than fits in one shard" in messages[7]
-    assert "file not found" in messages[8]
+    assert "contains '..'" in messages[6]
+    assert "resolves outside IMAGES_DIR" in messages[7]
+    assert "more than fits in one shard" in messages[8]
+    assert "file not found" in messages[9]

@@ -183,10 +183,12 @@ def test_batches_finished_behind_a_held_one_are_not_transformed_again_after_a_ki
     assert not record.exists() or json.loads(record.read_text())["batches"] == 0  # the held batch 0 was never done
     recorded = sorted(p.parent for p in remux_dir.glob(finished_batches))
     assert len(recorded) >= 5 and recorded[0].name != "00000000"
-    # One finished batch's folder lost: it is transformed again.
-    lost = recorded[-1]
+    # One finished batch's folder lost, another's file cut short: each is transformed again.
+    lost, cut = recorded[-1], recorded[-2]
     shutil.rmtree(lost)
-    finished = {batches[int(p.name)][0] for p in recorded if p != lost}
+    staged = next(cut.glob("rows.*"))
+    os.truncate(staged, staged.stat().st_size - 10)
+    finished = {batches[int(p.name)][0] for p in recorded if p not in (lost, cut)}
 
     summary = remux(packed_template, out, *options, "-j", "2", env={**env, "REMUX_TEST_LOG": str(second_log)})
     assert summary["rows_in"] == summary["rows_out"] == len(keys)

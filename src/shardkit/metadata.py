@@ -765,7 +765,9 @@ def _ranged(row: _Row) -> _Row:
         return row
     given = row.obj.get("file_name")
     match given:
-        case [str(name), int(offset), int(size)] if offset >= 0 and size > 0 and row.obj.get("key") is not None:
+        case [str(name), int(offset), int(size)] if (
+            offset >= 0 and size > 0 and bool not in (type(offset), type(size)) and row.obj.get("key") is not None
+        ):
             row.obj["file_name"], row.span = name, (offset, size)
         case _:
             row.problem = f"file_name {json.dumps(given)[:100]} is not [name, offset, size > 0] of a keyed row"

@@ -373,21 +373,18 @@ def _put_in_place(task: BatchTask, files_dir: str, final_dir: str, result: Batch
     cluster or orphaned, with the same run id. Its folder holds its files and their record
     together (written before its rename), so the lines committed always name the bytes in place,
     even from a function that is not deterministic: the later attempt gives that record, not its
-    own. Only a folder whose record does not read (damaged by hand) is replaced."""
-    for _ in range(2):
-        try:
-            os.rename(files_dir, final_dir)  # (refused onto a folder that holds anything)
-            return result
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                shutil.rmtree(files_dir, ignore_errors=True)
-                raise
-        if (in_place := _recorded_result(task)) is not None:
-            shutil.rmtree(files_dir, ignore_errors=True)
-            return in_place
-        shutil.rmtree(final_dir, ignore_errors=True)
-    shutil.rmtree(files_dir, ignore_errors=True)
-    raise ShardkitError(f"{final_dir}: cannot put the {task.name} in place (another attempt keeps replacing it)")
+    own. (A folder in place that does not hold is removed by the process that reads the source,
+    before it hands the batch out: never by a worker, which might race another.)"""
+    try:
+        os.rename(files_dir, final_dir)  # (refused onto a folder that holds anything)
+        return result
+    except OSError as exc:
+        shutil.rmtree(files_dir, ignore_errors=True)
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    if (in_place := _recorded_result(task)) is None:
+        raise ShardkitError(f"{final_dir}: another attempt of the {task.name} put a damaged folder there; re-run")
+    return in_place
 
 
 class _BatchFiles:
@@ -436,19 +433,48 @@ def _batch_folder(task: BatchTask) -> str:
     return f"{task.split.out}/{task.number:08d}"
 
 
+def _batch_dir(task: BatchTask) -> str:
+    return os.path.join(_files_dir(task.work_dir, task.run), _batch_folder(task))
+
+
 def _recorded_result(task: BatchTask) -> BatchResult | None:
     """The batch as an attempt of this remux finished it, when one did (its folder in place, with
-    its files and record) from the same first row with as many rows; else None. (An attempt of
-    another remux, still running on a cluster or killed late, stages under its own run id: it is
-    never taken for this one's.)"""
-    path = os.path.join(_files_dir(task.work_dir, task.run), _batch_folder(task), BATCH_RECORD)
+    its files and record) from the same first row with as many rows, its files as long as its
+    lines say; else None. (An attempt of another remux, still running on a cluster or killed
+    late, stages under its own run id: it is never taken for this one's.)"""
+    path = os.path.join(_batch_dir(task), BATCH_RECORD)
     if not os.path.exists(path):
         return None
     found = read_remux_batch(path)
     if found is None or (found["first"], found["rows_in"]) != (task.first, len(task.rows)):
         return None
+    if not _files_hold(_batch_dir(task), _batch_folder(task), found["lines"], found["rows_out"]):
+        log.warning("%s: its files are not what its record says; the batch is transformed again", _batch_dir(task))
+        return None
     lines = found["lines"].encode()
     return BatchResult(task.number, found["rows_in"], found["rows_out"], lines, found["columns"], found["not_labels"])
+
+
+def _files_hold(folder: str, relative: str, lines: str, rows: int) -> bool:
+    """Whether a recorded batch's ``rows`` lines name byte ranges, one after the other, of files in
+    its ``folder`` (``relative`` to the files folder), each file ending where its last range does
+    (a file cut short or grown since fails)."""
+    ends: dict[str, int] = {}
+    try:
+        parsed = [json.loads(line)["file_name"] for line in lines.split("\n") if line]  # (not splitlines: U+2028)
+    except (ValueError, TypeError, KeyError):
+        return False
+    for entry in parsed:
+        match entry:
+            case [str(name), int(offset), int(size)] if name.startswith(f"{relative}/") and ends.get(name, 0) == offset:
+                ends[name] = offset + size
+            case _:
+                return False
+    try:
+        sizes = {name: os.stat(os.path.join(folder, name[len(relative) + 1 :])).st_size for name in ends}
+    except OSError:
+        return False
+    return len(parsed) == rows and sizes == ends
 
 
 @functools.lru_cache(maxsize=4)
@@ -682,6 +708,8 @@ def _transform_split(
                 batch.rows,
             )
             recorded = _recorded_result(task)  # (read here: a damaged record's warning is this process's)
+            if recorded is None:  # a folder in place that does not hold (damaged) is this process's to remove
+                shutil.rmtree(_batch_dir(task), ignore_errors=True)
             yield task if recorded is None else replace(task, rows=[], recorded=recorded)
 
     finished: dict[int, BatchResult] = {}
