@@ -323,9 +323,8 @@ def transform_batch(task: BatchTask) -> BatchResult:
     last = task.first + len(batch_rows) - 1
     rows = call_function(fn, wants_seeds(fn), batch, seeds, where=where, rows=f"rows {task.first}..{last}")
     folder = _batch_folder(task)
-    # Written in a folder of this attempt's own, then renamed into place: an attempt of a stopped
-    # run still running on a cluster never empties the folder a new run has committed.
-    final_dir = os.path.join(_files_dir(task.work_dir, task.run), folder)
+    # Written in a folder of this attempt's own, then put into place whole (_put_in_place).
+    final_dir = _batch_dir(task)
     files_dir = f"{final_dir}.{secrets.token_hex(4)}.partial"
     os.makedirs(files_dir)
     try:
@@ -434,6 +433,7 @@ def _batch_folder(task: BatchTask) -> str:
 
 
 def _batch_dir(task: BatchTask) -> str:
+    """The batch's folder in place: its staged files and its record (:data:`BATCH_RECORD`)."""
     return os.path.join(_files_dir(task.work_dir, task.run), _batch_folder(task))
 
 
@@ -442,14 +442,15 @@ def _recorded_result(task: BatchTask) -> BatchResult | None:
     its files and record) from the same first row with as many rows, its files as long as its
     lines say; else None. (An attempt of another remux, still running on a cluster or killed
     late, stages under its own run id: it is never taken for this one's.)"""
-    path = os.path.join(_batch_dir(task), BATCH_RECORD)
+    folder = _batch_dir(task)
+    path = os.path.join(folder, BATCH_RECORD)
     if not os.path.exists(path):
         return None
     found = read_remux_batch(path)
     if found is None or (found["first"], found["rows_in"]) != (task.first, len(task.rows)):
         return None
-    if not _files_hold(_batch_dir(task), _batch_folder(task), found["lines"], found["rows_out"]):
-        log.warning("%s: its files are not what its record says; the batch is transformed again", _batch_dir(task))
+    if not _files_hold(folder, _batch_folder(task), found["lines"], found["rows_out"]):
+        log.warning("%s: its files are not what its record says; the batch is transformed again", folder)
         return None
     lines = found["lines"].encode()
     return BatchResult(task.number, found["rows_in"], found["rows_out"], lines, found["columns"], found["not_labels"])
