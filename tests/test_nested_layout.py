@@ -44,9 +44,10 @@ REPO = f"tester/{NAME}"
 SPLIT_ROWS = {"train": 1_200, "test": 30}
 #: A split nests from this many shards in this test (the Hub's 10,000 everywhere else).
 NEST_FROM = 500
-#: About two rows a shard: some 600 train shards, nested; test's 15 are not. (A shard of one row holds as many image members as
-#: metadata.parquet members; datasets picks its builder by the members' most common extension,
-#: the first seen on a tie, and would read these ZIPs with its parquet builder.)
+#: About two rows a shard: some 600 train shards, nested; test's 15 are not. (A shard of one row
+#: holds as many image members as metadata.parquet members; datasets picks its builder by the
+#: members' most common extension, the first seen on a tie, and would read these ZIPs with its
+#: parquet builder.)
 TARGET = "2400"
 
 
@@ -104,8 +105,10 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packed]:
     images, meta, expected = _write_corpus(root / "in")
     out = scaffold(root / "repos", dataset_name=NAME, namespace="tester")
     packed = subprocess.run(
-        [sys.executable, str(KILLED_PACK), "none", str(NEST_FROM), str(images), str(meta)]
-        + ["-o", str(out), "--max-shard-size", "20KB", "--target-shard-size", TARGET, "-q"],
+        [
+            *(sys.executable, str(KILLED_PACK), "none", str(NEST_FROM), str(images), str(meta), "-o", str(out)),
+            *("--max-shard-size", "20KB", "--target-shard-size", TARGET, "-q"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -163,7 +166,8 @@ def _check_layout(packed: Packed) -> None:
     on_disk |= {str(p.relative_to(out)) for p in (out / "metadata").rglob("*.jsonl")}
     assert on_disk == set(files) | {s["metadata"] for s in manifest["shards"]}
     test_shards = len(files) - len(train)
-    assert len(on_disk) == len(files) + len(per_folder) + test_shards  # a metadata file per train folder, not per train shard
+    # a metadata file per train folder, not per train shard
+    assert len(on_disk) == len(files) + len(per_folder) + test_shards
     card = yaml.safe_load((out / "README.md").read_text().split("---")[1])
     assert card["configs"][0]["data_files"] == [
         {"split": "train", "path": "data/train/*/*.zip"},
