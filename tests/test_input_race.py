@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import types
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -171,6 +173,41 @@ def test_a_content_keyed_file_whose_bytes_no_longer_hash_to_its_key_is_refused(t
                 if isinstance(data, readahead.BigFile):
                     with data:
                         data.read_all()
+
+
+def test_a_content_keyed_file_whose_bytes_are_not_those_hashed_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A content key staged with the CRC-32 of the bytes the check hashed (as pack stages it): the
+    writer compares the CRC of the bytes it writes with it, both ways of reading, and hashes nothing."""
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "a.jpg").write_bytes(b"written bytes")
+    (images / "b.jpg").write_bytes(b"x" * 40)
+    checked = b"hashed bytes!"  # same size as a.jpg's, as a rewrite that kept the stamp would leave
+    key_a = hashlib.sha256(checked).hexdigest()[:32]
+    key_b = hashlib.sha256(b"x" * 40).hexdigest()[:32]
+
+    def no_hashing(*_: object) -> None:
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(readahead, "hashlib", types.SimpleNamespace(sha256=no_hashing))
+    rows = [
+        StagedRow(key_b, 1, 40, ".jpg", "b.jpg", "{}", content_keyed=True, crc=zlib.crc32(b"x" * 40)),
+        StagedRow(key_a, 2, 13, ".jpg", "a.jpg", "{}", content_keyed=True, crc=zlib.crc32(checked)),
+    ]
+    for ring in (1 << 10, 16):  # in the ring; copied in chunks (BigFile)
+        read = []
+        with (
+            pytest.raises(SourceChanged, match=rf"a\.jpg \(metadata line 2\): .*not those hashed for its key {key_a}"),
+            readahead.read_in_order(rows, str(images), threads=2, ring_bytes=ring) as files,
+        ):
+            for row, _, data, _ in files:
+                if isinstance(data, readahead.BigFile):
+                    with data:
+                        data.read_all()
+                read.append(row.source)
+        assert read == ["b.jpg"]  # the row before, as checked, is read
 
 
 def test_open_inside_follows_symlinks_that_stay_inside_only(tmp_path: Path) -> None:

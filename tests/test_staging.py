@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -116,17 +117,19 @@ names = st.text(min_size=1)
     content_keyed=st.booleans(),
     split=st.from_regex(r"\A[A-Za-z0-9_]{0,8}\Z"),
     fields=st.dictionaries(st.text(), st.text() | st.integers(), max_size=3),
+    crc=st.integers(-1, 2**32 - 1),
 )
 def test_a_staged_row_reads_back_from_its_line(
-    name: str, stamp: str, content_keyed: bool, split: str, fields: dict[str, object]
+    name: str, stamp: str, content_keyed: bool, split: str, fields: dict[str, object], crc: int
 ) -> None:
     published = json.dumps(fields, ensure_ascii=False)
-    row = StagedRow("0123abcd" * 2, 42, 1234, ".JPG", name, published, 0, stamp, content_keyed, split)
+    crc = crc if content_keyed else -1  # (a row with a key of its own has no CRC staged)
+    row = StagedRow("0123abcd" * 2, 42, 1234, ".JPG", name, published, 0, stamp, content_keyed, split, crc=crc)
     line = row.to_line()
     assert line.endswith(f"\t{published}\n") and line.count("\n") == 1
     assert StagedRow.from_line(line) == row
     assert StagedRow.from_line(line, 99) == StagedRow(
-        row.key, 42, 1234, ".JPG", name, published, 99, stamp, content_keyed, split
+        row.key, 42, 1234, ".JPG", name, published, 99, stamp, content_keyed, split, crc=crc
     )
     # The partial reads pick the same fields out of the line, as text or as bytes.
     assert StagedRow.fields(line)[0] == row.key and StagedRow.fields(line)[-1] == published + "\n"
@@ -141,6 +144,10 @@ def test_a_staged_row_is_its_record_with_the_published_line() -> None:
     assert row.to_line().startswith("ffffffffffffffff\t000000000003\t77\t.png\t77:1:2:h\ttest\t")
     # The check writes the same line straight from the record; so for the file-id line.
     assert StagedRow.line_of(record, '{"x":1}') == row.to_line()
+    # A content key's line carries the CRC-32 of the bytes the check hashed (8 hex digits).
+    hashed = replace(record, crc=0x1A2B)
+    assert StagedRow.line_of(hashed, "{}").split("\t")[4] == "77:1:2:h00001a2b"
+    assert StagedRow.from_line(StagedRow.line_of(hashed, "{}")).crc == 0x1A2B
     assert FileRef.line_of(record, '{"x":1}') == FileRef.of(record, '{"x":1}').to_line()
 
 

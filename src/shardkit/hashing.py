@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 from typing import IO
+
+from .streamio import crc32
 
 _HASH_CHUNK = 1 << 20
 
@@ -25,13 +28,26 @@ def sha256_fd(fd: int) -> str:
     Read with ``readv`` into this thread's reused buffer: a buffered ``read`` would allocate
     a chunk for every file and copy it twice.
     """
+    return _hash_fd(fd, None)[0]
+
+
+def sha256_crc32_fd(fd: int) -> tuple[str, int]:
+    """:func:`sha256_fd` and the CRC-32 of the same bytes, in one read: a content key's file is
+    hashed once, at the check; the writer compares the CRC-32 it computes anyway with this one."""
+    return _hash_fd(fd, crc32)
+
+
+def _hash_fd(fd: int, crc: Callable[[memoryview, int], int] | None) -> tuple[str, int]:
     buffer: memoryview | None = getattr(_hash_buffers, "buffer", None)
     if buffer is None:
         buffer = _hash_buffers.buffer = memoryview(bytearray(_FILE_HASH_CHUNK))
     digest = hashlib.sha256()
+    value = 0
     while n := os.readv(fd, [buffer]):
         digest.update(buffer[:n])
-    return digest.hexdigest()
+        if crc is not None:
+            value = crc(buffer[:n], value)
+    return digest.hexdigest(), value
 
 
 _hash_buffers = threading.local()

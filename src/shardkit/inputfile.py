@@ -6,8 +6,8 @@ check's hash and decode as well as the writer's copy, goes through :func:`open_i
 descriptor, opened without blocking (a FIFO swapped in cannot hang the run), that must be a
 regular file whose real location is inside IMAGES_DIR. The writer then compares the open
 file with what the check saw (:func:`stamp`: size, modification and change times) and, for a
-row whose key is the hash of its file, hashes the bytes it writes and compares them with the
-key: what is published is always the file as checked.
+row whose key is the hash of its file, compares the CRC-32 of the bytes it writes with that of the
+bytes the check hashed: what is published is always the file as checked.
 
 Symlinks that stay inside IMAGES_DIR are allowed, as the check allows them (collections use
 them to share files); the location test is on the opened descriptor, so no swap after the

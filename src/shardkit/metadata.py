@@ -32,7 +32,7 @@ from typing import IO, Any
 from .decode import can_decode, decode_problem
 from .errors import InputProblem, ShardkitError, listed, naming
 from .formats.zip import member_name  # a row's file inside a ZIP shard: metadata_line's default
-from .hashing import sha256_fd
+from .hashing import sha256_crc32_fd
 from .inputfile import OutsideImagesDir, open_inside, stamp
 from .localdisk import on_local_disk
 from .rowrules import CONTROL_RE, EXT_RE, KEY_RE, MAX_LINE_BYTES, column_name_problem
@@ -56,6 +56,9 @@ class SourceRecord:
     stamp: str = ""
     content_keyed: bool = False  # the key is the hash of the file's bytes (the row gave none)
     split: str = ""  # the row's split column ("": none)
+    #: A content-keyed file's CRC-32, of the bytes the check hashed (the writer compares its own
+    #: with it, instead of hashing the file again); -1: unknown.
+    crc: int = -1
     #: Where the row's ``size`` bytes start in its file; -1: the file is the row's, whole. Only
     #: remux's staging names byte ranges (:func:`read_metadata`'s ``file_ranges``).
     file_offset: int = -1
@@ -544,17 +547,20 @@ class _FileChecker:
         if isinstance(outcome[0], str):
             return InputProblem(p.row.line, outcome[0], _dump(p.row.obj), outcome[1])
         st, hashed = outcome
-        key = p.key or content_key_of(hashed or "")
+        key = p.key or content_key_of(hashed[0] if hashed else "")
         if p.span is not None:  # (always keyed: see _ranged)
             offset, size = p.span
             return SourceRecord(p.row.line, key, p.file_name, size, p.ext, p.fields, stamp(st), file_offset=offset)
-        return SourceRecord(p.row.line, key, p.file_name, st.st_size, p.ext, p.fields, stamp(st), p.key is None)
+        crc = hashed[1] if hashed else -1
+        return SourceRecord(
+            p.row.line, key, p.file_name, st.st_size, p.ext, p.fields, stamp(st), p.key is None, crc=crc
+        )
 
     def check_batch(self, batch: list[_Pending | InputProblem]) -> list[SourceRecord | InputProblem]:
         return [item if isinstance(item, InputProblem) else self.check(item) for item in batch]
 
-    def _stat(self, p: _Pending) -> tuple[os.stat_result, str | None] | tuple[str, str] | str:
-        """The file's stat and, for a row without a key, its sha256; or a problem."""
+    def _stat(self, p: _Pending) -> tuple[os.stat_result, tuple[str, int] | None] | tuple[str, str] | str:
+        """The file's stat and, for a row without a key, its sha256 and CRC-32; or a problem."""
         directory, _, base = p.path.rpartition(os.sep)
         try:
             real = os.path.join(self._real_dir(directory), base)
@@ -591,7 +597,7 @@ class _FileChecker:
             try:
                 if problem := self._size_problem(p, st):
                     return problem
-                hashed = sha256_fd(fd) if hashing else None
+                hashed = sha256_crc32_fd(fd) if hashing else None
                 if decoding:
                     f.seek(0)
                     if problem := decode_problem(f, p.ext):

@@ -168,13 +168,27 @@ def _check_key(row: StagedRow, path: str, digest: str) -> None:
         raise _changed(row, path, f"its bytes no longer hash to its key {row.key}")
 
 
+def _rehashed(row: StagedRow) -> bool:
+    """Whether the writer hashes this row's bytes again: a content key staged without the CRC-32
+    of the bytes the check hashed (by an earlier shardkit). With that CRC, the writer compares the
+    CRC it computes anyway (:func:`_check_crc`): the file is hashed once, at the check."""
+    return row.content_keyed and row.crc < 0
+
+
+def _check_crc(row: StagedRow, path: str, crc: int) -> None:
+    """A content-keyed row: the bytes written must be the bytes the check hashed for its key."""
+    if row.content_keyed and row.crc >= 0 and crc != row.crc:
+        raise _changed(row, path, f"its bytes are not those hashed for its key {row.key}")
+
+
 def read_file(row: StagedRow, path: str, inside: str, region: memoryview) -> int:
     """Read a file into its region, through one descriptor inside IMAGES_DIR (``inside``); its CRC-32.
 
     Checks the file is still as checked: its stamp, its size (the read asks for one byte more,
     so a grown file shows without another read: a regular file's read comes back short only at
-    its end) and, for a content key, the hash of the bytes read. A row that is a byte range of its
-    file (:attr:`~.staging.StagedRow.file_offset`) is read from where it starts.
+    its end) and, for a content key, that the bytes read are those hashed (their CRC-32). A row
+    that is a byte range of its file (:attr:`~.staging.StagedRow.file_offset`) is read from where
+    it starts.
     """
     size = 0
     fd = _opened(row, path, inside)
@@ -198,9 +212,11 @@ def read_file(row: StagedRow, path: str, inside: str, region: memoryview) -> int
 
 
 def _checked_crc(row: StagedRow, path: str, region: memoryview) -> int:
-    if row.content_keyed:
+    if _rehashed(row):
         _check_key(row, path, hashlib.sha256(region).hexdigest())
-    return crc32(region)
+    crc = crc32(region)
+    _check_crc(row, path, crc)
+    return crc
 
 
 class NoWaitRefused(Exception):
@@ -253,6 +269,7 @@ class BigFile:
         self._fd = _opened(self.row, self.path, self.inside)
         try:
             self.crc = self._pass(None)
+            _check_crc(self.row, self.path, self.crc)
         except BaseException:
             os.close(self._fd)
             raise
@@ -262,7 +279,7 @@ class BigFile:
         os.close(self._fd)
 
     def copy_to(self, write: Callable[[bytes], object]) -> None:
-        digest = hashlib.sha256() if self.row.content_keyed else None
+        digest = hashlib.sha256() if _rehashed(self.row) else None
         if self._pass(write, digest) != self.crc:
             raise _changed(self.row, self.path, "rewritten while it was copied")
         if digest is not None:

@@ -59,6 +59,8 @@ def _staged_line(row: SourceRecord | StagedRow, metadata_line: str) -> str:
     if not _plain(row.key + row.ext + row.split):
         raise UnstageableRow(f"key {row.key!r}, extension {row.ext!r} or split {row.split!r}")
     check = f"{row.stamp}:{'h' if row.content_keyed else 'k'}"
+    if row.content_keyed and row.crc >= 0:
+        check += f"{row.crc:08x}"
     if row.file_offset >= 0:
         check += f"@{row.file_offset}"
     head = f"{row.key}\t{row.line:012d}\t{row.size}\t{row.ext}\t{check}"
@@ -73,8 +75,10 @@ class StagedRow:
         key \\t line(12 digits) \\t size \\t ext \\t check \\t split \\t json(source) \\t metadata.jsonl line \\n
 
     ``check`` is what the writer compares the file with: the check's stamp of it
-    (:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, else
-    ``:k``, and for a byte range of a file (remux's staging) ``@`` and where the range starts: ``:k@4096``.
+    (:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, with the
+    CRC-32 of the bytes hashed in 8 hex digits (``:h1a2b3c4d``; a line staged before has none, and
+    the writer hashes that file again), else ``:k``, and for a byte range of a file (remux's
+    staging) ``@`` and where the range starts: ``:k@4096``.
     It is not part of the fingerprint: touching a file does not change what gets
     published. ``split`` is the row's ``split`` column ("" for a dataset without one, whose one
     split is ``train``). No field holds a tab or a line end, whatever the row holds: the key,
@@ -94,9 +98,10 @@ class StagedRow:
     metadata_line: str  # as published in metadata.jsonl, without its newline
     offset: int = 0  # byte offset of this row in sorted.tsv (not part of the line)
     stamp: str = ""  # the file as the check saw it; "" compares nothing (rows made by hand, in tests)
-    content_keyed: bool = False  # the key is the hash of the file's bytes: the writer hashes them again
+    content_keyed: bool = False  # the key is the hash of the file's bytes: the writer checks them again
     split: str = ""
     file_offset: int = -1  # where the row's bytes start in its file; -1: the whole file
+    crc: int = -1  # a content-keyed file's CRC-32 as the check hashed it; -1: unknown (hashed again)
 
     @classmethod
     def of(cls, record: SourceRecord, metadata_line: str) -> StagedRow:
@@ -112,6 +117,7 @@ class StagedRow:
             content_keyed=record.content_keyed,
             split=record.split,
             file_offset=record.file_offset,
+            crc=record.crc,
         )
 
     def to_line(self) -> str:
@@ -128,8 +134,10 @@ class StagedRow:
         stamp, _, how = check.rpartition(":")
         metadata_line = published.rstrip("\n")
         file_offset = int(how[2:]) if how[1:2] == "@" else -1
+        hashed = how[:1] == "h"
+        crc = int(how[1:], 16) if hashed and how[1:] else -1
         name = _source_of(source)
-        return cls(key, int(line), int(size), ext, name, metadata_line, offset, stamp, how == "h", split, file_offset)
+        return cls(key, int(line), int(size), ext, name, metadata_line, offset, stamp, hashed, split, file_offset, crc)
 
     @staticmethod
     def fields(text: str) -> list[str]:

@@ -32,6 +32,7 @@ pyarrow is imported only here: ZIP and tar workers never load it.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import struct
 from collections.abc import Generator, Iterator
@@ -179,7 +180,32 @@ def encode_metadata_table(lines: bytes, features: list[dict[str, Any]]) -> bytes
     as it is; the few bytes saved are not worth bytes that depend on the data's repetitions),
     row groups of :data:`PARQUET_ROWS_PER_GROUP` rows, a checksum on every page."""
     schema = shard_table_schema(features)
-    return encode_table(metadata_lines_table(lines, schema) if lines else schema.empty_table())
+    return encode_table(metadata_lines_table(lines, schema) if lines else _empty_table(schema))
+
+
+def _empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of no rows, as ``schema.empty_table()`` gives (the same Parquet bytes), made without
+    ``pa.array``: its first call imports pandas (pyarrow checks its argument against pandas' types),
+    which the packer never needs, and which took longer than the rest of a small pack's plan."""
+    import pyarrow as pa
+
+    return pa.Table.from_arrays([pa.nulls(0, field.type) for field in schema], schema=schema)
+
+
+def string_array(values: list[str]) -> pa.Array:
+    """``values`` (under 2 GB of text) as an Arrow string array, as ``pa.array(values,
+    pa.string())`` gives, built from its buffers: ``pa.array`` would import pandas (see
+    :func:`_empty_table`)."""
+    import array
+    import sys
+
+    import pyarrow as pa
+
+    encoded = [v.encode() for v in values]
+    offsets = array.array("i", itertools.accumulate(map(len, encoded), initial=0))
+    if sys.byteorder == "big":  # (Arrow's buffers are little-endian)
+        offsets.byteswap()
+    return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
 
 
 def encode_table(table: pa.Table) -> bytes:
