@@ -7,6 +7,7 @@ It generates a seeded corpus (JPEG-headed files of random bytes: the packer neve
 content does not matter for speed), warms the page cache, then times, on the same corpus (each
 timing starts after os.sync(), so no run pays for the write-back of the one before):
 
+* cat + sync    - `cat` of every file into one file, then `sync`: the machine's plain copy;
 * read limit    - every input file read with shardkit's concurrency (jobs processes with read
                   threads each);
 * write limit   - the same number of bytes written as `jobs` files in parallel, fsynced; once
@@ -261,6 +262,20 @@ def copy_limit(paths: list[str], jobs: int, threads: int, out: Path, direct: boo
     return seconds
 
 
+def cat_sync(paths: list[str], out: Path) -> float:
+    """``cat`` of every file, in the corpus's order, into one file, then ``sync``: the machine's
+    plain copy (one process, no hashing, no format), the reference issue 37 measures against."""
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "all"
+    listing = "\0".join(paths).encode()
+    settle()
+    t = time.perf_counter()
+    subprocess.run(["sh", "-c", f"xargs -0 cat > '{target}' && sync"], input=listing, check=True)
+    seconds = time.perf_counter() - t
+    shutil.rmtree(out)
+    return seconds
+
+
 def zipfile_baseline(images: Path, meta: Path, out: Path, shard_bytes: int) -> tuple[float, float]:
     """The simplest packer one would write: one process, zipfile, new shard past a size.
 
@@ -470,6 +485,7 @@ def main() -> None:
     runs: list[Callable[[], Result]] = []
     if not args.skip_baselines:
         runs += [
+            lambda: Result("cat + sync", cat_sync(paths, args.workdir / "cat"), mb, files),
             lambda: Result("read limit (parallel read)", read_limit(paths, args.jobs, args.read_threads), mb, files),
             lambda: Result(
                 "write limit (fsynced, page cache)", write_limit(total, args.jobs, args.workdir / "w", False), mb, files
@@ -538,6 +554,7 @@ def main() -> None:
             key=lambda name: by_name[name].mb_per_s,
         )
         ratios = {
+            "cat + sync": "cat + sync",
             "read limit": "read limit (parallel read)",
             "copy limit": fastest_copy,
             "zipfile": "zipfile, 1 process",
@@ -556,6 +573,12 @@ def main() -> None:
             ),
         }
         print("; ".join(f"{k} = {by_name[a].mb_per_s / by_name[b].mb_per_s:.2f}" for k, (a, b) in same_format.items()))
+    # Issue 37's ratios: hashing every file once, and Parquet against ZIP (memory: the tree's peak).
+    content = by_name["shardkit pack (content keys)"]
+    print(f"shardkit content keys / keys given = {content.mb_per_s / packed.mb_per_s:.2f}", end="")
+    if parquet := by_name.get("shardkit pack (keys given, --format parquet)"):
+        print(f"; shardkit --format parquet / zip = {parquet.mb_per_s / packed.mb_per_s:.2f}", end="")
+    print()
     if args.json:
         print(json.dumps({"machine": machine, "results": [asdict(r) | {"mb_per_s": r.mb_per_s} for r in results]}))
 

@@ -31,10 +31,12 @@ pyarrow is imported only here: ZIP and tar workers never load it.
 
 from __future__ import annotations
 
+import array
 import io
 import itertools
 import json
 import struct
+import sys
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
@@ -47,6 +49,7 @@ from .base import (
     MAX_ZIP_BYTES,
     MAX_ZIP_MEMBERS,
     HashingReader,
+    RowFile,
     ShardCheck,
     ShardFormat,
     ShardFormatError,
@@ -196,9 +199,6 @@ def string_array(values: list[str]) -> pa.Array:
     """``values`` (under 2 GB of text) as an Arrow string array, as ``pa.array(values,
     pa.string())`` gives, built from its buffers: ``pa.array`` would import pandas (see
     :func:`_empty_table`)."""
-    import array
-    import sys
-
     import pyarrow as pa
 
     encoded = [v.encode() for v in values]
@@ -276,7 +276,14 @@ class _Sink:
 
 
 class ParquetShardWriter:
-    """Collects rows into row groups and writes them; :meth:`close` returns the file's size."""
+    """Collects rows into row groups and writes them; :meth:`close` returns the file's size.
+
+    A row group is built from buffers, not Python objects: the files' bytes appended to one
+    buffer with their offsets (the file column's ``bytes``), the metadata lines parsed as one
+    block of JSON typed by the schema (:func:`metadata_lines_table`: the other columns, and
+    ``file_name`` as the file column's ``path``). Each file is copied once, and ``pa.array``,
+    which imports pandas into every worker (see :func:`_empty_table`), is never called.
+    """
 
     def __init__(self, out: Output, features: list[dict[str, Any]], planned_bytes: int | None = None) -> None:
         import pyarrow as pa
@@ -285,38 +292,61 @@ class ParquetShardWriter:
         self._pa = pa
         self.schema = arrow_schema(features)
         self.file_column = features[0]["name"]
-        others = [f["name"] for f in features[1:]]
+        self._file_type = self.schema.field(self.file_column).type
+        self._others = [f["name"] for f in features[1:]]
+        self._line_schema = metadata_schema(features)
         self._sink = _Sink(out)
         self._writer = pq.ParquetWriter(
             pa.PythonFile(self._sink, mode="w"),
             self.schema,
             compression={f"{self.file_column}.bytes": "NONE", f"{self.file_column}.path": "ZSTD"}
-            | {name: "ZSTD" for name in others},
-            use_dictionary=[f"{self.file_column}.path", *others],
-            write_statistics=[f"{self.file_column}.path", *others],
+            | {name: "ZSTD" for name in self._others},
+            use_dictionary=[f"{self.file_column}.path", *self._others],
+            write_statistics=[f"{self.file_column}.path", *self._others],
             write_page_checksum=True,
         )
-        self._rows: list[dict[str, Any]] = []
+        self._lines: list[bytes] = []
+        self._data = bytearray()
+        self._offsets = array.array("i", [0])
         self._bytes = 0
         # (No planned size: groups as before layout 5, cut by rows and PARQUET_GROUP_BYTES only.)
         self._group_bytes = PARQUET_GROUP_BYTES if planned_bytes is None else group_bytes(planned_bytes)
 
-    def add(self, metadata_line: str, data: bytes) -> None:
-        row = json.loads(metadata_line)
-        row[self.file_column] = {"bytes": data, "path": row.pop("file_name")}
-        self._rows.append(row)
+    def add(self, metadata_line: str, file: RowFile | bytes) -> None:
+        """A row: its published line and its file (or the file's bytes)."""
+        start = len(self._data)
+        if isinstance(file, bytes):
+            self._data += file
+        else:
+            file.copy_to(self._data.extend)
+        if len(self._data) >= 1 << 31:  # (the file column's offsets are 32-bit, as pa.binary()'s)
+            raise ShardkitError(f"{metadata_line[:200]}: a Parquet row group holds under 2 GiB of file bytes")
+        self._offsets.append(len(self._data))
+        self._lines.append(metadata_line.encode())
         # A group is cut by what it decodes to, which readers bound (decoded_limit): the file's
         # bytes, and at most LINE_DECODE_FACTOR bytes per byte of its metadata line.
-        self._bytes += len(data) + LINE_DECODE_FACTOR * len(metadata_line)
-        if len(self._rows) >= PARQUET_ROWS_PER_GROUP or self._bytes >= self._group_bytes:
+        self._bytes += len(self._data) - start + LINE_DECODE_FACTOR * len(metadata_line)
+        if len(self._lines) >= PARQUET_ROWS_PER_GROUP or self._bytes >= self._group_bytes:
             self._flush()
 
     def _flush(self) -> None:
-        if self._rows:
-            table = self._pa.Table.from_pylist(self._rows, schema=self.schema)
-            self._writer.write_table(table, row_group_size=len(self._rows))
-            self._rows = []
-            self._bytes = 0
+        if not self._lines:
+            return
+        pa = self._pa
+        lines = metadata_lines_table(b"\n".join(self._lines) + b"\n", self._line_schema)
+        offsets = self._offsets
+        if sys.byteorder == "big":  # (Arrow's buffers are little-endian)
+            offsets = array.array("i", offsets)
+            offsets.byteswap()
+        buffers = [None, pa.py_buffer(offsets), pa.py_buffer(self._data)]
+        data = pa.Array.from_buffers(pa.binary(), len(self._lines), buffers)
+        paths = lines.column("file_name").combine_chunks()
+        files = pa.StructArray.from_arrays([data, paths], fields=list(self._file_type))
+        columns = [files, *(lines.column(name).combine_chunks() for name in self._others)]
+        table = pa.Table.from_arrays(columns, schema=self.schema)
+        self._writer.write_table(table, row_group_size=len(self._lines))
+        self._lines, self._data, self._offsets = [], bytearray(), array.array("i", [0])
+        self._bytes = 0
 
     def close(self) -> int:
         self._flush()
@@ -858,7 +888,7 @@ class ParquetFormat(ShardFormat):
         pw = ParquetShardWriter(out, rows.features, rows.planned_bytes)
         with rows.files() as files:
             for row in files:
-                pw.add(row.metadata_line, row.read_all())
+                pw.add(row.metadata_line, row)
                 rows.record_line(row.metadata_line.encode("utf-8") + b"\n")
         return pw.close()
 
