@@ -12,6 +12,34 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
+# Two more environments for the readers' compatibility tests (tests/test_compat.py): datasets 3.6,
+# the last release that runs loading scripts, with shardkit in it (shardkit.stream must work
+# there too), and datasets 4.0, the first without scripts. Both keep the other pins of
+# constraints.txt. Set SHARDKIT_SKIP_OLD_DATASETS=1 to skip them (the demo does).
+# Their packages install while the main venv's do (two pip processes keep two cores busy: minutes
+# off a fresh clone's set-up); shardkit's own editable install into the 3.6 venv waits for the
+# main one's, as both write src/shardkit.egg-info.
+OLD_INSTALLS=()
+if [ -z "${SHARDKIT_SKIP_OLD_DATASETS:-}" ]; then
+    OLD_CONSTRAINTS="$VENV/old-datasets-constraints.txt"
+    grep -vE '^(datasets|fsspec)==' "$ROOT/.ci/constraints.txt" > "$OLD_CONSTRAINTS"
+    VENV36="${SHARDKIT_VENV36:-$ROOT/.venv-ds36}"
+    VENV40="${SHARDKIT_VENV40:-$ROOT/.venv-ds40}"
+    for venv in "$VENV36" "$VENV40"; do
+        if [ ! -x "$venv/bin/python" ]; then
+            "$PYTHON" -m venv "$venv"
+        fi
+    done
+    # (stopped with this script if it fails before waiting for them)
+    trap 'kill "${OLD_INSTALLS[@]}" 2> /dev/null || true' EXIT
+    "$VENV36/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
+        "datasets==3.6.0" &
+    OLD_INSTALLS+=($!)
+    "$VENV40/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
+        "datasets==4.0.0" pillow soundfile &
+    OLD_INSTALLS+=($!)
+fi
+
 # SHARDKIT_VENV_READY=1: the venv already has shardkit and its tools (tests/test_demo.py runs the
 # demo in the venv running the tests, which must not be re-installed from under it).
 # The install is editable (a change to src/ needs none), so a venv installed from the same
@@ -25,23 +53,12 @@ if [ -z "${SHARDKIT_VENV_READY:-}" ] && [ "$(cat "$VENV/.installed-from" 2>/dev/
 fi
 export PATH="$VENV/bin:$PATH"
 
-# Two more environments for the readers' compatibility tests (tests/test_compat.py): datasets 3.6,
-# the last release that runs loading scripts, with shardkit in it (shardkit.stream must work
-# there too), and datasets 4.0, the first without scripts. Both keep the other pins of
-# constraints.txt. Set SHARDKIT_SKIP_OLD_DATASETS=1 to skip them (the demo does).
 if [ -z "${SHARDKIT_SKIP_OLD_DATASETS:-}" ]; then
-    OLD_CONSTRAINTS="$VENV/old-datasets-constraints.txt"
-    grep -vE '^(datasets|fsspec)==' "$ROOT/.ci/constraints.txt" > "$OLD_CONSTRAINTS"
-    VENV36="${SHARDKIT_VENV36:-$ROOT/.venv-ds36}"
-    VENV40="${SHARDKIT_VENV40:-$ROOT/.venv-ds40}"
-    for venv in "$VENV36" "$VENV40"; do
-        if [ ! -x "$venv/bin/python" ]; then
-            "$PYTHON" -m venv "$venv"
-        fi
+    for pid in "${OLD_INSTALLS[@]}"; do
+        wait "$pid"  # (under set -e, a failed install stops here)
     done
+    trap - EXIT
     "$VENV36/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
         "datasets==3.6.0" -e "$ROOT"
-    "$VENV40/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
-        "datasets==4.0.0" pillow soundfile
     export SHARDKIT_DS36_PYTHON="$VENV36/bin/python" SHARDKIT_DS40_PYTHON="$VENV40/bin/python"
 fi
