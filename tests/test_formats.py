@@ -273,3 +273,26 @@ def test_pushed_to_the_hub_both_datasets_versions_read_main(
         got = read_with(DS36_PYTHON, REPO, True, tmp_path / "c36", env=env, column=column)
         assert got["version"] == "3.6.0" and got["rows"] == expected_rows()
         assert hub.unknown == []
+
+
+def test_a_parquet_row_group_is_cut_before_its_files_pass_32_bit_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file column's offsets are 32-bit: a row group is cut before its files would pass them,
+    and a file that cannot fit alone is refused in one line naming it (the limit lowered to 100
+    bytes here: the real one is 2 GiB)."""
+    from shardkit.errors import ShardkitError
+    from shardkit.formats import parquet
+
+    monkeypatch.setattr(parquet, "_MAX_GROUP_FILE_BYTES", 100)
+    features = [{"name": "image", "dtype": "image"}, {"name": "key", "dtype": "string"}]
+    files = {f"{i}.jpg": bytes([i]) * 40 for i in range(3)}
+    buffer = io.BytesIO()
+    writer = parquet.ParquetShardWriter(buffer, features)  # type: ignore[arg-type]
+    for name, data in files.items():
+        writer.add(json.dumps({"file_name": name, "key": name[0] * 8}), data)
+    with pytest.raises(ShardkitError, match=r"^file 'big\.jpg' is 101 bytes: a Parquet shard holds files under 2 GiB$"):
+        writer.add(json.dumps({"file_name": "big.jpg", "key": "b" * 8}), b"x" * 101)
+    writer.close()
+    shard = pq.ParquetFile(io.BytesIO(buffer.getvalue()))
+    assert [shard.metadata.row_group(g).num_rows for g in range(shard.num_row_groups)] == [2, 1]
+    rows = shard.read().to_pylist()
+    assert rows == [{"image": {"bytes": data, "path": name}, "key": name[0] * 8} for name, data in files.items()]

@@ -58,9 +58,11 @@ def _staged_line(row: SourceRecord | StagedRow, metadata_line: str) -> str:
     """The one writer of a staged line (see :class:`StagedRow`)."""
     if not _plain(row.key + row.ext + row.split):
         raise UnstageableRow(f"key {row.key!r}, extension {row.ext!r} or split {row.split!r}")
-    check = f"{row.stamp}:{'h' if row.content_keyed else 'k'}"
-    if row.content_keyed and row.crc >= 0:
-        check += f"{row.crc:08x}"
+    # A content key's CRC-32 goes before ``:h``, where a shardkit that predates it reads it as part
+    # of the stamp: a work folder or a Dask worker of that version refuses the row as changed
+    # instead of taking it as checked by its stamp alone.
+    crc = f":{row.crc:08x}" if row.content_keyed and row.crc >= 0 else ""
+    check = f"{row.stamp}{crc}:{'h' if row.content_keyed else 'k'}"
     if row.file_offset >= 0:
         check += f"@{row.file_offset}"
     head = f"{row.key}\t{row.line:012d}\t{row.size}\t{row.ext}\t{check}"
@@ -75,9 +77,9 @@ class StagedRow:
         key \\t line(12 digits) \\t size \\t ext \\t check \\t split \\t json(source) \\t metadata.jsonl line \\n
 
     ``check`` is what the writer compares the file with: the check's stamp of it
-    (:func:`~shardkit.inputfile.stamp`), then ``:h`` when the key is the hash of its bytes, with the
-    CRC-32 of the bytes hashed in 8 hex digits (``:h1a2b3c4d``; a line staged before has none, and
-    the writer hashes that file again), else ``:k``, and for a byte range of a file (remux's
+    (:func:`~shardkit.inputfile.stamp`), then, when the key is the hash of its bytes, the CRC-32 of
+    the bytes hashed in 8 hex digits and ``:h`` (``:1a2b3c4d:h``; a line staged before has no CRC,
+    and the writer hashes that file again), else ``:k``, and for a byte range of a file (remux's
     staging) ``@`` and where the range starts: ``:k@4096``.
     It is not part of the fingerprint: touching a file does not change what gets
     published. ``split`` is the row's ``split`` column ("" for a dataset without one, whose one
@@ -134,8 +136,12 @@ class StagedRow:
         stamp, _, how = check.rpartition(":")
         metadata_line = published.rstrip("\n")
         file_offset = int(how[2:]) if how[1:2] == "@" else -1
-        hashed = how[:1] == "h"
-        crc = int(how[1:], 16) if hashed and how[1:] else -1
+        hashed = how == "h"
+        crc = -1
+        # A stamp is empty or size:mtime:ctime (two colons): one part more is the CRC-32.
+        if hashed and stamp.count(":") in (1, 3):
+            stamp, _, crc_hex = stamp.rpartition(":")
+            crc = int(crc_hex, 16)
         name = _source_of(source)
         return cls(key, int(line), int(size), ext, name, metadata_line, offset, stamp, hashed, split, file_offset, crc)
 

@@ -36,7 +36,6 @@ import io
 import itertools
 import json
 import struct
-import sys
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
@@ -202,9 +201,8 @@ def string_array(values: list[str]) -> pa.Array:
     import pyarrow as pa
 
     encoded = [v.encode() for v in values]
+    # (in the machine's byte order, as Arrow holds buffers in memory)
     offsets = array.array("i", itertools.accumulate(map(len, encoded), initial=0))
-    if sys.byteorder == "big":  # (Arrow's buffers are little-endian)
-        offsets.byteswap()
     return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
 
 
@@ -275,6 +273,9 @@ class _Sink:
         self.closed = True
 
 
+_MAX_GROUP_FILE_BYTES = (1 << 31) - 1
+
+
 class ParquetShardWriter:
     """Collects rows into row groups and writes them; :meth:`close` returns the file's size.
 
@@ -314,13 +315,18 @@ class ParquetShardWriter:
 
     def add(self, metadata_line: str, file: RowFile | bytes) -> None:
         """A row: its published line and its file (or the file's bytes)."""
+        size = len(file) if isinstance(file, bytes) else file.size
+        # The file column's offsets are 32-bit (pa.binary()'s), and so are a Parquet page's sizes.
+        if self._lines and len(self._data) + size > _MAX_GROUP_FILE_BYTES:
+            self._flush()
+        if size > _MAX_GROUP_FILE_BYTES:
+            name = json.loads(metadata_line).get("file_name")
+            raise ShardkitError(f"file {name!r} is {size} bytes: a Parquet shard holds files under 2 GiB")
         start = len(self._data)
         if isinstance(file, bytes):
             self._data += file
         else:
             file.copy_to(self._data.extend)
-        if len(self._data) >= 1 << 31:  # (the file column's offsets are 32-bit, as pa.binary()'s)
-            raise ShardkitError(f"{metadata_line[:200]}: a Parquet row group holds under 2 GiB of file bytes")
         self._offsets.append(len(self._data))
         self._lines.append(metadata_line.encode())
         # A group is cut by what it decodes to, which readers bound (decoded_limit): the file's
@@ -334,11 +340,7 @@ class ParquetShardWriter:
             return
         pa = self._pa
         lines = metadata_lines_table(b"\n".join(self._lines) + b"\n", self._line_schema)
-        offsets = self._offsets
-        if sys.byteorder == "big":  # (Arrow's buffers are little-endian)
-            offsets = array.array("i", offsets)
-            offsets.byteswap()
-        buffers = [None, pa.py_buffer(offsets), pa.py_buffer(self._data)]
+        buffers = [None, pa.py_buffer(self._offsets), pa.py_buffer(self._data)]
         data = pa.Array.from_buffers(pa.binary(), len(self._lines), buffers)
         paths = lines.column("file_name").combine_chunks()
         files = pa.StructArray.from_arrays([data, paths], fields=list(self._file_type))
