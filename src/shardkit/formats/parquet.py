@@ -322,7 +322,6 @@ class ParquetShardWriter:
         if size > _MAX_GROUP_FILE_BYTES:
             name = json.loads(metadata_line).get("file_name")
             raise ShardkitError(f"file {name!r} is {size} bytes: a Parquet shard holds files under 2 GiB")
-        start = len(self._data)
         if isinstance(file, bytes):
             self._data += file
         else:
@@ -331,7 +330,7 @@ class ParquetShardWriter:
         self._lines.append(metadata_line.encode())
         # A group is cut by what it decodes to, which readers bound (decoded_limit): the file's
         # bytes, and at most LINE_DECODE_FACTOR bytes per byte of its metadata line.
-        self._bytes += len(self._data) - start + LINE_DECODE_FACTOR * len(metadata_line)
+        self._bytes += size + LINE_DECODE_FACTOR * len(metadata_line)
         if len(self._lines) >= PARQUET_ROWS_PER_GROUP or self._bytes >= self._group_bytes:
             self._flush()
 
