@@ -24,13 +24,47 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-#: Tests that take minutes, started before all others: run last, such a test would keep one
-#: process busy alone at the end of the run while the other has finished.
-LONGEST_FIRST = ("tests/test_nested_layout.py::",)
+#: The test files that take longest, longest first (wall time summed over a file's tests, measured
+#: 2026-11-28). scripts/test.sh hands each file whole to one of its two processes (`--dist
+#: loadfile`: a file's module fixtures, often a pack and a push, are then made once, not once in
+#: each process) in this order (`--no-loadscope-reorder`), so the long files start first and the
+#: short ones fill in at the end, where one long file would leave the other process idle.
+LONGEST_FIRST = (
+    "test_remux.py",
+    "test_hostile_shards.py",
+    "test_default_zip_loads.py",
+    "test_training_stream.py",
+    "test_faults.py",
+    "test_hostile_messages.py",
+    "test_hostile_state.py",
+    "test_update.py",
+    "test_url_output.py",
+    "test_hostile_servers.py",
+    "test_stream_exit.py",
+    "test_push.py",
+    "test_paths.py",
+    "test_compat.py",
+    "test_remux_splits.py",
+    "test_card.py",
+    "test_nested_update.py",
+    "test_splits_labels.py",
+    "test_formats.py",
+    "test_user_files.py",
+    "test_input_causes.py",
+    "test_cluster.py",
+    "test_hostile_manifest.py",
+    "test_stream_network.py",
+    "test_nested_layout.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> int:
+    name = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # (a stable sort: the rest keep their order)
+    items.sort(key=_file_rank)  # (a stable sort: the rest keep their order)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
