@@ -317,11 +317,11 @@ class ParquetShardWriter:
         """A row: its published line and its file (or the file's bytes)."""
         size = len(file) if isinstance(file, bytes) else file.size
         # The file column's offsets are 32-bit (pa.binary()'s), and so are a Parquet page's sizes.
-        if self._lines and len(self._data) + size > _MAX_GROUP_FILE_BYTES:
-            self._flush()
         if size > _MAX_GROUP_FILE_BYTES:
             name = json.loads(metadata_line).get("file_name")
             raise ShardkitError(f"file {name!r} is {size} bytes: a Parquet shard holds files under 2 GiB")
+        if self._lines and len(self._data) + size > _MAX_GROUP_FILE_BYTES:
+            self._flush()
         if isinstance(file, bytes):
             self._data += file
         else:
