@@ -19,6 +19,16 @@ fi
 # Their packages install while the main venv's do (two pip processes keep two cores busy: minutes
 # off a fresh clone's set-up); shardkit's own editable install into the 3.6 venv waits for the
 # main one's, as both write src/shardkit.egg-info.
+# pip installs without compiling (--no-compile): pip compiles every file of every package in one
+# process, about two minutes of a fresh set-up. compile_venv does it with every core instead, as
+# soon as a venv's packages are in (whatever PYTHONDONTWRITEBYTECODE says, the tests' processes
+# then find every module compiled). Some packages ship files that are not Python 3 (templates,
+# examples): compileall's complaints about them are not failures of the set-up.
+PIP_INSTALL=(-m pip install --quiet --disable-pip-version-check --no-compile)
+compile_venv() {
+    "$1/bin/python" -m compileall -q -j 0 \
+        "$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null 2>&1 || true
+}
 OLD_INSTALLS=()
 if [ -z "${SHARDKIT_SKIP_OLD_DATASETS:-}" ]; then
     OLD_CONSTRAINTS="$VENV/old-datasets-constraints.txt"
@@ -32,11 +42,10 @@ if [ -z "${SHARDKIT_SKIP_OLD_DATASETS:-}" ]; then
     done
     # (stopped with this script if it fails before waiting for them)
     trap 'kill "${OLD_INSTALLS[@]}" 2> /dev/null || true' EXIT
-    "$VENV36/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
-        "datasets==3.6.0" &
+    ("$VENV36/bin/python" "${PIP_INSTALL[@]}" -c "$OLD_CONSTRAINTS" "datasets==3.6.0" && compile_venv "$VENV36") &
     OLD_INSTALLS+=($!)
-    "$VENV40/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
-        "datasets==4.0.0" pillow soundfile &
+    ("$VENV40/bin/python" "${PIP_INSTALL[@]}" -c "$OLD_CONSTRAINTS" "datasets==4.0.0" pillow soundfile \
+        && compile_venv "$VENV40") &
     OLD_INSTALLS+=($!)
 fi
 
@@ -47,8 +56,8 @@ fi
 INSTALLED_FROM="$("$VENV/bin/python" -c 'import hashlib, sys; print(hashlib.sha256(b"".join(open(p, "rb").read() for p in sys.argv[1:])).hexdigest())' \
     "$ROOT/pyproject.toml" "$ROOT/.ci/constraints.txt") $SETUP_EXTRAS"
 if [ -z "${SHARDKIT_VENV_READY:-}" ] && [ "$(cat "$VENV/.installed-from" 2>/dev/null)" != "$INSTALLED_FROM" ]; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -c "$ROOT/.ci/constraints.txt" -e "$ROOT$SETUP_EXTRAS"
+    "$VENV/bin/python" "${PIP_INSTALL[@]}" -c "$ROOT/.ci/constraints.txt" -e "$ROOT$SETUP_EXTRAS"
+    compile_venv "$VENV"
     echo "$INSTALLED_FROM" > "$VENV/.installed-from"
 fi
 export PATH="$VENV/bin:$PATH"
@@ -58,7 +67,6 @@ if [ -z "${SHARDKIT_SKIP_OLD_DATASETS:-}" ]; then
         wait "$pid"  # (under set -e, a failed install stops here)
     done
     trap - EXIT
-    "$VENV36/bin/python" -m pip install --quiet --disable-pip-version-check -c "$OLD_CONSTRAINTS" \
-        "datasets==3.6.0" -e "$ROOT"
+    "$VENV36/bin/python" "${PIP_INSTALL[@]}" -c "$OLD_CONSTRAINTS" "datasets==3.6.0" -e "$ROOT"
     export SHARDKIT_DS36_PYTHON="$VENV36/bin/python" SHARDKIT_DS40_PYTHON="$VENV40/bin/python"
 fi
