@@ -20,14 +20,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT, tree_bytes
 
 BIN = Path(sys.executable).parent
 PACK = [str(BIN / "pack-shards"), str(EXAMPLE_DIR / "images"), str(EXAMPLE_DIR / "metadata.jsonl"), "-j", "1", "-q"]
 
 
-def pack(out: Path, *options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PACK, "-o", str(out), *options], capture_output=True, text=True, timeout=300, env=env)
+def pack(out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`pack-shards` on the example into ``out``, in this process (tests/support/cli.py): the
+    damages below are many, and each is a pack."""
+    return run_cli("pack-shards", *PACK[1:], "-o", out, *options)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from .atomicfile import replace_file
 from .errors import naming_errors
-from .formats.parquet import metadata_lines_table, metadata_schema, string_array
+from .formats.parquet import metadata_lines_table, metadata_schema, string_array, typed
 from .hashing import sha256_stream
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class _RowGroups:
         table = metadata_lines_table(b"".join(self.lines), self.line_schema)
         if table.num_rows != len(self.shards):  # (never: a line is a row)
             raise AssertionError(f"{table.num_rows} rows from {len(self.shards)} lines")
-        table = table.add_column(0, SHARD_COLUMN, string_array(self.shards)).cast(self.schema)
+        table = typed(table.add_column(0, SHARD_COLUMN, string_array(self.shards)), self.schema)
         self.lines, self.shards, self.size = [], [], 0
         self.held.append(table)  # (a table a PARSE_BYTES of lines: a few to sum)
         if sum(t.num_rows for t in self.held) >= ROWS_PER_GROUP or sum(t.nbytes for t in self.held) >= GROUP_BYTES:

@@ -1,23 +1,25 @@
 """A local folder (``/data/out``, ``file:///data/out``): the place a pack writes by default.
 
 Shards are renamed into place and the folder fsynced (a power loss keeps the rename); the
-writer's ``O_DIRECT`` shard files (:mod:`..shardfile`) are local too. Listing and sizes go
-through fsspec's LocalFileSystem, as for a URL. Its files are read only where
-:func:`readable_root` allows: a link out of the folder is refused (a Hub cache snapshot's links
-into its repo's ``blobs/`` are followed).
+writer's ``O_DIRECT`` shard files (:mod:`..shardfile`) are local too. Its files are read only
+where :func:`readable_root` allows: a link out of the folder is refused (a Hub cache snapshot's
+links into its repo's ``blobs/`` are followed). Everything here is a plain ``os`` call, not
+fsspec's LocalFileSystem: it would add nothing but its import to every command on a local folder.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import os
 import shutil
-from typing import Any, BinaryIO
+import stat
+from typing import BinaryIO
 
 from ..atomicfile import fsync_path, replace_file
 from ..errors import ShardkitError, UsageError
 from ..inputfile import OutsideImagesDir, open_inside
 from .base import LOCAL, Location, local_path, not_a_place, register
-from .fsspec_url import FsspecPlace
 from .reading import CHUNK, MAX_SMALL_FILE_BYTES, Window
 
 
@@ -63,7 +65,7 @@ def check_in_dataset(path: str, root: str) -> None:
         )
 
 
-class Folder(FsspecPlace):
+class Folder(Location):
     """A folder on this machine; its ``url`` is its absolute path."""
 
     kind = "folder"
@@ -71,7 +73,7 @@ class Folder(FsspecPlace):
 
     def __init__(self, url: str, kind: str | None = None) -> None:
         super().__init__(url, kind)
-        self.url = self._root = url
+        self.url = url
         self._readable: str | None = None  # its readable_root, once known
 
     @classmethod
@@ -84,11 +86,6 @@ class Folder(FsspecPlace):
     def as_out_dir(cls, text: str, *, writing: bool) -> Location:
         return cls(local_path(text))
 
-    def filesystem(self) -> tuple[Any, str]:
-        import fsspec  # type: ignore[import-untyped]
-
-        return fsspec.filesystem("file"), self.url
-
     def local_dir(self, work_dir: str | None) -> str:
         if work_dir:
             raise UsageError("--work-dir is for an OUT_DIR URL; a local OUT_DIR keeps its working files in it")
@@ -100,7 +97,7 @@ class Folder(FsspecPlace):
     # -- reading
 
     def open(self, rel: str) -> BinaryIO:
-        return self.open_local(rel, CHUNK)  # the plain file: fsspec's local file adds a layer to every read
+        return self.open_local(rel, CHUNK)
 
     def open_local(self, rel: str, buffering: int = -1) -> BinaryIO:
         """A file of the folder, read only where :func:`readable_root` allows (every read of a
@@ -116,6 +113,44 @@ class Folder(FsspecPlace):
         f = self.open_local(rel, CHUNK)
         f.seek(start)
         return Window(f, end - start)  # type: ignore[return-value]
+
+    def find(self, folder: str = "") -> dict[str, int]:
+        # What fsspec's LocalFileSystem finds, which this replaced: everything but a folder (a link,
+        # to a folder too, and a FIFO are "files"; a link's size is its target's, 0 if none).
+        top = self.where(folder) if folder else self.url
+        if not os.path.isdir(top):
+            try:
+                return {folder: os.stat(top).st_size}
+            except (FileNotFoundError, NotADirectoryError):
+                return {}
+        found: dict[str, int] = {}
+        pending = [(top, folder)]
+        while pending:
+            path, rel = pending.pop()
+            for entry in _entries(path):
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, name))
+                    continue
+                try:
+                    found[name] = entry.stat(follow_symlinks=False).st_size
+                    if entry.is_symlink():
+                        found[name] = entry.stat().st_size
+                except FileNotFoundError:  # removed since the listing, or a link to nothing
+                    if entry.is_symlink():
+                        found[name] = 0
+        return found
+
+    def list(self, folder: str) -> builtins.list[str]:
+        path = self.where(folder) if folder else self.url
+        return sorted(e.name for e in _entries(path) if e.is_file(follow_symlinks=False))
+
+    def size(self, rel: str) -> int | None:
+        try:
+            info = os.stat(self.where(rel))  # (a link is followed here, as fsspec's info follows it)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return info.st_size if stat.S_ISREG(info.st_mode) else None
 
     def read_bytes(self, rel: str, limit: int = MAX_SMALL_FILE_BYTES) -> bytes | None:
         try:
@@ -150,9 +185,24 @@ class Folder(FsspecPlace):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         replace_file(target, lambda f: f.write(data), fsync_folder=True)
 
-    @property
-    def atomic(self) -> bool:
-        return False
+    def remove(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.where(rel))
+
+    def remove_with_empty_folder(self, rel: str) -> None:
+        self.remove(rel)
+        if "/" in rel:
+            with contextlib.suppress(OSError):  # not empty: another run's file is there
+                os.rmdir(self.where(rel.rsplit("/", 1)[0]))
+
+
+def _entries(path: str) -> list[os.DirEntry[str]]:
+    """The entries of the folder at ``path``; none when there is no folder there."""
+    try:
+        with os.scandir(path) as entries:
+            return list(entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 register(Folder, LOCAL)

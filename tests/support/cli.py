@@ -1,0 +1,40 @@
+"""A command run in the test's own process, for the tests that run one many times over.
+
+Each `pack-shards` in a process of its own costs a Python start, pyarrow's and the CLI's imports
+and a forkserver: most of the time of a pack of the example, and the largest share of the suite's.
+:func:`run_cli` runs the same click command through click's CliRunner instead, with the same
+arguments, and answers as :func:`subprocess.run` would (exit code, stdout, stderr apart). A test
+that needs a process of its own keeps one: signals, Ctrl-C, a kill, an environment of its own,
+the exit itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from shardkit.cli import main, pack_shards
+
+
+def run_cli(program: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``program`` (``pack-shards``, or ``shardkit`` with its command first) with ``args``, here.
+
+    The CLI sets its warnings up on stderr with :func:`logging.basicConfig`, which does nothing
+    where the root logger has a handler already (pytest's, or the last run's): the root logger is
+    bare while the command runs, so its warnings reach its stderr as they would in a process."""
+    command = {"pack-shards": pack_shards, "shardkit": main}[program]
+    argv = [str(a) for a in args]
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        result = CliRunner().invoke(command, argv, catch_exceptions=False)
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return subprocess.CompletedProcess([program, *argv], result.exit_code, result.stdout, result.stderr)
