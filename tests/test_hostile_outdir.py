@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.hub_server import run_hub_server
+from tests.support.cli import run_cli
 from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
 from tests.test_push import REPO, hub_env
 
@@ -67,9 +68,12 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
-def pack(out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+def pack(out: Path, *options: str, fifo: bool = False) -> subprocess.CompletedProcess[str]:
+    """`pack-shards` on the example into ``out``, in this process (tests/support/cli.py); with a
+    FIFO in OUT_DIR (``fifo``) in a process of its own, whose hang, were the FIFO opened, TIMEOUT ends."""
     images, meta = EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl"
-    return run("pack-shards", str(images), str(meta), "-o", str(out), "--prefix-length", "1", "-q", *options)
+    args = (str(images), str(meta), "-o", str(out), "--prefix-length", "1", "-q", *options)
+    return run("pack-shards", *args) if fifo else run_cli("pack-shards", *args)
 
 
 def refused(result: subprocess.CompletedProcess[str], names: str, code: int = 1) -> str:
@@ -208,7 +212,7 @@ def test_pack_in_every_mode_refuses_a_fifo_before_opening_it(out: Path, name: st
     else:
         os.mkfifo(path)
     before = snapshot(out)
-    refused(pack(out, *options), f"{path}: a FIFO")
+    refused(pack(out, *options, fifo=True), f"{path}: a FIFO")
     assert snapshot(out) == before
 
 
