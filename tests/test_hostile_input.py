@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.rowrules import MAX_LINE_BYTES
+from tests.support.cli import run_cli
 from tests.support.corpus import tiny_image
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
@@ -100,6 +101,10 @@ CASES: list[tuple[str, bytes, Callable[[Path], None], str]] = [
     ),
 ]
 
+#: The cases whose file a wrong check would read forever (a FIFO, /dev/zero): their pack runs in a
+#: process of its own, which the timeout ends. The others run in this process (tests/support/cli.py).
+READ_FOREVER = {_fifo, _device}
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("line", "make", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -114,10 +119,13 @@ def test_hostile_input_is_refused_in_one_line_naming_file_and_line(
     meta = tmp_path / "meta.jsonl"
     meta.write_bytes(GOOD + line + b"\n")
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [PACK_SHARDS, str(images), str(meta), "-o", str(out), "-q"], capture_output=True, timeout=120, check=False
-    )
-    stderr = proc.stderr.decode("utf-8", "replace")
+    args = [str(images), str(meta), "-o", str(out), "-q"]
+    if make in READ_FOREVER:
+        proc = subprocess.run([PACK_SHARDS, *args], capture_output=True, timeout=120, check=False)
+        stderr = proc.stderr.decode("utf-8", "replace")
+    else:
+        proc = run_cli("pack-shards", *args)  # (its stderr decoded as above: UTF-8, errors replaced)
+        stderr = proc.stderr
     assert proc.returncode != 0
     assert "Traceback" not in stderr
     named = [text for text in stderr.splitlines() if text.startswith(f"{meta}:")]
@@ -137,11 +145,12 @@ def test_folders_whose_names_are_not_utf8_pack_and_verify(tmp_path: Path) -> Non
         f.write(tiny_image(1))
     meta = tmp_path / "meta.jsonl"
     meta.write_bytes(GOOD)
-    proc = subprocess.run([PACK_SHARDS, images, str(meta), "-o", out, "-q"], capture_output=True, check=False)
-    assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
-    shardkit = str(Path(sys.executable).parent / "shardkit")
-    check = subprocess.run([shardkit, "verify", out, "--deep", "-q"], capture_output=True, check=False)
-    assert check.returncode == 0, check.stderr.decode("utf-8", "replace")
+    # In this process (tests/support/cli.py), each name as a process finds it in sys.argv: os.fsdecode's
+    # str, each byte that is not UTF-8 a lone surrogate.
+    proc = run_cli("pack-shards", os.fsdecode(images), str(meta), "-o", os.fsdecode(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    check = run_cli("shardkit", "verify", os.fsdecode(out), "--deep", "-q")
+    assert check.returncode == 0, check.stderr
     card = Path(os.fsdecode(os.path.join(out, b"README.md"))).read_text(encoding="utf-8")
     assert "# d\ufffdj\ufffd" in card  # the title: what is not UTF-8 replaced, the card stays text
 
@@ -160,18 +169,8 @@ def test_line_separators_inside_values_pack_verify_and_read_back(tmp_path: Path,
     meta = tmp_path / "meta.jsonl"
     meta.write_text(json.dumps({"file_name": "a.jpg", "caption": caption}, ensure_ascii=False) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [PACK_SHARDS, str(images), str(meta), "-o", str(out), "-q", "--format", fmt],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_cli("pack-shards", images, meta, "-o", out, "-q", "--format", fmt)
     assert proc.returncode == 0, proc.stderr
-    check = subprocess.run(
-        [str(Path(sys.executable).parent / "shardkit"), "verify", str(out), "--deep", "-q"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    check = run_cli("shardkit", "verify", out, "--deep", "-q")
     assert check.returncode == 0, check.stdout + check.stderr
     assert [row["caption"] for row in shardkit.stream(str(out))] == [caption]
