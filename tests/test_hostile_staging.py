@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.corpus import tiny_image, tree_bytes
 
 BIN = Path(sys.executable).parent
@@ -114,6 +114,12 @@ def _hostile_metadata(tmp_path: Path, chunk: slice = slice(None)) -> tuple[Path,
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """`pack-shards` with ``args``, in this process (tests/support/cli.py): a run per case, many cases."""
+    return run_cli("pack-shards", *args)
+
+
+def _run_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`pack-shards` with ``args`` in a process of its own, as a user re-runs a killed command."""
     return subprocess.run(
         [PACK_SHARDS, *args], capture_output=True, text=True, encoding="utf-8", timeout=300, check=False
     )
@@ -227,9 +233,7 @@ def test_metadata_values_with_every_control_character_round_trip_exactly(tmp_pat
     out = tmp_path / "out"
     proc = _run(str(images), str(meta), "-o", str(out), "-q", "--format", fmt, "--keep-source-path")
     assert proc.returncode == 0, proc.stderr
-    verified = subprocess.run(
-        [str(BIN / "shardkit"), "verify", str(out), "--deep", "-q"], capture_output=True, text=True, check=False
-    )
+    verified = run_cli("shardkit", "verify", out, "--deep", "-q")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     streamed = sorted(shardkit.stream(str(out)), key=lambda row: row["key"])
     assert len(streamed) == 2
@@ -302,7 +306,7 @@ def test_a_staging_folder_left_by_a_killed_run_is_redone_not_read(tmp_path: Path
     sorted_rows.write_bytes(b"deadbeef\n\t000000000001\t5\t.jpg\nnot\ta\tstaged\tline\n" + b"\xff\xfe\x00\n")
     (staging / "run-000000.tsv").write_bytes(b"00000000\t1\n")
     (staging / "split-000.tsv").write_text("\x85\u2028\n", encoding="utf-8")
-    resumed = _run(str(images), str(meta), "-o", str(out), "-q")
+    resumed = _run_process(str(images), str(meta), "-o", str(out), "-q")
     assert resumed.returncode == 0, resumed.stderr
     assert tree_bytes(out) == tree_bytes(reference)
     assert not staging.exists()
@@ -414,9 +418,7 @@ def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: 
     (out / shard["file"]).rename(out / f"{shard['file']}\n")  # the file is there under the new name
     shard["file"] += "\n"
     (out / "shards.json").write_text(json.dumps(manifest), encoding="utf-8")
-    verified = subprocess.run(
-        [str(BIN / "shardkit"), "verify", str(out), "-q"], capture_output=True, text=True, check=False
-    )
+    verified = run_cli("shardkit", "verify", out, "-q")
     # (1: a manifest that is not what shardkit writes, as for any other: errors.ManifestError)
     assert verified.returncode == 1, verified.stdout + verified.stderr
     assert "Traceback" not in verified.stderr
@@ -427,7 +429,7 @@ def test_a_manifest_naming_a_shard_with_a_trailing_newline_is_refused(tmp_path: 
 @pytest.mark.slow
 @pytest.mark.parametrize("homepage", ["https://example.org/x\n", "https://example.org/\u2028x", "example.org"])
 def test_a_homepage_with_a_line_end_is_refused_by_shardkit_new_and_by_the_templates_hook(
-    tmp_path: Path, homepage: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, homepage: str
 ) -> None:
     from cookiecutter.exceptions import FailedHookException
 
@@ -435,14 +437,10 @@ def test_a_homepage_with_a_line_end_is_refused_by_shardkit_new_and_by_the_templa
 
     config = tmp_path / "cookiecutter.yaml"  # keeps a user's ~/.cookiecutterrc out of the test
     config.write_text("default_context: {}\n")
+    # In this process (tests/support/cli.py): cookiecutter reads COOKIECUTTER_CONFIG when called, not on import.
+    monkeypatch.setenv("COOKIECUTTER_CONFIG", str(config))
     out = tmp_path / "out"
-    result = subprocess.run(
-        [str(BIN / "shardkit"), "new", "--no-input", "-o", str(out), "namespace=me", f"homepage={homepage}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "COOKIECUTTER_CONFIG": str(config)},
-    )
+    result = run_cli("shardkit", "new", "--no-input", "-o", out, "namespace=me", f"homepage={homepage}")
     assert result.returncode == 2, result.stderr
     assert f"homepage {homepage!r} is not an http(s) URL" in result.stderr
     assert not out.exists() or list(out.iterdir()) == []
