@@ -1,7 +1,8 @@
 """A nested layout (issue 36) through ``--update``, kills and push, on a few shards.
 
 A split nests from 10,000 shards (``hubplan.NEST_FROM_SHARDS``); tests/test_nested_layout.py packs
-that many once. Here pack-shards runs in a subprocess with that threshold lowered to 4, so six
+that many once. Here pack-shards runs with that threshold lowered to 4 (in this process, or in a
+subprocess where it is killed, resumes a killed run or needs an environment of its own), so six
 shards named ``a00 a01 a02 b00 b01 c10`` (``--prefix-length 3``) go into folders ``a0/ b0/ c1/``,
 each folder's rows in one ``metadata/<folder>.jsonl``. Everything else is the real pack.
 
@@ -24,11 +25,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import s3fs
 
+import shardkit.hubplan
 from tests.hub_server import HubServer, run_hub_server
+from tests.support.cli import run_cli
 from tests.support.corpus import tree_bytes
 from tests.support.packing import s3_env
 from tests.test_update import KILLED_PACK, Corpus, assert_reads, consumers, push
@@ -57,10 +61,17 @@ def run_pack(
     *options: str,
     point: str = "none",
     env: dict[str, str] | None = None,
+    here: bool = False,
 ) -> subprocess.CompletedProcess[str]:
+    """pack-shards with NEST_FROM, in a process of its own (killed at ``point``, or in ``env``), or
+    ``here``: in this process (tests/support/cli.py), the threshold lowered for that run alone."""
     if isinstance(out, Path):
         out.parent.mkdir(parents=True, exist_ok=True)
     args = [str(corpus.images), str(meta), "-o", str(out), "--prefix-length", "3", "--jobs", "1", "--json", *options]
+    if here:
+        assert point == "none" and env is None
+        with mock.patch.object(shardkit.hubplan, "NEST_FROM_SHARDS", int(NEST_FROM)):
+            return run_cli("pack-shards", *args)
     return subprocess.run(
         [sys.executable, str(KILLED_PACK), point, NEST_FROM, *args],
         capture_output=True,
@@ -72,21 +83,22 @@ def run_pack(
 
 
 def pack(
-    corpus: Corpus, meta: Path, out: Path | str, *options: str, env: dict[str, str] | None = None
+    corpus: Corpus,
+    meta: Path,
+    out: Path | str,
+    *options: str,
+    env: dict[str, str] | None = None,
+    own_process: bool = False,
 ) -> dict[str, Any]:
-    done = run_pack(corpus, meta, out, *options, env=env)
+    """A pack to the end: in this process, unless in ``env`` (read on import: S3's endpoint) or
+    ``own_process`` (the run that resumes a killed one)."""
+    done = run_pack(corpus, meta, out, *options, env=env, here=env is None and not own_process)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
 def verify(out: Path) -> None:
-    checked = subprocess.run(
-        [str(Path(sys.executable).parent / "shardkit"), "verify", str(out), "--deep", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    checked = run_cli("shardkit", "verify", out, "--deep", "-q")  # in this process: tests/support/cli.py
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
@@ -185,7 +197,7 @@ def test_a_nested_pack_killed_at_any_step_resumes_to_the_output_of_one_that_was_
     out = folders["killed"]
     killed = run_pack(corpus, meta, out, *options, point=point)
     assert killed.returncode == -9, killed.stderr  # it got to the point
-    resumed = pack(corpus, meta, out, *options)
+    resumed = pack(corpus, meta, out, *options, own_process=True)
     assert resumed["written_shards"] <= reference["written_shards"], resumed
     assert tree_bytes(out) == tree_bytes(folders["reference"])
     verify(out)
