@@ -28,6 +28,7 @@ from shardkit.card import GITATTRIBUTES_LINES, card_repo, split_front_matter
 from shardkit.cli import TEMPLATE_DIR
 from shardkit.formats.zip import iter_members
 from tests.http_server import serve_directory
+from tests.support.cli import run_cli
 from tests.support.corpus import tree_bytes
 from tests.support.readback import DIGEST_SCRIPT, DS36_PYTHON, expected_rows, read_with
 from tests.test_hostile_shards import zip_bytes
@@ -39,6 +40,13 @@ def generate(tmp_path: Path, **answers: str) -> Path:
     return Path(
         cookiecutter(TEMPLATE_DIR, no_input=True, extra_context=answers, output_dir=str(tmp_path), default_config=True)
     )
+
+
+def shardkit_new(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`shardkit new` with ``args``, in this process (tests/support/cli.py): a run per answer, many
+    answers. Given ``-o`` (absolute), it makes nothing in the current folder; cookiecutter changes
+    folder while it generates and changes back, in this process as in one of its own."""
+    return run_cli("shardkit", "new", *args)
 
 
 def card_of(repo: Path) -> dict[str, Any]:
@@ -105,17 +113,12 @@ BAD_NAMES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BAD_NAMES))
-def test_bad_names_are_refused_with_the_reason(tmp_path: Path, name: str) -> None:
+def test_bad_names_are_refused_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     config = tmp_path / "cookiecutter.yaml"  # keeps a user's ~/.cookiecutterrc out of the test
     config.write_text("default_context: {}\n")
+    monkeypatch.setenv("COOKIECUTTER_CONFIG", str(config))  # (read by cookiecutter when called, not on import)
     out = tmp_path / "out"
-    result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(out), f"dataset_name={name}", "namespace=me"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "COOKIECUTTER_CONFIG": str(config)},
-    )
+    result = shardkit_new("--no-input", "-o", out, f"dataset_name={name}", "namespace=me")
     assert result.returncode == 2
     assert BAD_NAMES[name] in result.stderr
     assert "nothing was created" in result.stderr
@@ -151,12 +154,7 @@ def test_the_templates_own_hook_refuses_a_line_that_reads_as_a_card_marker(tmp_p
 
 
 def test_bad_namespace_is_refused(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path), "namespace=a b"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = shardkit_new("--no-input", "-o", tmp_path, "namespace=a b")
     assert result.returncode == 2 and "namespace 'a b' contains ' '" in result.stderr
 
 
@@ -178,12 +176,7 @@ ANSWER_PROBLEMS = {
 @pytest.mark.parametrize("answer", sorted(ANSWER_PROBLEMS))
 def test_wrong_answers_are_one_clear_line_each_and_nothing_is_created(tmp_path: Path, answer: str) -> None:
     out = tmp_path / "out"
-    result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(out), "namespace=me", answer],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = shardkit_new("--no-input", "-o", out, "namespace=me", answer)
     assert result.returncode == 2
     assert f"error: {ANSWER_PROBLEMS[answer]}" in result.stderr
     assert "Traceback" not in result.stderr
@@ -207,12 +200,7 @@ def front_matter(card: Path) -> Any:
     ],
 )
 def test_several_languages_are_a_yaml_list_of_codes(tmp_path: Path, answer: str, codes: list[str]) -> None:
-    result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path), "namespace=me", f"language={answer}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = shardkit_new("--no-input", "-o", tmp_path, "namespace=me", f"language={answer}")
     assert result.returncode == 0, result.stderr
     assert front_matter(tmp_path / "my-image-dataset" / "README.md")["language"] == codes
 
@@ -227,10 +215,10 @@ def test_the_templates_own_hook_checks_each_language_code(tmp_path: Path) -> Non
 
 
 def test_no_input_needs_a_namespace_and_any_hub_license_is_taken(tmp_path: Path) -> None:
-    base = [str(SCRIPTS / "shardkit"), "new", "--no-input", "-o", str(tmp_path)]
-    placeholder = subprocess.run([*base, "dataset_name=x1"], capture_output=True, text=True, check=False)
+    base = ["--no-input", "-o", str(tmp_path)]
+    placeholder = shardkit_new(*base, "dataset_name=x1")
     assert placeholder.returncode == 2 and "namespace: give the Hub user or organization" in placeholder.stderr
-    gpl = subprocess.run([*base, "dataset_name=x2", "namespace=me", "license=gpl"], capture_output=True, text=True)
+    gpl = shardkit_new(*base, "dataset_name=x2", "namespace=me", "license=gpl")
     assert gpl.returncode == 0, gpl.stderr
     assert card_of(tmp_path / "x2")["license"] == "gpl"
 
@@ -243,23 +231,15 @@ def test_audio_gets_an_audio_task_and_description(tmp_path: Path) -> None:
 
 
 def test_shardkit_new_takes_answers_and_refuses_to_overwrite(tmp_path: Path) -> None:
-    cmd = [
-        str(SCRIPTS / "shardkit"),
-        "new",
-        "--no-input",
-        "-o",
-        str(tmp_path),
-        "namespace=me",
-        "dataset_name=yfcc-mini",
-    ]
+    cmd = ["--no-input", "-o", str(tmp_path), "namespace=me", "dataset_name=yfcc-mini"]
     cmd.append("license=mit")
-    first = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    first = shardkit_new(*cmd)
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == str(tmp_path / "yfcc-mini")
     assert card_of(tmp_path / "yfcc-mini")["license"] == "mit"
-    again = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    again = shardkit_new(*cmd)
     assert again.returncode == 1 and "already exists; pass --overwrite" in again.stderr
-    bad = subprocess.run([*cmd[:-1], "license"], capture_output=True, text=True, check=False)
+    bad = shardkit_new(*cmd[:-1], "license")
     assert bad.returncode == 2 and "answers are KEY=VALUE, got 'license'" in bad.stderr
 
 
