@@ -31,6 +31,7 @@ from cookiecutter.main import cookiecutter
 from tests.compat_reader import file_bytes, typed
 from tests.hub_server import WRITE_TOKEN, run_hub_server
 from tests.support import compat_corpus
+from tests.support.cli import run_cli
 from tests.support.corpus import REPO_ROOT, write_jsonl
 from tests.support.readback import DS36_PYTHON, DS40_PYTHON, run_reader
 
@@ -71,14 +72,9 @@ class Packed:
 
 
 def _pack(files: Path, meta: Path, out: Path, fmt: str) -> None:
-    options = ["--format", fmt, "--prefix-length", "1", "-q"]
-    result = subprocess.run(
-        [str(SCRIPTS / "pack-shards"), str(files), str(meta), "-o", str(out), *options],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    """pack-shards, in this process (tests/support/cli.py); the push that follows has a process of
+    its own, for its HF_* environment (huggingface_hub reads it on import)."""
+    result = run_cli("pack-shards", files, meta, "-o", out, "--format", fmt, "--prefix-length", "1", "-q")
     assert result.returncode == 0, result.stderr
 
 
@@ -291,14 +287,14 @@ def test_pack_warns_when_datasets_would_pick_another_builder_and_the_card_shows_
     few = [{**r, "key": f"{i}{r['key'][1:]}"} for i, r in enumerate([jpeg[0], png[0], jpeg[1], png[1]])]
     write_jsonl(tmp_path / "few.jsonl", few)
     out = tmp_path / "ds"
-    command = [str(SCRIPTS / "pack-shards"), str(files), str(tmp_path / "few.jsonl"), "-o", str(out)]
+    command = ["pack-shards", str(files), str(tmp_path / "few.jsonl"), "-o", str(out)]  # run here: tests/support/cli.py
     layout = ("--prefix-length", "1")
     warning = "split 'train': datasets' load_dataset(repo) would open it with its 'parquet' builder, not 'imagefolder'"
-    dry = subprocess.run([*command, *layout, "--dry-run", "--json", "-q"], capture_output=True, text=True, check=False)
+    dry = run_cli(*command, *layout, "--dry-run", "--json", "-q")
     assert dry.returncode == 0, dry.stderr
     assert [w[: len(warning)] for w in json.loads(dry.stdout)["warnings"]] == [warning]
     assert warning in dry.stderr  # -q silences progress, not warnings
-    result = subprocess.run([*command, *layout, "-q"], capture_output=True, text=True, timeout=300, check=False)
+    result = run_cli(*command, *layout, "-q")
     assert result.returncode == 0, result.stderr
     assert warning in result.stderr and "Pack without --prefix-length" in result.stderr
     card = (out / "README.md").read_text(encoding="utf-8")
@@ -322,7 +318,7 @@ def test_pack_warns_when_datasets_would_pick_another_builder_and_the_card_shows_
         assert typed(row) == expected[key]["fields"]
     assert {row["key"] for row in shardkit.stream(str(out))} == set(got)
     # Cut by size (the default), the same rows are one shard, which datasets opens as images.
-    again = subprocess.run([*command, "--force", "--json"], capture_output=True, text=True, check=False)
+    again = run_cli(*command, "--force", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["warnings"] == [], again.stderr
     assert datasets.load_dataset_builder(str(out)).name == "imagefolder"
 
