@@ -18,7 +18,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,13 @@ import shardkit
 from shardkit.cli import main
 from shardkit.errors import SOURCE_SHOWN_CHARS, ShardkitError, source_note
 from shardkit.formats.parquet import ParquetShardWriter
+from tests.support.cli import run_cli
 from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
 from tests.support.readback import DS36_PYTHON
 from tests.test_hostile_shards import set_shard, with_field, zip_bytes, zip_members
 
 pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
-SCRIPTS = Path(sys.executable).parent
 INPUT_ROWS = [json.loads(line) for line in (EXAMPLE_DIR / "metadata.jsonl").read_text(encoding="utf-8").splitlines()]
 BROKEN = INPUT_ROWS[0]["file_name"]  # the input file that is not an image (in the test split)
 BROKEN_KEY = INPUT_ROWS[0]["key"]
@@ -87,13 +86,7 @@ def packs(source_input: tuple[Path, Path], tmp_path_factory: pytest.TempPathFact
                 repo = root / name / "yfcc-mini"
                 repo.parent.mkdir()
             options = ["--format", fmt, "-q", *(["--keep-source-path"] if keep else [])]
-            result = subprocess.run(
-                [str(SCRIPTS / "pack-shards"), str(images), str(metadata), "-o", str(repo), *options],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=600,
-            )
+            result = run_cli("pack-shards", images, metadata, "-o", repo, *options)  # here: tests/support/cli.py
             assert result.returncode == 0, result.stderr
             out[fmt, keep] = repo
     return out
@@ -358,13 +351,7 @@ def test_a_source_path_cannot_forge_a_line(tmp_path: Path) -> None:
     (images / evil).write_bytes(NOT_AN_IMAGE)
     (tmp_path / "meta.jsonl").write_text(json.dumps({"file_name": evil, "title": "x"}) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    result = subprocess.run(
-        [str(SCRIPTS / "pack-shards"), str(images), str(tmp_path / "meta.jsonl"), "-o", str(out), "--keep-source-path"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    result = run_cli("pack-shards", images, tmp_path / "meta.jsonl", "-o", out, "--keep-source-path")
     assert result.returncode == 1, result.stderr
     assert "\x1b" not in result.stderr and not any(ln.startswith("verified") for ln in result.stderr.splitlines())
     [line] = [ln for ln in result.stderr.splitlines() if "meta.jsonl:1:" in ln]
