@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardkit.cli import main
+from tests.support.cli import run_cli
 from tests.support.corpus import Corpus, tree_bytes
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
@@ -27,11 +28,15 @@ PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
 SHAPE = ["--target-shard-size", "20KB", "--max-shard-size", "40KB", "--jobs", "2"]
 
 
-def pack(corpus: Corpus, out: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """Run pack-shards on the corpus into ``out`` to the end (its parent made, as a user makes it)."""
+def pack(corpus: Corpus, out: Path, *options: str, own_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run pack-shards on the corpus into ``out`` to the end (its parent made, as a user makes it):
+    in this process (tests/support/cli.py), or in a process of its own (``own_process``: the run
+    that resumes killed ones)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    args = [PACK_SHARDS, str(corpus.images), str(corpus.meta), "-o", str(out), *options]
-    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=300)
+    args = [str(corpus.images), str(corpus.meta), "-o", str(out), *options]
+    if not own_process:
+        return run_cli("pack-shards", *args)
+    return subprocess.run([PACK_SHARDS, *args], capture_output=True, text=True, check=False, timeout=300)
 
 
 def _count(folder: Path, pattern: str) -> int:
@@ -88,7 +93,7 @@ def test_sigkill_at_many_points_then_resume_gives_identical_output(
             assert shard.read_bytes() == (reference / "data" / shard.name).read_bytes(), (name, shard.name)
     assert len(killed_at) >= 10, killed_at
 
-    final = pack(corpus, out, "--json", *SHAPE)
+    final = pack(corpus, out, "--json", *SHAPE, own_process=True)
     assert final.returncode == 0, final.stderr
     assert tree_bytes(out) == tree_bytes(reference)  # byte-identical to a run never interrupted
     assert _count(out / ".shardkit" / "tmp", "*") == 0
