@@ -4,6 +4,7 @@
   example, and an OUT_DIR's published bytes (tree_bytes).
 - packing: config_for (the PackConfig for a Corpus), pack_example (the `pack-shards` command on
   the example), s3_env.
+- cli: run_cli, a command run in the test's process (for the tests that run one many times).
 - readback: read a dataset back with a real `datasets` (this venv's, or 3.6's) in a subprocess.
 - compat_corpus, export_corpus: corpora built to break loaders, and the rows they should read as.
 - dask_cluster: a real Dask scheduler and workers in subprocesses.

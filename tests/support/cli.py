@@ -4,8 +4,11 @@ Each `pack-shards` in a process of its own costs a Python start, pyarrow's and t
 and a forkserver: most of the time of a pack of the example, and the largest share of the suite's.
 :func:`run_cli` runs the same click command through click's CliRunner instead, with the same
 arguments, and answers as :func:`subprocess.run` would (exit code, stdout, stderr apart). A test
-that needs a process of its own keeps one: signals, Ctrl-C, a kill, an environment of its own,
-the exit itself.
+that needs a process of its own keeps one: signals, Ctrl-C, a kill, an environment of its own
+(huggingface_hub and fsspec read theirs once, at import), a read that could hang (a FIFO: only a
+process's timeout ends it), what another program writes to the real stderr (cookiecutter's
+hooks), the exit itself. Left in the test's process: a forkserver started with its environment
+(packs with more than one job), cookiecutter's logger at CRITICAL.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def run_cli(program: str, *args: str | Path) -> subprocess.CompletedProcess[str]
     handlers, level = root.handlers[:], root.level
     root.handlers.clear()
     try:
-        result = CliRunner().invoke(command, argv, catch_exceptions=False)
+        result = CliRunner().invoke(command, argv, catch_exceptions=False, prog_name=program)  # usage names it
     finally:
         for handler in root.handlers:
             handler.close()
