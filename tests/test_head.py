@@ -34,9 +34,9 @@ from PIL import Image
 from tests.fault_proxy import Fault, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import WRITE_TOKEN, HubServer, run_hub_server
-from tests.support.corpus import write_jsonl
-from tests.support.packing import pack_example
-from tests.test_splits_labels import hub_env, pack_cli, push_cli
+from tests.support.cli import run_cli
+from tests.support.corpus import EXAMPLE_DIR, write_jsonl
+from tests.test_splits_labels import hub_env, push_cli
 
 pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
 
@@ -116,7 +116,8 @@ class Packed:
 
 
 def pack(images: Path, meta: Path, out: Path, *options: str) -> None:
-    result = pack_cli(images, meta, out, "-q", *options)
+    """`pack-shards`, in this process (tests/support/cli.py): only what it writes is looked at."""
+    result = run_cli("pack-shards", images, meta, "-o", out, "-q", *options)
     assert result.returncode == 0, result.stderr
 
 
@@ -154,6 +155,10 @@ def packed_head_corpus(tmp_path_factory: pytest.TempPathFactory) -> Packed:
 
 
 def head(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`shardkit head`: in this process (tests/support/cli.py), the many runs on a folder or a URL;
+    in a process of its own with ``env`` (the Hub's: huggingface_hub reads it once, at import)."""
+    if env is None:
+        return run_cli("shardkit", "head", *args)
     return subprocess.run(
         [str(SCRIPTS / "shardkit"), "head", *args], capture_output=True, text=True, env=env, timeout=300, check=False
     )
@@ -545,7 +550,9 @@ def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_es
 @pytest.mark.slow
 def test_a_reader_that_stops_reading_ends_it_quietly(tmp_path: Path) -> None:
     out = tmp_path / "yfcc-mini"
-    assert pack_example(out, "-q").returncode == 0
+    example = (EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl")
+    packed = run_cli("pack-shards", *example, "-o", out, "--prefix-length", "1", "-q")  # as pack_example, here
+    assert packed.returncode == 0, packed.stderr
     for args in (["--json"], []):  # 300 rows: far more than a pipe holds
         cmd = [str(SCRIPTS / "shardkit"), "head", str(out), "-n", "300", *args]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
