@@ -14,11 +14,22 @@ import pytest
 
 from shardkit.card import split_front_matter
 from tests.hub_server import run_hub_server
+from tests.support.cli import run_cli
 from tests.support.corpus import EXAMPLE_DIR, adding_up, tree_bytes, write_jsonl
-from tests.support.packing import pack_example
 from tests.test_push import REPO, hub_env, push, remote_files
 
 SCRIPTS = Path(sys.executable).parent
+
+
+def pack_example_here(out_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """tests/support/packing.py's pack_example (the example into ``out_dir``, ``--prefix-length 1``
+    unless the options choose the layout), in this process (tests/support/cli.py): this file packs
+    and refuses the example many times over, and looks only at the exit code, stderr and files."""
+    layout = () if {"--prefix-length", "--target-shard-size"} & set(options) else ("--prefix-length", "1")
+    return run_cli(
+        "pack-shards", EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl", "-o", out_dir, *layout, *options
+    )
+
 
 USER_CARD = """---
 license: mit
@@ -53,7 +64,7 @@ def test_a_folder_shardkit_did_not_make_is_refused_and_left_as_it_was(tmp_path: 
     repo = tmp_path / "repo"
     _user_repo(repo)
     before = tree_bytes(repo)
-    result = pack_example(repo)
+    result = pack_example_here(repo)
     assert result.returncode == 2
     assert "is not empty and not a shardkit dataset repo (it holds notes.txt, src)" in result.stderr
     assert "--adopt" in result.stderr
@@ -65,7 +76,7 @@ def test_a_card_that_only_mentions_shardkits_marker_is_not_a_shardkit_repo(tmp_p
     _user_repo(repo)
     (repo / "README.md").write_text("# Notes\n\nshardkit's cards hold `<!-- shardkit:stats -->` markers.\n")
     before = tree_bytes(repo)
-    result = pack_example(repo)
+    result = pack_example_here(repo)
     assert result.returncode == 2 and "is not empty and not a shardkit dataset repo" in result.stderr
     assert tree_bytes(repo) == before and not (repo / ".shardkit").exists()
 
@@ -74,7 +85,7 @@ def test_a_card_that_only_mentions_shardkits_marker_is_not_a_shardkit_repo(tmp_p
 def test_adopt_keeps_the_users_text_and_files_and_push_publishes_only_shardkits(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     mine = _user_repo(repo)
-    result = pack_example(repo, "--adopt", "-q")
+    result = pack_example_here(repo, "--adopt", "-q")
     assert result.returncode == 0, result.stderr
     assert (repo / "notes.txt").read_bytes() == mine["notes.txt"]
     assert (repo / "src" / "main.py").read_bytes() == mine["src/main.py"]
@@ -89,7 +100,7 @@ def test_adopt_keeps_the_users_text_and_files_and_push_publishes_only_shardkits(
     assert data["configs"][0]["data_files"][0]["path"] == "data/*.zip" and data["configs"][0]["features"]
     assert data["license"] == "mit" and data["pretty_name"] == "My: dataset"
 
-    again = pack_example(repo, "-q")  # now a shardkit repo: no --adopt needed, and nothing moves
+    again = pack_example_here(repo, "-q")  # now a shardkit repo: no --adopt needed, and nothing moves
     assert again.returncode == 0, again.stderr
     assert (repo / "README.md").read_text(encoding="utf-8") == card
 
@@ -117,13 +128,7 @@ def test_a_refused_run_and_a_dry_run_leave_no_trace(tmp_path: Path, existing: bo
         [str(EXAMPLE_DIR / "images"), str(bad)],
         [str(EXAMPLE_DIR / "images"), str(EXAMPLE_DIR / "metadata.jsonl"), "--dry-run"],
     ):
-        result = subprocess.run(
-            [str(SCRIPTS / "pack-shards"), *args, "-o", str(out), "-q"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        result = run_cli("pack-shards", *args, "-o", out, "-q")
         assert result.returncode == (0 if "--dry-run" in args else 1), result.stderr
         assert out.exists() == existing
         if existing:
@@ -132,24 +137,16 @@ def test_a_refused_run_and_a_dry_run_leave_no_trace(tmp_path: Path, existing: bo
 
 def test_verify_names_files_in_data_and_metadata_that_the_manifest_does_not(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert pack_example(out, "-q").returncode == 0
+    assert pack_example_here(out, "-q").returncode == 0
     (out / "data" / "my_results.csv").write_text("a,b\n")
-    result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "verify", str(out), "-q"], capture_output=True, text=True, check=False
-    )
+    result = run_cli("shardkit", "verify", out, "-q")
     assert result.returncode == 1 and "data/my_results.csv: not named in shards.json" in result.stdout
 
 
 def test_a_wrong_images_dir_is_named_as_the_likely_cause(tmp_path: Path) -> None:
     wrong = tmp_path / "elsewhere"
     wrong.mkdir()
-    result = subprocess.run(
-        [str(SCRIPTS / "pack-shards"), str(wrong), str(EXAMPLE_DIR / "metadata.jsonl"), "-o", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_cli("pack-shards", wrong, EXAMPLE_DIR / "metadata.jsonl", "-o", tmp_path / "o")
     assert result.returncode == 1
     assert f"None of the files the metadata names is under IMAGES_DIR '{wrong}'" in result.stderr
     assert "--on-error skip" not in result.stderr  # skipping every row is not the fix
@@ -188,13 +185,8 @@ def test_a_field_named_shard_packs_and_out_of_range_integers_are_input_problems(
 
 
 def pack_example_rows(images: Path, meta: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SCRIPTS / "pack-shards"), str(images), str(meta), "-o", str(out), "-q"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    """`pack-shards IMAGES META -o OUT -q`, in this process (tests/support/cli.py), as pack_example."""
+    return run_cli("pack-shards", images, meta, "-o", out, "-q")
 
 
 CARDS_SHARDKIT_CANNOT_KEEP = {
@@ -213,7 +205,7 @@ def test_a_card_shardkit_cannot_keep_true_is_refused_before_anything_is_written(
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "README.md").write_bytes(card)
-    result = pack_example(repo, "--adopt")
+    result = pack_example_here(repo, "--adopt")
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert tree_bytes(repo) == {"README.md": card} and not (repo / ".shardkit").exists()
@@ -225,7 +217,7 @@ def test_adopt_keeps_crlf_line_ends(tmp_path: Path) -> None:
     card = USER_CARD.replace("\n", "\r\n").encode()
     (repo / "README.md").write_bytes(card)
     (repo / ".gitattributes").write_bytes(USER_GITATTRIBUTES.replace("\n", "\r\n").encode())
-    assert pack_example(repo, "--adopt", "-q").returncode == 0
+    assert pack_example_here(repo, "--adopt", "-q").returncode == 0
     text = (repo / "README.md").read_bytes()
     assert b"\r\n" in text and text.count(b"\r\n") == text.count(b"\n")  # every line ends as the user's did
     assert b"\r\n# My dataset\r\n\r\nText the user wrote, with *markdown*.\r\n" in text
@@ -237,15 +229,15 @@ def test_adopt_keeps_crlf_line_ends(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_refusals_leave_no_staging_and_no_parent_folders(tmp_path: Path) -> None:
     nested = tmp_path / "a" / "b" / "out"
-    assert pack_example(nested, "--dry-run", "-q").returncode == 2  # no chain of parents (tests/test_paths.py)
+    assert pack_example_here(nested, "--dry-run", "-q").returncode == 2  # no chain of parents (tests/test_paths.py)
     assert not (tmp_path / "a").exists()
-    assert pack_example(tmp_path / "fresh", "--dry-run", "-q").returncode == 0
+    assert pack_example_here(tmp_path / "fresh", "--dry-run", "-q").returncode == 0
     assert not (tmp_path / "fresh").exists()
     packed = tmp_path / "packed"
-    assert pack_example(packed, "-q").returncode == 0
+    assert pack_example_here(packed, "-q").returncode == 0
     before = tree_bytes(packed)
     work = sorted(p.name for p in (packed / ".shardkit").iterdir())
-    refused = pack_example(packed, "--target-shard-size", "1MB")
+    refused = pack_example_here(packed, "--target-shard-size", "1MB")
     assert refused.returncode == 2 and "--target-shard-size 500000000 -> 1000000" in refused.stderr
     assert tree_bytes(packed) == before
     assert sorted(p.name for p in (packed / ".shardkit").iterdir()) == work  # no staging left
@@ -257,14 +249,12 @@ def test_dry_run_with_skip_writes_no_rejects_file_of_its_own_and_a_missing_rejec
     lines = (EXAMPLE_DIR / "metadata.jsonl").read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join([*lines[:5], "{not json", *lines[5:10]]) + "\n")
-    base = [str(SCRIPTS / "pack-shards"), str(EXAMPLE_DIR / "images"), str(bad), "--on-error", "skip", "-q"]
-    dry = subprocess.run([*base, "-o", str(tmp_path / "o"), "--dry-run"], capture_output=True, text=True, check=False)
+    base = [str(EXAMPLE_DIR / "images"), str(bad), "--on-error", "skip", "-q"]
+    dry = run_cli("pack-shards", *base, "-o", tmp_path / "o", "--dry-run")
     assert dry.returncode == 0 and "skipped 1 bad rows (a dry run: --rejects FILE lists them)" in dry.stderr
     assert not (tmp_path / "o").exists()
     missing = tmp_path / "nope" / "rej.jsonl"
-    result = subprocess.run(
-        [*base, "-o", str(tmp_path / "o"), "--rejects", str(missing)], capture_output=True, text=True
-    )
+    result = run_cli("pack-shards", *base, "-o", tmp_path / "o", "--rejects", missing)
     assert (
         result.returncode == 2
         and f"--rejects '{missing}': its folder '{missing.parent}' does not exist" in result.stderr
@@ -319,7 +309,7 @@ def test_adopt_with_a_bom_quoted_keys_or_shardkits_file_names_in_the_way(tmp_pat
     bom.mkdir()
     card = '\ufeff---\nlicense: mit\n"configs": []\n---\n# Mine\n'.encode()
     (bom / "README.md").write_bytes(card)
-    assert pack_example(bom, "--adopt", "-q").returncode == 0
+    assert pack_example_here(bom, "--adopt", "-q").returncode == 0
     text = (bom / "README.md").read_bytes()
     assert text.startswith(b"\xef\xbb\xbf---\nlicense: mit\nconfigs:\n") and text.count(b"configs:") == 1
     data, _ = split_front_matter(text.decode("utf-8").removeprefix("\ufeff"))
@@ -327,13 +317,13 @@ def test_adopt_with_a_bom_quoted_keys_or_shardkits_file_names_in_the_way(tmp_pat
     ends = tmp_path / "ends"
     ends.mkdir()
     (ends / "README.md").write_text("---\nlicense: mit\n...\n---\n# x\n")
-    result = pack_example(ends, "--adopt")
+    result = pack_example_here(ends, "--adopt")
     assert result.returncode == 2 and "its YAML front matter does not parse" in result.stderr
     assert not (ends / "data").exists()
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "preview.jpg").write_bytes(b"my picture")
-    result = pack_example(mine, "--adopt")
+    result = pack_example_here(mine, "--adopt")
     assert result.returncode == 2 and "holds preview.jpg, which shardkit writes itself" in result.stderr
     assert (mine / "preview.jpg").read_bytes() == b"my picture" and sorted(p.name for p in mine.iterdir()) == [
         "preview.jpg"
@@ -342,7 +332,7 @@ def test_adopt_with_a_bom_quoted_keys_or_shardkits_file_names_in_the_way(tmp_pat
 
 def test_push_never_deletes_hub_files_that_no_shardkit_manifest_there_names(tmp_path: Path) -> None:
     out = tmp_path / "ds"
-    assert pack_example(out, "-q").returncode == 0
+    assert pack_example_here(out, "-q").returncode == 0
     with run_hub_server(tmp_path / "hub") as hub:
         env = hub_env(hub.url, tmp_path / "home")
         upload = (
@@ -387,7 +377,7 @@ def test_readers_follow_no_manifest_entry_outside_the_dataset(tmp_path: Path, ch
     from shardkit.errors import ManifestError
 
     out = tmp_path / "ds"
-    assert pack_example(out, "-q").returncode == 0
+    assert pack_example_here(out, "-q").returncode == 0
     manifest = json.loads((out / "shards.json").read_text())
     first = manifest["shards"][0]
     if change == "escape":
@@ -401,9 +391,7 @@ def test_readers_follow_no_manifest_entry_outside_the_dataset(tmp_path: Path, ch
     (out / "shards.json").write_text(json.dumps(manifest))
     with pytest.raises(ManifestError, match=re.escape(message)):
         shardkit.stream(str(out))
-    verify = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "verify", str(out)], capture_output=True, text=True, check=False
-    )
+    verify = run_cli("shardkit", "verify", out)
     assert verify.returncode == 1 and message in verify.stderr and "Traceback" not in verify.stderr
 
 
@@ -446,7 +434,7 @@ def test_stream_refuses_a_parquet_row_whose_file_path_leaves_the_dataset(tmp_pat
     from shardkit.errors import ShardkitError
 
     out = tmp_path / "ds"
-    assert pack_example(out, "--format", "parquet", "-q").returncode == 0
+    assert pack_example_here(out, "--format", "parquet", "-q").returncode == 0
     shard = sorted((out / "data").glob("*.parquet"))[0]
     table = pq.read_table(shard)
     rows = table.to_pylist()
@@ -469,7 +457,7 @@ def test_push_never_publishes_partial_files_and_refuses_a_name_that_is_not_utf8(
     never published, even with --include '*'. A file named in bytes that are not UTF-8 cannot be
     a Hub path: named with --include, it is refused in one line before anything goes up."""
     out = tmp_path / "ds"
-    assert pack_example(out, "-q").returncode == 0
+    assert pack_example_here(out, "-q").returncode == 0
     (out / "README.md.partial").write_bytes(b"half a card")
     (out / "notes.txt").write_text("theirs")
     odd = os.path.join(os.fsencode(out), b"caf\xe9.txt")
