@@ -32,11 +32,11 @@ from shardkit.card import (
 )
 from shardkit.manifest import Manifest, Options, read_manifest
 from tests.hub_server import run_hub_server
+from tests.support.cli import run_cli
 from tests.support.corpus import tiny_image, write_jsonl
 from tests.support.readback import DS36_PYTHON
 from tests.test_push import hub_env, push
 
-SCRIPTS = Path(sys.executable).parent
 LABELS = ("dog", "cat", "bird")  # not sorted: the ClassLabel numbers them in name order
 SPLITS = ["train"] * 8 + ["validation"] * 3 + ["test"] * 3
 PLACEHOLDERS = ("<namespace>", "your-username", "NAMESPACE", "<name>", "path/to")
@@ -66,14 +66,16 @@ def make_input(root: Path) -> tuple[Path, Path, dict[str, list[list[str]]]]:
     return images, write_jsonl(root / "meta.jsonl", rows), {k: sorted(v) for k, v in expected.items()}
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600, check=False)
+def run(program: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``program`` (pack-shards, or shardkit and its command), which must succeed, in this process
+    (tests/support/cli.py): the packs and `shardkit new` here are many, each a process otherwise."""
+    result = run_cli(program, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
 def pack(images: Path, meta: Path, out: Path, *options: str) -> None:
-    run(str(SCRIPTS / "pack-shards"), str(images), str(meta), "-o", str(out), "--class-label", "label", "-q", *options)
+    run("pack-shards", images, meta, "-o", out, "--class-label", "label", "-q", *options)
 
 
 def body_of(text: str) -> str:
@@ -287,7 +289,7 @@ def test_names_that_would_break_a_table_or_inject_html_are_shown_as_written(tmp_
 def test_the_pushed_card_names_the_repo_it_is_pushed_to_and_hides_the_maintainer_notes(tmp_path: Path) -> None:
     images, meta, expected = make_input(tmp_path / "in")
     new = run(
-        str(SCRIPTS / "shardkit"),
+        "shardkit",
         "new",
         "--no-input",
         "dataset_name=pets",
@@ -295,7 +297,7 @@ def test_the_pushed_card_names_the_repo_it_is_pushed_to_and_hides_the_maintainer
         "license=cc-by-4.0",
         "homepage=https://example.org/pets",
         "-o",
-        str(tmp_path),
+        tmp_path,
     )
     out = tmp_path / "pets"
     assert "--class-label label" in new.stderr and "shardkit push" in new.stderr  # next steps, on stderr
@@ -381,12 +383,7 @@ def test_a_card_an_older_shardkit_wrote_loses_its_placeholders_at_the_next_pack(
     ("homepage", "ok"), [("https://example.org/a?b=1", True), ("example.org", False), ("https://a b", False)]
 )
 def test_the_homepage_must_be_a_link(tmp_path: Path, homepage: str, ok: bool) -> None:
-    result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "new", "--no-input", "namespace=me", f"homepage={homepage}", "-o", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run_cli("shardkit", "new", "--no-input", "namespace=me", f"homepage={homepage}", "-o", tmp_path)
     if ok:
         assert result.returncode == 0, result.stderr
         assert f"**Homepage:** <{homepage}>" in (tmp_path / "my-image-dataset" / "README.md").read_text()
@@ -396,13 +393,13 @@ def test_the_homepage_must_be_a_link(tmp_path: Path, homepage: str, ok: bool) ->
 
 
 def test_next_steps_suggest_a_class_label_only_for_classification(tmp_path: Path) -> None:
-    base = [str(SCRIPTS / "shardkit"), "new", "--no-input", "namespace=me", "-o", str(tmp_path)]
-    audio = run(*base, "dataset_name=clips", "modality=audio", "task_category=audio-classification")
+    base = ["new", "--no-input", "namespace=me", "-o", str(tmp_path)]
+    audio = run("shardkit", *base, "dataset_name=clips", "modality=audio", "task_category=audio-classification")
     assert audio.stdout.strip() == str(tmp_path / "clips")
     assert (
         "--class-label label" in audio.stderr and "shardkit push" in audio.stderr and "--repo me/clips" in audio.stderr
     )
-    captions = run(*base, "dataset_name=captions", "task_category=text-to-image")
+    captions = run("shardkit", *base, "dataset_name=captions", "task_category=text-to-image")
     assert "--class-label" not in captions.stderr and "--repo me/captions" in captions.stderr
     assert "--class-label" not in (tmp_path / "captions" / "README.md").read_text()
 
@@ -503,24 +500,14 @@ def test_a_revision_or_repo_with_any_characters_round_trips_through_the_usage_ma
 @pytest.mark.parametrize("key", ["pretty_name", "description", "citation", "language"])
 def test_free_text_answers_with_a_marker_line_are_refused(tmp_path: Path, key: str) -> None:
     value = "Fine text\n<!-- /shardkit:stats -->\nmore"
-    result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "new", "--no-input", "namespace=me", f"{key}={value}", "-o", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run_cli("shardkit", "new", "--no-input", "namespace=me", f"{key}={value}", "-o", tmp_path)
     assert result.returncode == 2
     assert f"error: {key} {value!r} has a line that reads as one of the card's shardkit markers" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_language_that_would_end_the_front_matter_is_refused(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "new", "--no-input", "namespace=me", "language=en\n---\nx: 1", "-o", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run_cli("shardkit", "new", "--no-input", "namespace=me", "language=en\n---\nx: 1", "-o", tmp_path)
     assert result.returncode == 2
     assert "error: language 'en\\n---\\nx: 1': 'en\\n---\\nx:1' is not a language code" in result.stderr
     assert list(tmp_path.iterdir()) == []
