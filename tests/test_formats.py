@@ -24,8 +24,8 @@ import yaml
 import shardkit
 from shardkit.formats import PARQUET, TAR
 from shardkit.formats.tar import TarFormatError, TarWriter, iter_tar_members, member_header
-from tests.support.corpus import Corpus, tiny_image, tree_bytes
-from tests.support.packing import pack_example
+from tests.support.cli import run_cli
+from tests.support.corpus import EXAMPLE_DIR, Corpus, tiny_image, tree_bytes
 from tests.support.readback import DS36_PYTHON, expected_rows, read_with
 from tests.test_streaming import digest_rows
 
@@ -33,8 +33,16 @@ FILE_COLUMN = {"tar": "jpg", "parquet": "image"}
 
 
 def shardkit_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "shardkit"), *args], capture_output=True, text=True, check=False
+    """``shardkit ARGS``, in this process (tests/support/cli.py): verify, many times over."""
+    return run_cli("shardkit", *args)
+
+
+def pack_example_here(out_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """tests/support/packing.py's pack_example (``--prefix-length 1`` unless the options choose the
+    layout), in this process (tests/support/cli.py): only the exit code, output and files are looked at."""
+    layout = () if {"--prefix-length", "--target-shard-size"} & set(options) else ("--prefix-length", "1")
+    return run_cli(
+        "pack-shards", EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl", "-o", out_dir, *layout, *options
     )
 
 
@@ -208,7 +216,7 @@ def test_a_lost_shard_is_rewritten_byte_for_byte(
     shutil.copytree(packed_example_tar_parquet[fmt], folder)
     before = tree_bytes(folder)
     (folder / "data" / f"a.{fmt}").unlink()
-    result = pack_example(folder, "--format", fmt)
+    result = pack_example_here(folder, "--format", fmt)
     assert result.returncode == 0, result.stderr
     assert "wrote 1 of 16 shards (" in result.stdout and "; 15 already written by an earlier run;" in result.stdout
     assert tree_bytes(folder) == before
@@ -218,9 +226,9 @@ def test_a_lost_shard_is_rewritten_byte_for_byte(
 def test_changing_the_format_needs_force_and_then_replaces_the_shards(packed_template: Path, tmp_path: Path) -> None:
     folder = tmp_path / "repo"
     shutil.copytree(packed_template, folder, ignore=shutil.ignore_patterns("lock"))
-    refused = pack_example(folder, "--format", "tar")
+    refused = pack_example_here(folder, "--format", "tar")
     assert refused.returncode == 2 and "from other options (--format zip -> tar)." in refused.stderr  # not "input"
-    result = pack_example(folder, "--format", "tar", "--force")
+    result = pack_example_here(folder, "--format", "tar", "--force")
     assert result.returncode == 0, result.stderr
     shards = [p for p in (folder / "data").iterdir() if p.name != ".gitkeep"]  # the template keeps data/ in git
     assert sorted(p.suffix for p in shards) == [".tar"] * 16
@@ -248,9 +256,8 @@ def test_rows_a_tar_shard_cannot_hold_are_input_problems(make_corpus: Any, tmp_p
 
 
 def _pack(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "pack-shards"), *args], capture_output=True, text=True, check=False
-    )
+    """``pack-shards ARGS``, in this process (tests/support/cli.py)."""
+    result = run_cli("pack-shards", *args)
     if check:
         assert result.returncode == 0, result.stderr
     return result
