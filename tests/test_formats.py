@@ -25,7 +25,8 @@ import shardkit
 from shardkit.formats import PARQUET, TAR
 from shardkit.formats.tar import TarFormatError, TarWriter, iter_tar_members, member_header
 from tests.support.cli import run_cli
-from tests.support.corpus import EXAMPLE_DIR, Corpus, tiny_image, tree_bytes
+from tests.support.corpus import Corpus, tiny_image, tree_bytes
+from tests.support.packing import pack_example_here
 from tests.support.readback import DS36_PYTHON, expected_rows, read_with
 from tests.test_streaming import digest_rows
 
@@ -35,15 +36,6 @@ FILE_COLUMN = {"tar": "jpg", "parquet": "image"}
 def shardkit_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``shardkit ARGS``, in this process (tests/support/cli.py): verify, many times over."""
     return run_cli("shardkit", *args)
-
-
-def pack_example_here(out_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """tests/support/packing.py's pack_example (``--prefix-length 1`` unless the options choose the
-    layout), in this process (tests/support/cli.py): only the exit code, output and files are looked at."""
-    layout = () if {"--prefix-length", "--target-shard-size"} & set(options) else ("--prefix-length", "1")
-    return run_cli(
-        "pack-shards", EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl", "-o", out_dir, *layout, *options
-    )
 
 
 def card(folder: Path) -> dict[str, Any]:

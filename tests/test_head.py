@@ -35,7 +35,8 @@ from tests.fault_proxy import Fault, run_fault_proxy
 from tests.http_server import serve_directory
 from tests.hub_server import WRITE_TOKEN, HubServer, run_hub_server
 from tests.support.cli import run_cli
-from tests.support.corpus import EXAMPLE_DIR, write_jsonl
+from tests.support.corpus import write_jsonl
+from tests.support.packing import pack_example_here
 from tests.test_splits_labels import hub_env, push_cli
 
 pytestmark = pytest.mark.slow  # every test here takes over about 3 s, or shares a fixture that does
@@ -550,8 +551,7 @@ def test_a_file_no_decoder_reads_is_shown_with_why_and_control_characters_are_es
 @pytest.mark.slow
 def test_a_reader_that_stops_reading_ends_it_quietly(tmp_path: Path) -> None:
     out = tmp_path / "yfcc-mini"
-    example = (EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl")
-    packed = run_cli("pack-shards", *example, "-o", out, "--prefix-length", "1", "-q")  # as pack_example, here
+    packed = pack_example_here(out, "-q")
     assert packed.returncode == 0, packed.stderr
     for args in (["--json"], []):  # 300 rows: far more than a pipe holds
         cmd = [str(SCRIPTS / "shardkit"), "head", str(out), "-n", "300", *args]

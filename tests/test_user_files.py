@@ -16,19 +16,10 @@ from shardkit.card import split_front_matter
 from tests.hub_server import run_hub_server
 from tests.support.cli import run_cli
 from tests.support.corpus import EXAMPLE_DIR, adding_up, tree_bytes, write_jsonl
+from tests.support.packing import pack_example_here
 from tests.test_push import REPO, hub_env, push, remote_files
 
 SCRIPTS = Path(sys.executable).parent
-
-
-def pack_example_here(out_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """tests/support/packing.py's pack_example (the example into ``out_dir``, ``--prefix-length 1``
-    unless the options choose the layout), in this process (tests/support/cli.py): this file packs
-    and refuses the example many times over, and looks only at the exit code, stderr and files."""
-    layout = () if {"--prefix-length", "--target-shard-size"} & set(options) else ("--prefix-length", "1")
-    return run_cli(
-        "pack-shards", EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl", "-o", out_dir, *layout, *options
-    )
 
 
 USER_CARD = """---
