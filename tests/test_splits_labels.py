@@ -36,6 +36,7 @@ import yaml
 
 from tests.compat_reader import file_bytes, typed
 from tests.hub_server import WRITE_TOKEN, run_hub_server
+from tests.support.cli import run_cli
 from tests.support.corpus import REPO_ROOT, scaffold, tiny_image, tree_bytes, write_jsonl
 from tests.support.readback import DS36_PYTHON, run_reader, split_problems
 
@@ -115,13 +116,9 @@ def expected_splits(images: Path, rows: list[dict[str, Any]]) -> dict[str, dict[
 
 
 def pack_cli(images: Path, meta: Path, out: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SCRIPTS / "pack-shards"), str(images), str(meta), "-o", str(out), *options],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    """`pack-shards IMAGES META -o OUT OPTIONS`, in this process (tests/support/cli.py): each test
+    here packs, and so do the files that import this."""
+    return run_cli("pack-shards", images, meta, "-o", out, *options)
 
 
 def push_cli(out: Path, repo: str, env: dict[str, str]) -> None:
