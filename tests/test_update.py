@@ -29,6 +29,7 @@ import pytest
 
 from tests.compat_reader import typed
 from tests.hub_server import HubServer, run_hub_server
+from tests.support.cli import run_cli
 from tests.support.corpus import tiny_image, tree_bytes, write_jsonl
 from tests.test_splits_labels import FIRST_SEEN, NAMES, hub_env, pack_cli, read_cells, write_corpus
 
@@ -87,6 +88,7 @@ class Corpus:
 
 
 def pack(corpus: Corpus, meta: Path, out: Path, *options: str) -> dict[str, Any]:
+    """The --json summary of a pack of ``corpus`` (in this process: :func:`pack_cli`), which must succeed."""
     result = pack_cli(corpus.images, meta, out, "--prefix-length", "1", "--json", *options)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)  # type: ignore[no-any-return]
@@ -120,6 +122,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
 
 
 def push(hub: HubServer, out: Path, repo: str, home: Path) -> dict[str, Any]:
+    """``shardkit push --json``, in a process of its own: huggingface_hub reads HF_ENDPOINT and HF_HOME at import."""
     result = subprocess.run(
         [str(SCRIPTS / "shardkit"), "push", str(out), "--repo", repo, "--json"],
         capture_output=True,
@@ -595,9 +598,7 @@ def test_an_update_of_shards_cut_by_size_keeps_their_names_and_rewrites_only_the
     new_names = sorted(Path(p).stem for p in after)
     assert set(names) <= set(new_names) and len(new_names) == len(names) + 2
     assert json.loads(updated.stdout)["kept_shards"] == len(names) - 1
-    checked = subprocess.run(
-        [str(SCRIPTS / "shardkit"), "verify", str(out), "--deep", "-q"], capture_output=True, text=True, check=False
-    )
+    checked = run_cli("shardkit", "verify", out, "--deep", "-q")
     assert checked.returncode == 0 and f"{len(corpus.rows)} rows" in checked.stdout, checked.stdout
     published = {json.loads(line)["key"]: p.stem for p in (out / "metadata").glob("*.jsonl") for line in p.open()}
     assert published == {r["key"]: [n for n in new_names if n <= r["key"]][-1] for r in corpus.rows}
