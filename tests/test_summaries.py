@@ -3,8 +3,9 @@ the rows and bytes written, and a rate over what was written only; a run with no
 so, with no rate. A dry run lists, per split, the shards it would write, rewrite or remove and
 why, and they are exactly the files the real run then changes on disk.
 
-Real pack runs (pack-shards in a subprocess) over the corpus of tests/test_update.py: keys given,
-``--prefix-length 1``, so row ``i`` lands in shard ``i % 16`` and the touched shards are known.
+Real pack runs (pack-shards, in this process through tests/support/cli.py; the one killed part-way
+in a process of its own) over the corpus of tests/test_update.py: keys given, ``--prefix-length 1``,
+so row ``i`` lands in shard ``i % 16`` and the touched shards are known.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ CHANGE_LINE = re.compile(r"^    (write|rewrite|remove)\s+(\S+)\s+(\d+) rows?\s+\
 
 
 def run(corpus: Corpus, out: Path, *options: str, meta: Path | None = None) -> str:
-    """pack-shards' stdout (it must succeed)."""
+    """pack-shards' stdout (it must succeed), run in this process (:func:`pack_cli`): every test here packs often."""
     result = pack_cli(corpus.images, meta or corpus.write(), out, "--prefix-length", "1", "-j", "1", *options)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
