@@ -29,6 +29,7 @@ import pytest
 
 from shardkit import metadata
 from shardkit.check import split_warnings
+from tests.support.cli import run_cli
 from tests.support.corpus import tiny_image, write_jsonl
 
 PACK_SHARDS = str(Path(sys.executable).parent / "pack-shards")
@@ -48,9 +49,8 @@ def yfcc(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
 
 
 def pack(images: Path, meta: Path, *extra: str, out: Path | None = None) -> subprocess.CompletedProcess[str]:
-    out = out or meta.parent / "out"
-    args = [PACK_SHARDS, str(images), str(meta), "-o", str(out), "-q", "-j", "1", *extra]
-    return subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    """`pack-shards -q -j 1`, in this process (tests/support/cli.py): the causes below are many, each a pack."""
+    return run_cli("pack-shards", images, meta, "-o", out or meta.parent / "out", "-q", "-j", "1", *extra)
 
 
 def refused(images: Path, meta: Path, *extra: str) -> str:
@@ -182,7 +182,9 @@ def test_a_csv_checked_in_ranges_by_workers_is_one_line(
     meta = tmp_path / "big.csv"
     meta.write_bytes(_csv(rows * 2000))  # about 5 MB: checked in ranges, on two processes
     assert meta.stat().st_size > 4 << 20
-    proc = pack(images, meta, "-j", "2")
+    # In a process of its own: the workers' stderr is then the run's (not this process's).
+    args = [PACK_SHARDS, str(images), str(meta), "-o", str(tmp_path / "out"), "-q", "-j", "2"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 1 and proc.stderr.splitlines() == [proc.stderr.splitlines()[0]], proc.stderr
     assert proc.stderr.startswith(f"error: {meta}: looks like CSV")
 
