@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tests.support.cli import run_cli
 from tests.support.corpus import REPO_ROOT, Corpus, tree_bytes
 
 BIN = Path(sys.executable).parent
@@ -32,6 +33,9 @@ SHARDKIT = str(BIN / "shardkit")
 
 
 def run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """A command in a process of its own: where it needs an environment of its own, where its worker processes'
+    stderr or Python's warnings on stderr are what the test reads, or where a wrong read would hang. Every other
+    run is :func:`run_cli`'s, in this process (the cases are many, each a run)."""
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
@@ -105,7 +109,7 @@ def test_damaged_or_misnamed_compressed_metadata_is_one_line_naming_the_file(
     meta.parent.mkdir()
     meta.write_bytes(make(corpus))
     out = tmp_path / "out"
-    line = one_error(run(PACK_SHARDS, corpus.images, meta, "-o", out, "-q", "-j", "1"))
+    line = one_error(run_cli("pack-shards", corpus.images, meta, "-o", out, "-q", "-j", "1"))
     assert line.startswith("error: ") and re.search(re.escape(meta.name) + expected, line), line
     assert not out.exists()  # nothing was left behind
 
@@ -128,7 +132,7 @@ def test_gzip_that_gzip_reads_is_packed(corpus: Corpus, tmp_path: Path, tail: by
     lines = corpus.meta.read_bytes().splitlines(keepends=True)
     meta = tmp_path / "meta.jsonl.gz"
     meta.write_bytes(gzip.compress(b"".join(lines[:half])) + gzip.compress(b"".join(lines[half:])) + tail)
-    proc = run(PACK_SHARDS, corpus.images, meta, "-o", tmp_path / "out", "--json", "-j", "1")
+    proc = run_cli("pack-shards", corpus.images, meta, "-o", tmp_path / "out", "--json", "-j", "1")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rows"] == len(corpus.rows)
 
@@ -155,7 +159,7 @@ def test_metadata_read_from_a_fifo_is_read_once(corpus: Corpus, tmp_path: Path, 
 def test_a_directory_as_metadata_is_one_line_naming_it(corpus: Corpus, tmp_path: Path) -> None:
     folder = tmp_path / "meta.jsonl"
     folder.mkdir()
-    proc = run(PACK_SHARDS, corpus.images, folder, "-o", tmp_path / "out")
+    proc = run_cli("pack-shards", corpus.images, folder, "-o", tmp_path / "out")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
     assert errors == [f"Error: Invalid value for 'META_JSONL': File '{folder}' is a directory."]
@@ -222,7 +226,7 @@ def test_check_images_with_skip_rejects_the_bomb_and_packs_the_rest(bomb_corpus:
 @pytest.mark.slow
 def test_verify_deep_refuses_a_decompression_bomb_naming_shard_and_member(bomb_corpus: Corpus, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    packed = run(PACK_SHARDS, bomb_corpus.images, bomb_corpus.meta, "-o", out, "-q", "-j", "1")  # not decoded
+    packed = run_cli("pack-shards", bomb_corpus.images, bomb_corpus.meta, "-o", out, "-q", "-j", "1")  # not decoded
     assert packed.returncode == 0, packed.stderr
     proc = run(SHARDKIT, "verify", out, "--deep", "-q")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
@@ -298,7 +302,7 @@ def weighty_packed(weighty: tuple[Path, Path], tmp_path_factory: pytest.TempPath
     and the source of the full-disk remux. Made once; the tests only read it."""
     images, meta = weighty
     packed = tmp_path_factory.mktemp("reference") / "out"  # (the card is named after the folder)
-    result = run(PACK_SHARDS, images, meta, "-o", packed, *SHAPE)
+    result = run_cli("pack-shards", images, meta, "-o", packed, *SHAPE)
     assert result.returncode == 0, result.stderr
     return packed
 
@@ -343,12 +347,12 @@ def test_a_full_disk_anywhere_in_a_pack_names_the_file_and_the_rerun_completes(
     reference = weighty_packed
     disk = small_disk(size)
     out = disk / "out"
-    line = one_error(run(PACK_SHARDS, images, meta, "-o", out, *SHAPE))
+    line = one_error(run_cli("pack-shards", images, meta, "-o", out, *SHAPE))
     assert line.startswith(f"error: {out}/.shardkit/") and _FULL in line, line
     if out.exists():  # (a failed check phase takes away the folder it made)
         _left_only_own_state(out, reference)
     grow(disk)
-    rerun = run(PACK_SHARDS, images, meta, "-o", out, *SHAPE)
+    rerun = run_cli("pack-shards", images, meta, "-o", out, *SHAPE)
     assert rerun.returncode == 0, rerun.stderr
     assert tree_bytes(out) == tree_bytes(reference)
 
@@ -365,7 +369,9 @@ def test_a_full_disk_in_the_check_phase_leaves_nothing(
         meta.write_text("".join(json.dumps({**r, "more": "y" * 7000}) + "\n" for r in rows))
         staged += "ranges/range-0000"
     disk = small_disk("700k" if ranges else "64k")
-    line = one_error(run(PACK_SHARDS, images, meta, "-o", disk / "out", "-q", "-j", "2" if ranges else "1"))
+    args = (images, meta, "-o", disk / "out", "-q", "-j", "2" if ranges else "1")
+    # The ranges' workers in a process of its own: their stderr is then the run's.
+    line = one_error(run(PACK_SHARDS, *args) if ranges else run_cli("pack-shards", *args))
     assert line.startswith(f"error: {disk}/out/{staged}") and _FULL in line, line
     assert list(disk.iterdir()) == []
 
@@ -379,16 +385,16 @@ def test_a_full_disk_during_an_update_names_the_file_and_the_rerun_completes(
     half.write_text("".join(meta.read_text().splitlines(keepends=True)[:150]))
     reference = tmp_path / "reference" / "out"  # (the card is named after the folder)
     reference.parent.mkdir()
-    assert run(PACK_SHARDS, images, half, "-o", reference, *SHAPE).returncode == 0
-    assert run(PACK_SHARDS, images, meta, "-o", reference, "--update", *SHAPE).returncode == 0
+    assert run_cli("pack-shards", images, half, "-o", reference, *SHAPE).returncode == 0
+    assert run_cli("pack-shards", images, meta, "-o", reference, "--update", *SHAPE).returncode == 0
     disk = small_disk("3000k")
     out = disk / "out"
-    first = run(PACK_SHARDS, images, half, "-o", out, *SHAPE)
+    first = run_cli("pack-shards", images, half, "-o", out, *SHAPE)
     assert first.returncode == 0, first.stderr
-    line = one_error(run(PACK_SHARDS, images, meta, "-o", out, "--update", *SHAPE))
+    line = one_error(run_cli("pack-shards", images, meta, "-o", out, "--update", *SHAPE))
     assert line.startswith(f"error: {out}/.shardkit/") and _FULL in line, line
     grow(disk)
-    rerun = run(PACK_SHARDS, images, meta, "-o", out, "--update", *SHAPE)
+    rerun = run_cli("pack-shards", images, meta, "-o", out, "--update", *SHAPE)
     assert rerun.returncode == 0, rerun.stderr
     assert tree_bytes(out) == tree_bytes(reference)
 
@@ -419,7 +425,9 @@ def test_a_full_disk_under_the_rejects_file_names_it(
     disk = small_disk("64k")
     rejects = disk / "rejects.jsonl"
     out = tmp_path / "out"
-    proc = run(PACK_SHARDS, corpus.images, meta, "-o", out, "--on-error", "skip", "--rejects", rejects, "-q", "-j", "1")
+    proc = run_cli(
+        "pack-shards", corpus.images, meta, "-o", out, "--on-error", "skip", "--rejects", rejects, "-q", "-j", "1"
+    )
     line = one_error(proc)
     assert line.startswith(f"error: {rejects}: ") and _FULL in line, line
     assert not out.exists()
@@ -468,7 +476,7 @@ def test_ctrl_c_while_the_pool_starts_is_one_line_and_the_rerun_completes(
     assert proc.returncode == 130, stderr
     assert stderr == "interrupted; re-run the same command to resume\n"  # no traceback from any process
     assert not list(out.glob(".shardkit/tmp/*.partial"))
-    rerun = run(*cmd, "--json")
+    rerun = run_cli("pack-shards", *cmd[1:], "--json")
     assert rerun.returncode == 0, rerun.stderr
     assert json.loads(rerun.stdout)["rows"] == 40
 
@@ -491,7 +499,7 @@ def test_a_disk_full_in_the_last_steps_names_the_file_and_the_rerun_completes(
     corpus = make_corpus(40)
     reference = tmp_path / "reference" / "out"
     reference.parent.mkdir()
-    assert run(PACK_SHARDS, corpus.images, corpus.meta, "-o", reference, "-q", "-j", "1").returncode == 0
+    assert run_cli("pack-shards", corpus.images, corpus.meta, "-o", reference, "-q", "-j", "1").returncode == 0
     disk = small_disk("4m")
     out = disk / "out"
     env = {
@@ -507,10 +515,10 @@ def test_a_disk_full_in_the_last_steps_names_the_file_and_the_rerun_completes(
     # The manifest is written last: a pack stopped before it is no dataset that verify passes
     # (and push would publish with the template's card, which no reader loads).
     assert not (out / "shards.json").exists()
-    verify = run(SHARDKIT, "verify", out)
+    verify = run_cli("shardkit", "verify", out)
     assert verify.returncode == 2, verify.stdout  # no dataset there (or no folder: a pack that made it took it back)
     assert "has no shards.json: nothing to verify" in verify.stderr or "does not exist" in verify.stderr
     (disk / "filler").unlink()  # space freed
-    rerun = run(PACK_SHARDS, corpus.images, corpus.meta, "-o", out, "-q", "-j", "1")
+    rerun = run_cli("pack-shards", corpus.images, corpus.meta, "-o", out, "-q", "-j", "1")
     assert rerun.returncode == 0, rerun.stderr
     assert tree_bytes(out) == tree_bytes(reference)
