@@ -28,6 +28,7 @@ import pytest
 import shardkit
 from shardkit.errors import ShardkitError
 from shardkit.formats.parquet import arrow_schema
+from tests.support.cli import run_cli
 from tests.support.corpus import Corpus, adding_up
 
 SCRIPTS = Path(sys.executable).parent
@@ -282,12 +283,8 @@ def huge_value(column: str, page_type: int, size: int = HUGE) -> PageEdit:
 def packed_parquet_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = Corpus(tmp_path_factory.mktemp("in") / "in", 24)
     out = tmp_path_factory.mktemp("out") / "ds"
-    result = subprocess.run(
-        [str(SCRIPTS / "pack-shards"), str(corpus.images), str(corpus.meta), "-o", str(out), "--format", "parquet"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    # In this process (tests/support/cli.py); verify --deep, which reads the crafted shards, in a process of its own.
+    result = run_cli("pack-shards", corpus.images, corpus.meta, "-o", out, "--format", "parquet")
     assert result.returncode == 0, result.stderr
     return out
 
@@ -335,6 +332,8 @@ class Dataset:
         (self.folder / "shards.json").write_text(json.dumps(adding_up(self.manifest), indent=2))
 
     def verify(self) -> subprocess.CompletedProcess[str]:
+        """``shardkit verify --deep -q``, in a process of its own: a crafted shard must not hang it (the timeout) nor
+        grow this process's memory."""
         return subprocess.run(
             [str(SCRIPTS / "shardkit"), "verify", str(self.folder), "--deep", "-q"],
             capture_output=True,
