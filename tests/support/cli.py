@@ -15,11 +15,30 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import sys
+import warnings
 from pathlib import Path
+from typing import Any, Literal
 
 from click.testing import CliRunner
 
 from shardkit.cli import main, pack_shards
+
+#: The warning filters of a Python started without -W (``python -c "import warnings; print(warnings.filters)"``).
+PYTHON_DEFAULT_WARNINGS: list[tuple[Literal["default", "ignore"], type[Warning], str]] = [
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+]
+
+
+def _show_on_stderr(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """A warning printed as Python prints it, on this moment's stderr (the command's, captured)."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def run_cli(program: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -27,14 +46,20 @@ def run_cli(program: str, *args: str | Path) -> subprocess.CompletedProcess[str]
 
     The CLI sets its warnings up on stderr with :func:`logging.basicConfig`, which does nothing
     where the root logger has a handler already (pytest's, or the last run's): the root logger is
-    bare while the command runs, so its warnings reach its stderr as they would in a process."""
+    bare while the command runs, so its warnings reach its stderr as they would in a process.
+    Python's warnings too: pytest would record them, where a process prints them on stderr."""
     command = {"pack-shards": pack_shards, "shardkit": main}[program]
     argv = [str(a) for a in args]
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     root.handlers.clear()
     try:
-        result = CliRunner().invoke(command, argv, catch_exceptions=False, prog_name=program)  # usage names it
+        with warnings.catch_warnings():  # Python's warnings as a process shows them, on its stderr
+            warnings.resetwarnings()
+            for action, category, module in PYTHON_DEFAULT_WARNINGS:
+                warnings.filterwarnings(action, category=category, module=module, append=True)
+            warnings.showwarning = _show_on_stderr
+            result = CliRunner().invoke(command, argv, catch_exceptions=False, prog_name=program)  # usage names it
     finally:
         for handler in root.handlers:
             handler.close()
