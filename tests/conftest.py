@@ -25,36 +25,37 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 #: The test files that take longest, longest first (wall time summed over a file's tests, measured
-#: 2026-11-28). scripts/test.sh hands each file whole to one of its two processes (`--dist
-#: loadfile`: a file's module fixtures, often a pack and a push, are then made once, not once in
-#: each process) in this order (`--no-loadscope-reorder`), so the long files start first and the
-#: short ones fill in at the end, where one long file would leave the other process idle.
+#: 2026-11-28 after the in-process commands of tests/support/cli.py). scripts/test.sh hands each
+#: file whole to one of its processes (`--dist loadfile`: a file's module fixtures, often a pack
+#: and a push, are then made once, not once in each process) in this order
+#: (`--no-loadscope-reorder`), so the long files start first and the short ones fill in at the
+#: end, where one long file would leave the other processes idle.
 LONGEST_FIRST = (
+    "test_faults.py",
+    "test_training_stream.py",
     "test_remux.py",
     "test_hostile_shards.py",
     "test_default_zip_loads.py",
-    "test_training_stream.py",
-    "test_faults.py",
-    "test_hostile_messages.py",
-    "test_hostile_state.py",
-    "test_update.py",
     "test_url_output.py",
-    "test_hostile_servers.py",
-    "test_stream_exit.py",
-    "test_push.py",
-    "test_paths.py",
-    "test_compat.py",
-    "test_remux_splits.py",
-    "test_card.py",
-    "test_nested_update.py",
-    "test_splits_labels.py",
-    "test_formats.py",
-    "test_user_files.py",
-    "test_input_causes.py",
-    "test_cluster.py",
-    "test_hostile_manifest.py",
     "test_stream_network.py",
+    "test_hostile_servers.py",
+    "test_push.py",
+    "test_stream_exit.py",
     "test_nested_layout.py",
+    "test_hostile_manifest.py",
+    "test_remux_splits.py",
+    "test_hostile_messages.py",
+    "test_formats.py",
+    "test_cluster.py",
+    "test_paths.py",
+    "test_hub_limits.py",
+    "test_update.py",
+    "test_card.py",
+    "test_compat.py",
+    "test_demo.py",
+    "test_template.py",
+    "test_hostile_state.py",
+    "test_splits_labels.py",
 )
 
 
