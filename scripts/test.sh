@@ -24,15 +24,16 @@ echo "== pytest"
 # environment sets PYTHONDONTWRITEBYTECODE, each would compile shardkit's modules again. Compiled
 # once here instead; never the template, whose folder cookiecutter copies into new repos.
 python -m compileall -q -x '/templates/' src/shardkit tests > /dev/null
-# Two processes (pytest-xdist), as CI has two cores: a test spends much of its time waiting on
-# the processes and servers it starts, and the other process's tests run meanwhile. Each test file
+# Three processes (pytest-xdist) on CI's two cores: a test spends much of its time waiting on the
+# processes and servers it starts, and the others' tests run meanwhile (with two, an eighth of the
+# cores' time went unused; docs/performance.md, "Test time"). Each test file
 # goes whole to one process, longest files first (tests/conftest.py's LONGEST_FIRST): a file's
 # module fixtures are then made once, not once in each. Options given
 # to this script come after and win (`-n 0` runs the tests in this one process, as plain pytest does).
 # `bash scripts/test.sh -m "not slow"` is the fast subset (under 3 minutes on 2 cores): it leaves
 # out the tests marked slow (pyproject.toml's markers), which this whole check runs too.
 STATUS=0
-python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@" || STATUS=$?
+python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder "$@" || STATUS=$?
 echo "== mypy"
 wait "$MYPY_PID" || STATUS=1
 cat "$MYPY_LOG"
