@@ -9,9 +9,8 @@ LINTED=(src tests bench scripts example_datasets)
 echo "== ruff"
 ruff check "${LINTED[@]}"
 ruff format --check "${LINTED[@]}"
-# mypy runs beside the other steps and the tests (one process, and pytest's two leave some of the
-# cores' time unused while their tests wait on servers), its output after theirs: alone first it
-# was a minute of a fresh clone's run (no cache).
+# mypy runs beside the docs step and the tests, its output after theirs: alone first, it was a
+# step of its own on one core in a fresh clone's run (no cache).
 MYPY_LOG="$(mktemp)"
 mypy > "$MYPY_LOG" 2>&1 &
 MYPY_PID=$!

@@ -84,3 +84,35 @@ def check_file_operations(where: Location, tmp_path: Path) -> None:
     where.remove("README.md")  # gone already: nothing to do
     assert where.read_bytes("README.md") is None
     assert pickle.loads(pickle.dumps(where)) == where
+
+
+def test_a_folder_lists_what_fsspecs_local_filesystem_lists(tmp_path: Path) -> None:
+    """Folder lists and sizes with os calls; its answers are those of fsspec's LocalFileSystem,
+    which it replaced (the pack's reconcile and verify rely on them): links, a link to a folder,
+    a dangling link and a FIFO are files, a link's size is its target's."""
+    import fsspec  # type: ignore[import-untyped]
+
+    root = tmp_path / "r"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "f1").write_bytes(b"x")
+    (root / "a" / "b" / "f2").write_bytes(b"yy")
+    (root / "top").write_bytes(b"zzz")
+    (root / "link").symlink_to(root / "a" / "f1")
+    (root / "dirlink").symlink_to(root / "a")
+    (root / "a" / "dangling").symlink_to(tmp_path / "nothing")
+    os.mkfifo(root / "fifo")
+    folder, fs = Folder(str(root)), fsspec.filesystem("file")
+    for sub in ["", "a", "a/b", "missing", "dirlink", "top", "link", "fifo", "top/x", "a/dangling"]:
+        path = f"{root}/{sub}" if sub else str(root)
+        found = fs.find(path, detail=True, withdirs=False)
+        assert folder.find(sub) == {name[len(str(root)) + 1 :]: info["size"] for name, info in found.items()}, sub
+    for sub in ["", "a", "missing"]:
+        path = f"{root}/{sub}" if sub else str(root)
+        entries = fs.ls(path, detail=True) if os.path.isdir(path) else []
+        assert folder.list(sub) == sorted(e["name"].rsplit("/", 1)[-1] for e in entries if e["type"] == "file"), sub
+    for rel in ["top", "link", "dirlink", "fifo", "a", "missing", "a/b/f2", "a/dangling"]:
+        info = fs.info(f"{root}/{rel}") if os.path.exists(root / rel) else None
+        assert folder.size(rel) == (info["size"] if info and info["type"] == "file" else None), rel
+    folder.remove_with_empty_folder("a/b/f2")
+    assert not (root / "a" / "b").exists() and (root / "a").is_dir()  # the emptied folder goes, not its parent
+    folder.remove("missing")  # nothing there: nothing to do

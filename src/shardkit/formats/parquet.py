@@ -175,7 +175,7 @@ def metadata_lines_table(lines: bytes, schema: pa.Schema) -> pa.Table:
 
 def typed(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table.cast(schema)``, without the cast where the types are already ``schema``'s, as they
-    usually are: a cast's first call imports pyarrow.compute, a tenth of a small pack's time."""
+    usually are: a cast's first call imports pyarrow.compute, which a pack needs for nothing else."""
     if table.schema.equals(schema):  # (metadata aside)
         return table.replace_schema_metadata(schema.metadata)
     return table.cast(schema)
