@@ -20,7 +20,8 @@ import pytest
 
 from tests.hub_server import run_hub_server
 from tests.support.cli import run_cli
-from tests.support.corpus import EXAMPLE_DIR, REPO_ROOT
+from tests.support.corpus import REPO_ROOT
+from tests.support.packing import example_args
 from tests.test_push import REPO, hub_env
 
 SCRIPTS = Path(sys.executable).parent
@@ -71,8 +72,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def pack(out: Path, *options: str, fifo: bool = False) -> subprocess.CompletedProcess[str]:
     """`pack-shards` on the example into ``out``, in this process (tests/support/cli.py); with a
     FIFO in OUT_DIR (``fifo``) in a process of its own, whose hang, were the FIFO opened, TIMEOUT ends."""
-    images, meta = EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl"
-    args = (str(images), str(meta), "-o", str(out), "--prefix-length", "1", "-q", *options)
+    args = example_args(out, "-q", *options)
     return run("pack-shards", *args) if fifo else run_cli("pack-shards", *args)
 
 

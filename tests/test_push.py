@@ -32,8 +32,8 @@ from shardkit.manifest import read_manifest
 from shardkit.outdir import unnamed_files
 from shardkit.push import LocalFile, RemoteFile, collect_files, ignore_rules, is_ignored, plan_commits
 from tests.hub_server import READ_TOKEN, WRITE_TOKEN, HubServer, run_hub_server
-from tests.support.cli import run_cli
-from tests.support.corpus import EXAMPLE_DIR, Corpus
+from tests.support.corpus import Corpus
+from tests.support.packing import pack_example_here
 from tests.support.readback import DS36_PYTHON, expected_rows, read_with
 
 SCRIPTS = Path(sys.executable).parent
@@ -60,12 +60,6 @@ def shardkit(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
     return subprocess.run(
         [str(SCRIPTS / "shardkit"), *args], capture_output=True, text=True, env=env, timeout=300, check=False
     )
-
-
-def repack_example(out_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """`pack-shards` of the example into ``out_dir`` again, in this process (tests/support/cli.py):
-    a pack needs no Hub, only the pushes need their process (huggingface_hub reads env at import)."""
-    return run_cli("pack-shards", EXAMPLE_DIR / "images", EXAMPLE_DIR / "metadata.jsonl", "-o", out_dir, *options)
 
 
 def push(out_dir: Path, env: dict[str, str], *args: str, repo: str = REPO) -> dict[str, Any]:
@@ -234,7 +228,7 @@ def test_pushing_a_repacked_dataset_replaces_the_old_shards_in_the_final_commit(
     push(repo_dir, env)
     old = {p for p in hub.files(REPO) if p.endswith((".zip", ".jsonl"))}
     # Smaller shards: each prefix group is split into parts (data/0-00.zip ...), new names.
-    repack = repack_example(
+    repack = pack_example_here(
         repo_dir, "--max-shard-size", "60KB", "--target-shard-size", "30KB", "--prefix-length", "1", "--force", "-q"
     )
     assert repack.returncode == 0, repack.stderr
@@ -481,7 +475,7 @@ def test_a_repack_into_fewer_shards_is_pushed_in_commits_of_at_most_files_per_co
     than 100 in any commit), and the repo ends as the folder."""
     env = hub_env(hub.url, tmp_path / "home")
     push(repo_dir, env, "--files-per-commit", "10")
-    repacked = repack_example(repo_dir, "--force", "--target-shard-size", "1GB", "-q")
+    repacked = pack_example_here(repo_dir, "--force", "--target-shard-size", "1GB", "-q")
     assert repacked.returncode == 0, repacked.stderr
     before = len(main_history(hub))
     summary = push(repo_dir, env, "--files-per-commit", "10")

@@ -132,13 +132,14 @@ class Folder(Location):
                 if entry.is_dir(follow_symlinks=False):
                     pending.append((entry.path, name))
                     continue
-                try:
-                    found[name] = entry.stat(follow_symlinks=False).st_size
-                    if entry.is_symlink():
+                if entry.is_symlink():
+                    try:
                         found[name] = entry.stat().st_size
-                except FileNotFoundError:  # removed since the listing, or a link to nothing
-                    if entry.is_symlink():
+                    except OSError:  # a link to nothing
                         found[name] = 0
+                else:
+                    with contextlib.suppress(FileNotFoundError):  # removed since the listing
+                        found[name] = entry.stat(follow_symlinks=False).st_size
         return found
 
     def list(self, folder: str) -> builtins.list[str]:
