@@ -467,7 +467,9 @@ def test_ctrl_c_while_the_pool_starts_is_one_line_and_the_rerun_completes(
         proc.wait(timeout=120)
     finally:
         try:  # let the held process go on (a forkserver then sees its parent gone and leaves)
-            os.close(os.open(hold / "release", os.O_WRONLY | os.O_NONBLOCK))
+            release = os.open(hold / "release", os.O_WRONLY | os.O_NONBLOCK)
+            os.write(release, b"go")
+            os.close(release)
         except OSError as exc:
             assert exc.errno == errno.ENXIO  # nobody is held any more (a stopped worker is gone)
         if proc.poll() is None:

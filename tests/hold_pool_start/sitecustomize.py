@@ -3,8 +3,11 @@ pool's start at one fixed point until the test lets it go, so a Ctrl-C lands the
 
 ``SHARDKIT_TEST_HOLD`` is ``forkserver`` (the forkserver, as it imports the task modules) or
 ``worker`` (a worker process, before the pool's initializer runs); ``SHARDKIT_TEST_HOLD_DIR`` a
-folder holding a FIFO named ``release``. The held process creates ``held`` in that folder, then
-waits to open the FIFO, which returns once the test opens it for writing.
+folder holding a FIFO named ``release``. The held process opens the FIFO (read and write: the open
+returns at once), then creates ``held`` in that folder, then waits for a byte from the FIFO, which
+the test writes to let it go. Opened before ``held`` is seen, the FIFO has a reader whenever the
+test writes: a release can come no earlier than the held process listens for it (opened after
+``held``, a release that came first found no reader, and the held process then waited forever).
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ _DIR = os.environ.get("SHARDKIT_TEST_HOLD_DIR", "")
 
 
 def _hold() -> None:
-    with open(os.path.join(_DIR, "held"), "w"):
-        pass
-    with open(os.path.join(_DIR, "release"), "rb"):
-        pass
+    release = os.open(os.path.join(_DIR, "release"), os.O_RDWR)
+    try:
+        with open(os.path.join(_DIR, "held"), "w"):
+            pass
+        os.read(release, 1)
+    finally:
+        os.close(release)
 
 
 def _is_forkserver() -> bool:
