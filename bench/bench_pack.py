@@ -25,8 +25,10 @@ timing starts after os.sync(), so no run pays for the write-back of the one befo
                   and with keys but `--no-fsync` (as the baselines write: no fsync), and with
                   keys as `--format tar` and `--format parquet` (like for like with the two above).
 
-For each: MB/s of input, files/s, peak RSS of the whole process tree (sampled every 20 ms), and the
-largest shard. Figures are printed as a table (and as JSON with --json); compare ratios
+For each: MB/s of input, files/s, the peak of the process tree's summed RSS (sampled every 20 ms)
+and of its summed PSS (every 100 ms; a page shared by n processes counts 1/n in each, so PSS is what
+the tree holds, where summed RSS counts shared libraries and forkserver pages once per process),
+and the largest shard. Figures are printed as a table (and as JSON with --json); compare ratios
 within one run, never across machines.
 """
 
@@ -66,6 +68,7 @@ class Result:
     files: int
     peak_rss_mb: float | None = None
     largest_shard_mb: float | None = None
+    peak_pss_mb: float | None = None
 
     @property
     def mb_per_s(self) -> float:
@@ -361,12 +364,7 @@ def script_baseline(
     with open(meta) as f:
         rows = sum(1 for _ in f)
     shutil.rmtree(out)
-    return Result(name, seconds, input_mb, rows, peak, largest / 1e6)
-
-
-def tree_rss(pid: int) -> int:
-    """RSS in bytes of ``pid`` and all its descendants."""
-    return sum(process_rss(pid).values())
+    return Result(name, seconds, input_mb, rows, peak, largest / 1e6, LAST_PEAK_PSS_MB)
 
 
 def process_rss(pid: int) -> dict[int, int]:
@@ -397,19 +395,42 @@ def process_rss(pid: int) -> dict[int, int]:
     return rss
 
 
+def tree_pss(pids: list[int]) -> int:
+    """PSS in bytes of these processes (Linux): a page shared by n of them counts 1/n in each, so
+    the sum is what the tree holds. Summed RSS counts a shared library, and every page a worker
+    shares with the forkserver it came from, once per process."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            total += next((int(line.split()[1]) * 1024 for line in f if line.startswith(b"Pss:")), 0)
+    return total
+
+
+#: Reading smaps_rollup walks a process's page tables (about 0.25 ms a process here): PSS is
+#: sampled on every PSS_EVERY-th RSS sample, so the sampler does not take a core's share from the run.
+PSS_EVERY = 5
+
+
 def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
-    """Run a command; return seconds, peak RSS (MB) of it plus all its children, and stdout."""
+    """Run a command; return seconds, peak RSS (MB) of it plus all its children, and stdout.
+    The peak of their summed PSS, where Linux gives it, is kept in ``LAST_PEAK_PSS_MB``."""
+    global LAST_PEAK_PSS_MB
     settle()
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak = peak_pss = 0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, peak_pss
+        n = 0
         while not done.is_set():
             with contextlib.suppress(psutil.Error):
-                peak = max(peak, tree_rss(proc.pid))
+                rss = process_rss(proc.pid)
+                peak = max(peak, sum(rss.values()))
+                if PROC_CHILDREN and n % PSS_EVERY == 0:
+                    peak_pss = max(peak_pss, tree_pss(list(rss)))
+            n += 1
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -420,7 +441,11 @@ def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
     sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{stderr}")
+    LAST_PEAK_PSS_MB = peak_pss / 1e6 if peak_pss else None
     return seconds, peak / 1e6, stdout
+
+
+LAST_PEAK_PSS_MB: float | None = None
 
 
 def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace, mb: float, *extra: str) -> Result:
@@ -449,7 +474,7 @@ def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace,
     keys = "keys given" if "nokeys" not in meta.name else "content keys"
     name = f"shardkit pack ({keys}{', ' + ' '.join(extra) if extra else ''})"
     # MB/s of input, as for every other row (a Parquet shard is smaller than its input).
-    result = Result(name, seconds, mb, summary["rows"], peak, largest / 1e6)
+    result = Result(name, seconds, mb, summary["rows"], peak, largest / 1e6, LAST_PEAK_PSS_MB)
     shutil.rmtree(out)
     return result
 
@@ -539,12 +564,14 @@ def main() -> None:
         f"\n{time.strftime('%Y-%m-%d')}, {machine}, Python {platform.python_version()}; "
         f"{args.files:,} files, {mb:,.0f} MB, jobs={args.jobs}, read threads={args.read_threads}, warm cache"
     )
-    print(f"| {'what':<44} | {'MB/s':>7} | {'files/s':>8} | {'peak RSS':>9} | {'largest shard':>13} |")
-    print(f"|{'-' * 46}|{'-' * 9}|{'-' * 10}|{'-' * 11}|{'-' * 15}|")
+    columns = f"{'MB/s':>7} | {'files/s':>8} | {'peak RSS':>9} | {'peak PSS':>9} | {'largest shard':>13}"
+    print(f"| {'what':<44} | {columns} |")
+    print(f"|{'-' * 46}|{'-' * 9}|{'-' * 10}|{'-' * 11}|{'-' * 11}|{'-' * 15}|")
     for r in results:
         rss = f"{r.peak_rss_mb:.0f} MB" if r.peak_rss_mb is not None else "-"
+        pss = f"{r.peak_pss_mb:.0f} MB" if r.peak_pss_mb is not None else "-"
         largest = f"{r.largest_shard_mb:.1f} MB" if r.largest_shard_mb is not None else "-"
-        print(f"| {r.name:<44} | {r.mb_per_s:>7,.0f} | {r.files_per_s:>8,.0f} | {rss:>9} | {largest:>13} |")
+        print(f"| {r.name:<44} | {r.mb_per_s:>7,.0f} | {r.files_per_s:>8,.0f} | {rss:>9} | {pss:>9} | {largest:>13} |")
     by_name = {r.name: r for r in results}
     packed = by_name["shardkit pack (keys given)"]
     if "read limit (parallel read)" in by_name:

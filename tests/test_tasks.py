@@ -95,6 +95,40 @@ def test_workers_are_never_forked_from_a_threaded_caller() -> None:
     assert os.getpid() not in parents and len(parents) == 1
 
 
+FREED_MEMORY = """
+import os, subprocess
+from shardkit.tasks import give_back_freed_memory, keep_freed_memory
+
+def refuse(*args, **kwargs):
+    raise AssertionError("a process was started")
+
+subprocess.Popen = refuse  # (ctypes.util.find_library runs ldconfig in one: a fork of this process)
+os.fork = refuse
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+keep_freed_memory()  # (as remux's processes run: the heap is trimmed at 512 MB free only)
+blocks = [bytes(2000) for _ in range(100_000)]  # 200 MB in glibc's heap (past pymalloc's 512 bytes)
+kept = blocks[::50]  # every 50th outlives the phase: the heap cannot shrink from its top
+del blocks
+before = rss()
+give_back_freed_memory()
+print(before, rss())
+"""
+
+
+def test_freed_memory_goes_back_to_the_system_and_no_process_is_started_for_it() -> None:
+    """A pack's main process gives back what its check and plan freed before its write workers
+    start (glibc keeps memory freed below live objects); neither malloc call forks."""
+    result = subprocess.run([sys.executable, "-c", FREED_MEMORY], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    before, after = map(int, result.stdout.split())
+    assert before > 150e6  # the freed blocks were still the process's
+    assert after < before - 120e6, (before, after)
+
+
 def test_a_worker_that_dies_is_an_error_naming_its_task_and_leaves_no_worker() -> None:
     with pytest.raises(ShardkitError) as raised, task_executor(2, None, 2) as pool:
         list(run_tasks(kill_self, [9, 0], names=["the task", "other"], executor=pool, what="t"))

@@ -42,7 +42,7 @@ from .packwrite import write_shards
 from .plan import ShardPlan
 from .problems import ProblemReport
 from .progress import NullProgress, Progress
-from .tasks import cluster_for, start_forkserver
+from .tasks import cluster_for, give_back_freed_memory, start_forkserver
 
 __all__ = ["ExecutorName", "OnProblem", "PackConfig", "PackSummary", "ShardChange", "ShardFormatName", "pack"]
 
@@ -104,9 +104,13 @@ def _pack_locked(run: PackRun) -> PackSummary:
     if config.dry_run:  # what the run would do with OUT_DIR (or its refusal), changing nothing
         reconciled = reconcile(run, staged, planned, previous, dry_run=True)
         return _summary(run, staged, planned, reconciled, problems, written=reconciled.todo, manifest=None)
+    # What each stage freed goes back to the system before the next (glibc and pyarrow would keep
+    # it): the plan's and the table's tens of MB would otherwise sit beside the write's workers.
+    give_back_freed_memory()
     table = write_table(run, staged, planned.plan)
     reconciled = reconcile(run, staged, planned, previous)
     run.created.keep()  # OUT_DIR changes from here on: its work folder is what a re-run resumes from
+    give_back_freed_memory()
     done = write_shards(run, staged, planned, reconciled)
     run.phases.end("write")
     manifest = finish(run, staged, planned, [done[p.name] for p in reconciled.plan], table)

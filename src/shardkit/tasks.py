@@ -228,19 +228,44 @@ def keep_freed_memory() -> None:
     (docs/performance.md, remux). Called only in processes shardkit owns: a remux worker, and the
     command line's own process; never in a library caller's. No effect where malloc is not glibc's.
     """
-    if sys.platform != "linux":
-        return
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and others: nothing to tune
+    if (libc := _glibc()) is None:
         return
     m_trim_threshold, m_mmap_threshold = -1, -3
-    mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest; a fixed value also stops its adjusting
-    mallopt(m_trim_threshold, 512 << 20)
+    libc.mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest; a fixed value also stops its adjusting
+    libc.mallopt(m_trim_threshold, 512 << 20)
+
+
+def give_back_freed_memory() -> None:
+    """Hand the memory this process has freed back to the system now: pyarrow's pool's (if
+    pyarrow is in use) and glibc's heap (``malloc_trim``).
+
+    Both keep what is freed for the next allocations: glibc gives back by itself only the free
+    memory at the top of its heap, not what a phase freed below objects that outlive it. A pack's
+    main process plans with transient buffers of tens of MB (each shard's metadata table, parsed
+    and encoded) and then sits beside its write workers for the rest of the run holding them:
+    about 100 MB of a million-row pack (docs/performance.md). A call costs a walk of the heap
+    (milliseconds). Nothing to give back this way where malloc is not glibc's."""
+    if (pyarrow := sys.modules.get("pyarrow")) is not None:
+        pyarrow.default_memory_pool().release_unused()
+    if (libc := _glibc()) is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def _glibc() -> Any:
+    """glibc's functions in this process (ctypes), or None where malloc is another's (musl,
+    macOS). Looked up among what the process has loaded: ``ctypes.util.find_library`` would run
+    ``ldconfig`` in a child process, a fork of this one, on every first call."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - only glibc has it
+        return libc
+    except (OSError, AttributeError):
+        return None
 
 
 # --- local worker processes ------------------------------------------------------------------------
