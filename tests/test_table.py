@@ -46,7 +46,7 @@ def group_rows(path: Path) -> list[int]:
     return [table.metadata.row_group(i).num_rows for i in range(table.num_row_groups)]
 
 
-@pytest.mark.parametrize("parse_bytes", [1, 1 << 20], ids=["a shard a parse", "every shard in one parse"])
+@pytest.mark.parametrize("parse_bytes", [1, 1 << 20], ids=["a line a parse", "every shard in one parse"])
 def test_row_groups_hold_several_shards_and_a_shard_spans_two(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parse_bytes: int
 ) -> None:
@@ -61,6 +61,36 @@ def test_row_groups_hold_several_shards_and_a_shard_spans_two(
         (shard, f"{shard[5:-4]}{i:03d}", i) for shard, n in ROWS.items() for i in range(n)
     ]
     assert problems(path, ROWS) == []
+
+
+def test_a_shard_larger_than_a_parse_is_parsed_a_block_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard's lines are cut into blocks of whole lines of about PARSE_BYTES: the parse of a
+    shard of a million rows is bounded, not all its lines at once."""
+    parsed: list[bytes] = []
+    parse = table_module.metadata_lines_table
+
+    def recorded(block: bytes, schema: object) -> object:
+        parsed.append(block)
+        return parse(block, schema)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(table_module, "metadata_lines_table", recorded)
+    monkeypatch.setattr(table_module, "PARSE_BYTES", 150)  # two lines or so
+    counts = {"data/0.zip": 2, "data/1.zip": 40, "data/2.zip": 1}
+    path = written(tmp_path, counts)
+    longest = max(len(line) + 1 for shard, n in counts.items() for line in lines(shard, n).splitlines())
+    assert len(parsed) > 10 and all(block.endswith(b"\n") for block in parsed)
+    assert max(map(len, parsed)) < 150 + longest
+    assert b"".join(parsed) == b"".join(lines(shard, n) for shard, n in counts.items())
+    rows = pq.read_table(path).to_pylist()
+    assert [(r["__shard__"], r["file_name"], r["key"], r["n"]) for r in rows] == [
+        (shard, f"images/{shard[5:-4]}{i}.jpg", f"{shard[5:-4]}{i:03d}", i)
+        for shard, n in counts.items()
+        for i in range(n)
+    ]
+    assert all(type(r["n"]) is int and type(r["key"]) is str for r in rows)
+    assert problems(path, counts) == []
 
 
 def test_wide_rows_make_row_groups_of_fewer_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -93,11 +93,17 @@ class _RowGroups:
             return
         if not lines.endswith(b"\n"):
             lines += b"\n"
-        self.lines.append(lines)
-        self.shards += [shard] * lines.count(b"\n")  # (a JSON line holds no raw newline)
-        self.size += len(lines)
-        if self.size >= PARSE_BYTES:
-            self._parse()
+        start = 0
+        while start < len(lines):  # a large shard's lines a PARSE_BYTES at a time (whole lines)
+            room = PARSE_BYTES - self.size  # (over 0: a full block is parsed at once)
+            end = lines.find(b"\n", start + room - 1) + 1 or len(lines)
+            piece = lines[start:end]
+            self.lines.append(piece)
+            self.shards += [shard] * piece.count(b"\n")  # (a JSON line holds no raw newline)
+            self.size += len(piece)
+            start = end
+            if self.size >= PARSE_BYTES:
+                self._parse()
 
     def close(self) -> None:
         if self.lines:
