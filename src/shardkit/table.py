@@ -95,7 +95,7 @@ class _RowGroups:
             lines += b"\n"
         start = 0
         while start < len(lines):  # a large shard's lines a PARSE_BYTES at a time (whole lines)
-            room = PARSE_BYTES - self.size  # (over 0: a full block is parsed at once)
+            room = PARSE_BYTES - self.size  # (over 0: a block is parsed as soon as it is full)
             end = lines.find(b"\n", start + room - 1) + 1 or len(lines)
             piece = lines[start:end]
             self.lines.append(piece)

@@ -244,7 +244,8 @@ def give_back_freed_memory() -> None:
     main process plans with transient buffers of tens of MB (each shard's metadata table, parsed
     and encoded) and then sits beside its write workers for the rest of the run holding them:
     about 100 MB of a million-row pack (docs/performance.md). A call costs a walk of the heap
-    (milliseconds). Nothing to give back this way where malloc is not glibc's."""
+    (milliseconds), and changes no setting, so a library caller's process may take it too (unlike
+    :func:`keep_freed_memory`). Nothing to give back this way where malloc is not glibc's."""
     if (pyarrow := sys.modules.get("pyarrow")) is not None:
         pyarrow.default_memory_pool().release_unused()
     if (libc := _glibc()) is not None:
