@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import io
+import json
 import struct
 import zipfile
 import zlib
 
+import pyarrow.parquet as pq
 import pytest
 
+from shardkit.formats.parquet import (
+    ParquetShardError,
+    encode_metadata_table,
+    metadata_table_rows,
+    read_metadata_table,
+)
 from shardkit.formats.zip import (
     END_RECORD_SIZE,
     ZipFormatError,
@@ -133,3 +141,50 @@ def test_writer_refuses_unsafe_names_and_wrong_lengths() -> None:
         zw.write_data(b"1234")
     with pytest.raises(ZipFormatError, match="still expects"):
         zw.close()
+
+
+TABLE_FEATURES = [
+    {"name": "image", "dtype": "image"},
+    {"name": "key", "dtype": "string"},
+    {"name": "n", "dtype": "int64"},
+    {"name": "note", "dtype": "string"},
+]
+
+
+def metadata_table(rows: int) -> bytes:
+    """A shard's metadata.parquet of ``rows`` rows (row groups of 100), a column null in most."""
+    lines = b"".join(
+        json.dumps(
+            {"file_name": f"images/{i:04d}.jpg", "key": f"k{i:04d}", "n": i, "note": None if i % 3 else "x"}
+        ).encode()
+        + b"\n"
+        for i in range(rows)
+    )
+    return encode_metadata_table(lines, TABLE_FEATURES)
+
+
+def test_a_metadata_tables_rows_are_read_as_asked_in_any_order() -> None:
+    """A reader takes a shard's table rows one by one (a row group at a time), and gets every row
+    as the whole table gives it, in order or not."""
+    data = metadata_table(350)
+    whole = read_metadata_table(data, TABLE_FEATURES)
+    rows = metadata_table_rows(data, TABLE_FEATURES)
+    assert len(rows) == 350
+    assert [rows[i] for i in range(350)] == whole
+    assert [(type(r["key"]), type(r["n"])) for r in whole] == [(str, int)] * 350
+    assert [r["note"] for r in whole[:4]] == ["x", None, None, "x"]
+    assert rows[349] is rows[349]  # the last one asked for is at hand
+    assert [rows[i] for i in (5, 250, 0, 101, 100)] == [whole[i] for i in (5, 250, 0, 101, 100)]  # back, then on
+    for outside in (350, -1):
+        with pytest.raises(IndexError):
+            rows[outside]
+
+
+def test_a_damaged_row_group_of_a_metadata_table_fails_when_it_is_reached() -> None:
+    data = bytearray(metadata_table(350))
+    column = pq.ParquetFile(io.BytesIO(bytes(data))).metadata.row_group(2).column(0)
+    data[column.data_page_offset + column.total_compressed_size - 1] ^= 0xFF  # in the group's first page's data
+    rows = metadata_table_rows(bytes(data), TABLE_FEATURES)
+    assert [rows[i]["n"] for i in range(200)] == list(range(200))  # groups 0 and 1 are whole
+    with pytest.raises(ParquetShardError, match="row group 2"):
+        rows[200]

@@ -241,6 +241,47 @@ def read_metadata_table(data: bytes, features: list[dict[str, Any]] | None) -> l
     return list(table.rows(batch_size=PARQUET_ROWS_PER_GROUP))
 
 
+def metadata_table_rows(data: bytes, features: list[dict[str, Any]] | None) -> TableRows:
+    """The rows of a ZIP shard's ``metadata.parquet``, as :func:`read_metadata_table` gives them,
+    each read when it is asked for (:class:`TableRows`): a reader of the shard holds a row group
+    of them, not all (a shard of tiny files holds tens of thousands)."""
+    schema = shard_table_schema(features) if features else None
+    return TableRows(open_parquet_shard(io.BytesIO(data), max_bytes=len(data), schema=schema))
+
+
+class TableRows:
+    """A metadata table's rows by index, read in order a row group at a time: asked for in
+    order (as shardkit writes the members), each is read once; asked for again, the last one
+    is at hand; asked for before it, the reading starts again from that row's group. Opening
+    the table checks its footer; each row group is checked as it is reached
+    (:meth:`ParquetShard.rows`), so a damaged one raises :class:`ParquetShardError` then."""
+
+    def __init__(self, shard: ParquetShard) -> None:
+        self._shard = shard
+        self._rows: Iterator[dict[str, Any]] | None = None
+        self._next = 0  # the index of the row self._rows gives next
+        self._last: tuple[int, dict[str, Any]] | None = None
+
+    def __len__(self) -> int:
+        return int(self._shard.num_rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if not 0 <= index < self._shard.num_rows:
+            raise IndexError(index)
+        if self._last is not None and self._last[0] == index:
+            return self._last[1]
+        if self._rows is None or index < self._next:
+            self._rows = self._shard.rows(batch_size=PARQUET_ROWS_PER_GROUP, start=index)
+            self._next = index
+        row: dict[str, Any] | None = None
+        while self._next <= index:
+            row = next(self._rows)
+            self._next += 1
+        assert row is not None
+        self._last = (index, row)
+        return row
+
+
 def table_difference(rows: list[dict[str, Any]], lines: list[str], *, strict: bool = False) -> str | None:
     """Where metadata ``lines`` (JSON) first differ from a metadata table's ``rows`` (values
     compared as typed: ``2`` equals ``2.0`` in a float column, unless ``strict``; an absent field

@@ -38,7 +38,7 @@ import struct
 import tempfile
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import listed, no_note, source_note
 from ..rowrules import SOURCE_PATH_COLUMN
@@ -57,6 +57,9 @@ from .base import (
     ShardSource,
     Walk,
 )
+
+if TYPE_CHECKING:  # (pyarrow is imported where a metadata table is read)
+    from .parquet import TableRows
 
 LOCAL_HEADER_SIG = 0x04034B50
 CENTRAL_HEADER_SIG = 0x02014B50
@@ -609,10 +612,10 @@ def _metadata_rows(name: str, data: bytes, features: list[dict[str, Any]] | None
     """The rows of a shard's first member, ``name``: its ``metadata.parquet`` (layout 4) or
     ``metadata.jsonl`` (before)."""
     if name == METADATA_TABLE_MEMBER:
-        from .parquet import ParquetShardError, read_metadata_table
+        from .parquet import ParquetShardError, metadata_table_rows
 
         try:
-            return _ZipRows(name, read_metadata_table(data, features), first=first)
+            return _ZipRows(name, metadata_table_rows(data, features), first=first)
         except ParquetShardError as exc:
             raise ZipFormatError(f"{name}: {exc}") from None
     if name == METADATA_MEMBER:
@@ -632,7 +635,7 @@ class _ZipRows:
     shard's rows, not all); rows in another order are matched by name.
     """
 
-    def __init__(self, member: str, items: list[str] | list[dict[str, Any]], first: int = 0) -> None:
+    def __init__(self, member: str, items: list[str] | TableRows, first: int = 0) -> None:
         self.member = member
         self._items = items
         self._first = first  # the first member's row, when the rows come in member order (a cut piece: > 0)
@@ -645,7 +648,10 @@ class _ZipRows:
 
     def _row(self, index: int) -> dict[str, Any]:
         """Row ``index`` (0-based): a JSON object (or table row) with a ``file_name``, a copy."""
-        item = self._items[index]
+        try:
+            item = self._items[index]
+        except ShardFormatError as exc:  # a row group of the table, read now, that fails its checks
+            raise ZipFormatError(f"{self.member}: {exc}") from None
         try:
             row = dict(item) if isinstance(item, dict) else json.loads(item)
         except (ValueError, RecursionError):  # a hostile row nested too deep for the parser
