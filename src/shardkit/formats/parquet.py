@@ -275,7 +275,9 @@ class TableRows:
             self._next = index
         row: dict[str, Any] | None = None
         while self._next <= index:
-            row = next(self._rows)
+            row = next(self._rows, None)
+            if row is None:  # (never: the footer's count is checked against its row groups')
+                raise ParquetShardError(f"no row {index}: the table ends before its footer's {len(self)} rows")
             self._next += 1
         assert row is not None
         self._last = (index, row)
