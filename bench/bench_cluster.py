@@ -40,7 +40,7 @@ from bench_pack import SCRIPTS, compile_shardkit, make_corpus, run_with_peak_rss
 def pack_seconds(images: Path, meta: Path, out: Path, *options: str) -> tuple[float, float, dict[str, object]]:
     shutil.rmtree(out, ignore_errors=True)
     cmd = [str(SCRIPTS / "pack-shards"), str(images), str(meta), "-o", str(out), "--json", "--quiet", *options]
-    seconds, peak, stdout = run_with_peak_rss(cmd)
+    seconds, peak, stdout, _ = run_with_peak_rss(cmd)
     return seconds, peak, json.loads(stdout)
 
 

@@ -358,13 +358,13 @@ def script_baseline(
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cmd = [sys.executable, "-c", script, str(images), str(meta), str(out), str(args.target_shard_size)]
-    seconds, peak, _ = run_with_peak_rss(cmd)
+    seconds, peak, _, peak_pss = run_with_peak_rss(cmd)
     shards = [p for p in out.iterdir() if p.suffix in (".tar", ".parquet")]
     largest = max(p.stat().st_size for p in shards)
     with open(meta) as f:
         rows = sum(1 for _ in f)
     shutil.rmtree(out)
-    return Result(name, seconds, input_mb, rows, peak, largest / 1e6, LAST_PEAK_PSS_MB)
+    return Result(name, seconds, input_mb, rows, peak, largest / 1e6, peak_pss)
 
 
 def process_rss(pid: int) -> dict[int, int]:
@@ -411,10 +411,9 @@ def tree_pss(pids: list[int]) -> int:
 PSS_EVERY = 5
 
 
-def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
-    """Run a command; return seconds, peak RSS (MB) of it plus all its children, and stdout.
-    The peak of their summed PSS, where Linux gives it, is kept in ``LAST_PEAK_PSS_MB``."""
-    global LAST_PEAK_PSS_MB
+def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str, float | None]:
+    """Run a command; return seconds, peak RSS (MB) of it plus all its children, stdout, and the
+    peak of their summed PSS (MB; None where Linux does not give it)."""
     settle()
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -441,11 +440,7 @@ def run_with_peak_rss(cmd: list[str]) -> tuple[float, float, str]:
     sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{stderr}")
-    LAST_PEAK_PSS_MB = peak_pss / 1e6 if peak_pss else None
-    return seconds, peak / 1e6, stdout
-
-
-LAST_PEAK_PSS_MB: float | None = None
+    return seconds, peak / 1e6, stdout, peak_pss / 1e6 if peak_pss else None
 
 
 def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace, mb: float, *extra: str) -> Result:
@@ -468,13 +463,13 @@ def shardkit_pack(images: Path, meta: Path, out: Path, args: argparse.Namespace,
         str(args.max_shard_size),
         *(word for option in extra for word in option.split()),
     ]
-    seconds, peak, stdout = run_with_peak_rss(cmd)
+    seconds, peak, stdout, peak_pss = run_with_peak_rss(cmd)
     summary = json.loads(stdout)
     largest = max(p.stat().st_size for p in (out / "data").iterdir())
     keys = "keys given" if "nokeys" not in meta.name else "content keys"
     name = f"shardkit pack ({keys}{', ' + ' '.join(extra) if extra else ''})"
     # MB/s of input, as for every other row (a Parquet shard is smaller than its input).
-    result = Result(name, seconds, mb, summary["rows"], peak, largest / 1e6, LAST_PEAK_PSS_MB)
+    result = Result(name, seconds, mb, summary["rows"], peak, largest / 1e6, peak_pss)
     shutil.rmtree(out)
     return result
 

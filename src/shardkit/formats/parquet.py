@@ -233,18 +233,16 @@ def encode_table(table: pa.Table) -> bytes:
 
 
 def read_metadata_table(data: bytes, features: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """The rows of a ZIP shard's ``metadata.parquet`` (each with its ``file_name``), checked as a
-    Parquet shard is (:func:`open_parquet_shard`), its columns held to ``features`` (the
-    manifest's; None: not held)."""
-    schema = shard_table_schema(features) if features else None
-    table = open_parquet_shard(io.BytesIO(data), max_bytes=len(data), schema=schema)
-    return list(table.rows(batch_size=PARQUET_ROWS_PER_GROUP))
+    """The rows of a ZIP shard's ``metadata.parquet`` (each with its ``file_name``), all at once
+    (:func:`metadata_table_rows` reads them as they are asked for)."""
+    return list(metadata_table_rows(data, features))
 
 
 def metadata_table_rows(data: bytes, features: list[dict[str, Any]] | None) -> TableRows:
-    """The rows of a ZIP shard's ``metadata.parquet``, as :func:`read_metadata_table` gives them,
-    each read when it is asked for (:class:`TableRows`): a reader of the shard holds a row group
-    of them, not all (a shard of tiny files holds tens of thousands)."""
+    """The rows of a ZIP shard's ``metadata.parquet`` (each with its ``file_name``), checked as a
+    Parquet shard is (:func:`open_parquet_shard`), its columns held to ``features`` (the
+    manifest's; None: not held); each read when it is asked for (:class:`TableRows`): a reader of
+    the shard holds a row group of them, not all (a shard of tiny files holds tens of thousands)."""
     schema = shard_table_schema(features) if features else None
     return TableRows(open_parquet_shard(io.BytesIO(data), max_bytes=len(data), schema=schema))
 
@@ -264,6 +262,9 @@ class TableRows:
 
     def __len__(self) -> int:
         return int(self._shard.num_rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self._shard.rows(batch_size=PARQUET_ROWS_PER_GROUP)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         if not 0 <= index < self._shard.num_rows:
