@@ -544,7 +544,7 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     if location.is_local:  # a URL is not checked for foreign files, as in pack
         check_out_dir(out_dir, adopt=config.adopt)
     if cluster is None:
-        start_forkserver(config.jobs)  # its imports run while the source is opened here
+        start_forkserver(config.jobs, ("shardkit.remux",))  # its imports run while the source is opened here
     started = time.perf_counter()
     manifest = shardkit_manifest(config.source, config.revision)
     splits, opened = source_splits(config, manifest)

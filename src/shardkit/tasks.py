@@ -91,8 +91,10 @@ TOKEN_NAME = "cluster-token"
 MIN_TASK_WINDOW = 8  # Dask tasks submitted ahead when the cluster has few (or no) worker threads yet
 #: How long :meth:`LocalPool.stop` lets a stopped worker clean up before killing it.
 STOP_SECONDS = 10.0
-#: The modules whose functions run as tasks: the forkserver imports them once for every worker.
-TASK_MODULES = ("shardkit.tasks", "shardkit.check", "shardkit.writer", "shardkit.remux")
+#: The modules whose functions run as a pack's tasks: the forkserver imports them once for every
+#: worker. A command with tasks of its own names their module to :func:`start_forkserver` (remux);
+#: a pack's workers do without it, each import held in every worker's memory.
+TASK_MODULES = ("shardkit.tasks", "shardkit.check", "shardkit.writer")
 #: How often the caller's wait for results wakes up: the pools' own threads do not block SIGINT,
 #: and when the kernel hands a Ctrl-C to one of them, Python raises it in the main thread only
 #: once that thread runs again.
@@ -283,16 +285,16 @@ def _start_method() -> str:
     return "spawn"
 
 
-def _ensure_forkserver() -> None:
-    """Start this process's forkserver, with the task modules imported, unless it runs already
-    (at once then) or cannot run here (then :func:`_start_method` says spawn)."""
+def _ensure_forkserver(modules: tuple[str, ...] = ()) -> None:
+    """Start this process's forkserver, with the task modules and ``modules`` imported, unless it
+    runs already (at once then) or cannot run here (then :func:`_start_method` says spawn)."""
     global _forkserver_failed
     if _start_method() != "forkserver":
         return
     # "__main__": the script that started this process (the CLI), imported once by the
     # forkserver rather than by each worker. (No effect once this process's forkserver runs: it
     # keeps what it imported.)
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", *TASK_MODULES])
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__", *TASK_MODULES, *modules])
     from multiprocessing import forkserver, resource_tracker
 
     try:
@@ -325,12 +327,14 @@ def _ctrl_c_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def start_forkserver(jobs: int) -> None:
+def start_forkserver(jobs: int, modules: tuple[str, ...] = ()) -> None:
     """Start the forkserver now, when local worker processes will follow (``jobs`` over 1), so
-    its start and imports run while the caller works (pack's check phase) instead of before the
-    first task. Changes nothing but when that happens; the pool starts it itself otherwise."""
+    its start and imports (with ``modules``, those of the caller's own tasks) run while the
+    caller works (pack's check phase) instead of before the first task. Changes nothing but when
+    that happens; the pool starts it itself otherwise (a worker then imports a task's module
+    when it first runs one)."""
     if jobs > 1:
-        _ensure_forkserver()
+        _ensure_forkserver(modules)
 
 
 class LocalPool(ProcessPoolExecutor, TaskExecutor):
