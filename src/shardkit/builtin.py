@@ -23,7 +23,10 @@ split has the card's schema.)
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +37,8 @@ from .plan import BY_SIZE, ShardPlan
 #: How many ZIPs, and members of each, datasets lists to choose the builder for a split's ZIPs:
 #: 10 archives in 3.6 to 5.x; the first 200 members of each (sorted) in 3.6 and 4.0, all in 5.x.
 INFERENCE_ARCHIVES = 10
-INFERENCE_MEMBER_LIMITS = (200, None)
+INFERENCE_FIRST_MEMBERS = 200
+INFERENCE_MEMBER_LIMITS = (INFERENCE_FIRST_MEMBERS, None)
 _MODULES = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 #: The builder that gives a webdataset's columns: one per file extension, ``json``, ``__key__``, ``__url__``.
 WEBDATASET = "webdataset"
@@ -113,21 +117,54 @@ def card_features(fmt: ShardFormat, features: list[dict[str, Any]], extensions: 
     ]
 
 
-def builder_for_members(shard_members: list[list[str]]) -> str:
+def builder_for_members(shard_members: Iterable[Iterable[str]]) -> str:
     """The builder ``load_dataset(repo)`` picks for one split's ZIP shards (``shard_members``: each
-    shard's member names, shards in name order), as datasets 3.6 to 5.x decide it: the first
-    that is not a folder builder if any of those versions picks one, else "imagefolder" or
-    "audiofolder"."""
+    shard's member names in any order, shards in name order), as datasets 3.6 to 5.x decide it:
+    the first that is not a folder builder if any of those versions picks one, else
+    "imagefolder" or "audiofolder".
+
+    The names are taken one at a time, never held (a shard of tiny files has millions): per
+    limit, each extension's count and where datasets first sees it, which breaks a tie."""
+    counts: dict[int | None, Counter[str]] = {limit: Counter() for limit in INFERENCE_MEMBER_LIMITS}
+    for members in itertools.islice(shard_members, INFERENCE_ARCHIVES):
+        for limit, shard_counts in _shard_suffix_counts(members).items():
+            for ext, n in shard_counts:  # in the order datasets meets them: a new one counts last
+                counts[limit][ext] += n
     picks = []
     for limit in INFERENCE_MEMBER_LIMITS:
-        counts: Counter[str] = Counter()
-        for members in shard_members[:INFERENCE_ARCHIVES]:
-            for name in sorted(members)[:limit]:
-                counts.update("." + part.lower() for part in name.rsplit("/", 1)[-1].split(".")[1:])
-        if counts:
-            ext = counts.most_common(1)[0][0]
+        if counts[limit]:
+            ext = counts[limit].most_common(1)[0][0]  # (a tie: the first one seen)
             picks.append(_MODULES.get(ext, "audiofolder" if ext in AUDIO_EXTENSIONS else "imagefolder"))
     return next((p for p in picks if not p.endswith("folder")), picks[0] if picks else "imagefolder")
+
+
+def _suffixes(name: str) -> list[str]:
+    """A member's dotted suffixes as datasets counts them: ``a/b.Tar.GZ`` -> ``.tar``, ``.gz``."""
+    return ["." + part.lower() for part in name.rsplit("/", 1)[-1].split(".")[1:]]
+
+
+def _shard_suffix_counts(members: Iterable[str]) -> dict[int | None, list[tuple[str, int]]]:
+    """Per limit of :data:`INFERENCE_MEMBER_LIMITS`, the suffix counts of a shard's first
+    ``limit`` members (all: None) in name order, each suffix where the sorted names first hold
+    it. Memory: the first :data:`INFERENCE_FIRST_MEMBERS` names and one entry per suffix."""
+    firsts: list[str] = []  # the smallest names so far, sorted
+    totals: Counter[str] = Counter()
+    first_at: dict[str, tuple[str, int]] = {}  # each suffix's first place in name order
+    for name in members:
+        if len(firsts) < INFERENCE_FIRST_MEMBERS:
+            bisect.insort(firsts, name)
+        elif name < firsts[-1]:
+            bisect.insort(firsts, name)
+            firsts.pop()
+        for i, ext in enumerate(_suffixes(name)):
+            totals[ext] += 1
+            if ext not in first_at or (name, i) < first_at[ext]:
+                first_at[ext] = (name, i)
+    head: Counter[str] = Counter()
+    for name in firsts:
+        head.update(_suffixes(name))
+    in_order = sorted(first_at, key=first_at.__getitem__)
+    return {INFERENCE_FIRST_MEMBERS: list(head.items()), None: [(ext, totals[ext]) for ext in in_order]}
 
 
 def builtin_loader_warnings(
@@ -147,10 +184,10 @@ def builtin_loader_warnings(
     warnings = []
     for split, shards in by_split.items():
         first = sorted(shards, key=lambda p: p.name)[:INFERENCE_ARCHIVES]
-        members = [
-            [fmt.metadata_member, *(fmt.member_name(r.key, r.ext) for r in iter_staged(staging_path, p.offset, p.rows))]
-            for p in first
-        ]
+        members = (
+            itertools.chain([fmt.metadata_member], (fmt.member_name(r.key, r.ext) for r in rows))
+            for rows in (iter_staged(staging_path, p.offset, p.rows) for p in first)
+        )
         picked = builder_for_members(members)
         if picked != wanted:
             fix = (
