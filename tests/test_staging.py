@@ -21,6 +21,7 @@ from shardkit.staging import (
     StagedEntries,
     StagedRow,
     UnstageableRow,
+    iter_keys_and_extensions,
     iter_published_lines,
     iter_staged,
     json_string,
@@ -74,6 +75,9 @@ def test_many_small_runs_merge_in_rounds_sorted_and_deduplicated(tmp_path: Path)
     # Offsets let a writer seek straight to a shard's first row.
     middle = staged[1234]
     assert next(iter_staged(result.path, middle.offset, 1)) == middle
+    # A shard's member names need only each row's key and extension: the same as the full rows'.
+    pairs = list(iter_keys_and_extensions(result.path, middle.offset, 500))
+    assert pairs == [(s.key, s.ext) for s in staged[1234:1734]] and all(type(x) is str for p in pairs for x in p)
 
 
 def test_fingerprint_ignores_row_order_but_not_content(tmp_path: Path) -> None:

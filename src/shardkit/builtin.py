@@ -138,31 +138,46 @@ def builder_for_members(shard_members: Iterable[Iterable[str]]) -> str:
     return next((p for p in picks if not p.endswith("folder")), picks[0] if picks else "imagefolder")
 
 
-def _suffixes(name: str) -> list[str]:
-    """A member's dotted suffixes as datasets counts them: ``a/b.Tar.GZ`` -> ``.tar``, ``.gz``."""
-    return ["." + part.lower() for part in name.rsplit("/", 1)[-1].split(".")[1:]]
+def _suffixes(tail: str) -> list[str]:
+    """The dotted suffixes datasets counts in a member's name, from the name's ``tail`` (its base
+    name from the first dot on): ``.Tar.GZ`` -> ``.tar``, ``.gz``."""
+    return ["." + part.lower() for part in tail[1:].split(".")] if tail else []
+
+
+def _tail(name: str) -> str:
+    base = name.rpartition("/")[2]
+    dot = base.find(".")
+    return base[dot:] if dot >= 0 else ""
 
 
 def _shard_suffix_counts(members: Iterable[str]) -> dict[int | None, list[tuple[str, int]]]:
     """Per limit of :data:`INFERENCE_MEMBER_LIMITS`, the suffix counts of a shard's first
     ``limit`` members (all: None) in name order, each suffix where the sorted names first hold
-    it. Memory: the first :data:`INFERENCE_FIRST_MEMBERS` names and one entry per suffix."""
+    it. Memory: the first :data:`INFERENCE_FIRST_MEMBERS` names and one entry per distinct tail
+    (``.jpg``, ``.tar.gz``: one or two in a shard)."""
     firsts: list[str] = []  # the smallest names so far, sorted
-    totals: Counter[str] = Counter()
-    first_at: dict[str, tuple[str, int]] = {}  # each suffix's first place in name order
+    tails: Counter[str] = Counter()
+    smallest: dict[str, str] = {}  # each tail's first name in name order
     for name in members:
         if len(firsts) < INFERENCE_FIRST_MEMBERS:
             bisect.insort(firsts, name)
         elif name < firsts[-1]:
             bisect.insort(firsts, name)
             firsts.pop()
-        for i, ext in enumerate(_suffixes(name)):
-            totals[ext] += 1
-            if ext not in first_at or (name, i) < first_at[ext]:
-                first_at[ext] = (name, i)
+        tail = _tail(name)
+        tails[tail] += 1
+        if tail not in smallest or name < smallest[tail]:
+            smallest[tail] = name
     head: Counter[str] = Counter()
     for name in firsts:
-        head.update(_suffixes(name))
+        head.update(_suffixes(_tail(name)))
+    totals: Counter[str] = Counter()
+    first_at: dict[str, tuple[str, int]] = {}  # each suffix's first place in name order
+    for tail, n in tails.items():
+        for i, ext in enumerate(_suffixes(tail)):
+            totals[ext] += n
+            if ext not in first_at or (smallest[tail], i) < first_at[ext]:
+                first_at[ext] = (smallest[tail], i)
     in_order = sorted(first_at, key=first_at.__getitem__)
     return {INFERENCE_FIRST_MEMBERS: list(head.items()), None: [(ext, totals[ext]) for ext in in_order]}
 
@@ -175,7 +190,7 @@ def builtin_loader_warnings(
     cut by size), for the advice."""
     if not LOADERS[fmt.name].builder_from_members or fmt.metadata_member is None:
         return []
-    from .staging import iter_staged  # the packer's: the card, which imports this module, needs none of it
+    from .staging import iter_keys_and_extensions  # the packer's: the card, which imports this module, needs none of it
 
     wanted = builder_name(fmt, modality)
     by_split: dict[str, list[ShardPlan]] = {}
@@ -185,8 +200,8 @@ def builtin_loader_warnings(
     for split, shards in by_split.items():
         first = sorted(shards, key=lambda p: p.name)[:INFERENCE_ARCHIVES]
         members = (
-            itertools.chain([fmt.metadata_member], (fmt.member_name(r.key, r.ext) for r in rows))
-            for rows in (iter_staged(staging_path, p.offset, p.rows) for p in first)
+            itertools.chain([fmt.metadata_member], itertools.starmap(fmt.member_name, rows))
+            for rows in (iter_keys_and_extensions(staging_path, p.offset, p.rows) for p in first)
         )
         picked = builder_for_members(members)
         if picked != wanted:

@@ -446,6 +446,14 @@ def iter_published_lines(path: str, offset: int, count: int) -> Iterator[bytes]:
         yield StagedRow.raw_fields(raw)[_PUBLISHED]
 
 
+def iter_keys_and_extensions(path: str, offset: int, count: int) -> Iterator[tuple[str, str]]:
+    """The key and file extension of ``count`` staged rows from ``offset``: those two ASCII
+    fields, nothing else of the line parsed (what a shard's member names need)."""
+    for _, raw in _raw_rows(path, offset, count):
+        fields = raw.split(b"\t", _EXT + 1)
+        yield fields[_KEY].decode("ascii"), fields[_EXT].decode("ascii")
+
+
 def iter_staged(path: str, offset: int = 0, count: int | None = None) -> Iterator[StagedRow]:
     """Read staged rows from ``sorted.tsv``, starting at a byte offset, at most ``count`` rows."""
     for position, raw in _raw_rows(path, offset, count):
