@@ -89,7 +89,7 @@ def _pack_locked(run: PackRun) -> PackSummary:
     """The stages, in order, holding the lock."""
     config = run.config
     if run.cluster is None and not config.dry_run:
-        start_forkserver(config.jobs, run.fmt.writer_modules)
+        start_forkserver(config.jobs)
     run.clear_working_folders()  # leftovers of a run that died
     problems = problem_report(run)  # the run's one report: each problem the stage finds goes to it
     run.phases.start()  # the check's clock starts here

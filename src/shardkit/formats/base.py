@@ -245,9 +245,6 @@ class ShardFormat(abc.ABC):
     #: What a pack publishes in this format, beyond the input and options: a new layout rewrites
     #: unchanged input (with --force). packresume.py's LAYOUT_CHANGES says what each number changed.
     layout_version: int = 4
-    #: The modules its writer imports beyond shardkit's, which a pack's forkserver imports once
-    #: for every worker (its pages then shared by the workers, its import time not paid by each).
-    writer_modules: tuple[str, ...] = ()
 
     @property
     def suffix(self) -> str:

@@ -1052,5 +1052,4 @@ PARQUET = ParquetFormat(
     member_template="{key}{ext} (the path in the file column)",
     random_access=True,
     layout_version=5,  # row groups of about 1/64 of the shard (packresume.LAYOUT_CHANGES)
-    writer_modules=("pyarrow.parquet",),
 )
