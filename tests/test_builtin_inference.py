@@ -58,9 +58,9 @@ def test_the_streamed_count_picks_what_the_sorted_names_pick() -> None:
 
 
 def test_a_tie_goes_to_the_suffix_the_sorted_names_reach_first() -> None:
-    # One shard: two of each; "a.png" sorts before "b.jpg", so .png is seen first and wins.
-    assert builder_for_members([["images/b.jpg", "images/c.jpg", "images/d.json", "images/a.json"]]) == "json"
-    assert builder_for_members([["images/b.jpg", "images/c.jpg", "images/a.png", "images/d.png"]]) == "imagefolder"
+    # One shard, two of each, given out of order: the suffix of the smallest name wins the tie.
+    assert builder_for_members([["images/b.json", "images/d.csv", "images/c.json", "images/a.csv"]]) == "csv"
+    assert builder_for_members([["images/b.csv", "images/d.json", "images/c.csv", "images/a.json"]]) == "json"
     members = ["x/2.json", "x/1.csv", "x/0.parquet"]  # one each: the smallest name's suffix
     assert builder_for_members([members]) == _rule([members]) == "parquet"
 

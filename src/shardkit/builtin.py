@@ -38,7 +38,7 @@ from .plan import BY_SIZE, ShardPlan
 #: 10 archives in 3.6 to 5.x; the first 200 members of each (sorted) in 3.6 and 4.0, all in 5.x.
 INFERENCE_ARCHIVES = 10
 INFERENCE_FIRST_MEMBERS = 200
-INFERENCE_MEMBER_LIMITS = (INFERENCE_FIRST_MEMBERS, None)
+INFERENCE_MEMBER_LIMITS = (INFERENCE_FIRST_MEMBERS, None)  # the two that _shard_suffix_counts counts
 _MODULES = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 #: The builder that gives a webdataset's columns: one per file extension, ``json``, ``__key__``, ``__url__``.
 WEBDATASET = "webdataset"
@@ -123,8 +123,9 @@ def builder_for_members(shard_members: Iterable[Iterable[str]]) -> str:
     the first that is not a folder builder if any of those versions picks one, else
     "imagefolder" or "audiofolder".
 
-    The names are taken one at a time, never held (a shard of tiny files has millions): per
-    limit, each extension's count and where datasets first sees it, which breaks a tie."""
+    The names are taken one at a time, not held (a shard of tiny files has millions; the first
+    200 of each shard aside): per limit, each suffix's count and where datasets first sees it,
+    which breaks a tie."""
     counts: dict[int | None, Counter[str]] = {limit: Counter() for limit in INFERENCE_MEMBER_LIMITS}
     for members in itertools.islice(shard_members, INFERENCE_ARCHIVES):
         for limit, shard_counts in _shard_suffix_counts(members).items():
@@ -154,7 +155,8 @@ def _shard_suffix_counts(members: Iterable[str]) -> dict[int | None, list[tuple[
     """Per limit of :data:`INFERENCE_MEMBER_LIMITS`, the suffix counts of a shard's first
     ``limit`` members (all: None) in name order, each suffix where the sorted names first hold
     it. Memory: the first :data:`INFERENCE_FIRST_MEMBERS` names and one entry per distinct tail
-    (``.jpg``, ``.tar.gz``: one or two in a shard)."""
+    (``.jpg``, ``.tar.gz``): one per file extension for shardkit's member names, whose keys
+    hold no dot."""
     firsts: list[str] = []  # the smallest names so far, sorted
     tails: Counter[str] = Counter()
     smallest: dict[str, str] = {}  # each tail's first name in name order

@@ -2,7 +2,7 @@
 
 The tasks are the row checks, one per byte range of the metadata file
 (:func:`shardkit.check.check_range`); the shards, one each (:func:`shardkit.writer.write_shard`);
-for remux, the source shards (:func:`shardkit.remux.transform_shard`). Each is a function and
+for remux, the batches of source rows (:func:`shardkit.remux.transform_batch`). Each is a function and
 one picklable argument, run by :func:`task_executor`'s choice:
 
 * ``--jobs 1``, or a single task: here, one after the other, no pool;
@@ -92,8 +92,8 @@ MIN_TASK_WINDOW = 8  # Dask tasks submitted ahead when the cluster has few (or n
 #: How long :meth:`LocalPool.stop` lets a stopped worker clean up before killing it.
 STOP_SECONDS = 10.0
 #: The modules whose functions run as a pack's tasks: the forkserver imports them once for every
-#: worker. A command with tasks of its own names their module to :func:`start_forkserver` (remux);
-#: a pack's workers do without it, each import held in every worker's memory.
+#: worker. Remux names its own module to :func:`start_forkserver`: a pack's workers do without
+#: it, and every module the forkserver imports is held in each worker's memory.
 TASK_MODULES = ("shardkit.tasks", "shardkit.check", "shardkit.writer")
 #: How often the caller's wait for results wakes up: the pools' own threads do not block SIGINT,
 #: and when the kernel hands a Ctrl-C to one of them, Python raises it in the main thread only
@@ -329,10 +329,11 @@ def _ctrl_c_held() -> Iterator[None]:
 
 def start_forkserver(jobs: int, modules: tuple[str, ...] = ()) -> None:
     """Start the forkserver now, when local worker processes will follow (``jobs`` over 1), so
-    its start and imports (with ``modules``, those of the caller's own tasks) run while the
-    caller works (pack's check phase) instead of before the first task. Changes nothing but when
-    that happens; the pool starts it itself otherwise (a worker then imports a task's module
-    when it first runs one)."""
+    its start and imports (with ``modules``, shardkit modules of the caller's own tasks) run while
+    the caller works (pack's check phase) instead of before the first task; the pool starts it
+    itself otherwise. Only the first start in a process counts: a worker imports a task's module
+    the forkserver lacks when it first runs one. (No module that starts threads: the forkserver
+    forks its workers, so it must hold one thread.)"""
     if jobs > 1:
         _ensure_forkserver(modules)
 
