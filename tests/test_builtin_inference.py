@@ -36,17 +36,18 @@ def _rule(shard_members: list[list[str]]) -> str:
 
 def test_the_streamed_count_picks_what_the_sorted_names_pick() -> None:
     """Random splits: few or many members a shard (more than 200, so the two limits differ),
-    names unsorted, mixed-case and multi-dotted suffixes, ties between suffixes, more shards
-    than datasets looks at; names are given as generators."""
+    names unsorted, mixed-case and multi-dotted suffixes, none or a trailing dot, ties between
+    suffixes, more shards than datasets looks at; names are given as generators."""
     rng = random.Random(37)
-    suffixes = ["jpg", "JPG", "png", "tar.gz", "json", "wav", "csv", "parquet", ""]
+    suffixes = ["jpg", "JPG", "png", "tar.gz", "json", "wav", "csv", "parquet", "", None]  # "": a trailing dot
     picked: set[str] = set()
     for case in range(400):
         shards = []
         for _ in range(rng.randint(1, 13)):
             n = rng.choice([0, 1, 2, 3, rng.randint(4, 40), rng.randint(150, 450)])
             exts = rng.sample(suffixes, rng.randint(1, 3))
-            names = [f"images/{rng.randrange(10**6):06d}{'.' + rng.choice(exts) if exts else ''}" for _ in range(n)]
+            tails = ["" if ext is None else "." + ext for ext in rng.choices(exts, k=n)]
+            names = [f"images/{rng.randrange(10**6):06d}{tail}" for tail in tails]
             names = list(dict.fromkeys(names))  # member names are unique in a shard
             names.append("metadata.parquet")
             rng.shuffle(names)
@@ -61,6 +62,9 @@ def test_a_tie_goes_to_the_suffix_the_sorted_names_reach_first() -> None:
     # One shard, two of each, given out of order: the suffix of the smallest name wins the tie.
     assert builder_for_members([["images/b.json", "images/d.csv", "images/c.json", "images/a.csv"]]) == "csv"
     assert builder_for_members([["images/b.csv", "images/d.json", "images/c.csv", "images/a.json"]]) == "json"
+    # .jpg ties .json (two each), seen first in b.JPG: of its two tails (.JPG, .x.jpg), the first place counts.
+    members = ["images/e.json", "images/d.x.jpg", "images/c.json", "images/b.JPG"]
+    assert builder_for_members([members]) == _rule([members]) == "imagefolder"
     members = ["x/2.json", "x/1.csv", "x/0.parquet"]  # one each: the smallest name's suffix
     assert builder_for_members([members]) == _rule([members]) == "parquet"
 

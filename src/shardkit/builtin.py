@@ -146,6 +146,7 @@ def _suffixes(tail: str) -> list[str]:
 
 
 def _tail(name: str) -> str:
+    """A member's base name from its first dot on (``images/a/b.tar.gz`` -> ``.tar.gz``; "": no dot)."""
     base = name.rpartition("/")[2]
     dot = base.find(".")
     return base[dot:] if dot >= 0 else ""
