@@ -23,8 +23,11 @@ with HF_HOME and XDG_CACHE_HOME in a fresh folder, so no run reads another's cac
 seconds, rows/s, the peak memory of the process tree (the sum of the RSS of the process and all its
 descendants, sampled every 50 ms; shared pages count once per process) and of its largest process, the CPU of
 the tool and of every other process on the machine (in cores: a busy machine skews everything, check that
-column). Prints one table per layout (medians of ``--rounds``; memory: the highest) and the issue's ratios:
-shardkit j2 / datasets loop (target >= 1.8), j2 / (2 x j1) (>= 0.9), j2 / datasets map (> 1). Every output is
+column), and the machine's speed just before and after (sha256 MB/s on one core: this VM's speed moved by up to
+2x from minute to minute). Prints one table per layout (medians of ``--rounds``; memory: the highest) and the
+issue's ratios, each the median of its rounds' (the tools run in reverse order every other round), with how
+many rounds kept a steady speed: shardkit j2 / datasets loop (target >= 1.8), j2 / (2 x j1) (>= 0.9), j2 /
+datasets map (> 1). Every output is
 checked: as many rows as the source, and shardkit's shards.json keeps the ClassLabel's names. Also printed: the CPU
 cost of creating a file in ``--workdir`` (shardkit stages a file per batch there, until 2026-11-27 a file per row;
 the datasets tools write a few large files): on the bench VM it ranged from 0.02 to 1 ms, between folders of one
@@ -65,6 +68,7 @@ CLASS_NAMES = ["airplane", "car", "bird", "cat", "deer", "dog", "frog", "horse",
 BATCH = 64
 TOOLS = ("shardkit-j2", "shardkit-j1", "datasets-loop", "datasets-map")
 SAMPLE_SECONDS = 0.05
+STEADY = 0.1  # probes within 10% of each other: the machine kept its speed (steady_pair)
 
 
 def make_source(root: Path, rows: int, seed: int) -> Path:
@@ -205,12 +209,29 @@ def create_cost(folder: Path, files: int = 500) -> float:
     return cost
 
 
+def core_speed() -> float:
+    """MB/s of sha256 on one core, the best of three 16 MB passes: the machine's speed just now. The bench VM
+    changed speed by up to 2x from minute to minute, with no steal time and nothing else running
+    (docs/performance.md): a run whose probes before and after differ was measured on a moving machine."""
+    import hashlib
+
+    data = bytes(16 << 20)
+    best = 0.0
+    for _ in range(3):
+        started = time.perf_counter()
+        hashlib.sha256(data).digest()
+        best = max(best, 16 / (time.perf_counter() - started))
+    return best
+
+
 def run_measured(argv: list[str], env: dict[str, str], logs: Path) -> dict[str, float]:
     """Run ``argv`` to its end in ``logs`` (its output goes there; a repo id is not read as a folder): wall seconds,
-    peak tree and process RSS (MB), its CPU and every other process's (cores)."""
+    peak tree and process RSS (MB), its CPU and every other process's (cores), the machine's speed before and
+    after (:func:`core_speed`)."""
     seen: dict[str, Any] = {"tree": 0, "proc": 0, "cpu": {}}
     stop = threading.Event()
     os.sync()  # what the run before wrote is on disk: its writeback does not stall this run's fsyncs
+    speed_before = core_speed()
     busy, here = machine_busy(), time.process_time()
     started = time.perf_counter()
     with open(logs / "stdout", "wb") as stdout, open(logs / "stderr", "wb") as stderr:
@@ -227,7 +248,10 @@ def run_measured(argv: list[str], env: dict[str, str], logs: Path) -> dict[str, 
     here_cpu = time.process_time() - here  # the Hub-API server's threads and this sampling
     busy_after = machine_busy()
     other = float("nan") if busy is None or busy_after is None else (busy_after - busy - tool_cpu - here_cpu) / wall
+    speed_after = core_speed()
     return {
+        "speed_before": speed_before,
+        "speed_after": speed_after,
         "seconds": wall,
         "tree_mb": seen["tree"] / 1e6,
         "proc_mb": seen["proc"] / 1e6,
@@ -276,7 +300,8 @@ def summarize(runs: list[dict[str, float]], rows: int) -> dict[str, float]:
     return out
 
 
-def print_layout(layout: str, shards: int, results: dict[str, dict[str, float]], rows: int, rounds: int) -> None:
+def print_layout(layout: str, shards: int, runs: dict[str, list[dict[str, float]]], rows: int, rounds: int) -> None:
+    results = {t: summarize(r, rows) for t, r in runs.items()}
     print(f"\n{layout}: {shards} source shard{'s' if shards > 1 else ''}, {rows} rows, {rounds} round(s)")
     header = (
         f"{'tool':14} {'s':>7} {'rows/s':>7} {'range':>11} {'x j2':>5} {'tree MB':>8} {'proc MB':>8}"
@@ -301,9 +326,22 @@ def print_layout(layout: str, shards: int, results: dict[str, dict[str, float]],
     for name, other, times, op, target in checks:
         if other not in results:
             continue
-        ratio = j2["rate"] / (times * results[other]["rate"])
+        # Per round (its runs are minutes apart, the order reversed every other round), then the median: the
+        # machine's speed drifts less within a round than across the bench.
+        ratios = [b["seconds"] / (times * a["seconds"]) for a, b in zip(runs["shardkit-j2"], runs[other], strict=True)]
+        ratio = statistics.median(ratios)
         met = ratio >= target if op == ">=" else ratio > target
-        print(f"  {name:32} {ratio:5.2f}  (target {op} {target}: {'met' if met else 'NOT met'})")
+        spread = f" (rounds {min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+        steady = [r for r, a, b in zip(ratios, runs["shardkit-j2"], runs[other], strict=True) if steady_pair(a, b)]
+        also = f"; rounds at a steady speed: {len(steady)}"
+        also += f", median {statistics.median(steady):.2f}" if steady else ""
+        print(f"  {name:32} {ratio:5.2f}{spread}  (target {op} {target}: {'met' if met else 'NOT met'}{also})")
+
+
+def steady_pair(*runs: dict[str, float]) -> bool:
+    """Whether the machine's speed probes before and after these runs agree within STEADY."""
+    speeds = [r[k] for r in runs for k in ("speed_before", "speed_after")]
+    return min(speeds) >= (1 - STEADY) * max(speeds)
 
 
 def main() -> None:
@@ -369,12 +407,16 @@ def main() -> None:
         create_ms = create_cost(work)
         for round_ in range(args.rounds):
             for layout, repo in repos.items():
-                for tool in args.tools:
+                # Every other round in reverse order: a machine that speeds up or slows down over the bench
+                # does not favour the tool that always runs first.
+                for tool in args.tools if round_ % 2 == 0 else reversed(args.tools):
                     got = measure(tool, repo, work / "run", base_env, args.rows)
                     runs[layout][tool].append(got)
                     print(
                         f"  round {round_ + 1} {layout} {tool}: {got['seconds']:.1f} s,"
-                        f" {args.rows / got['seconds']:.1f} rows/s, tree {got['tree_mb']:.0f} MB",
+                        f" {args.rows / got['seconds']:.1f} rows/s, tree {got['tree_mb']:.0f} MB, CPU"
+                        f" {got['cpu_s']:.1f} s; sha256 {got['speed_before']:.0f} MB/s before,"
+                        f" {got['speed_after']:.0f} after",
                         flush=True,
                     )
 
@@ -385,8 +427,7 @@ def main() -> None:
         f" {load:.1f}; Hub-API server on 127.0.0.1 in this process; creating a file in {work}: {create_ms:.3f} CPU ms"
     )
     for layout, by_tool in runs.items():
-        medians = {t: summarize(r, args.rows) for t, r in by_tool.items()}
-        print_layout(layout, layouts[layout], medians, args.rows, args.rounds)
+        print_layout(layout, layouts[layout], by_tool, args.rows, args.rounds)
     print(
         "\ns: wall seconds from start to exit (imports, download, writing); range: rows/s of the rounds; x j2: rows/s"
         " over shardkit j2's;\ntree MB: peak of the summed RSS of the tool's processes; proc MB: of its largest;"
