@@ -249,3 +249,28 @@ def test_help_says_what_a_batch_holds_and_what_to_return() -> None:
         "def augment(batch, seeds):",
     ):
         assert said in text, said
+
+
+def test_a_function_edited_after_a_failed_run_does_not_resume_with_the_batches_of_the_old_code(
+    source: Path, tmp_path: Path
+) -> None:
+    module = tmp_path / "edit_me.py"
+    module.write_text("def fn(batch):\n    if 7 in batch['n']:\n        raise ValueError('seven')\n    return batch\n")
+    args = ("remux", str(source), "out", "--map", "edit_me:fn", "--batch-size", "2", "-j", "1", "--no-decode")
+    failed = run_in(tmp_path, *args)
+    assert failed.returncode == 1 and "seven" in failed.stderr
+    parts = tmp_path / "out" / ".shardkit" / "remux" / "parts"
+    assert any(json.loads(p.read_text())["batches"] for p in parts.glob("*.json"))  # the old code finished some
+    module.write_text("def fn(batch):\n    return {**batch, 'v': [2] * len(batch['n'])}\n")
+    refused = run_in(tmp_path, *args)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"error: {tmp_path / 'out'} holds an unfinished remux with other settings (the map function's file, edited"
+        " since); re-run with --force to start over (its finished batches are dropped)"
+    ]
+    forced = run_in(tmp_path, *args, "--force", "--json", "-q")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["resumed_rows"] == 0
+    rows = list(shardkit.stream(str(tmp_path / "out")))
+    assert sorted(r["n"] for r in rows) == list(range(12))
+    assert [r["v"] for r in rows] == [2] * 12  # every row from the new code

@@ -172,7 +172,7 @@ def test_a_stopped_run_resumes_every_split_and_another_split_selection_starts_ov
     done_rows = sum(r["rows_in"] for r in records.values()) + test_rows
 
     other = remux(zoo, out, *args, "--split", "validation", check=False)
-    assert other.returncode == 2 and "unfinished remux with other settings" in other.stderr
+    assert other.returncode == 2 and "unfinished remux with other settings (--split); re-run" in other.stderr
 
     resumed = remux(zoo, out, *args)
     assert resumed["resumed_rows"] == done_rows and resumed["rows_out"] == 36

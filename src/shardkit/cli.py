@@ -783,7 +783,8 @@ class RemuxOptions(ExecutorOptions):
 @click.option(
     "--force",
     is_flag=True,
-    help="Start over when OUT_DIR holds other output or an unfinished remux with other settings.",
+    help="Start over when OUT_DIR holds other output or an unfinished remux with other settings"
+    " (an edited --map file among them).",
 )
 @click.option("--adopt", is_flag=True, help="As for pack: OUT_DIR may be a repo shardkit did not make.")
 @_with_options(executor_options)

@@ -99,6 +99,7 @@ from .remuxconfig import BatchFn, ImageFormatName, RemuxConfig
 from .remuxfn import (
     call_function,
     derived_key,
+    function_file_sha256,
     function_spec,
     load_function,
     metadata_line,
@@ -512,6 +513,7 @@ def _state(config: RemuxConfig, splits: list[SourceSplit]) -> dict[str, Any]:
         "labels": [[s.name, [[c.column, list(c.names), c.in_list] for c in s.labels]] for s in splits],
         "revision": config.revision,
         "fn": fn,
+        "fn_file_sha256": function_file_sha256(config.fn),  # an edited function does not resume
         "batch_size": config.batch_size,
         "seed": config.seed,
         "decode": config.decode,
@@ -606,8 +608,10 @@ def _start_state(
     # --force starts over from nothing: also when the state was damaged (then it reads as None).
     if previous != state and (previous is not None or config.force) and os.path.isdir(remux_dir):
         if not config.force:
+            named = _changed_settings(previous or {}, state)  # (not None here: only a state read is refused)
             raise UsageError(
-                f"{out_dir} holds an unfinished remux with other settings; re-run with --force to start over"
+                f"{out_dir} holds an unfinished remux with other settings ({named}); re-run with --force to start"
+                " over (its finished batches are dropped)"
             )
         shutil.rmtree(remux_dir)
     if previous != state or not (isinstance(run, str) and _RUN_ID.fullmatch(run)):
@@ -619,7 +623,34 @@ def _start_state(
     return run
 
 
+def _changed_settings(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The settings in which two remux states differ, named as the user gives them (``--split``,
+    not also the splits it selects)."""
+    differ = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+    if differ & {"source", "config_name", "split", "revision"}:  # what the splits read follow from
+        differ -= {"splits", "labels"}
+    known = [name for key, name in _SETTING_NAMES.items() if key in differ]
+    return ", ".join(known + sorted(differ - _SETTING_NAMES.keys()))
+
+
 _RUN_ID = re.compile("[0-9a-f]{16}")
+#: How a refused resume names the settings that changed (:func:`_start_state`); others by their key.
+_SETTING_NAMES = {
+    "source": "SOURCE",
+    "config_name": "--config",
+    "split": "--split",
+    "splits": "the source's splits",
+    "labels": "the source's class labels",
+    "revision": "--revision",
+    "fn": "--map",
+    "fn_file_sha256": "the map function's file, edited since",
+    "batch_size": "--batch-size",
+    "seed": "--seed",
+    "decode": "--no-decode",
+    "image_format": "--image-format",
+    "quality": "--quality",
+    "datasets": "the datasets version",
+}
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,33 @@ def function_spec(spec: BatchFn | str) -> BatchFn | str:
     return _load(spec)[1]
 
 
+def function_file_sha256(spec: BatchFn | str) -> str | None:
+    """The sha256 of the file that defines the function of ``spec`` (as :func:`function_spec`
+    gave it; nothing is run again), None when there is no such file. A remux records it, so an
+    unfinished remux whose function was edited since is not resumed with the batches the old code
+    made. Only that file: a module it imports may change unseen."""
+    path: str | None
+    if callable(spec):
+        try:
+            path = inspect.getsourcefile(spec)
+        except TypeError:  # a builtin, a functools.partial
+            path = None
+    else:
+        module_name = _split_spec(spec)[0]
+        if module_name.endswith(".py"):
+            path = module_name
+        else:
+            module = sys.modules.get(module_name)
+            path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
 def _load(spec: BatchFn | str) -> tuple[BatchFn, BatchFn | str]:
     """The function, and ``spec`` with the file it was found in (if not imported as is)."""
     if callable(spec):
