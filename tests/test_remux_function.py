@@ -53,6 +53,18 @@ def a_path_for_the_image(batch):
 
 def a_tuple(batch):
     return {**batch, "label": tuple(batch["label"])}
+
+
+def a_key_of_its_own(batch):
+    return {**batch, "key": ["row7"] * len(batch["image"])}
+
+
+def noisy(batch):
+    print("hello from the function")
+    return batch
+
+
+print("hello from the module")
 """
 
 
@@ -221,6 +233,12 @@ def test_an_error_while_importing_the_users_module_is_named_with_its_file_and_li
             "a_tuple",
             f"the map function must return a dict of lists ({FIRST_BATCH}); its column 'label' is a tuple, not a list",
         ),
+        (
+            "a_key_of_its_own",
+            f"the map function returned 'row7' in column 'key' ({FIRST_BATCH}, row 0 of its output): a key is 8 to"
+            " 128 lowercase hex digits (None, or no 'key' column, for shardkit's own; rename a column of yours"
+            " named 'key')",
+        ),
     ],
 )
 def test_a_wrong_output_is_one_line_of_its_own_naming_the_column_and_the_batch(
@@ -274,3 +292,13 @@ def test_a_function_edited_after_a_failed_run_does_not_resume_with_the_batches_o
     rows = list(shardkit.stream(str(tmp_path / "out")))
     assert sorted(r["n"] for r in rows) == list(range(12))
     assert [r["v"] for r in rows] == [2] * 12  # every row from the new code
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_what_the_function_prints_goes_to_stderr_and_json_stays_alone_on_stdout(
+    source: Path, functions: Path, tmp_path: Path, jobs: str
+) -> None:
+    result = run_in(tmp_path, "remux", str(source), "out", "--map", f"{functions}:noisy", "-j", jobs, "--json", "-q")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows_out"] == 12  # the whole of stdout is the summary
+    assert "hello from the function" in result.stderr and "hello from the module" in result.stderr

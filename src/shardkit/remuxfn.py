@@ -4,6 +4,7 @@ named with the column and the batch."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -77,11 +78,12 @@ def _load(spec: BatchFn | str) -> tuple[BatchFn, BatchFn | str]:
         return spec, spec
     module_name, attr = _split_spec(spec)
     path: str | None
-    if module_name.endswith(".py"):
-        path = os.path.abspath(module_name)
-        module = _import_file(path, spec)
-    else:
-        module, path = _import_module(module_name, spec)
+    with contextlib.redirect_stdout(sys.stderr):  # what its module prints as it loads: as call_function
+        if module_name.endswith(".py"):
+            path = os.path.abspath(module_name)
+            module = _import_file(path, spec)
+        else:
+            module, path = _import_module(module_name, spec)
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise UsageError(f"--map {spec!r}: {module_name} ({module.__file__}) has no function {attr!r}")
@@ -392,7 +394,9 @@ def call_function(
     """``fn``'s output for ``batch`` as rows; what it raises, or an output that is not a batch, is
     a ShardkitError naming ``where`` (the split, source piece and batch) and ``rows``."""
     try:
-        out = fn(batch, seeds) if with_seeds else fn(batch)
+        # What the function prints goes to stderr, with shardkit's own messages: stdout is --json's.
+        with contextlib.redirect_stdout(sys.stderr):
+            out = fn(batch, seeds) if with_seeds else fn(batch)
     except Exception as exc:
         raise ShardkitError(
             f"the map function failed on {where.rsplit(', batch', 1)[0]}, {rows}:"
@@ -425,7 +429,13 @@ def output_row(
     not_labels = {
         label.column for label in labels if label.column in fields and not as_class_names(fields, label, where)
     }
-    return OutputRow(data, ext, key if isinstance(key, str) and KEY_RE.fullmatch(key) else None, fields, not_labels)
+    if key is not None and not (isinstance(key, str) and KEY_RE.fullmatch(key)):
+        raise ShardkitError(
+            f"the map function returned {key!r} in column 'key' ({where}, row {index} of its output): a key is 8 to"
+            " 128 lowercase hex digits (None, or no 'key' column, for shardkit's own; rename a column of yours"
+            " named 'key')"
+        )
+    return OutputRow(data, ext, key, fields, not_labels)
 
 
 def metadata_line(file_name: list[Any], key: str, fields: dict[str, Any], where: str) -> bytes:
