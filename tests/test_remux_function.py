@@ -302,3 +302,21 @@ def test_what_the_function_prints_goes_to_stderr_and_json_stays_alone_on_stdout(
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["rows_out"] == 12  # the whole of stdout is the summary
     assert "hello from the function" in result.stderr and "hello from the module" in result.stderr
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_function_that_raises_is_named_on_one_line_with_its_traceback_on_the_lines_below(
+    source: Path, tmp_path: Path, jobs: str
+) -> None:
+    module = tmp_path / "raising.py"
+    module.write_text('def boom(batch):\n    helper()\n\n\ndef helper():\n    raise ValueError("no good")\n')
+    result = run_in(tmp_path, "remux", str(source), "out", "--map", "raising:boom", "-j", jobs, "-q")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: the map function failed on split 'train', rows 0..11: ValueError: no good (at {module}:6 in helper)",
+        "Traceback of the map function:",
+        f'  File "{module}", line 2, in boom',
+        "    helper()",
+        f'  File "{module}", line 6, in helper',
+        '    raise ValueError("no good")',
+    ]

@@ -7,6 +7,7 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def listed(items: list[str], most: int) -> str:
@@ -126,6 +127,14 @@ class ShardkitError(Exception):
 
     def __init__(self, *args: object) -> None:
         super().__init__(*(_shown_message(_lines_of_reraise(a)) if isinstance(a, (str, list)) else a for a in args))
+
+    def __reduce__(self) -> Any:
+        """A message of several lines crosses to another process (from a pool's worker) as its
+        lines: given again as one string, its line breaks would be escaped (:func:`one_line`)."""
+        message = self.args[0] if len(self.args) == 1 else None
+        if type(self).__init__ is ShardkitError.__init__ and isinstance(message, str) and "\n" in message:
+            return (type(self), (message.split("\n"),), self.__dict__ or None)
+        return super().__reduce__()
 
 
 def _lines_of_reraise(message: str | list[str]) -> str | list[str]:

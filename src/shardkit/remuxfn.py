@@ -281,15 +281,16 @@ def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def where_raised(exc: BaseException) -> str:
+def where_raised(exc: BaseException) -> tuple[str, list[str]]:
     """Where the user's code raised ``exc``: its innermost frame outside shardkit, and the
-    traceback of the user's frames (the task may have run in another process, so as text)."""
+    traceback of the user's frames as lines (the task may have run in another process, so as
+    text); ``("", [])`` when no frame is the user's."""
     frames = _user_frames(exc)
     if not frames:
-        return ""
+        return "", []
     last = frames[-1]
-    lines = "".join(traceback.format_list(frames)).rstrip()
-    return f" (at {last.filename}:{last.lineno} in {last.name})\nTraceback of the map function:\n{lines}"
+    lines = "".join(traceback.format_list(frames)).rstrip().split("\n")
+    return f" (at {last.filename}:{last.lineno} in {last.name})", ["Traceback of the map function:", *lines]
 
 
 def output_rows(out: Any, where: str) -> list[dict[str, Any]]:
@@ -398,10 +399,11 @@ def call_function(
         with contextlib.redirect_stdout(sys.stderr):
             out = fn(batch, seeds) if with_seeds else fn(batch)
     except Exception as exc:
-        raise ShardkitError(
-            f"the map function failed on {where.rsplit(', batch', 1)[0]}, {rows}:"
-            f" {type(exc).__name__}: {exc}{where_raised(exc)}"
-        ) from exc
+        at, trace = where_raised(exc)
+        # A message of lines: the error on the first, the user's traceback below it (each line
+        # made one line on its own, where a message in one string has its line breaks escaped).
+        first = f"the map function failed on {where.rsplit(', batch', 1)[0]}, {rows}: {type(exc).__name__}: {exc}{at}"
+        raise ShardkitError([first, *trace]) from exc
     return output_rows(out, where)
 
 
