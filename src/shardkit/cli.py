@@ -748,7 +748,7 @@ class RemuxOptions(ExecutorOptions):
     type=click.IntRange(1),
     default=os.cpu_count() or 1,
     show_default="all cores",
-    help="Source shards transformed at once, each in its own process (--executor local).",
+    help="Worker processes, each transforming one batch at a time (--executor local); 1: in this process.",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the per-row seeds passed to the function."
