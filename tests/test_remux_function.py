@@ -59,6 +59,10 @@ def a_key_of_its_own(batch):
     return {**batch, "key": ["row7"] * len(batch["image"])}
 
 
+def a_long_key(batch):
+    return {**batch, "key": ["x" * 100_000] * len(batch["image"])}
+
+
 def noisy(batch):
     print("hello from the function")
     return batch
@@ -237,6 +241,12 @@ def test_an_error_while_importing_the_users_module_is_named_with_its_file_and_li
             "a_key_of_its_own",
             f"the map function returned 'row7' in column 'key' ({FIRST_BATCH}, row 0 of its output): a key is 8 to"
             " 128 lowercase hex digits (None, or no 'key' column, for shardkit's own; rename a column of yours"
+            " named 'key')",
+        ),
+        (
+            "a_long_key",
+            f"the map function returned '{'x' * 76}... in column 'key' ({FIRST_BATCH}, row 0 of its output): a key is"
+            " 8 to 128 lowercase hex digits (None, or no 'key' column, for shardkit's own; rename a column of yours"
             " named 'key')",
         ),
     ],

@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def shown_value(value: Any) -> str:
+    """A value as a message shows it: repr, cut short (it may be megabytes of anything)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def listed(items: list[str], most: int) -> str:
     """``a, b, c and 4 more``: the first ``most`` items of a list a message names."""
     more = len(items) - most

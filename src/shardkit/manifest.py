@@ -21,6 +21,7 @@ from .atomicfile import WORK_DIR as WORK_DIR  # (outdir's concept; defined besid
 from .atomicfile import replace_atomic as replace_atomic
 from .atomicfile import write_atomic as write_atomic
 from .errors import ManifestError, UsageError
+from .errors import shown_value as _shown
 from .formats import (
     FORMAT_NAMES,
     FORMATS,
@@ -408,12 +409,6 @@ def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
-
-
-def _shown(value: Any) -> str:
-    """A value as a message shows it: repr, cut short (it may be megabytes of anything)."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _kind(value: Any) -> str:

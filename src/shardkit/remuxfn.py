@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .errors import ShardkitError, UsageError
+from .errors import ShardkitError, UsageError, shown_value
 from .metadata import non_finite_problem
 from .remuxconfig import BatchFn, RemuxConfig
 from .remuxsource import ClassLabelColumn
@@ -433,9 +433,9 @@ def output_row(
     }
     if key is not None and not (isinstance(key, str) and KEY_RE.fullmatch(key)):
         raise ShardkitError(
-            f"the map function returned {key!r} in column 'key' ({where}, row {index} of its output): a key is 8 to"
-            " 128 lowercase hex digits (None, or no 'key' column, for shardkit's own; rename a column of yours"
-            " named 'key')"
+            f"the map function returned {shown_value(key)} in column 'key' ({where}, row {index} of its output):"
+            " a key is 8 to 128 lowercase hex digits (None, or no 'key' column, for shardkit's own; rename a column"
+            " of yours named 'key')"
         )
     return OutputRow(data, ext, key, fields, not_labels)
 

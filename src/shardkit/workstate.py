@@ -26,6 +26,7 @@ import stat
 from typing import Any
 
 from .errors import ShardkitError
+from .errors import shown_value as _shown
 from .formats import FORMAT_NAMES, format_named
 from .manifest import (
     MAX_MANIFEST_BYTES,
@@ -33,7 +34,6 @@ from .manifest import (
     _checked_shards,
     _object,
     _sha256,
-    _shown,
     _whole,
 )
 from .plan import BY_SIZE, FIRST_BOUNDARY, MAX_PREFIX_LENGTH
