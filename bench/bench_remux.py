@@ -52,6 +52,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench_core_speeds import core_speed  # noqa: E402
 from bench_training_stream import machine_busy, photo_like_jpeg  # noqa: E402
 
 from tests.hub_server import WRITE_TOKEN, run_hub_server  # noqa: E402
@@ -207,26 +208,11 @@ def create_cost(folder: Path, files: int = 500) -> float:
     return cost
 
 
-def core_speed() -> float:
-    """MB/s of sha256 on one core, the best of three 16 MB passes: the machine's speed just now. Each core of the
-    bench VM switched between about 380 and 175-240 MB/s, on its own and within seconds, with no steal time and
-    nothing else running (docs/performance.md): probes that differ before and after a run say its figures are
-    the machine's luck as much as the tool's; probes that agree do not prove the speed held between them."""
-    import hashlib
-
-    data = bytes(16 << 20)
-    best = 0.0
-    for _ in range(3):
-        started = time.perf_counter()
-        hashlib.sha256(data).digest()
-        best = max(best, 16 / (time.perf_counter() - started))
-    return best
-
-
 def run_measured(argv: list[str], env: dict[str, str], logs: Path) -> dict[str, float]:
     """Run ``argv`` to its end in ``logs`` (its output goes there; a repo id is not read as a folder): wall seconds,
     peak tree and process RSS (MB), its CPU and every other process's (cores), the machine's speed before and
-    after (:func:`core_speed`)."""
+    after (bench_core_speeds.py's one-core probe: probes that differ say the run's figures are the machine's luck
+    as much as the tool's; probes that agree do not prove the speed held between them)."""
     seen: dict[str, Any] = {"tree": 0, "proc": 0, "cpu": {}}
     stop = threading.Event()
     os.sync()  # what the run before wrote is on disk: its writeback does not stall this run's fsyncs

@@ -20,8 +20,7 @@ from typing import Any
 from .atomicfile import WORK_DIR as WORK_DIR  # (outdir's concept; defined beside write_atomic)
 from .atomicfile import replace_atomic as replace_atomic
 from .atomicfile import write_atomic as write_atomic
-from .errors import ManifestError, UsageError
-from .errors import shown_value as _shown
+from .errors import ManifestError, UsageError, shown_value
 from .formats import (
     FORMAT_NAMES,
     FORMATS,
@@ -403,7 +402,7 @@ def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(out) != len(pairs):
         names = [name for name, _ in pairs]
         twice = next(name for name in names if names.count(name) > 1)
-        raise ValueError(f"the name {_shown(twice)} appears twice in one object")
+        raise ValueError(f"the name {shown_value(twice)} appears twice in one object")
     return out
 
 
@@ -425,13 +424,13 @@ def _object(value: Any, where: str) -> dict[str, Any]:
 def _whole(value: Any, where: str, low: int, high: int) -> int:
     """A JSON whole number from ``low`` to ``high`` (not a boolean, not 3.0)."""
     if type(value) is not int or not low <= value <= high:
-        raise ValueError(f"{where} is {_shown(value)}, not a whole number from {low} to {high}")
+        raise ValueError(f"{where} is {shown_value(value)}, not a whole number from {low} to {high}")
     return value
 
 
 def _string(value: Any, where: str, pattern: re.Pattern[str] | None = None, words: str = "") -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME_CHARS or (pattern and not pattern.fullmatch(value)):
-        raise ValueError(f"{where} is {_shown(value)}, not {words or 'a string'}")
+        raise ValueError(f"{where} is {shown_value(value)}, not {words or 'a string'}")
     return value
 
 
@@ -439,7 +438,7 @@ def _written_as(data: dict[str, Any], name: str, written: str | None) -> None:
     """Field ``name``, where present, is ``written``: what shardkit writes there (None: nothing)."""
     if name in data and data[name] != written:
         words = f"{written!r}, what shardkit writes" if written else "a field of this format"
-        raise ValueError(f"{name} is {_shown(data[name])}, not {words}")
+        raise ValueError(f"{name} is {shown_value(data[name])}, not {words}")
 
 
 def _no_surrogates(data: Any) -> None:
@@ -453,8 +452,8 @@ def _no_surrogates(data: Any) -> None:
             at = f"{path}[{name}]" if isinstance(name, int) else f"{path}.{name}" if path else name
             for text, where in ((name, f"the name of {at}"), (item, at)):
                 if isinstance(text, str) and (found := _SURROGATE.search(text)):
-                    shown = _shown(text[max(0, found.start() - 20) : found.end() + 20])
-                    raise ValueError(f"{_shown(where)[1:-1]} holds a lone surrogate ({shown}), not text")
+                    shown = shown_value(text[max(0, found.start() - 20) : found.end() + 20])
+                    raise ValueError(f"{shown_value(where)[1:-1]} holds a lone surrogate ({shown}), not text")
             if isinstance(item, (dict, list)):
                 pending.append((item, at))
 
@@ -473,7 +472,7 @@ def checked_manifest(data: Any) -> Manifest:
         if name not in data:
             raise ValueError(f"the manifest has no {name!r}: not a shardkit manifest")
     if unknown := sorted(data.keys() - _FIELDS):
-        raise ValueError(f"the manifest has a field shardkit does not write: {_shown(unknown[0])}")
+        raise ValueError(f"the manifest has a field shardkit does not write: {shown_value(unknown[0])}")
     _no_surrogates(data)
     tag = data["format"]
     try:
@@ -482,13 +481,13 @@ def checked_manifest(data: Any) -> Manifest:
         fmt = None
     if fmt is None:
         tags = ", ".join(f.manifest_format for f in FORMATS.values())
-        raise ValueError(f"format is {_shown(tag)}, not one shardkit writes ({tags})")
+        raise ValueError(f"format is {shown_value(tag)}, not one shardkit writes ({tags})")
     layout = data.get("layout")
     # Recorded from layout 4 on: one the format has had (a manifest without it is older).
     if layout is not None and (type(layout) is not int or not RECORDED_LAYOUT <= layout <= fmt.layout_version):
         known = " or ".join(map(str, range(RECORDED_LAYOUT, fmt.layout_version + 1)))
         words = "the layout shardkit writes" if fmt.layout_version == RECORDED_LAYOUT else "the layouts shardkit reads"
-        raise ValueError(f"layout is {_shown(layout)}, not {known}, {words}")
+        raise ValueError(f"layout is {shown_value(layout)}, not {known}, {words}")
     _written_as(data, "key_scheme", KEY_SCHEME)
     _written_as(data, "member_template", fmt.member_template)
     # A ZIP shard's first member: its typed table from layout 4 on, its JSON lines before.
@@ -500,11 +499,11 @@ def checked_manifest(data: Any) -> Manifest:
     fingerprint = _sha256(data["input_fingerprint"], "input_fingerprint")
     modality = data["modality"]
     if modality not in MODALITIES:
-        raise ValueError(f"modality is {_shown(modality)}, not one of {', '.join(MODALITIES)}")
+        raise ValueError(f"modality is {shown_value(modality)}, not one of {', '.join(MODALITIES)}")
     features = _checked_features(data["features"], modality)
     table = data.get("metadata_table")
     if table not in (None, TABLE_NAME):  # shardkit's one name, never a path to follow
-        raise ValueError(f"metadata_table is {_shown(table)}, not {TABLE_NAME!r}")
+        raise ValueError(f"metadata_table is {shown_value(table)}, not {TABLE_NAME!r}")
     table_sha256 = data.get("metadata_table_sha256")
     if table_sha256 is not None:
         _sha256(table_sha256, "metadata_table_sha256")
@@ -529,7 +528,7 @@ def _checked_shards(value: Any, fmt: ShardFormat, cap: int, *, placed: bool = Tr
     """``shards`` checked entry by entry (``placed``: a manifest's, where each nested shard has
     its part of its folder's metadata file; a done record's may not have it yet)."""
     if not isinstance(value, list) or not value:
-        raise ValueError(f"shards is {_shown(value) if value == [] else _kind(value)}, not a list of shards")
+        raise ValueError(f"shards is {shown_value(value) if value == [] else _kind(value)}, not a list of shards")
     shards: list[ManifestShard] = []
     seen: set[str] = set()
     folders: set[bool] = set()
@@ -539,16 +538,16 @@ def _checked_shards(value: Any, fmt: ShardFormat, cap: int, *, placed: bool = Tr
         if missing := sorted(_SHARD_REQUIRED - entry.keys()):
             raise ValueError(f"{at} has no {missing[0]!r}")
         if unknown := sorted(entry.keys() - _SHARD_FIELDS):
-            raise ValueError(f"{at} has a field shardkit does not write: {_shown(unknown[0])}")
+            raise ValueError(f"{at} has a field shardkit does not write: {shown_value(unknown[0])}")
         file = entry["file"]
         split = entry.get("split", "train")
         if not isinstance(split, str):
-            raise ValueError(f"{at}.split is {_shown(split)}, not a split's name")
+            raise ValueError(f"{at}.split is {shown_value(split)}, not a split's name")
         place = shard_place(file, split) if isinstance(file, str) else None
         if place is None or place.suffix != fmt.name:
             raise ValueError(
-                f"{at}.file is {_shown(file)}, not data/[<split>/][<folder>/]<hex prefix>{fmt.suffix}"
-                f" for a shard of split {_shown(split)}"
+                f"{at}.file is {shown_value(file)}, not data/[<split>/][<folder>/]<hex prefix>{fmt.suffix}"
+                f" for a shard of split {shown_value(split)}"
             )
         at = f"shard {file!r}"
         if file in seen:
@@ -556,10 +555,10 @@ def _checked_shards(value: Any, fmt: ShardFormat, cap: int, *, placed: bool = Tr
         seen.add(file)
         metadata = metadata_file_of(file, split)
         if entry["metadata"] != metadata:
-            raise ValueError(f"{at} has metadata {_shown(entry['metadata'])}, not {metadata!r}")
+            raise ValueError(f"{at} has metadata {shown_value(entry['metadata'])}, not {metadata!r}")
         metadata_range = _checked_range(entry.get("metadata_range"), at, nested=place.nested, placed=placed)
         if not place.split_folder and split != "train":
-            raise ValueError(f"{at} is in the folder of another split than {_shown(split)}")
+            raise ValueError(f"{at} is in the folder of another split than {shown_value(split)}")
         folders.add(place.split_folder)
         # Readers plan from these (which rows a rank reads, where a cut piece ends): a shard of
         # no rows would never be opened, and its rows would be lost without a word.
@@ -609,11 +608,11 @@ def _checked_range(value: Any, at: str, *, nested: bool, placed: bool) -> tuple[
     if not nested:
         raise ValueError(f"{at} has a metadata_range, but a metadata file of its own")
     if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value)):
-        raise ValueError(f"{at}: metadata_range is {_shown(value)}, not [start, end]")
+        raise ValueError(f"{at}: metadata_range is {shown_value(value)}, not [start, end]")
     start, end = value
     if not 0 <= start < end <= MAX_METADATA_PART_END:
         raise ValueError(
-            f"{at}: metadata_range is {_shown(value)}, not [start, end] with end after start, at most"
+            f"{at}: metadata_range is {shown_value(value)}, not [start, end] with end after start, at most"
             f" {MAX_METADATA_PART_END}"
         )
     return start, end
@@ -679,7 +678,7 @@ def _checked_splits(data: dict[str, Any], shards: list[ManifestShard], prefix_le
         return {}
     splits = _object(data["splits"], "splits")
     if set(splits) != set(actual):
-        raise ValueError(f"splits names {_shown(sorted(splits))}, but the shards are in {sorted(actual)}")
+        raise ValueError(f"splits names {shown_value(sorted(splits))}, but the shards are in {sorted(actual)}")
     prefix_lengths: dict[str, int] = {}
     for name, split in splits.items():
         split = _object(split, f"splits[{name!r}]")
@@ -694,7 +693,7 @@ def _checked_splits(data: dict[str, Any], shards: list[ManifestShard], prefix_le
 def _check_counts(found: dict[str, Any], expected: dict[str, int], where: str) -> None:
     # (compared with their types: JSON's true must not pass for 1)
     if found != expected or any(type(v) is not int for v in found.values()):
-        raise ValueError(f"{where} is {_shown(found)}, but the shards add up to {expected}")
+        raise ValueError(f"{where} is {shown_value(found)}, but the shards add up to {expected}")
 
 
 def _check_key_ranges(manifest: Manifest) -> None:
@@ -738,9 +737,9 @@ def _check_fields(value: Any, where: str, count: list[int], depth: int, names: s
         feature = _object(feature, at)
         name = _string(feature.get("name"), f"{at}.name", words="a column name")
         if problem := column_name_problem(name):
-            raise ValueError(f"{at}.name {_shown(name)} {problem}")
+            raise ValueError(f"{at}.name {shown_value(name)} {problem}")
         if name in names:
-            raise ValueError(f"{at} is a second column named {_shown(name)}")
+            raise ValueError(f"{at} is a second column named {shown_value(name)}")
         names.add(name)
         at = f"{where} {name!r}" if top else f"{at} ({name!r})"
         _check_type({k: v for k, v in feature.items() if k != "name"}, at, count, depth, top=top)
@@ -754,13 +753,13 @@ def _check_type(spec: dict[str, Any], where: str, count: list[int], depth: int, 
     if depth > MAX_NESTING:
         raise ValueError(f"{where} nests deeper than {MAX_NESTING} levels")
     if len(spec) != 1 or next(iter(spec)) not in ("dtype", "list", "struct"):
-        raise ValueError(f"{where} has {_shown(sorted(spec))}, not one of dtype, list or struct")
+        raise ValueError(f"{where} has {shown_value(sorted(spec))}, not one of dtype, list or struct")
     kind, inner = next(iter(spec.items()))
     if kind == "dtype":
         if isinstance(inner, dict) and top:
             _check_class_label(inner, where)
         elif not isinstance(inner, str) or inner not in FIELD_DTYPES:
-            raise ValueError(f"{where} has dtype {_shown(inner)}, not one of {', '.join(sorted(FIELD_DTYPES))}")
+            raise ValueError(f"{where} has dtype {shown_value(inner)}, not one of {', '.join(sorted(FIELD_DTYPES))}")
     elif kind == "struct":
         _check_fields(inner, f"{where}.struct", count, depth + 1, set())
     elif isinstance(inner, str):  # "list: string"
@@ -770,7 +769,7 @@ def _check_type(spec: dict[str, Any], where: str, count: list[int], depth: int, 
     elif isinstance(inner, dict) and "list" in inner:  # a list of lists: "list: {list: ...}"
         _check_type(inner, f"{where}.list", count, depth + 1)
     else:
-        raise ValueError(f"{where}.list is {_shown(inner)}, not a dtype, a list of fields or a list")
+        raise ValueError(f"{where}.list is {shown_value(inner)}, not a dtype, a list of fields or a list")
 
 
 def _check_class_label(dtype: dict[str, Any], where: str) -> None:
@@ -778,7 +777,7 @@ def _check_class_label(dtype: dict[str, Any], where: str) -> None:
     label = dtype.get("class_label") if list(dtype) == ["class_label"] else None
     names = label.get("names") if isinstance(label, dict) and list(label) == ["names"] else None
     if not isinstance(names, dict) or not names:
-        raise ValueError(f"{where} has dtype {_shown(dtype)}, not a class label's names")
+        raise ValueError(f"{where} has dtype {shown_value(dtype)}, not a class label's names")
     if len(names) > MAX_CLASS_NAMES:
         raise ValueError(f"{where} has more than {MAX_CLASS_NAMES} class names")
     if list(names) != [str(i) for i in range(len(names))]:
@@ -787,7 +786,7 @@ def _check_class_label(dtype: dict[str, Any], where: str) -> None:
     for number, name in names.items():
         _string(name, f"{where}'s class name {number}", words="a class name (a string)")
         if name in seen:
-            raise ValueError(f"{where} has the class name {_shown(name)} twice")
+            raise ValueError(f"{where} has the class name {shown_value(name)} twice")
         seen.add(name)
 
 

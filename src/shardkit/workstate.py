@@ -25,8 +25,7 @@ import os
 import stat
 from typing import Any
 
-from .errors import ShardkitError
-from .errors import shown_value as _shown
+from .errors import ShardkitError, shown_value
 from .formats import FORMAT_NAMES, format_named
 from .manifest import (
     MAX_MANIFEST_BYTES,
@@ -97,7 +96,7 @@ def _check_state(data: Any) -> dict[str, Any]:
         if options.get(name) is not None:
             _whole(options[name], f"options.{name}", 1, 2**63)
     if options.get("format", "zip") not in FORMAT_NAMES:
-        raise ValueError(f"options.format is {_shown(options['format'])}, not one of {', '.join(FORMAT_NAMES)}")
+        raise ValueError(f"options.format is {shown_value(options['format'])}, not one of {', '.join(FORMAT_NAMES)}")
     if "layout" in state:
         _whole(state["layout"], "layout", 1, _MAX_LAYOUT)
     for split, length in _object(state.get("prefix_lengths", {}), "prefix_lengths").items():
@@ -105,9 +104,9 @@ def _check_state(data: Any) -> dict[str, Any]:
             _whole(length, f"prefix_lengths[{split!r}]", BY_SIZE, MAX_PREFIX_LENGTH)
     for column, names in _object(state.get("labels", {}), "labels").items():
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ValueError(f"labels[{_shown(column)}] is not a list of class names")
+            raise ValueError(f"labels[{shown_value(column)}] is not a list of class names")
     if not isinstance(state.get("split_folders", False), bool):
-        raise ValueError(f"split_folders is {_shown(state['split_folders'])}, not true or false")
+        raise ValueError(f"split_folders is {shown_value(state['split_folders'])}, not true or false")
     for split, starts in _object(state.get("boundaries", {}), "boundaries").items():
         if (
             not isinstance(starts, list)
@@ -117,7 +116,7 @@ def _check_state(data: Any) -> dict[str, Any]:
             or starts != sorted(set(starts))
         ):
             raise ValueError(
-                f"boundaries[{_shown(split)}] is {_shown(starts)}, not shard names sorted, unique and"
+                f"boundaries[{shown_value(split)}] is {shown_value(starts)}, not shard names sorted, unique and"
                 f" starting at {FIRST_BOUNDARY!r}"
             )
     return state
@@ -195,7 +194,7 @@ def read_done_records(done_dir: str) -> dict[str, ManifestShard]:
             file = data.get("file")
             suffix = file.rsplit(".", 1)[-1] if isinstance(file, str) else ""
             if suffix not in FORMAT_NAMES:
-                raise ValueError(f"file is {_shown(file)}, not a shard's name")
+                raise ValueError(f"file is {shown_value(file)}, not a shard's name")
             fmt = format_named(suffix)
             records[path] = _checked_shards([data], fmt, fmt.max_bytes, placed=False)[0]
         except ValueError as exc:
@@ -209,8 +208,8 @@ def read_hash_cache(path: str) -> dict[str, list[str]]:
         data = _object(read_work_json(path) or {}, "the cache")
         for rel, entry in data.items():
             if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)):
-                raise ValueError(f"the entry of {_shown(rel)} is {_shown(entry)}, not [stamp, sha256]")
-            _sha256(entry[1], f"the sha256 of {_shown(rel)}")
+                raise ValueError(f"the entry of {shown_value(rel)} is {shown_value(entry)}, not [stamp, sha256]")
+            _sha256(entry[1], f"the sha256 of {shown_value(rel)}")
         return data
     except ValueError as exc:
         log.warning("%s: damaged (%s); discarded: files are hashed again", path, exc)
