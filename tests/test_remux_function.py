@@ -63,6 +63,30 @@ def a_long_key(batch):
     return {**batch, "key": ["x" * 100_000] * len(batch["image"])}
 
 
+def a_bad_split(batch):
+    return {**batch, "split": ["no good!"] * len(batch["image"])}
+
+
+def a_file_name(batch):
+    return {**batch, "file_name": ["cat.jpg"] * len(batch["image"])}
+
+
+def a_huge_int(batch):
+    return {**batch, "v": [2**70] * len(batch["image"])}
+
+
+def twice(batch):
+    return {name: values + values for name, values in batch.items()}
+
+
+def text_from_6(batch):
+    return {**batch, "v": [n if n < 6 else str(n) for n in batch["n"]]}
+
+
+def keys_of_n_mod_6(batch):
+    return {**batch, "key": [f"{n % 6:016x}" for n in batch["n"]]}
+
+
 def noisy(batch):
     print("hello from the function")
     return batch
@@ -249,6 +273,23 @@ def test_an_error_while_importing_the_users_module_is_named_with_its_file_and_li
             " 8 to 128 lowercase hex digits (None, or no 'key' column, for shardkit's own; rename a column of yours"
             " named 'key')",
         ),
+        (
+            "a_bad_split",
+            f"the map function returned a row that cannot be published ({FIRST_BATCH}, row 0 of its output): column"
+            ' \'split\' holds "no good!": a split name is 1 to 64 ASCII letters, digits or underscores, and not "all"'
+            " in any case (train, validation, test...)",
+        ),
+        (
+            "a_file_name",
+            f"the map function returned a row that cannot be published ({FIRST_BATCH}, row 0 of its output): column"
+            " 'file_name' is reserved for the file itself in the published dataset; rename it",
+        ),
+        (
+            "a_huge_int",
+            f"the map function returned a row that cannot be published ({FIRST_BATCH}, row 0 of its output): column"
+            " 'v' holds 1180591620717411303424, outside the 64-bit integers datasets and Arrow store; write it as a"
+            " string",
+        ),
     ],
 )
 def test_a_wrong_output_is_one_line_of_its_own_naming_the_column_and_the_batch(
@@ -259,6 +300,141 @@ def test_a_wrong_output_is_one_line_of_its_own_naming_the_column_and_the_batch(
     assert result.exit_code == 1, result.stderr
     assert "transforming: " in result.stderr  # the bar was shown, and the error is on a line of its own
     assert error_lines(result) == [f"error: {message}"]
+    assert not (out / "data").exists()
+
+
+def _source_order(source: Path) -> list[int]:
+    """The source rows' ``n``, in the order remux reads them."""
+    return [row["n"] for row in shardkit.stream(str(source), split="train")]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_type_that_changes_between_batches_is_named_by_both_batches_when_made_not_at_the_pack(
+    source: Path, functions: Path, tmp_path: Path, jobs: str
+) -> None:
+    """``v`` an integer for n < 6, a string after: refused as the first batch with the other type
+    is committed (in source order, whichever worker made it), naming it and the first row of the
+    type it conflicts with; nothing is packed."""
+    order = _source_order(source)
+    first = order[0] < 6
+    at = next(i for i, n in enumerate(order) if (n < 6) != first)
+    here, there = ("a string", "an integer") if first else ("an integer", "a string")
+    out = tmp_path / "out"
+    args = ("remux", str(source), str(out), "--map", f"{functions}:text_from_6", "-j", jobs, "--batch-size", "2")
+    result = cli(*args)
+    assert result.exit_code == 1, result.stderr
+    assert error_lines(result) == [
+        f"error: the map function returned a row that cannot be published (split 'train', batch from row {at - at % 2},"
+        f" row {at % 2} of its output): column 'v' is {here} here but {there} in row 0 of the output of split 'train',"
+        " batch from row 0; datasets needs one type per column"
+    ]
+    assert "checking rows" not in result.stderr  # refused before the pack
+    assert not (out / "data").exists()
+
+
+#: A function that fails at the row whose ``n`` is $STOP_AT, if set; ``v``: ``n`` while STOP_AT is
+#: set, else (on the run after) ``str(n)`` when $TEXT is set too.
+STOPPING = """
+import os
+
+
+def fn(batch):
+    stop = os.environ.get("STOP_AT")
+    if stop is not None and int(stop) in batch["n"]:
+        raise ValueError("stopped")
+    text = stop is None and "TEXT" in os.environ
+    return {**batch, "v": [str(n) if text else n for n in batch["n"]]}
+"""
+
+
+def _stopped_at(tmp_path: Path, source: Path, row: int) -> tuple[str, ...]:
+    """Run ``STOPPING`` with ``--batch-size 2`` into tmp_path/out until it fails at the source's
+    ``row`` (the batches before it committed); the arguments that run it again."""
+    (tmp_path / "stopping.py").write_text(STOPPING)
+    args = ("remux", str(source), "out", "--map", "stopping:fn", "--batch-size", "2", "-j", "1", "--no-decode", "-q")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "STOP_AT": str(_source_order(source)[row])}
+    stopped = subprocess.run(
+        [str(SCRIPTS / "shardkit"), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert stopped.returncode == 1 and "stopped" in stopped.stderr
+    return args
+
+
+def test_a_resumed_remux_checks_its_new_batches_against_the_types_of_the_batches_committed_before(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run makes ``v`` integers and stops at a row; the re-run (the same function file)
+    makes strings: refused at its first batch, naming a batch the first run committed."""
+    args = _stopped_at(tmp_path, source, 6)
+    monkeypatch.setenv("TEXT", "1")
+    resumed = run_in(tmp_path, *args)
+    assert resumed.returncode == 1
+    assert resumed.stderr.splitlines() == [
+        "error: the map function returned a row that cannot be published (split 'train', batch from row 6, row 0 of"
+        " its output): column 'v' is a string here but an integer in row 0 of the output of split 'train', batch from"
+        " row 0; datasets needs one type per column"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("damage", "warned"),
+    [("cut short", "shorter than its record says"), ("garbage", "holds lines remux did not stage")],
+)
+def test_a_damaged_part_file_starts_its_split_over_with_a_warning(
+    source: Path, tmp_path: Path, damage: str, warned: str
+) -> None:
+    args = _stopped_at(tmp_path, source, 6)
+    part = tmp_path / "out" / ".shardkit" / "remux" / "parts" / "train.jsonl"
+    lines = part.read_bytes()
+    assert lines.count(b"\n") == 6  # the batches before row 6
+    part.write_bytes(lines[:-5] if damage == "cut short" else b"x" * len(lines))
+    resumed = run_in(tmp_path, *args[:-1], "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"WARNING: {part}: {warned}; its split starts over (finished batches are kept)" in resumed.stderr
+    assert json.loads(resumed.stdout)["resumed_rows"] == 0
+    rows = list(shardkit.stream(str(tmp_path / "out")))
+    assert sorted((r["n"], r["v"]) for r in rows) == [(n, n) for n in range(12)]
+
+
+def test_a_key_given_to_two_rows_of_a_batch_is_named_with_both_rows(
+    source: Path, functions: Path, tmp_path: Path
+) -> None:
+    """Each row doubled with the source's ``key`` column passed on (a natural augmentation)."""
+    first_key = next(iter(shardkit.stream(str(source), split="train")))["key"]
+    out = tmp_path / "out"
+    result = cli("remux", str(source), str(out), "--map", f"{functions}:twice", "-j", "1", "--batch-size", "3")
+    assert result.exit_code == 1, result.stderr
+    assert error_lines(result) == [
+        f"error: the map function returned key {first_key} for rows 0 and 3 of its output ({FIRST_BATCH}): each row"
+        " needs a key of its own; drop the 'key' column for shardkit to give each row one"
+    ]
+    assert not (out / "data").exists()
+
+
+def test_a_key_given_to_rows_of_two_batches_is_named_by_batch_and_row_not_by_a_staged_line(
+    source: Path, functions: Path, tmp_path: Path
+) -> None:
+    """Keys repeat across batches only: the final pack finds them, and says them as rows of batches."""
+    order = _source_order(source)
+    first_of: dict[int, int] = {}
+    expected = []
+    for i, n in enumerate(order):
+        if (before := first_of.setdefault(n % 6, i)) != i:
+            expected.append(
+                f"split 'train', batch from row {i}, row 0 of its output: duplicate key {n % 6:016x} (first used in"
+                f" split 'train', batch from row {before}, row 0 of its output)"
+            )
+    out = tmp_path / "out"
+    result = cli(
+        "remux", str(source), str(out), "--map", f"{functions}:keys_of_n_mod_6", "-j", "2", "--batch-size", "1"
+    )
+    assert result.exit_code == 1, result.stderr
+    lines = result.stderr.split("transforming")[-1].splitlines()
+    said = [line for line in lines if line.startswith("split 'train'")]
+    assert sorted(said) == sorted(expected)
+    assert "error: 6 problem(s) in the map function's output; no shard was written:" in lines
+    assert lines[-1] == "Fix the map function, then re-run with --force (its batches are dropped)."
+    assert ".shardkit" not in result.stderr and "--on-error" not in result.stderr
     assert not (out / "data").exists()
 
 

@@ -452,6 +452,26 @@ def test_a_bad_split_or_label_is_one_line_naming_the_file_and_line(
     assert _work_files(out) == work_before
 
 
+def test_rows_all_refused_are_named_not_taken_for_a_class_label_column_missing(
+    packed_splits: Packed, tmp_path: Path
+) -> None:
+    """Every row refused (a bad split): the rows' problems are the message, not "no row has a
+    column 'label'" (they all have it; none passed its checks)."""
+    rows = [dict(r, split="no good!") for r in packed_splits.rows]
+    meta = write_jsonl(tmp_path / "bad.jsonl", rows)
+    result = pack_cli(packed_splits.images, meta, tmp_path / "out", "--class-label", "label")
+    assert result.returncode == 1, result.stderr
+    assert f"{meta}:1: column 'split' holds \"no good!\": a split name is" in result.stderr
+    assert "has a column" not in result.stderr
+    skipped = pack_cli(packed_splits.images, meta, tmp_path / "out", "--class-label", "label", "--on-error", "skip")
+    assert skipped.returncode == 2
+    assert skipped.stderr.splitlines()[-1] == (
+        f"error: --class-label label: no row of {meta} that passes its checks ({len(rows)} refused) has a column"
+        " 'label'"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def _work_files(out: Path) -> dict[str, bytes]:
     """OUT_DIR/.shardkit's files but the lock (which every run takes), by path."""
     return {

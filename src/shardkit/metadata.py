@@ -441,7 +441,7 @@ def check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | s
         return "missing or empty 'file_name' (the file's path relative to IMAGES_DIR)"
     columns = tuple(obj)
     if columns not in _GOOD_COLUMNS:  # rows mostly share their columns: check each set once
-        if problem := _column_problem(columns):
+        if problem := columns_problem(columns):
             return problem
         if len(_GOOD_COLUMNS) > 1000:
             _GOOD_COLUMNS.clear()
@@ -461,7 +461,9 @@ def check_row(obj: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]] | s
 _GOOD_COLUMNS: set[tuple[str, ...]] = set()
 
 
-def _column_problem(columns: tuple[str, ...]) -> str | None:
+def columns_problem(columns: tuple[str, ...]) -> str | None:
+    """Why a row with these columns cannot be published (a name the packer refuses, or one a loader
+    takes for itself), None if it can; a remux checks its function's output rows with it too."""
     for column in columns:
         if problem := column_name_problem(column):
             return f"column {column!r} {problem}; rename it"

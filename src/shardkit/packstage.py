@@ -100,7 +100,7 @@ def _check_and_stage(run: PackRun, problems: ProblemReport, previous_labels: dic
     features = combined.schema.features_yaml(modality, modality)
     labels: dict[str, list[str]] = {}
     if config.class_label is not None:
-        _check_class_column(config, results, combined, features)
+        _check_class_column(config, results, combined, features, problems.count)
     # With --on-duplicate skip a repeated key is no problem of the input: counted apart, not rejected.
     skipped = ProblemReport(None)
     merged = merge_runs(
@@ -209,9 +209,10 @@ def _check(run: PackRun, problems: ProblemReport) -> tuple[list[RangeResult], Co
 
 
 def _check_class_column(
-    config: PackConfig, results: list[RangeResult], combined: Combined, features: list[dict[str, Any]]
+    config: PackConfig, results: list[RangeResult], combined: Combined, features: list[dict[str, Any]], refused: int
 ) -> None:
-    """Refuse a ``--class-label`` column that holds no class name, or that no row has."""
+    """Refuse a ``--class-label`` column that holds no class name, or that no row has (of the
+    rows that pass their checks: with ``refused`` rows, theirs are the problems to say first)."""
     column = config.class_label
     wrong = next((r.label_problem for r in results if r.label_problem is not None), None)
     if wrong is not None and not combined.labels:
@@ -225,7 +226,10 @@ def _check_class_column(
             f" {column!r} holds one: publish it as it is, without --class-label, or name another column.",
         )
     if column not in {f["name"] for f in features}:
-        raise UsageError(f"--class-label {column}: no row of {config.metadata_path} has a column {column!r}")
+        if refused and config.on_error != "skip":
+            return  # (the rows' problems refuse the input next, and may be why no row has the column)
+        rows = f"no row of {config.metadata_path}" + (f" that passes its checks ({refused} refused)" if refused else "")
+        raise UsageError(f"--class-label {column}: {rows} has a column {column!r}")
 
 
 def _warn_about_splits(config: PackConfig, results: list[RangeResult], regrouped: Regrouped) -> None:

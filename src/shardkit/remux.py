@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import itertools
 import json
 import logging
 import os
@@ -82,7 +83,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from .check import SPLIT_COLUMN
-from .errors import ShardkitError, UsageError, naming_errors
+from .errors import InputErrors, ShardkitError, UsageError, naming_errors
 from .location import (
     HUB_REPO_ID,
     HUB_REVISION,
@@ -97,6 +98,7 @@ from .outdir import check_apart, check_out_dir, check_own_entries, locked
 from .progress import NullProgress, Progress
 from .remuxconfig import BatchFn, ImageFormatName, RemuxConfig
 from .remuxfn import (
+    OutputTypes,
     call_function,
     derived_key,
     function_file_sha256,
@@ -284,8 +286,12 @@ class BatchTask:
 
     @property
     def name(self) -> str:
-        """How messages name the batch: ``split 'test', batch from row 64``."""
-        return f"split {self.split.name!r}, batch from row {self.first}"
+        return batch_name(self.split.name, self.first)
+
+
+def batch_name(split: str, first: int) -> str:
+    """How messages name a batch: ``split 'test', batch from row 64``."""
+    return f"split {split!r}, batch from row {first}"
 
 
 @dataclass(frozen=True)
@@ -332,6 +338,7 @@ def transform_batch(task: BatchTask) -> BatchResult:
         columns: set[str] = set()
         not_labels: set[str] = set()
         lines = []
+        keys: dict[str, int] = {}
         with _BatchFiles(files_dir) as staged_files:
             for j, row in enumerate(rows):
                 staged = output_row(row, config, task.split.labels, where, file_columns=task.file_columns, index=j)
@@ -341,6 +348,11 @@ def transform_batch(task: BatchTask) -> BatchResult:
                     key = identities[j]
                 if key is None:
                     key = derived_key(f"{identities[0]}#{j}")
+                if (before := keys.setdefault(key, j)) != j:  # (the pack finds those of two batches)
+                    raise ShardkitError(
+                        f"the map function returned key {key} for rows {before} and {j} of its output ({where}):"
+                        " each row needs a key of its own; drop the 'key' column for shardkit to give each row one"
+                    )
                 name, offset = staged_files.add(staged.ext, staged.data)
                 fields = staged.fields
                 if task.write_split and fields.get(SPLIT_COLUMN) is None:
@@ -566,7 +578,12 @@ def _remux(config: RemuxConfig, progress: Progress, cluster: Cluster | None) -> 
     if rows_out == 0:
         raise ShardkitError(f"the map function returned no rows for the {rows_in} source rows: nothing to pack")
     label = _published_label(splits, counts)
-    packed = _pack_remuxed(config, _files_dir(remux_dir, run), metadata, label, progress, cluster)
+    try:
+        packed = _pack_remuxed(config, _files_dir(remux_dir, run), metadata, label, progress, cluster)
+    except InputErrors as exc:
+        if exc.source != metadata:
+            raise
+        raise _output_problems(exc, splits, config.batch_size) from None
     kept = keep_card_fields(out_dir, card_fields) if card_fields else []
     if kept:  # pack put the card at OUT_DIR before these keys were in it (a local one is that file)
         location.upload(os.path.join(out_dir, "README.md"), "README.md")
@@ -672,9 +689,9 @@ def _transform(
     config = source.config
     write_split = [s.out for s in splits] != ["train"]
     records = [read_remux_progress(_progress_path(source.remux_dir, s)) for s in splits]
-    # A part file shorter than its record counts is damage: that split starts over.
+    # A part file shorter than its record counts, or not of staged lines, is damage: that split starts over.
     records = [
-        None if r is not None and _part_short(source.remux_dir, s, r) else r
+        None if r is not None and _part_damaged(source.remux_dir, s, r) else r
         for s, r in zip(splits, records, strict=True)
     ]
     resumed_rows = sum(r["rows_in"] for r in records if r is not None)
@@ -683,11 +700,14 @@ def _transform(
     progress.start("transforming", total=total, unit="rows")
     progress.advance(resumed_rows)
     counts = []
+    types = OutputTypes()  # of the whole output, in the order the pack reads it
     # Tasks are made as the source is read (a generator): their number is not known before.
     with task_executor(config.jobs, cluster, 2**31) as executor:
         for split, record in zip(splits, records, strict=True):
+            if record is not None:
+                _add_committed(types, source, split, record)
             if record is None or not record["finished"]:
-                record = _transform_split(source, split, record, write_split, executor, progress)
+                record = _transform_split(source, split, record, write_split, executor, progress, types)
             counts.append(record)
     progress.finish()
     return resumed_rows, counts
@@ -700,9 +720,11 @@ def _transform_split(
     write_split: bool,
     executor: Executor | None,
     progress: Progress,
+    types: OutputTypes,
 ) -> dict[str, Any]:
     """Transform one split from where ``record`` (its progress, None: its start) says an earlier
-    run stopped; return its finished record.
+    run stopped; return its finished record. Each batch's rows are checked against the output's
+    ``types`` as it is committed.
 
     Batches are read here, in order, and transformed by the workers in any order; each is
     committed in order (its metadata lines appended to the split's part file, which is synced,
@@ -716,7 +738,8 @@ def _transform_split(
         f.truncate(record["part_bytes"])
     ds = open_source(config, source.shardkit_source, split.name, source.opened.get(split.name))
     file_columns = tuple(file_columns_of(ds))
-    positions: dict[int, Any] = {}
+    positions: dict[int, Any] = {}  # where the source's reader is after each batch, to record at its commit
+    names: dict[int, str] = {}
 
     def tasks() -> Iterator[BatchTask]:
         for batch in read_batches(
@@ -728,6 +751,7 @@ def _transform_split(
             position=record["position"],
         ):
             positions[batch.number] = batch.position
+            names[batch.number] = batch_name(split.name, batch.first)
             task = BatchTask(
                 config,
                 split,
@@ -751,23 +775,90 @@ def _transform_split(
             finished[result.number] = result
             progress.advance(result.rows_in, rows=result.rows_out)
             while record["batches"] in finished:
-                _commit(finished.pop(record["batches"]), record, positions, out, progress_path)
+                result = finished.pop(record["batches"])
+                types.add(result.lines, names.pop(result.number))  # (refused: not committed)
+                _commit(result, record, positions, out, progress_path)
     record["finished"] = True
     write_atomic(progress_path, json.dumps(record).encode())
     return record
 
 
-def _part_short(remux_dir: str, split: SourceSplit, record: dict[str, Any]) -> bool:
-    """Whether the split's part file holds fewer bytes than its record counts (damaged: a warning)."""
+def _add_committed(types: OutputTypes, source: _Source, split: SourceSplit, record: dict[str, Any]) -> None:
+    """Add to ``types`` the rows of the batches an earlier run committed to the split's part file
+    (a resumed remux checks its new batches against them too), each batch named by its first row:
+    every batch but a split's last holds ``--batch-size`` source rows. (Its lines were checked by
+    :func:`_part_damaged`.)"""
+    with naming_errors(part := _part_path(source.remux_dir, split)), open(part, "rb") as f:
+        for (_, number), lines in itertools.groupby(_committed_lines(f, record), key=_staged_batch):
+            types.add(b"".join(lines), batch_name(split.name, number * source.config.batch_size))
+
+
+def _committed_lines(part: IO[bytes], record: dict[str, Any]) -> Iterator[bytes]:
+    """The lines of a split's part file that its progress ``record`` counts, read one at a time."""
+    left = record["part_bytes"]
+    for line in part:  # (a binary file's lines end at b"\n" only)
+        if left <= 0:
+            return
+        left -= len(line)
+        yield line
+
+
+def _staged_batch(line: bytes) -> tuple[str, int]:
+    """The split (the output's name) and the batch number of a staged metadata line (its file is
+    ``<split>/<batch number>/<file>``: :func:`_batch_folder`)."""
+    split, number, _ = json.loads(line)["file_name"][0].split("/")
+    return split, int(number)
+
+
+def _output_problems(exc: InputErrors, splits: list[SourceSplit], batch_size: int) -> ShardkitError:
+    """The final pack's refusal of the staged metadata (of what only the whole output shows, such
+    as one key the function gave to rows of two batches) as problems of the function's output:
+    each line and each line a message refers to named by its batch and row, not by the staged file."""
+    wanted = {p.line for p in exc.problems} | {int(n) for p in exc.problems for n in _LINE_RE.findall(p.message)}
+    names = {s.out: s.name for s in splits}
+    where: dict[int, str] = {}
+    with naming_errors(exc.source), open(exc.source, "rb") as f:
+        start, current = 0, ("", -1)
+        for number, line in enumerate(f, 1):
+            if (batch := _staged_batch(line)) != current:
+                start, current = number, batch
+            if number in wanted:
+                named_batch = batch_name(names[batch[0]], batch[1] * batch_size)
+                where[number] = f"{named_batch}, row {number - start} of its output"
+
+    def named(match: re.Match[str]) -> str:
+        return f"in {where[int(match[1])]}" if int(match[1]) in where else match[0]
+
+    lines = [f"{where.get(p.line, p.line)}: {_LINE_RE.sub(named, p.message)}" for p in exc.problems]
+    if exc.total > len(exc.problems):
+        lines.append(f"... and {exc.total - len(exc.problems)} more problem(s)")
+    head = f"{exc.total} problem(s) in the map function's output; no shard was written:"
+    return ShardkitError([head, *lines, "Fix the map function, then re-run with --force (its batches are dropped)."])
+
+
+#: A row a pack's message refers to: ``on line 12``, ``line 12``.
+_LINE_RE = re.compile(r"\b(?:on )?line (\d+)")
+
+
+def _part_damaged(remux_dir: str, split: SourceSplit, record: dict[str, Any]) -> bool:
+    """Whether the split's part file does not hold what its record counts: fewer bytes, or lines
+    that are not staged rows (damaged: a warning)."""
     part = _part_path(remux_dir, split)
     try:
         size = os.stat(part).st_size
     except FileNotFoundError:
         size = 0
-    if size >= record["part_bytes"]:
-        return False
-    log.warning("%s: shorter than its record says; its split starts over (finished batches are kept)", part)
-    return True
+    if size < record["part_bytes"]:
+        log.warning("%s: shorter than its record says; its split starts over (finished batches are kept)", part)
+        return True
+    try:
+        with naming_errors(part), open(part, "rb") as f:
+            for line in _committed_lines(f, record):
+                _staged_batch(line)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        log.warning("%s: holds lines remux did not stage; its split starts over (finished batches are kept)", part)
+        return True
+    return False
 
 
 def _fresh_record() -> dict[str, Any]:

@@ -4,6 +4,7 @@ named with the column and the batch."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import importlib
@@ -19,11 +20,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from .check import SPLIT_COLUMN, split_problem
 from .errors import ShardkitError, UsageError, shown_value
-from .metadata import non_finite_problem
+from .metadata import columns_problem, non_finite_problem
 from .remuxconfig import BatchFn, RemuxConfig
 from .remuxsource import ClassLabelColumn
 from .rowrules import EXT_RE, KEY_RE
+from .schema import SchemaTracker
 
 
 def load_function(spec: BatchFn | str) -> BatchFn:
@@ -428,6 +431,10 @@ def output_row(
             f"the map function returned a {exc.type_name} in column {column!r} ({where}, row {index} of its"
             " output), which no metadata can hold; return numbers, strings, lists or dicts besides the image"
         ) from None
+    if problem := _fields_problem(fields):
+        raise ShardkitError(
+            f"the map function returned a row that cannot be published ({where}, row {index} of its output): {problem}"
+        )
     not_labels = {
         label.column for label in labels if label.column in fields and not as_class_names(fields, label, where)
     }
@@ -438,6 +445,19 @@ def output_row(
             " of yours named 'key')"
         )
     return OutputRow(data, ext, key, fields, not_labels)
+
+
+def _fields_problem(fields: dict[str, Any]) -> str | None:
+    """What the packer would refuse in a returned row's fields alone (besides its file and key),
+    None if nothing: said now, of the function's batch and row, not of a staged line once the
+    whole source is transformed. (Types across rows are checked as batches are committed:
+    :class:`OutputTypes`.)"""
+    if "file_name" in fields:  # (the packer's file column: the staged row's is the file's byte range)
+        return "column 'file_name' is reserved for the file itself in the published dataset; rename it"
+    if problem := columns_problem(tuple(fields)):
+        return problem
+    split = fields.get(SPLIT_COLUMN)
+    return None if split is None else split_problem(split)
 
 
 def metadata_line(file_name: list[Any], key: str, fields: dict[str, Any], where: str) -> bytes:
@@ -464,3 +484,36 @@ def _unwritable_column(fields: dict[str, Any]) -> str | None:
         except ValueError:
             continue
     return None
+
+
+class OutputTypes:
+    """One type per column across every row the function returns, as the packer infers them
+    (:class:`.schema.SchemaTracker`, the same rules, the rows in the same order), checked as each
+    batch is committed: a value whose type conflicts with an earlier row's is named by its batch
+    and row when it is made, not by a staged file's line once the whole source is transformed.
+    Holds the merged types and where each batch starts (a few numbers a batch)."""
+
+    def __init__(self) -> None:
+        self.schema = SchemaTracker()
+        self.rows = 0
+        self._starts: list[int] = []  # each batch's first row, counted over the whole output
+        self._names: list[str] = []
+
+    def add(self, lines: bytes, name: str) -> None:
+        """Check and merge a committed batch's metadata lines (``name``: how messages name the batch)."""
+        self._starts.append(self.rows)
+        self._names.append(name)
+        for j, line in enumerate(lines.split(b"\n")[:-1]):  # (not splitlines: U+2028 is no line break)
+            fields = json.loads(line)
+            for column in ("file_name", "key", SPLIT_COLUMN):  # (not types of the published columns)
+                fields.pop(column, None)
+            if conflict := self.schema.check(fields, self.rows, self._seen_at):
+                raise ShardkitError(
+                    f"the map function returned a row that cannot be published ({name}, row {j} of its output):"
+                    f" {conflict}"
+                )
+            self.rows += 1
+
+    def _seen_at(self, row: int) -> str:
+        batch = bisect.bisect_right(self._starts, row) - 1
+        return f"in row {row - self._starts[batch]} of the output of {self._names[batch]}"

@@ -52,8 +52,15 @@ def _clash(name: str, other: str) -> bool:
 _INT64 = range(-(2**63), 2**63)  # (every int64 converts to float64, so a float column is safe too)
 
 
-def find_conflict(kind: Kind, value: Any, line: int, where: str) -> str | None:
-    """Why ``value`` cannot merge into ``kind`` (None if it can). Never changes ``kind``."""
+def on_line(line: int) -> str:
+    """Where a message says a column's type was first seen: the metadata file's line (a remux names
+    the batch and the row of the function's output instead)."""
+    return f"on line {line}"
+
+
+def find_conflict(kind: Kind, value: Any, line: int, where: str, seen_at: Callable[[int], str] = on_line) -> str | None:
+    """Why ``value`` cannot merge into ``kind`` (None if it can). Never changes ``kind``. ``seen_at``
+    says where the row that fixed a kind's type is (from its ``first_line``)."""
     new = _kind_of(value)
     if new == "unknown":
         return f"column {where!r} holds an unsupported value {value!r}"
@@ -66,21 +73,21 @@ def find_conflict(kind: Kind, value: Any, line: int, where: str) -> str | None:
         )
     if _clash(kind.name, new):
         return (
-            f"column {where!r} is {_article(new)} here but {_article(kind.name)} on line {kind.first_line};"
+            f"column {where!r} is {_article(new)} here but {_article(kind.name)} {seen_at(kind.first_line)};"
             " datasets needs one type per column"
         )
     if new == "list":
         # The items must agree with what was seen before AND with each other: merge into a copy.
         scratch = _copy(kind.item) if kind.item is not None else Kind()
         for item in value:
-            if problem := find_conflict(scratch, item, line, where + "[]"):
+            if problem := find_conflict(scratch, item, line, where + "[]", seen_at):
                 return problem
             merge_value(scratch, item, line)
     elif new == "struct":
         for name, item in value.items():
             if (kind.fields.get(name) is None) and (wrong := column_name_problem(name)):
                 return f"column {where!r}: its field {name!r} {wrong}; rename it"
-            if problem := find_conflict(kind.fields.get(name, Kind()), item, line, f"{where}.{name}"):
+            if problem := find_conflict(kind.fields.get(name, Kind()), item, line, f"{where}.{name}", seen_at):
                 return problem
     return None
 
@@ -142,8 +149,9 @@ class SchemaTracker:
     def __init__(self) -> None:
         self.columns: dict[str, Kind] = {}
 
-    def check(self, fields: dict[str, Any], line: int) -> str | None:
-        """Merge a row; return a problem message instead if a value conflicts (row not merged)."""
+    def check(self, fields: dict[str, Any], line: int, seen_at: Callable[[int], str] = on_line) -> str | None:
+        """Merge a row; return a problem message instead if a value conflicts (row not merged).
+        ``seen_at`` as for :func:`find_conflict`."""
         columns = self.columns
         slow: list[tuple[str, Any]] = []
         for name, value in fields.items():
@@ -154,7 +162,7 @@ class SchemaTracker:
                 or (type(value) is int and kind.name == "int64" and -(2**63) <= value < 2**63)
             ):
                 continue
-            if problem := find_conflict(kind or _NULL, value, line, name):
+            if problem := find_conflict(kind or _NULL, value, line, name, seen_at):
                 return problem
             slow.append((name, value))
         for name, value in slow:
