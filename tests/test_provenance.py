@@ -198,6 +198,34 @@ def test_verify_deep_names_the_source_of_a_file_that_does_not_decode(
     result = CliRunner().invoke(main, ["verify", str(repo), "--deep", "-q", "--json"], catch_exceptions=False)
     [problem] = json.loads(result.stdout)["problems"]
     assert (problem["member"], problem["source"], problem["text"]) == (member, BROKEN if keep else None, line)
+    assert json.loads(result.stdout)["advice"] == INPUT_ADVICE  # not to pack the same input again
+
+
+#: What verify advises when every problem is a file that does not decode in a shard as packed.
+INPUT_ADVICE = (
+    "to repair: the shards are as packed (each has its recorded sha256), so the input gave these files so: replace"
+    " or drop them in the input (the member is named by its row's key; --keep-source-path names the file), then"
+    " re-run the pack command with --update (it rewrites the shards whose rows changed); `pack-shards --check-images`"
+    " refuses such files before packing"
+)
+
+
+def test_a_file_broken_in_the_input_is_repaired_as_verify_advises(
+    source_input: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Replace the input's broken file, re-run the pack with --update: verify --deep finds nothing."""
+    shutil.copytree(source_input[0], tmp_path / "images")
+    command = ("pack-shards", tmp_path / "images", source_input[1], "-o", tmp_path / "out", "-q", "--keep-source-path")
+    assert run_cli(*command).returncode == 0
+    before = CliRunner().invoke(main, ["verify", str(tmp_path / "out"), "--deep", "-q", "--json"])
+    assert before.exit_code == 1 and json.loads(before.stdout)["advice"] == INPUT_ADVICE
+    shutil.copyfile(EXAMPLE_DIR / "images" / BROKEN, tmp_path / "images" / BROKEN)
+    repacked = run_cli(*command, "--update")
+    assert repacked.returncode == 0, repacked.stderr
+    after = CliRunner().invoke(main, ["verify", str(tmp_path / "out"), "--deep"])
+    assert after.exit_code == 0, after.stdout
+    rows = {row["key"]: row for row in shardkit.stream(str(tmp_path / "out"), split="test")}
+    assert rows[BROKEN_KEY]["image"].tobytes()  # decodes
 
 
 # --- a CRC mismatch: verify, shardkit.stream and the loading script ---------------------------------

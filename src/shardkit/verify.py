@@ -80,6 +80,9 @@ class Problem:
     #: The row's source_path (--keep-source-path), where the problem is one row's and it has one:
     #: only ever shown, as :func:`.errors.source_note` shows it.
     source: str | None = None
+    #: A file the deep check could not decode: where every problem is one, the shards are as
+    #: packed (their sha256 agrees) and the input held the files so (:func:`repair_advice`).
+    undecodable: bool = False
 
     def format(self) -> str:
         if not self.member:
@@ -175,7 +178,7 @@ def _decode(result: _ShardResult, shard: ManifestShard, name: str, data: bytes, 
     if not can_decode(ext):
         result.not_decoded += 1
     elif problem := decode_problem(io.BytesIO(data), ext):
-        result.problems.append(Problem(shard.file, problem, name, source))
+        result.problems.append(Problem(shard.file, problem, name, source, undecodable=True))
     else:
         result.decoded += 1
 
@@ -404,6 +407,13 @@ def repair_advice(location: Location, manifest: Manifest, problems: list[Problem
     whose sha256 differs from the Hub's."""
     if not problems:
         return None
+    if all(p.undecodable for p in problems):  # (a damaged shard would also differ from its sha256)
+        return (
+            "to repair: the shards are as packed (each has its recorded sha256), so the input gave these files so:"
+            " replace or drop them in the input (the member is named by its row's key; --keep-source-path names the"
+            " file), then re-run the pack command with --update (it rewrites the shards whose rows changed);"
+            " `pack-shards --check-images` refuses such files before packing"
+        )
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
     unnamed = sorted({p.file for p in problems if p.file not in named and p.file != manifest.metadata_table})
     missing = {p.file for p in problems if p.file in named and p.message == "missing"}
