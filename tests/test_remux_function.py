@@ -378,7 +378,11 @@ def test_a_resumed_remux_checks_its_new_batches_against_the_types_of_the_batches
 
 @pytest.mark.parametrize(
     ("damage", "warned"),
-    [("cut short", "shorter than its record says"), ("garbage", "holds lines remux did not stage")],
+    [
+        ("cut short", "shorter than its record says"),
+        ("garbage", "holds lines remux did not stage"),
+        ("counted within a line", "holds lines remux did not stage"),
+    ],
 )
 def test_a_damaged_part_file_starts_its_split_over_with_a_warning(
     source: Path, tmp_path: Path, damage: str, warned: str
@@ -387,7 +391,11 @@ def test_a_damaged_part_file_starts_its_split_over_with_a_warning(
     part = tmp_path / "out" / ".shardkit" / "remux" / "parts" / "train.jsonl"
     lines = part.read_bytes()
     assert lines.count(b"\n") == 6  # the batches before row 6
-    part.write_bytes(lines[:-5] if damage == "cut short" else b"x" * len(lines))
+    if damage == "counted within a line":
+        record = part.with_suffix(".json")
+        record.write_text(json.dumps({**json.loads(record.read_text()), "part_bytes": len(lines) - 3}))
+    else:
+        part.write_bytes(lines[:-5] if damage == "cut short" else b"x" * len(lines))
     resumed = run_in(tmp_path, *args[:-1], "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert f"WARNING: {part}: {warned}; its split starts over (finished batches are kept)" in resumed.stderr

@@ -851,11 +851,15 @@ def _part_damaged(remux_dir: str, split: SourceSplit, record: dict[str, Any]) ->
     if size < record["part_bytes"]:
         log.warning("%s: shorter than its record says; its split starts over (finished batches are kept)", part)
         return True
+    counted = 0
     try:
         with naming_errors(part), open(part, "rb") as f:
             for line in _committed_lines(f, record):
                 _staged_batch(line)
+                counted += len(line)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        counted = -1
+    if counted != record["part_bytes"]:  # (lines of another kind, or a count that ends within a line)
         log.warning("%s: holds lines remux did not stage; its split starts over (finished batches are kept)", part)
         return True
     return False
