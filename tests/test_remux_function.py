@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -347,27 +348,38 @@ def fn(batch):
 """
 
 
-def _stopped_at(tmp_path: Path, source: Path, row: int) -> tuple[str, ...]:
-    """Run ``STOPPING`` with ``--batch-size 2`` into tmp_path/out until it fails at the source's
-    ``row`` (the batches before it committed); the arguments that run it again."""
-    (tmp_path / "stopping.py").write_text(STOPPING)
-    args = ("remux", str(source), "out", "--map", "stopping:fn", "--batch-size", "2", "-j", "1", "--no-decode", "-q")
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "STOP_AT": str(_source_order(source)[row])}
-    stopped = subprocess.run(
-        [str(SCRIPTS / "shardkit"), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert stopped.returncode == 1 and "stopped" in stopped.stderr
-    return args
+def _stopping_args(source: Path, out: Path) -> tuple[str, ...]:
+    return ("remux", str(source), str(out), "--map", "stopping:fn", "--batch-size", "2", "-j", "1", "--no-decode", "-q")
+
+
+@pytest.fixture(scope="module")
+def stopped(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the module ``STOPPING``, which ran with ``--batch-size 2`` into out/ there
+    and failed at the source's row 6 (the batches before it committed)."""
+    folder = tmp_path_factory.mktemp("stopped")
+    (folder / "stopping.py").write_text(STOPPING)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "STOP_AT": str(_source_order(source)[6])}
+    args = [str(SCRIPTS / "shardkit"), *_stopping_args(source, folder / "out")]
+    failed = subprocess.run(args, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1 and "stopped" in failed.stderr
+    return folder
+
+
+def _stopped_copy(stopped: Path, source: Path, tmp_path: Path) -> tuple[str, ...]:
+    """A copy in tmp_path/out of the stopped remux's out/; the arguments that run it again there
+    (with ``run_in(stopped, ...)``: the module is found in that folder, as the first run found it)."""
+    shutil.copytree(stopped / "out", tmp_path / "out")
+    return _stopping_args(source, tmp_path / "out")
 
 
 def test_a_resumed_remux_checks_its_new_batches_against_the_types_of_the_batches_committed_before(
-    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source: Path, stopped: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first run makes ``v`` integers and stops at a row; the re-run (the same function file)
     makes strings: refused at its first batch, naming a batch the first run committed."""
-    args = _stopped_at(tmp_path, source, 6)
+    args = _stopped_copy(stopped, source, tmp_path)
     monkeypatch.setenv("TEXT", "1")
-    resumed = run_in(tmp_path, *args)
+    resumed = run_in(stopped, *args)
     assert resumed.returncode == 1
     assert resumed.stderr.splitlines() == [
         "error: the map function returned a row that cannot be published (split 'train', batch from row 6, row 0 of"
@@ -385,9 +397,9 @@ def test_a_resumed_remux_checks_its_new_batches_against_the_types_of_the_batches
     ],
 )
 def test_a_damaged_part_file_starts_its_split_over_with_a_warning(
-    source: Path, tmp_path: Path, damage: str, warned: str
+    source: Path, stopped: Path, tmp_path: Path, damage: str, warned: str
 ) -> None:
-    args = _stopped_at(tmp_path, source, 6)
+    args = _stopped_copy(stopped, source, tmp_path)
     part = tmp_path / "out" / ".shardkit" / "remux" / "parts" / "train.jsonl"
     lines = part.read_bytes()
     assert lines.count(b"\n") == 6  # the batches before row 6
@@ -396,7 +408,7 @@ def test_a_damaged_part_file_starts_its_split_over_with_a_warning(
         record.write_text(json.dumps({**json.loads(record.read_text()), "part_bytes": len(lines) - 3}))
     else:
         part.write_bytes(lines[:-5] if damage == "cut short" else b"x" * len(lines))
-    resumed = run_in(tmp_path, *args[:-1], "--json")
+    resumed = run_in(stopped, *args[:-1], "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert f"WARNING: {part}: {warned}; its split starts over (finished batches are kept)" in resumed.stderr
     assert json.loads(resumed.stdout)["resumed_rows"] == 0
