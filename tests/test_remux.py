@@ -24,6 +24,7 @@ from PIL import Image
 
 import shardkit
 from tests.remux_functions import SIZE
+from tests.support.cli import run_cli
 from tests.support.corpus import REPO_ROOT, Corpus, tree_bytes, write_jsonl
 from tests.support.readback import expected_rows
 
@@ -199,15 +200,21 @@ def test_batches_finished_behind_a_held_one_are_not_transformed_again_after_a_ki
 
 @pytest.mark.slow
 def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -> None:
-    missing = remux(packed_template, tmp_path / "a", "--map", "no_such_module:fn", check=False)
+    """Each in this process: a refusal needs no process of its own."""
+
+    def remux_here(out: str, fn: str) -> subprocess.CompletedProcess[str]:
+        spec = fn if ":" in fn else f"tests.remux_functions:{fn}"
+        return run_cli("shardkit", "remux", packed_template, tmp_path / out, "-q", "--map", spec)
+
+    missing = remux_here("a", "no_such_module:fn")
     assert missing.returncode == 2 and "cannot import no_such_module" in missing.stderr
-    no_fn = remux(packed_template, tmp_path / "b", "--map", "tests.remux_functions:nope", check=False)
+    no_fn = remux_here("b", "nope")
     assert no_fn.returncode == 2 and "has no function 'nope'" in no_fn.stderr
-    wrong = remux(packed_template, tmp_path / "c", "--map", "tests.remux_functions:not_a_batch", check=False)
+    wrong = remux_here("c", "not_a_batch")
     assert wrong.returncode == 1 and "must return a dict of lists" in wrong.stderr and "batch from row" in wrong.stderr
-    two = remux(packed_template, tmp_path / "d", "--map", "tests.remux_functions:two_images", check=False)
+    two = remux_here("d", "two_images")
     assert two.returncode == 1 and "exactly one image" in two.stderr and "thumb" in two.stderr
-    bug = remux(packed_template, tmp_path / "e", "--map", "tests.remux_functions:buggy", check=False)
+    bug = remux_here("e", "buggy")
     assert bug.returncode == 1 and "ValueError: my bug" in bug.stderr
     functions = REPO_ROOT / "tests" / "remux_functions.py"
     text = functions.read_text().splitlines()
@@ -215,12 +222,12 @@ def test_bad_functions_are_clear_errors(packed_template: Path, tmp_path: Path) -
     calling = next(i for i, line in enumerate(text, 1) if line.strip().startswith("_check_label(batch"))
     assert f"(at {functions}:{raising} in _check_label)" in bug.stderr  # the user's file and line
     assert f'{functions}", line {calling}, in buggy' in bug.stderr  # and the user's frames above it
-    nan = remux(packed_template, tmp_path / "f", "--map", "tests.remux_functions:nan_scores", check=False)
+    nan = remux_here("f", "nan_scores")
     assert nan.returncode == 1 and "column 'scores', item 1 holds NaN, which JSON has no value for" in nan.stderr
-    empty = remux(packed_template, tmp_path / "g", "--map", "tests.remux_functions:empty_images", check=False)
+    empty = remux_here("g", "empty_images")
     assert empty.returncode == 1 and "the map function returned empty bytes in column 'image'" in empty.stderr
     assert re.search(r"\(split 'train', batch from row \d+, row 0 of its output\)", empty.stderr)
-    for name in "abcdef":
+    for name in "abcdefg":
         assert not (tmp_path / name / "data").exists()  # nothing half-written where shards go
 
 
