@@ -10,8 +10,9 @@ DataLoader without workers), from a folder,
 a URL and the Hub, for ZIP, tar and Parquet; its stderr must be empty, its exit code 0, and the
 rows it read before leaving exactly those a read in this process gives (bytes, values, types).
 
-Run as a script (``python -m tests.test_stream_exit SOURCE``) it is that process: it prints the
-rows it read as JSON and ends with every stream still open.
+Run as a script (``python -m tests.test_stream_exit SOURCE...``) it is that process: it prints the
+rows it read of each source as JSON and ends with every stream still open (one process reads the
+three formats' sources: a process of its own each was three times torch's import).
 """
 
 from __future__ import annotations
@@ -78,27 +79,32 @@ def first_rows(rows: Iterator[dict[str, Any]], leaving: str) -> list[list[Any]]:
     return [row_digest(next(rows)) for _ in range(LEAVINGS[leaving][2])]
 
 
-def leave_streams_open(source: str) -> None:
-    """Read the first rows of ``source`` in every way of :data:`LEAVINGS`, print them, and end
-    with all of them open (held, as a script's globals hold them, until the interpreter exits;
-    or dropped mid-read, as a loop left by a ``break`` inside a function drops its iterator)."""
+def leave_streams_open(sources: list[str]) -> None:
+    """Read the first rows of each of ``sources`` in every way of :data:`LEAVINGS`, print them
+    (by source), and end with all of them open (held, as a script's globals hold them, until the
+    interpreter exits; or dropped mid-read, as a loop left by a ``break`` inside a function drops
+    its iterator)."""
     held = []
-    read = {}
-    for leaving in LEAVINGS:
-        rows = opened(source, leaving)
-        read[leaving] = first_rows(rows, leaving)
-        if LEAVINGS[leaving][1] != "break":
-            held.append(rows)  # else dropped here, as a loop left by a break drops its iterator
+    read: dict[str, dict[str, list[list[Any]]]] = {}
+    for source in sources:
+        read[source] = {}
+        for leaving in LEAVINGS:
+            rows = opened(source, leaving)
+            read[source][leaving] = first_rows(rows, leaving)
+            if LEAVINGS[leaving][1] != "break":
+                held.append(rows)  # else dropped here, as a loop left by a break drops its iterator
     gc.collect()  # what a dropped iteration leaves is freed now, mid-run, not only at exit
     globals()["held"] = held
     print(json.dumps(read))
 
 
-def leave_in_a_process(source: str, env: dict[str, str] | None) -> tuple[dict[str, Any], str]:
+def leave_in_a_process(sources: list[str], env: dict[str, str] | None) -> tuple[dict[str, Any], str]:
+    """:func:`leave_streams_open` in a process of its own (one for every source: each is a
+    Python start and torch's import); what it read, by source, and its stderr."""
     from tests.support.corpus import REPO_ROOT
 
     result = subprocess.run(
-        [sys.executable, "-m", "tests.test_stream_exit", source],
+        [sys.executable, "-m", "tests.test_stream_exit", *sources],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -161,11 +167,11 @@ def test_a_script_that_leaves_streams_early_exits_quietly(
     folders: dict[str, Path], expected: dict[str, dict[str, list[list[Any]]]], kind: str, tmp_path: Path
 ) -> None:
     with _served(kind, folders, tmp_path) as (sources, env):
-        for fmt, source in sources.items():
-            got, stderr = leave_in_a_process(source, env)
-            assert stderr == "", f"{kind} {fmt}: {stderr[-3000:]}"
-            assert got == expected[fmt], f"{kind} {fmt}"
+        got, stderr = leave_in_a_process(list(sources.values()), env)
+    assert stderr == "", f"{kind}: {stderr[-3000:]}"
+    for fmt, source in sources.items():
+        assert got[source] == expected[fmt], f"{kind} {fmt}"
 
 
 if __name__ == "__main__":
-    leave_streams_open(sys.argv[1])
+    leave_streams_open(sys.argv[1:])
