@@ -30,6 +30,7 @@ FORMS = "give MODULE:FUNCTION for a module in the current folder or an installed
 
 FUNCTIONS = """
 import datetime
+import os
 
 
 def unequal(batch):
@@ -86,6 +87,28 @@ def text_from_6(batch):
 
 def keys_of_n_mod_6(batch):
     return {**batch, "key": [f"{n % 6:016x}" for n in batch["n"]]}
+
+
+def split_spelled_from_6(batch):
+    return {**batch, "split": ["train" if n < 6 else "Train" for n in batch["n"]]}
+
+
+def label_a_float_from_6(batch):
+    return {**batch, "label": [label if n < 6 else 0.5 for n, label in zip(batch["n"], batch["label"])]}
+
+
+def keys_of_n_mod_6_into_test_below_6(batch):
+    split = ["test" if n < 6 else "train" for n in batch["n"]]
+    return {**batch, "key": [f"{n % 6:016x}" for n in batch["n"]], "split": split}
+
+
+def failing_first_after_a_while(batch):
+    import time
+
+    if os.environ["FIRST_N"] in map(str, batch["n"]):  # the first batch in source order
+        time.sleep(1)  # (so that, with two workers, the batch after it most likely fails first)
+        return {**batch, "file_name": ["x.jpg"] * len(batch["n"])}
+    return {**batch, "split": ["bad split"] * len(batch["n"])}
 
 
 def noisy(batch):
@@ -309,28 +332,63 @@ def _source_order(source: Path) -> list[int]:
     return [row["n"] for row in shardkit.stream(str(source), split="train")]
 
 
+#: What each function returns for n >= 6 that conflicts with its rows for n < 6 (``here`` is the
+#: later row's, ``there`` the first's, when the first row in source order has n < 6).
+CONFLICTS = {
+    "text_from_6": (
+        "column 'v' is {here} here but {there} {seen}; datasets needs one type per column",
+        ("a string", "an integer"),
+    ),
+    "split_spelled_from_6": (
+        "split {here} here and {there} {seen}: split names that differ only in case are one folder on macOS,"
+        " Windows and in a clone of the repo; spell each split one way",
+        ("'Train'", "'train'"),
+    ),
+    "label_a_float_from_6": (
+        "column 'label' is {here} here but {there} {seen}; datasets needs one type per column (the source's"
+        " ClassLabel column 'label' is staged with its class names: return its class integers or names there)",
+        ("a number", "a string"),
+    ),
+}
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_a_type_that_changes_between_batches_is_named_by_both_batches_when_made_not_at_the_pack(
-    source: Path, functions: Path, tmp_path: Path, jobs: str
+@pytest.mark.parametrize("name", list(CONFLICTS))
+def test_a_conflict_between_batches_is_named_by_both_batches_when_made_not_at_the_pack(
+    source: Path, functions: Path, tmp_path: Path, name: str, jobs: str
 ) -> None:
-    """``v`` an integer for n < 6, a string after: refused as the first batch with the other type
-    is committed (in source order, whichever worker made it), naming it and the first row of the
-    type it conflicts with; nothing is packed."""
+    """Rows for n < 6 and n >= 6 that cannot be in one output: refused as the first batch with the
+    other kind is committed (in source order, whichever worker made it), naming it and the first
+    row it conflicts with; nothing is packed."""
     order = _source_order(source)
     first = order[0] < 6
     at = next(i for i, n in enumerate(order) if (n < 6) != first)
-    here, there = ("a string", "an integer") if first else ("an integer", "a string")
+    message, (later, earlier) = CONFLICTS[name]
+    here, there = (later, earlier) if first else (earlier, later)
+    seen = "in row 0 of the output of split 'train', batch from row 0"
     out = tmp_path / "out"
-    args = ("remux", str(source), str(out), "--map", f"{functions}:text_from_6", "-j", jobs, "--batch-size", "2")
-    result = cli(*args)
+    result = cli("remux", str(source), str(out), "--map", f"{functions}:{name}", "-j", jobs, "--batch-size", "2")
     assert result.exit_code == 1, result.stderr
     assert error_lines(result) == [
         f"error: the map function returned a row that cannot be published (split 'train', batch from row {at - at % 2},"
-        f" row {at % 2} of its output): column 'v' is {here} here but {there} in row 0 of the output of split 'train',"
-        " batch from row 0; datasets needs one type per column"
+        f" row {at % 2} of its output): " + message.format(here=here, there=there, seen=seen)
     ]
     assert "checking rows" not in result.stderr  # refused before the pack
     assert not (out / "data").exists()
+
+
+def test_with_two_workers_the_error_said_is_the_first_batchs_in_source_order(
+    source: Path, functions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first batch fails late, the second at once: the first's error is the one said."""
+    monkeypatch.setenv("FIRST_N", str(_source_order(source)[0]))  # (a process of its own: its workers get it)
+    fn = f"{functions}:failing_first_after_a_while"
+    result = run_in(tmp_path, "remux", str(source), "out", "--map", fn, "-j", "2", "--batch-size", "2", "-q")
+    assert result.returncode == 1, result.stderr
+    assert [line for line in result.stderr.splitlines() if line != "hello from the module"] == [
+        f"error: the map function returned a row that cannot be published ({FIRST_BATCH}, row 0 of its output): column"
+        " 'file_name' is reserved for the file itself in the published dataset; rename it"
+    ]
 
 
 #: A function that fails at the row whose ``n`` is $STOP_AT, if set; ``v``: ``n`` while STOP_AT is
@@ -394,6 +452,8 @@ def test_a_resumed_remux_checks_its_new_batches_against_the_types_of_the_batches
         ("cut short", "shorter than its record says"),
         ("garbage", "holds lines remux did not stage"),
         ("counted within a line", "holds lines remux did not stage"),
+        ("a line of another split", "holds lines remux did not stage"),
+        ("a batch's files removed", "the staged files of its batch from row 2 are not what its lines say"),
     ],
 )
 def test_a_damaged_part_file_starts_its_split_over_with_a_warning(
@@ -406,6 +466,11 @@ def test_a_damaged_part_file_starts_its_split_over_with_a_warning(
     if damage == "counted within a line":
         record = part.with_suffix(".json")
         record.write_text(json.dumps({**json.loads(record.read_text()), "part_bytes": len(lines) - 3}))
+    elif damage == "a line of another split":
+        part.write_bytes(lines.replace(b'"train/', b'"valid/', 1))  # (as long: the record's count holds)
+    elif damage == "a batch's files removed":
+        [run] = (tmp_path / "out" / ".shardkit" / "remux" / "files").iterdir()
+        shutil.rmtree(run / "train" / "00000001")
     else:
         part.write_bytes(lines[:-5] if damage == "cut short" else b"x" * len(lines))
     resumed = run_in(stopped, *args[:-1], "--json")
@@ -442,7 +507,7 @@ def test_a_key_given_to_rows_of_two_batches_is_named_by_batch_and_row_not_by_a_s
         if (before := first_of.setdefault(n % 6, i)) != i:
             expected.append(
                 f"split 'train', batch from row {i}, row 0 of its output: duplicate key {n % 6:016x} (first used in"
-                f" split 'train', batch from row {before}, row 0 of its output)"
+                f" row 0 of the output of split 'train', batch from row {before})"
             )
     out = tmp_path / "out"
     result = cli(
@@ -456,6 +521,34 @@ def test_a_key_given_to_rows_of_two_batches_is_named_by_batch_and_row_not_by_a_s
     assert lines[-1] == "Fix the map function, then re-run with --force (its batches are dropped)."
     assert ".shardkit" not in result.stderr and "--on-error" not in result.stderr
     assert not (out / "data").exists()
+
+
+def test_a_key_in_two_splits_is_named_by_batch_and_row_as_a_leak_between_splits(
+    source: Path, functions: Path, tmp_path: Path
+) -> None:
+    """Keys repeat across batches, and rows for n < 6 go to split test: the pack's leak message
+    names rows by batch too."""
+    order = _source_order(source)
+    first_of: dict[int, int] = {}
+    expected = []
+    for i, n in enumerate(order):
+        if (before := first_of.setdefault(n % 6, i)) == i:
+            continue
+        first = f"row 0 of the output of split 'train', batch from row {before}"
+        split, first_split = ("test" if m < 6 else "train" for m in (n, order[before]))
+        leak = (
+            f" (split {split!r}; {first} is in {first_split!r}: a leak between splits)" if split != first_split else ""
+        )
+        expected.append(
+            f"split 'train', batch from row {i}, row 0 of its output: duplicate key {n % 6:016x} (first used in"
+            f" {first}){leak}"
+        )
+    fn = f"{functions}:keys_of_n_mod_6_into_test_below_6"
+    result = cli("remux", str(source), str(tmp_path / "out"), "--map", fn, "-j", "1", "--batch-size", "1")
+    assert result.exit_code == 1, result.stderr
+    said = [line for line in result.stderr.splitlines() if line.startswith("split 'train'")]
+    assert sorted(said) == sorted(expected)
+    assert any("a leak between splits" in line for line in said)
 
 
 def test_help_says_what_a_batch_holds_and_what_to_return() -> None:

@@ -306,11 +306,28 @@ class BatchResult:
     not_labels: list[str]  # ClassLabel columns the function filled with something else
 
 
-def transform_batch(task: BatchTask) -> BatchResult:
+@dataclass(frozen=True)
+class BatchFailure:
+    """A batch the function failed on, or whose output cannot be published: its error is raised
+    when the batch's turn to be committed comes, after every batch before it, so the error a
+    run stops with is the first batch's in source order, whatever ``--jobs``."""
+
+    number: int
+    error: ShardkitError
+
+
+def transform_batch(task: BatchTask) -> BatchResult | BatchFailure:
     """Run one batch through the function; stage its output rows' files under
     ``files/<run>/<split>/<batch>/`` (:class:`_BatchFiles`; written again whole by a rerun), record
     the batch as finished and return its metadata lines; a batch a stopped run finished is
-    returned as recorded."""
+    returned as recorded. What fails with a message for the user is returned as a failure."""
+    try:
+        return _transform_batch(task)
+    except ShardkitError as exc:
+        return BatchFailure(task.number, exc)
+
+
+def _transform_batch(task: BatchTask) -> BatchResult:
     if task.recorded is not None:  # finished by a run of this remux stopped before committing it
         return task.recorded
     if in_pool_worker():  # a worker process of shardkit's own (not a Dask worker: the user's)
@@ -691,8 +708,7 @@ def _transform(
     records = [read_remux_progress(_progress_path(source.remux_dir, s)) for s in splits]
     # A part file shorter than its record counts, or not of staged lines, is damage: that split starts over.
     records = [
-        None if r is not None and _part_damaged(source.remux_dir, s, r) else r
-        for s, r in zip(splits, records, strict=True)
+        None if r is not None and _part_damaged(source, s, r) else r for s, r in zip(splits, records, strict=True)
     ]
     resumed_rows = sum(r["rows_in"] for r in records if r is not None)
     known = [s.rows for s in splits]
@@ -700,7 +716,7 @@ def _transform(
     progress.start("transforming", total=total, unit="rows")
     progress.advance(resumed_rows)
     counts = []
-    types = OutputTypes()  # of the whole output, in the order the pack reads it
+    types = OutputTypes(sorted({label.column for split in splits for label in split.labels}))  # in the pack's order
     # Tasks are made as the source is read (a generator): their number is not known before.
     with task_executor(config.jobs, cluster, 2**31) as executor:
         for split, record in zip(splits, records, strict=True):
@@ -768,16 +784,19 @@ def _transform_split(
                 shutil.rmtree(_batch_dir(task), ignore_errors=True)
             yield task if recorded is None else replace(task, rows=[], recorded=recorded)
 
-    finished: dict[int, BatchResult] = {}
+    finished: dict[int, BatchResult | BatchFailure] = {}
     progress_path = _progress_path(source.remux_dir, split)
     with naming_errors(part), open(part, "ab") as out:
         for result in run_tasks(transform_batch, tasks(), names=_task_name, executor=executor, what="transform"):
             finished[result.number] = result
-            progress.advance(result.rows_in, rows=result.rows_out)
+            if isinstance(result, BatchResult):
+                progress.advance(result.rows_in, rows=result.rows_out)
             while record["batches"] in finished:
-                result = finished.pop(record["batches"])
-                types.add(result.lines, names.pop(result.number))  # (refused: not committed)
-                _commit(result, record, positions, out, progress_path)
+                done = finished.pop(record["batches"])
+                if isinstance(done, BatchFailure):
+                    raise done.error
+                types.add(done.lines, names.pop(done.number))  # (refused: not committed)
+                _commit(done, record, positions, out, progress_path)
     record["finished"] = True
     write_atomic(progress_path, json.dumps(record).encode())
     return record
@@ -807,6 +826,8 @@ def _staged_batch(line: bytes) -> tuple[str, int]:
     """The split (the output's name) and the batch number of a staged metadata line (its file is
     ``<split>/<batch number>/<file>``: :func:`_batch_folder`)."""
     split, number, _ = json.loads(line)["file_name"][0].split("/")
+    if not (len(number) == 8 and number.isascii() and number.isdigit()):  # (as _batch_folder names it)
+        raise ValueError(f"batch folder {number!r}")
     return split, int(number)
 
 
@@ -814,22 +835,27 @@ def _output_problems(exc: InputErrors, splits: list[SourceSplit], batch_size: in
     """The final pack's refusal of the staged metadata (of what only the whole output shows, such
     as one key the function gave to rows of two batches) as problems of the function's output:
     each line and each line a message refers to named by its batch and row, not by the staged file."""
-    wanted = {p.line for p in exc.problems} | {int(n) for p in exc.problems for n in _LINE_RE.findall(p.message)}
+    wanted = {p.line for p in exc.problems} | {int(m[2]) for p in exc.problems for m in _LINE_RE.finditer(p.message)}
     names = {s.out: s.name for s in splits}
-    where: dict[int, str] = {}
+    where: dict[int, tuple[str, int]] = {}  # a line's batch and its row in the batch's output
     with naming_errors(exc.source), open(exc.source, "rb") as f:
         start, current = 0, ("", -1)
         for number, line in enumerate(f, 1):
             if (batch := _staged_batch(line)) != current:
                 start, current = number, batch
             if number in wanted:
-                named_batch = batch_name(names[batch[0]], batch[1] * batch_size)
-                where[number] = f"{named_batch}, row {number - start} of its output"
+                where[number] = (batch_name(names.get(batch[0], batch[0]), batch[1] * batch_size), number - start)
 
     def named(match: re.Match[str]) -> str:
-        return f"in {where[int(match[1])]}" if int(match[1]) in where else match[0]
+        if int(match[2]) not in where:
+            return match[0]
+        batch, row = where[int(match[2])]
+        return f"{'in ' if match[1] else ''}row {row} of the output of {batch}"
 
-    lines = [f"{where.get(p.line, p.line)}: {_LINE_RE.sub(named, p.message)}" for p in exc.problems]
+    def at(line: int) -> str:
+        return f"{where[line][0]}, row {where[line][1]} of its output" if line in where else f"line {line}"
+
+    lines = [f"{at(p.line)}: {_LINE_RE.sub(named, p.message)}" for p in exc.problems]
     if exc.total > len(exc.problems):
         lines.append(f"... and {exc.total - len(exc.problems)} more problem(s)")
     head = f"{exc.total} problem(s) in the map function's output; no shard was written:"
@@ -837,13 +863,15 @@ def _output_problems(exc: InputErrors, splits: list[SourceSplit], batch_size: in
 
 
 #: A row a pack's message refers to: ``on line 12``, ``line 12``.
-_LINE_RE = re.compile(r"\b(?:on )?line (\d+)")
+_LINE_RE = re.compile(r"\b(on )?line (\d+)")
 
 
-def _part_damaged(remux_dir: str, split: SourceSplit, record: dict[str, Any]) -> bool:
-    """Whether the split's part file does not hold what its record counts: fewer bytes, or lines
-    that are not staged rows (damaged: a warning)."""
-    part = _part_path(remux_dir, split)
+def _part_damaged(source: _Source, split: SourceSplit, record: dict[str, Any]) -> bool:
+    """Whether the split's part file does not hold what its record counts (fewer bytes, lines that
+    are not rows remux staged for this split, a count that ends within a line), or a committed
+    batch's staged files not what its lines name (removed, cut short, grown): damage, with a
+    warning. The split then starts over; its finished batches that still hold are kept."""
+    part = _part_path(source.remux_dir, split)
     try:
         size = os.stat(part).st_size
     except FileNotFoundError:
@@ -851,12 +879,23 @@ def _part_damaged(remux_dir: str, split: SourceSplit, record: dict[str, Any]) ->
     if size < record["part_bytes"]:
         log.warning("%s: shorter than its record says; its split starts over (finished batches are kept)", part)
         return True
-    counted = 0
+    counted, files = 0, _files_dir(source.remux_dir, source.run)
     try:
         with naming_errors(part), open(part, "rb") as f:
-            for line in _committed_lines(f, record):
-                _staged_batch(line)
-                counted += len(line)
+            for (out, number), grouped in itertools.groupby(_committed_lines(f, record), key=_staged_batch):
+                lines = b"".join(grouped)
+                counted += len(lines)
+                folder = f"{out}/{number:08d}"
+                if out != split.out:
+                    raise ValueError(f"a row of split {out!r}")
+                if not _files_hold(os.path.join(files, folder), folder, lines.decode(), lines.count(b"\n")):
+                    log.warning(
+                        "%s: the staged files of its batch from row %d are not what its lines say; its split"
+                        " starts over (finished batches are kept)",
+                        part,
+                        number * source.config.batch_size,
+                    )
+                    return True
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         counted = -1
     if counted != record["part_bytes"]:  # (lines of another kind, or a count that ends within a line)

@@ -487,15 +487,21 @@ def _unwritable_column(fields: dict[str, Any]) -> str | None:
 
 
 class OutputTypes:
-    """One type per column across every row the function returns, as the packer infers them
-    (:class:`.schema.SchemaTracker`, the same rules, the rows in the same order), checked as each
-    batch is committed: a value whose type conflicts with an earlier row's is named by its batch
-    and row when it is made, not by a staged file's line once the whole source is transformed.
-    Holds the merged types and where each batch starts (a few numbers a batch)."""
+    """What the packer needs of the output's rows together, as it checks them (the same rules, the
+    rows in the same order), checked as each batch is committed: one type per column
+    (:class:`.schema.SchemaTracker`), and one spelling per split name (the packer refuses names
+    that differ only in case). A row that breaks either is named by its batch and row when it is
+    made, not by a staged file's line once the whole source is transformed. Holds the merged
+    types, the split names and where each batch starts (a few numbers a batch).
 
-    def __init__(self) -> None:
+    ``labels``: the source's ClassLabel columns, whose integers are staged as class names (a
+    conflict there is said in those terms)."""
+
+    def __init__(self, labels: Sequence[str] = ()) -> None:
         self.schema = SchemaTracker()
         self.rows = 0
+        self._labels = tuple(labels)
+        self._splits: dict[str, tuple[str, int]] = {}  # casefolded: (the name, the row that gave it first)
         self._starts: list[int] = []  # each batch's first row, counted over the whole output
         self._names: list[str] = []
 
@@ -505,14 +511,38 @@ class OutputTypes:
         self._names.append(name)
         for j, line in enumerate(lines.split(b"\n")[:-1]):  # (not splitlines: U+2028 is no line break)
             fields = json.loads(line)
-            for column in ("file_name", "key", SPLIT_COLUMN):  # (not types of the published columns)
+            split = fields.pop(SPLIT_COLUMN, None)
+            for column in ("file_name", "key"):  # (not types of the published columns)
                 fields.pop(column, None)
-            if conflict := self.schema.check(fields, self.rows, self._seen_at):
+            problem = self._split_problem(split) or self.schema.check(fields, self.rows, self._seen_at)
+            if problem:
                 raise ShardkitError(
                     f"the map function returned a row that cannot be published ({name}, row {j} of its output):"
-                    f" {conflict}"
+                    f" {problem}{self._label_note(problem)}"
                 )
             self.rows += 1
+
+    def _split_problem(self, split: Any) -> str | None:
+        if not isinstance(split, str):  # (checked in the worker: None, or a name)
+            return None
+        first, row = self._splits.setdefault(split.casefold(), (split, self.rows))
+        if first == split:
+            return None
+        return (
+            f"split {split!r} here and {first!r} {self._seen_at(row)}: split names that differ only in case are one"
+            " folder on macOS, Windows and in a clone of the repo; spell each split one way"
+        )
+
+    def _label_note(self, problem: str) -> str:
+        column = next(
+            (c for c in self._labels if problem.startswith((f"column {c!r} ", f"column '{c}[", f"column '{c}."))), None
+        )
+        if column is None:
+            return ""
+        return (
+            f" (the source's ClassLabel column {column!r} is staged with its class names: return its class integers"
+            " or names there)"
+        )
 
     def _seen_at(self, row: int) -> str:
         batch = bisect.bisect_right(self._starts, row) - 1
