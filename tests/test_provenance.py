@@ -210,6 +210,22 @@ INPUT_ADVICE = (
 )
 
 
+def test_a_file_broken_in_the_input_of_a_served_copy_is_repaired_locally_then_published(
+    packs: dict[tuple[str, bool], Path],
+) -> None:
+    """Served over HTTP (read-only here): the same advice, packing into a local folder, then publishing it."""
+    from tests.http_server import serve_directory
+
+    with serve_directory(packs["parquet", False]) as (url, _):
+        result = CliRunner().invoke(main, ["verify", url, "--deep", "-q", "--json"], catch_exceptions=False)
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["advice"] == INPUT_ADVICE.replace(
+        "re-run the pack command with --update (it rewrites the shards whose rows changed)",
+        "re-run the pack into its local FOLDER with --update (it rewrites the shards whose rows changed), then"
+        f" publish FOLDER again where {url.rstrip('/')} is served from",
+    )
+
+
 def test_a_file_broken_in_the_input_is_repaired_as_verify_advises(
     source_input: tuple[Path, Path], tmp_path: Path
 ) -> None:

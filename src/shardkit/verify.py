@@ -407,19 +407,26 @@ def repair_advice(location: Location, manifest: Manifest, problems: list[Problem
     whose sha256 differs from the Hub's."""
     if not problems:
         return None
+    repo = re.fullmatch(r"hf://datasets/([^@/]+/[^@/]+).*", location.url)
+    read_only = bool(repo) or not location.repaired_in_place  # repaired from a local copy
+    publish = (
+        f"`shardkit push FOLDER --repo {repo.group(1)}`: push uploads every file whose sha256 differs"
+        if repo
+        else f"publish FOLDER again where {location.url} is served from"
+    )
     if all(p.undecodable for p in problems):  # (a damaged shard would also differ from its sha256)
+        pack_again = "the pack into its local FOLDER" if read_only else "the pack command"
+        then = f", then {publish}" if read_only else ""
         return (
             "to repair: the shards are as packed (each has its recorded sha256), so the input gave these files so:"
             " replace or drop them in the input (the member is named by its row's key; --keep-source-path names the"
-            " file), then re-run the pack command with --update (it rewrites the shards whose rows changed);"
+            f" file), then re-run {pack_again} with --update (it rewrites the shards whose rows changed){then};"
             " `pack-shards --check-images` refuses such files before packing"
         )
     named = {s.file for s in manifest.shards} | {s.metadata for s in manifest.shards}
     unnamed = sorted({p.file for p in problems if p.file not in named and p.file != manifest.metadata_table})
     missing = {p.file for p in problems if p.file in named and p.message == "missing"}
     damaged = sorted({p.file for p in problems if p.file in named} - missing)
-    repo = re.fullmatch(r"hf://datasets/([^@/]+/[^@/]+).*", location.url)
-    read_only = bool(repo) or not location.repaired_in_place  # repaired from a local copy
     steps = []
     if unnamed:
         where = "the repo" if read_only else "data/ and metadata/"
@@ -427,11 +434,6 @@ def repair_advice(location: Location, manifest: Manifest, problems: list[Problem
         if len(unnamed) == len({p.file for p in problems}):
             return "to repair: " + steps[0]
     if read_only:
-        publish = (
-            f"`shardkit push FOLDER --repo {repo.group(1)}`: push uploads every file whose sha256 differs"
-            if repo
-            else f"publish FOLDER again where {location.url} is served from"
-        )
         steps.append(
             "pack the same input into a local FOLDER (or repair the one it was packed in, as `shardkit verify FOLDER`"
             f" says), then {publish}"
