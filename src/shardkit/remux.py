@@ -299,6 +299,7 @@ class BatchResult:
     """A batch's output, staged: its files under files/, its metadata lines for the part file."""
 
     number: int
+    first: int  # the split's row number of its first source row
     rows_in: int
     rows_out: int
     lines: bytes
@@ -377,12 +378,12 @@ def _transform_batch(task: BatchTask) -> BatchResult:
                 columns.update(fields)
                 lines.append(metadata_line([f"{folder}/{name}", offset, len(staged.data)], key, fields, where))
         result = BatchResult(
-            task.number, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels)
+            task.number, task.first, len(batch_rows), len(rows), b"".join(lines), sorted(columns), sorted(not_labels)
         )
         # Recorded with its files, in the folder put into place whole: a run stopped before the
         # batch was committed (behind a slow batch, many may be finished and not committed) takes
         # it as it is instead of transforming it again.
-        finished = asdict(result) | {"first": task.first, "lines": result.lines.decode()}
+        finished = asdict(result) | {"lines": result.lines.decode()}
         del finished["number"]
         write_atomic(os.path.join(files_dir, BATCH_RECORD), json.dumps(finished).encode())
     except BaseException:  # (Ctrl-C too) nothing of a batch that failed stays
@@ -483,7 +484,9 @@ def _recorded_result(task: BatchTask) -> BatchResult | None:
         log.warning("%s: its files are not what its record says; the batch is transformed again", folder)
         return None
     lines = found["lines"].encode()
-    return BatchResult(task.number, found["rows_in"], found["rows_out"], lines, found["columns"], found["not_labels"])
+    return BatchResult(
+        task.number, task.first, found["rows_in"], found["rows_out"], lines, found["columns"], found["not_labels"]
+    )
 
 
 def _files_hold(folder: str, relative: str, lines: str, rows: int) -> bool:
@@ -706,7 +709,8 @@ def _transform(
     config = source.config
     write_split = [s.out for s in splits] != ["train"]
     records = [read_remux_progress(_progress_path(source.remux_dir, s)) for s in splits]
-    # A part file shorter than its record counts, or not of staged lines, is damage: that split starts over.
+    # A part file that does not hold what its record counts, or whose batches' staged files do not
+    # hold what its lines name, is damage: that split starts over (_part_damaged).
     records = [
         None if r is not None and _part_damaged(source, s, r) else r for s, r in zip(splits, records, strict=True)
     ]
@@ -755,7 +759,6 @@ def _transform_split(
     ds = open_source(config, source.shardkit_source, split.name, source.opened.get(split.name))
     file_columns = tuple(file_columns_of(ds))
     positions: dict[int, Any] = {}  # where the source's reader is after each batch, to record at its commit
-    names: dict[int, str] = {}
 
     def tasks() -> Iterator[BatchTask]:
         for batch in read_batches(
@@ -767,7 +770,6 @@ def _transform_split(
             position=record["position"],
         ):
             positions[batch.number] = batch.position
-            names[batch.number] = batch_name(split.name, batch.first)
             task = BatchTask(
                 config,
                 split,
@@ -795,7 +797,7 @@ def _transform_split(
                 done = finished.pop(record["batches"])
                 if isinstance(done, BatchFailure):
                     raise done.error
-                types.add(done.lines, names.pop(done.number))  # (refused: not committed)
+                types.add(done.lines, batch_name(split.name, done.first))  # (refused: not committed)
                 _commit(done, record, positions, out, progress_path)
     record["finished"] = True
     write_atomic(progress_path, json.dumps(record).encode())

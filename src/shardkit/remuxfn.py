@@ -27,6 +27,7 @@ from .remuxconfig import BatchFn, RemuxConfig
 from .remuxsource import ClassLabelColumn
 from .rowrules import EXT_RE, KEY_RE
 from .schema import SchemaTracker
+from .staging import ONE_FOLDER
 
 
 def load_function(spec: BatchFn | str) -> BatchFn:
@@ -528,10 +529,7 @@ class OutputTypes:
         first, row = self._splits.setdefault(split.casefold(), (split, self.rows))
         if first == split:
             return None
-        return (
-            f"split {split!r} here and {first!r} {self._seen_at(row)}: split names that differ only in case are one"
-            " folder on macOS, Windows and in a clone of the repo; spell each split one way"
-        )
+        return f"split {split!r} here and {first!r} {self._seen_at(row)}: {ONE_FOLDER}"
 
     def _label_note(self, problem: str) -> str:
         column = next(

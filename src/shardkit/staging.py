@@ -592,6 +592,13 @@ def _separate_splits(
     return missing, first_line, labels
 
 
+#: Why two split names that differ only in case are refused (here, and as a remux commits its batches).
+ONE_FOLDER = (
+    "split names that differ only in case are one folder on macOS, Windows and in a clone of the repo; spell each"
+    " split one way"
+)
+
+
 def _refuse_names_of_one_folder(named: list[str], first_line: dict[str, int]) -> None:
     """Refuse split names that differ only in case (one folder on macOS, Windows, in a clone)."""
     folded: dict[str, str] = {}
@@ -600,9 +607,7 @@ def _refuse_names_of_one_folder(named: list[str], first_line: dict[str, int]) ->
         if other != name:
             a, b = sorted((other, name), key=lambda n: first_line.get(n, 0))
             raise ValueError(
-                f"line {first_line.get(b, 0)} has split {b!r} and line {first_line.get(a, 0)} {a!r}: split names"
-                " that differ only in case are one folder on macOS, Windows and in a clone of the repo; spell"
-                " each split one way"
+                f"line {first_line.get(b, 0)} has split {b!r} and line {first_line.get(a, 0)} {a!r}: {ONE_FOLDER}"
             )
 
 
